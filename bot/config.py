@@ -1,0 +1,194 @@
+"""Settings from the environment and `.env`, validated once at start-up.
+
+Every name here is a contract (see README "Configuration"). A bad value stops start-up with one
+line naming the setting, because a bot that starts half-configured fails later, in a chat, where
+nobody reads the log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _split_csv(value: object) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [part.strip() for part in str(value).split(",") if part.strip()]
+
+
+def _non_negative(values: list[float]) -> list[float]:
+    if any(v < 0 for v in values):
+        raise ValueError("delays must not be negative")
+    return values
+
+
+IdList = Annotated[list[int], NoDecode]
+KeyList = Annotated[list[SecretStr], NoDecode]
+DelayList = Annotated[list[float], NoDecode, AfterValidator(_non_negative)]
+
+
+class Settings(BaseSettings):
+    """All of mnemobot's settings. Names match the environment variables exactly."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="forbid",
+        case_sensitive=True,
+        validate_default=True,
+    )
+
+    # Telegram
+    TELEGRAM_BOT_TOKEN: SecretStr
+    TELEGRAM_BASE_URL: str = "https://api.telegram.org/bot"
+    TELEGRAM_MODE: Literal["polling", "webhook"] = "polling"
+    TELEGRAM_DRAFT_STREAMING: bool = False
+    ALLOWED_USER_IDS: IdList = Field(default_factory=list)
+    ADMIN_USER_IDS: IdList = Field(default_factory=list)
+
+    # Storage
+    DATABASE_PATH: Path = Path("data/mnemobot.sqlite3")
+
+    # Models
+    DEFAULT_MODEL: str | None = None
+    MODEL_CATALOG_FILE: Path | None = None
+    CHAT_TIMEOUT: float = Field(default=60.0, gt=0)
+    CONSOLIDATION_MODEL: str = "llama-3.3-70b-versatile"
+    CONSOLIDATION_TIMEOUT: float = Field(default=30.0, gt=0)
+    CONSOLIDATION_RETRY_DELAYS: DelayList = Field(
+        default_factory=lambda: [60.0, 300.0, 1800.0, 7200.0]
+    )
+    CONSOLIDATION_CONCURRENCY: int = Field(default=2, ge=1, le=32)
+    MEMORY_WINDOW: int = Field(default=50, ge=4)
+    MEMORY_KEEP_RECENT: int = Field(default=10, ge=1)
+    MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
+
+    # Gateways: any *_API_KEY may hold several comma-separated keys (rotated).
+    OPENAI_API_KEY: KeyList = Field(default_factory=list)
+    OPENAI_API_BASE: str = "https://api.openai.com/v1"
+    OPENAI_RPS: float = Field(default=8.0, gt=0)
+    ANTHROPIC_API_KEY: KeyList = Field(default_factory=list)
+    ANTHROPIC_API_BASE: str = "https://api.anthropic.com"
+    ANTHROPIC_RPS: float = Field(default=8.0, gt=0)
+    GROQ_API_KEY: KeyList = Field(default_factory=list)
+    GROQ_API_BASE: str = "https://api.groq.com/openai/v1"
+    GROQ_RPS: float = Field(default=8.0, gt=0)
+
+    # Operations
+    LOG_FORMAT: Literal["json", "console"] | None = None
+    LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    WEBHOOK_URL: str | None = None
+    WEBHOOK_LISTEN: str = "127.0.0.1"
+    WEBHOOK_PORT: int = Field(default=8443, ge=1, le=65535)
+    WEBHOOK_SECRET: SecretStr | None = None
+    HEALTH_PORT: int | None = Field(default=None, ge=1, le=65535)
+    SHUTDOWN_GRACE_SECONDS: float = Field(default=20.0, ge=0)
+
+    # Budgets and limits (0 = no cap)
+    USER_DAILY_BUDGET_USD: float = Field(default=0.0, ge=0)
+    USER_MONTHLY_BUDGET_USD: float = Field(default=0.0, ge=0)
+    BOT_DAILY_BUDGET_USD: float = Field(default=0.0, ge=0)
+    BOT_MONTHLY_BUDGET_USD: float = Field(default=0.0, ge=0)
+    USER_MESSAGES_PER_MINUTE: int = Field(default=20, ge=0)
+    MAX_INPUT_CHARS: int = Field(default=16000, ge=1)
+    SPLIT_MESSAGE_WINDOW: float = Field(default=1.5, ge=0)
+
+    @field_validator("ALLOWED_USER_IDS", "ADMIN_USER_IDS", mode="before")
+    @classmethod
+    def _parse_ids(cls, value: object) -> list[int]:
+        ids = []
+        for part in _split_csv(value):
+            if not part.lstrip("-").isdigit():
+                raise ValueError(f"{part!r} is not a numeric Telegram user id")
+            ids.append(int(part))
+        return ids
+
+    @field_validator("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GROQ_API_KEY", mode="before")
+    @classmethod
+    def _parse_keys(cls, value: object) -> list[str]:
+        return _split_csv(value)
+
+    @field_validator("CONSOLIDATION_RETRY_DELAYS", mode="before")
+    @classmethod
+    def _parse_delays(cls, value: object) -> list[float]:
+        parts = _split_csv(value)
+        if not parts:
+            raise ValueError("at least one delay is needed")
+        return [float(p) for p in parts]
+
+    @field_validator("TELEGRAM_BOT_TOKEN")
+    @classmethod
+    def _token_present(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value().strip():
+            raise ValueError("is empty; set it to the token @BotFather gave you")
+        return value
+
+    @field_validator("ANTHROPIC_API_BASE")
+    @classmethod
+    def _anthropic_base(cls, value: str) -> str:
+        value = value.rstrip("/")
+        if value.endswith("/v1"):
+            raise ValueError("must not end in /v1 (litellm appends /v1/messages itself)")
+        return _http_url(value)
+
+    @field_validator("OPENAI_API_BASE", "GROQ_API_BASE")
+    @classmethod
+    def _openai_like_base(cls, value: str) -> str:
+        value = value.rstrip("/")
+        if "/v1" not in value:
+            raise ValueError("must include /v1 (an OpenAI-compatible base URL)")
+        return _http_url(value)
+
+    @field_validator("TELEGRAM_BASE_URL")
+    @classmethod
+    def _telegram_base(cls, value: str) -> str:
+        return _http_url(value)
+
+
+def _http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"{value!r} is not an http(s) URL")
+    return value
+
+
+class ConfigError(Exception):
+    """A setting is missing or invalid; the message is one line that names it."""
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Load and validate settings, turning pydantic's report into one readable line."""
+    try:
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    _check_cross_field(settings)
+    return settings
+
+
+def _check_cross_field(settings: Settings) -> None:
+    if settings.TELEGRAM_MODE == "webhook":
+        if not settings.WEBHOOK_URL:
+            raise ConfigError("WEBHOOK_URL: required when TELEGRAM_MODE=webhook")
+        if not settings.WEBHOOK_URL.startswith("https://"):
+            raise ConfigError("WEBHOOK_URL: must be an https:// URL Telegram can reach")
+        if settings.WEBHOOK_SECRET is None or not settings.WEBHOOK_SECRET.get_secret_value():
+            raise ConfigError("WEBHOOK_SECRET: required when TELEGRAM_MODE=webhook")
+    if settings.MEMORY_KEEP_RECENT >= settings.MEMORY_WINDOW:
+        raise ConfigError("MEMORY_KEEP_RECENT: must be smaller than MEMORY_WINDOW")
+
+
+def _one_line(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    name = ".".join(str(part) for part in error["loc"] if not isinstance(part, int)) or "settings"
+    if error["type"] == "missing":
+        return f"{name}: required but not set (put it in .env or the environment)"
+    if error["type"] == "extra_forbidden":
+        return f"{name}: unknown setting (check the spelling against .env.example)"
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{name}: {message}"

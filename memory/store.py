@@ -1,0 +1,304 @@
+"""Chats, sessions, messages and usage rows.
+
+Messages are written the moment they exist (the user's before any model is called), so a crash
+or a provider outage never loses what the user said.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import aiosqlite
+
+from memory.db import Database
+from models.types import ToolCall, Usage
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def to_iso(moment: datetime) -> str:
+    """Stored timestamps: UTC, ISO 8601, millisecond precision, sortable as text."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def from_iso(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int
+    session_id: int
+    chat_id: int
+    role: str
+    content: str
+    created_at: str
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    user_id: int | None = None
+    model_id: str | None = None
+
+    def as_prompt_message(self) -> dict[str, object]:
+        """OpenAI-format message for the model's context."""
+        message: dict[str, object] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in self.tool_calls
+            ]
+        if self.tool_call_id:
+            message["tool_call_id"] = self.tool_call_id
+        return message
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """Result of /new: the session that was closed (if any) and the fresh one."""
+
+    closed_session_id: int | None
+    new_session_id: int
+    job_id: int | None = None
+
+
+def _row_to_message(row: aiosqlite.Row) -> StoredMessage:
+    calls = None
+    if row["tool_calls"]:
+        calls = [
+            ToolCall(c["id"], c["name"], c["arguments"]) for c in json.loads(row["tool_calls"])
+        ]
+    return StoredMessage(
+        id=row["id"],
+        session_id=row["session_id"],
+        chat_id=row["chat_id"],
+        role=row["role"],
+        content=row["content"],
+        created_at=row["created_at"],
+        tool_calls=calls,
+        tool_call_id=row["tool_call_id"],
+        user_id=row["user_id"],
+        model_id=row["model_id"],
+    )
+
+
+class Store:
+    """Typed access to the core tables. Every write is one transaction."""
+
+    def __init__(self, db: Database, clock: Clock = utc_now) -> None:
+        self.db = db
+        self.clock = clock
+
+    def now(self) -> str:
+        return to_iso(self.clock())
+
+    # chats -------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _ensure_chat(conn: aiosqlite.Connection, chat_id: int, now: str) -> None:
+        await conn.execute(
+            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT(chat_id) DO NOTHING",
+            (chat_id, now, now),
+        )
+
+    async def get_chat_model(self, chat_id: int) -> str | None:
+        row = await self.db.fetchone("SELECT model_id FROM chats WHERE chat_id = ?", (chat_id,))
+        return row["model_id"] if row else None
+
+    async def set_chat_model(self, chat_id: int, model_id: str) -> None:
+        now = self.now()
+        async with self.db.transaction() as conn:
+            await self._ensure_chat(conn, chat_id, now)
+            await conn.execute(
+                "UPDATE chats SET model_id = ?, updated_at = ? WHERE chat_id = ?",
+                (model_id, now, chat_id),
+            )
+
+    async def get_chat_language(self, chat_id: int) -> str | None:
+        row = await self.db.fetchone("SELECT language FROM chats WHERE chat_id = ?", (chat_id,))
+        return row["language"] if row else None
+
+    async def set_chat_language(self, chat_id: int, language: str | None) -> None:
+        now = self.now()
+        async with self.db.transaction() as conn:
+            await self._ensure_chat(conn, chat_id, now)
+            await conn.execute(
+                "UPDATE chats SET language = ?, updated_at = ? WHERE chat_id = ?",
+                (language, now, chat_id),
+            )
+
+    # sessions ----------------------------------------------------------------------------
+
+    @classmethod
+    async def _active_session(cls, conn: aiosqlite.Connection, chat_id: int, now: str) -> int:
+        await cls._ensure_chat(conn, chat_id, now)
+        cursor = await conn.execute(
+            "SELECT id FROM sessions WHERE chat_id = ? AND closed_at IS NULL", (chat_id,)
+        )
+        row = await cursor.fetchone()
+        if row is not None:
+            return int(row["id"])
+        cursor = await conn.execute(
+            "INSERT INTO sessions(chat_id, opened_at) VALUES (?, ?)", (chat_id, now)
+        )
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    async def active_session(self, chat_id: int) -> int:
+        """The chat's open session, opened now if there is none."""
+        async with self.db.transaction() as conn:
+            return await self._active_session(conn, chat_id, self.now())
+
+    async def start_new_session(self, chat_id: int) -> NewSession:
+        """Close the active session and open a fresh one in one transaction (/new)."""
+        now = self.now()
+        async with self.db.transaction() as conn:
+            closed = await self.close_active_session(conn, chat_id, now)
+            new_id = await self._active_session(conn, chat_id, now)
+            job_id = None
+            if closed is not None:
+                job_id = await self.on_session_closed(conn, chat_id, closed, now)
+        return NewSession(closed_session_id=closed, new_session_id=new_id, job_id=job_id)
+
+    @staticmethod
+    async def close_active_session(
+        conn: aiosqlite.Connection, chat_id: int, now: str
+    ) -> int | None:
+        cursor = await conn.execute(
+            "UPDATE sessions SET closed_at = ? WHERE chat_id = ? AND closed_at IS NULL "
+            "RETURNING id",
+            (now, chat_id),
+        )
+        row = await cursor.fetchone()
+        return int(row["id"]) if row else None
+
+    async def on_session_closed(
+        self, conn: aiosqlite.Connection, chat_id: int, session_id: int, now: str
+    ) -> int | None:
+        """Hook inside /new's transaction; the memory layer enqueues consolidation here."""
+        return None
+
+    # messages ----------------------------------------------------------------------------
+
+    async def add_message(
+        self,
+        chat_id: int,
+        role: str,
+        content: str,
+        *,
+        user_id: int | None = None,
+        model_id: str | None = None,
+        tool_calls: list[ToolCall] | None = None,
+        tool_call_id: str | None = None,
+        usage: Usage | None = None,
+        session_id: int | None = None,
+    ) -> StoredMessage:
+        """Append a message to the chat's active session (or `session_id`) and return it."""
+        now = self.now()
+        calls_json = (
+            json.dumps(
+                [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls],
+                ensure_ascii=False,
+            )
+            if tool_calls
+            else None
+        )
+        async with self.db.transaction() as conn:
+            if session_id is None:
+                session_id = await self._active_session(conn, chat_id, now)
+            cursor = await conn.execute(
+                "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
+                "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                (
+                    session_id,
+                    chat_id,
+                    role,
+                    content,
+                    calls_json,
+                    tool_call_id,
+                    user_id,
+                    model_id,
+                    usage.prompt_tokens if usage else None,
+                    usage.completion_tokens if usage else None,
+                    now,
+                ),
+            )
+            row = await cursor.fetchone()
+        assert row is not None
+        return _row_to_message(row)
+
+    async def session_messages(self, session_id: int) -> list[StoredMessage]:
+        rows = await self.db.fetchall(
+            "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)
+        )
+        return [_row_to_message(row) for row in rows]
+
+    async def messages_by_ids(self, ids: list[int]) -> list[StoredMessage]:
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = await self.db.fetchall(
+            f"SELECT * FROM messages WHERE id IN ({marks}) ORDER BY id", ids
+        )
+        return [_row_to_message(row) for row in rows]
+
+    async def count_session_messages(self, session_id: int) -> int:
+        row = await self.db.fetchone(
+            "SELECT COUNT(*) AS n FROM messages WHERE session_id = ?", (session_id,)
+        )
+        return int(row["n"]) if row else 0
+
+    async def all_sessions(self, chat_id: int) -> list[int]:
+        rows = await self.db.fetchall(
+            "SELECT id FROM sessions WHERE chat_id = ? ORDER BY id", (chat_id,)
+        )
+        return [int(r["id"]) for r in rows]
+
+    # usage -------------------------------------------------------------------------------
+
+    async def record_usage(
+        self,
+        chat_id: int,
+        user_id: int | None,
+        model_id: str,
+        purpose: str,
+        usage: Usage,
+    ) -> None:
+        async with self.db.transaction() as conn:
+            await self.insert_usage(conn, chat_id, user_id, model_id, purpose, usage, self.now())
+
+    @staticmethod
+    async def insert_usage(
+        conn: aiosqlite.Connection,
+        chat_id: int,
+        user_id: int | None,
+        model_id: str,
+        purpose: str,
+        usage: Usage,
+        now: str,
+    ) -> None:
+        await conn.execute(
+            "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
+            "completion_tokens, cost_usd, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                chat_id,
+                user_id,
+                model_id,
+                purpose,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.cost_usd,
+                now,
+            ),
+        )

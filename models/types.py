@@ -1,0 +1,115 @@
+"""Plain data the transport hands to its callers. No litellm or Telegram types leak out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+Message = dict[str, Any]  # OpenAI-format chat message: {"role": ..., "content": ..., ...}
+
+
+class Outcome(StrEnum):
+    """What one provider attempt amounted to, whatever the HTTP status said."""
+
+    SUCCESS = "success"
+    RATE_LIMIT = "rate_limit"  # retryable after a wait
+    QUOTA = "quota"  # billing / spend cap / daily cap: fall back, never retry
+    BAD_REQUEST = "bad_request"  # do not retry on the same model
+    AUTH = "auth"  # skip this key / gateway, report it
+    UNAVAILABLE = "unavailable"  # provider down, 5xx, overloaded, connection error
+    TIMEOUT = "timeout"
+    EMPTY = "empty"  # no text, no tool calls, no finish reason
+    SKIPPED = "skipped"  # not attempted: breaker open, bucket full, no key configured
+
+    @property
+    def retryable(self) -> bool:
+        return self in (Outcome.RATE_LIMIT, Outcome.UNAVAILABLE, Outcome.TIMEOUT, Outcome.EMPTY)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model produced it; callers validate
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cost_usd + other.cost_usd,
+        )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One request sent (or skipped) while serving a call; logged and shown in /stats."""
+
+    model_id: str
+    gateway: str
+    outcome: Outcome
+    detail: str = ""  # short, secret-free reason ("429 rate_limit_exceeded", "timeout 30s")
+    key_index: int | None = None  # position of the key used, never the key itself
+    status_code: int | None = None
+    latency_s: float = 0.0
+    retry_after_s: float | None = None
+
+
+@dataclass
+class ChatResult:
+    """A completed call: which model really answered, what it said, what it cost."""
+
+    model_id: str
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    attempts: list[Attempt] = field(default_factory=list)
+    requested_model_id: str = ""
+
+    @property
+    def fell_back(self) -> bool:
+        return bool(self.requested_model_id) and self.model_id != self.requested_model_id
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """A piece of streamed text, always whole characters."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class StreamRestart:
+    """The model failed after text was shown; the reply restarts on `to_model`."""
+
+    from_model: str
+    to_model: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StreamDone:
+    result: ChatResult
+
+
+StreamEvent = TextDelta | StreamRestart | StreamDone
+
+
+class TransportError(Exception):
+    """Every model tried failed. `attempts` says which failed how (no secrets)."""
+
+    def __init__(self, message: str, attempts: list[Attempt]) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+    @property
+    def last_outcome(self) -> Outcome | None:
+        return self.attempts[-1].outcome if self.attempts else None
