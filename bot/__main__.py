@@ -1,0 +1,66 @@
+"""`python -m bot [run]` — and room for more subcommands (export, backup).
+
+Configuration problems end the process with exit code 2 and one line on stderr naming the
+setting, before anything connects: a self-hoster reads one line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+# Before litellm is imported anywhere: no network at import, no tokenizer downloads.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+
+EXIT_CONFIG = 2
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bot.app import prepare, run_polling, secrets_of
+    from bot.config import load_settings
+    from bot.logging_setup import configure_logging
+
+    settings = load_settings()
+    configure_logging(
+        level=settings.LOG_LEVEL, fmt=settings.LOG_FORMAT, secrets=secrets_of(settings)
+    )
+    prepared = prepare(settings)
+    run_polling(prepared)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Subcommands register a function in `func`; add new ones with `add_subcommand`."""
+    parser = argparse.ArgumentParser(prog="python -m bot", description="mnemobot")
+    parser.set_defaults(func=_run)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = subparsers.add_parser("run", help="run the bot (the default)")
+    run.set_defaults(func=_run)
+    for register in SUBCOMMANDS:
+        register(subparsers)
+    return parser
+
+
+# Functions taking the subparsers action and adding one subcommand (export, backup, ...).
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from bot.config import ConfigError
+    from models.catalog import CatalogError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ConfigError, CatalogError) as exc:
+        print(f"mnemobot: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
+if __name__ == "__main__":
+    sys.exit(main())

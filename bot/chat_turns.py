@@ -1,0 +1,72 @@
+"""Per-chat ordering and cancellation of chat turns.
+
+Updates are processed concurrently across chats (PTB's concurrent updates), but a chat's own
+turns run one at a time and in arrival order: a second message waits for the first reply to
+finish, so the model always sees the conversation as the user wrote it. /cancel and /new do not
+take the lock; they cancel the running reply directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
+
+
+class ChatTurns:
+    """Per-chat locks (created lazily, dropped when idle) and the chat's running reply task."""
+
+    def __init__(self) -> None:
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._users: dict[int, int] = {}
+        self._running: dict[int, asyncio.Task[Any]] = {}
+
+    @asynccontextmanager
+    async def serialised(self, chat_id: int) -> AsyncIterator[None]:
+        """Hold the chat's lock. Waiters are served first come, first served.
+
+        The bookkeeping before the first await keeps arrival order: PTB starts update tasks in
+        order, and asyncio.Lock wakes waiters in the order they queued.
+        """
+        lock = self._locks.setdefault(chat_id, asyncio.Lock())
+        self._users[chat_id] = self._users.get(chat_id, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[chat_id] -= 1
+            if self._users[chat_id] == 0:
+                del self._users[chat_id]
+                del self._locks[chat_id]
+
+    def waiting(self, chat_id: int) -> int:
+        """Turns holding or queued for the chat's lock (for tests and /stats)."""
+        return self._users.get(chat_id, 0)
+
+    async def run_cancellable(self, chat_id: int, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` as the chat's running reply, which /cancel and /new may cancel."""
+        task = asyncio.create_task(work)
+        self._running[chat_id] = task
+        try:
+            await task
+        finally:
+            if self._running.get(chat_id) is task:
+                del self._running[chat_id]
+
+    def is_running(self, chat_id: int) -> bool:
+        task = self._running.get(chat_id)
+        return task is not None and not task.done()
+
+    async def cancel(self, chat_id: int, *, wait: float = 10.0) -> bool:
+        """Cancel the chat's running reply and wait (bounded) until it has wound down.
+
+        Waiting matters for /new: the cancelled reply stores what it showed, and that must
+        land in the old session, before the new one opens.
+        """
+        task = self._running.get(chat_id)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        await asyncio.wait({task}, timeout=wait)
+        return True

@@ -1,0 +1,250 @@
+"""Telegram handlers: commands, chat text, non-text messages, /model callbacks.
+
+Every handler runs the access check first, so a stranger costs no model call and leaves no row
+in the database. Handlers only translate updates into calls on `Services` and `bot.turns`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from telegram import Message, Update
+from telegram.constants import ChatType
+from telegram.error import TelegramError
+from telegram.ext import (
+    Application,
+    CallbackQueryHandler,
+    CommandHandler,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
+
+from bot.access import is_addressed_to_bot, is_allowed, is_group, strip_bot_mentions
+from bot.app import BOT_COMMANDS, Services, services_of
+from bot.i18n import t
+from bot.keyboards import is_model_callback, model_keyboard, resolve_model_callback
+from bot.turns import TurnRequest, run_chat_turn
+
+log = structlog.get_logger("bot.handlers")
+
+Context = ContextTypes.DEFAULT_TYPE
+
+
+def _services(context: Context) -> Services:
+    return services_of(context.application)
+
+
+def _lang(update: Update) -> str | None:
+    user = update.effective_user
+    return user.language_code if user else None
+
+
+async def _say(message: Message, text: str, **kwargs: Any) -> None:
+    """A short plain-text reply. A failure to send is logged, never raised into PTB."""
+    try:
+        await message.reply_text(text, do_quote=False, **kwargs)
+    except TelegramError as exc:
+        log.warning("reply_failed", chat_id=message.chat_id, error=str(exc))
+
+
+async def _admit(update: Update, context: Context, *, addressed: bool = True) -> bool:
+    """True if the sender may use the bot; a stranger gets one polite line with their id.
+
+    In groups a stranger is told only when they addressed the bot, so group chatter does not
+    make the bot talk.
+    """
+    settings = _services(context).settings
+    user = update.effective_user
+    if is_allowed(user.id if user else None, settings.ALLOWED_USER_IDS, settings.ADMIN_USER_IDS):
+        return True
+    message = update.effective_message
+    if user is not None and message is not None and addressed:
+        log.info("stranger_refused", user_id=user.id, chat_id=message.chat_id)
+        await _say(message, t("not_allowed", _lang(update), user_id=user.id))
+    elif update.callback_query is not None:
+        await update.callback_query.answer(
+            t("not_allowed", _lang(update), user_id=user.id if user else "?"), show_alert=True
+        )
+    return False
+
+
+def _commands_text(lang: str | None) -> str:
+    return "\n".join(f"/{name} — {t(key, lang)}" for name, key in BOT_COMMANDS)
+
+
+async def start_command(update: Update, context: Context) -> None:
+    message = update.effective_message
+    if message is None or not await _admit(update, context):
+        return
+    user = update.effective_user
+    name = user.first_name if user else ""
+    lang = _lang(update)
+    await _say(message, t("start", lang, name=name, commands=_commands_text(lang)))
+
+
+async def help_command(update: Update, context: Context) -> None:
+    message = update.effective_message
+    if message is None or not await _admit(update, context):
+        return
+    lang = _lang(update)
+    await _say(message, t("help", lang, commands=_commands_text(lang)))
+
+
+async def model_command(update: Update, context: Context) -> None:
+    """`/model` shows the keyboard; `/model ID` switches directly (same checks)."""
+    message = update.effective_message
+    if message is None or not await _admit(update, context):
+        return
+    services = _services(context)
+    lang = _lang(update)
+    available = services.available_models()
+    if not available:
+        await _say(message, t("model_none", lang))
+        return
+    if context.args:
+        wanted = context.args[0].strip()
+        if not services.is_available(wanted):
+            await _say(message, t("model_unknown", lang, model_id=wanted[:64]))
+            return
+        await services.store.set_chat_model(message.chat_id, wanted)
+        log.info("model_chosen", chat_id=message.chat_id, model=wanted, via="command")
+        await _say(message, t("model_set", lang, label=services.label(wanted)))
+        return
+    current = await services.chat_model(message.chat_id)
+    await _say(
+        message,
+        t("model_menu", lang, label=current.label),
+        reply_markup=model_keyboard(available, current.id, lang),
+    )
+
+
+async def model_callback(update: Update, context: Context) -> None:
+    """A press on the /model keyboard. The key is re-checked against the models available now."""
+    query = update.callback_query
+    if query is None or not await _admit(update, context, addressed=False):
+        return
+    services = _services(context)
+    lang = _lang(update)
+    entry = resolve_model_callback(query.data or "", services.available_models())
+    if entry is None:
+        log.warning("model_callback_refused", data=(query.data or "")[:64])
+        await query.answer(t("model_refused", lang), show_alert=True)
+        return
+    message = query.message
+    if message is None:
+        await query.answer(t("model_refused", lang), show_alert=True)
+        return
+    chat_id = message.chat.id
+    await services.store.set_chat_model(chat_id, entry.id)
+    log.info("model_chosen", chat_id=chat_id, model=entry.id, via="keyboard")
+    await query.answer(t("model_set", lang, label=entry.label))
+    try:
+        await query.edit_message_text(
+            t("model_menu", lang, label=entry.label),
+            reply_markup=model_keyboard(services.available_models(), entry.id, lang),
+        )
+    except TelegramError as exc:  # "message is not modified" when pressed twice
+        log.debug("model_menu_not_edited", error=str(exc))
+
+
+async def new_command(update: Update, context: Context) -> None:
+    """Cancel a running reply in this chat, then close the session and open a fresh one."""
+    message = update.effective_message
+    if message is None or not await _admit(update, context):
+        return
+    services = _services(context)
+    await services.turns.cancel(message.chat_id)
+    result = await services.store.start_new_session(message.chat_id)
+    log.info(
+        "session_started",
+        chat_id=message.chat_id,
+        closed_session=result.closed_session_id,
+        session=result.new_session_id,
+    )
+    await _say(message, t("new_session", _lang(update)))
+
+
+async def cancel_command(update: Update, context: Context) -> None:
+    message = update.effective_message
+    if message is None or not await _admit(update, context):
+        return
+    cancelled = await _services(context).turns.cancel(message.chat_id)
+    await _say(message, t("cancelled" if cancelled else "nothing_to_cancel", _lang(update)))
+
+
+async def chat_message(update: Update, context: Context) -> None:
+    """A text message: in groups only when addressed; then one serialised chat turn."""
+    message = update.effective_message
+    if message is None or message.text is None:
+        return
+    bot = context.bot
+    text = message.text
+    group = is_group(message)
+    if group:
+        if not is_addressed_to_bot(message, bot.username, bot.id):
+            return
+        text = strip_bot_mentions(message, bot.username, bot.id)
+    if not await _admit(update, context):
+        return
+    lang = _lang(update)
+    if not text.strip():
+        await _say(message, t("empty_message", lang))
+        return
+    user = update.effective_user
+    assert user is not None
+    request = TurnRequest(
+        chat_id=message.chat_id,
+        user_id=user.id,
+        text=text,
+        language=lang,
+        reply_to_message_id=message.message_id if group else None,
+        private=message.chat.type == ChatType.PRIVATE,
+        message_thread_id=message.message_thread_id if message.is_topic_message else None,
+    )
+    await run_chat_turn(_services(context), bot, request)
+
+
+async def non_text_message(update: Update, context: Context) -> None:
+    """Photos, stickers, voice, documents…: say politely that only text is read."""
+    message = update.effective_message
+    if message is None:
+        return
+    bot = context.bot
+    if is_group(message) and not is_addressed_to_bot(message, bot.username, bot.id):
+        return
+    if not await _admit(update, context):
+        return
+    await _say(message, t("text_only", _lang(update)))
+
+
+async def on_error(update: object, context: Context) -> None:
+    """Log handler errors with the chat id; the user's message is already stored."""
+    chat_id = None
+    if isinstance(update, Update) and update.effective_chat is not None:
+        chat_id = update.effective_chat.id
+    log.error("handler_error", chat_id=chat_id, exc_info=context.error)
+    if isinstance(update, Update) and update.effective_message is not None:
+        await _say(update.effective_message, t("internal_error", _lang(update)))
+
+
+def register_handlers(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    new_messages = filters.UpdateType.MESSAGE
+    application.add_handler(CommandHandler("start", start_command, filters=new_messages))
+    application.add_handler(CommandHandler("help", help_command, filters=new_messages))
+    application.add_handler(CommandHandler("model", model_command, filters=new_messages))
+    application.add_handler(CommandHandler("new", new_command, filters=new_messages))
+    application.add_handler(CommandHandler("cancel", cancel_command, filters=new_messages))
+    application.add_handler(CallbackQueryHandler(model_callback, pattern=is_model_callback))
+    application.add_handler(
+        MessageHandler(new_messages & filters.TEXT & ~filters.COMMAND, chat_message)
+    )
+    # Anything else a user can send (service messages such as "X joined" are not answered).
+    application.add_handler(
+        MessageHandler(
+            new_messages & ~filters.TEXT & ~filters.StatusUpdate.ALL,
+            non_text_message,
+        )
+    )
+    application.add_error_handler(on_error)

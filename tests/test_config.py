@@ -1,0 +1,200 @@
+"""Settings: exact names, parsing, and one clear line naming the setting for every bad value."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bot.app import build_gateways, prepare, resolve_default_model
+from bot.config import ConfigError, Settings, load_settings
+from models.catalog import load_catalog
+
+TOKEN = "123456:TEST-TOKEN"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No real .env and no stray environment variables leak into these tests."""
+    monkeypatch.chdir(tmp_path)
+    for name in Settings.model_fields:
+        monkeypatch.delenv(name, raising=False)
+
+
+def _error(**overrides: object) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_settings(**overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_defaults_match_the_design_brief() -> None:
+    s = load_settings(TELEGRAM_BOT_TOKEN=TOKEN)
+    assert s.TELEGRAM_BASE_URL == "https://api.telegram.org/bot"
+    assert s.ALLOWED_USER_IDS == [] and s.ADMIN_USER_IDS == []
+    assert s.DATABASE_PATH == Path("data/mnemobot.sqlite3")
+    assert s.CONSOLIDATION_MODEL == "llama-3.3-70b-versatile"
+    assert s.CONSOLIDATION_TIMEOUT == 30
+    assert s.CONSOLIDATION_RETRY_DELAYS == [60, 300, 1800, 7200]
+    assert s.MEMORY_WINDOW == 50
+    assert s.OPENAI_API_BASE == "https://api.openai.com/v1"
+    assert s.ANTHROPIC_API_BASE == "https://api.anthropic.com"
+    assert s.GROQ_API_BASE == "https://api.groq.com/openai/v1"
+    assert s.TELEGRAM_MODE == "polling"
+    assert s.WEBHOOK_LISTEN == "127.0.0.1" and s.WEBHOOK_PORT == 8443
+    assert s.HEALTH_PORT is None
+
+
+def test_missing_token_names_the_setting() -> None:
+    message = _error()
+    assert message.startswith("TELEGRAM_BOT_TOKEN:")
+    assert "required" in message
+
+
+def test_blank_token_is_refused() -> None:
+    assert _error(TELEGRAM_BOT_TOKEN="   ").startswith("TELEGRAM_BOT_TOKEN:")
+
+
+def test_env_file_is_read(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text(
+        f"TELEGRAM_BOT_TOKEN={TOKEN}\nALLOWED_USER_IDS=1, 22 ,333\n"
+        "OPENAI_API_KEY=sk-one,sk-two\nCONSOLIDATION_RETRY_DELAYS=1,2.5\n",
+        encoding="utf-8",
+    )
+    s = load_settings()
+    assert s.TELEGRAM_BOT_TOKEN.get_secret_value() == TOKEN
+    assert s.ALLOWED_USER_IDS == [1, 22, 333]
+    assert [k.get_secret_value() for k in s.OPENAI_API_KEY] == ["sk-one", "sk-two"]
+    assert s.CONSOLIDATION_RETRY_DELAYS == [1.0, 2.5]
+
+
+def test_environment_overrides_env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN}\nLOG_LEVEL=INFO\n")
+    monkeypatch.setenv("LOG_LEVEL", "DEBUG")
+    assert load_settings().LOG_LEVEL == "DEBUG"
+
+
+def test_unknown_setting_in_env_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN}\nOPENAI_APIKEY=sk-typo\n")
+    message = _error()
+    assert message.startswith("OPENAI_APIKEY:")
+    assert "unknown setting" in message
+    assert "sk-typo" not in message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "setting", "words"),
+    [
+        ({"ALLOWED_USER_IDS": "12,abc"}, "ALLOWED_USER_IDS", "'abc' is not a numeric"),
+        ({"ADMIN_USER_IDS": "@ann"}, "ADMIN_USER_IDS", "not a numeric"),
+        ({"ANTHROPIC_API_BASE": "https://api.anthropic.com/v1"}, "ANTHROPIC_API_BASE", "/v1"),
+        ({"ANTHROPIC_API_BASE": "https://api.anthropic.com/v1/"}, "ANTHROPIC_API_BASE", "/v1"),
+        ({"OPENAI_API_BASE": "https://api.openai.com"}, "OPENAI_API_BASE", "/v1"),
+        ({"GROQ_API_BASE": "ftp://x/v1"}, "GROQ_API_BASE", "http(s)"),
+        ({"TELEGRAM_BASE_URL": "localhost:8081/bot"}, "TELEGRAM_BASE_URL", "http(s)"),
+        ({"CONSOLIDATION_TIMEOUT": "-1"}, "CONSOLIDATION_TIMEOUT", "greater than 0"),
+        ({"CHAT_TIMEOUT": "0"}, "CHAT_TIMEOUT", "greater than 0"),
+        ({"CONSOLIDATION_RETRY_DELAYS": "60,-5"}, "CONSOLIDATION_RETRY_DELAYS", "negative"),
+        ({"CONSOLIDATION_RETRY_DELAYS": ""}, "CONSOLIDATION_RETRY_DELAYS", "at least one"),
+        ({"MEMORY_WINDOW": "ten"}, "MEMORY_WINDOW", "integer"),
+        ({"TELEGRAM_MODE": "push"}, "TELEGRAM_MODE", "polling"),
+        ({"LOG_LEVEL": "LOUD"}, "LOG_LEVEL", "DEBUG"),
+        ({"WEBHOOK_PORT": "70000"}, "WEBHOOK_PORT", "65535"),
+        ({"MEMORY_WINDOW": "10", "MEMORY_KEEP_RECENT": "10"}, "MEMORY_KEEP_RECENT", "smaller"),
+        ({"TELEGRAM_MODE": "webhook"}, "WEBHOOK_URL", "required"),
+        (
+            {"TELEGRAM_MODE": "webhook", "WEBHOOK_URL": "http://example.org/hook"},
+            "WEBHOOK_URL",
+            "https",
+        ),
+        (
+            {"TELEGRAM_MODE": "webhook", "WEBHOOK_URL": "https://example.org/hook"},
+            "WEBHOOK_SECRET",
+            "required",
+        ),
+    ],
+)
+def test_invalid_values_stop_with_one_line(
+    overrides: dict[str, str], setting: str, words: str
+) -> None:
+    message = _error(TELEGRAM_BOT_TOKEN=TOKEN, **overrides)
+    assert message.startswith(f"{setting}:"), message
+    assert words in message, message
+
+
+def test_error_lines_never_show_keys_or_token() -> None:
+    message = _error(TELEGRAM_BOT_TOKEN=TOKEN, OPENAI_API_KEY="sk-secret-123", MEMORY_WINDOW="many")
+    assert "sk-secret-123" not in message and TOKEN not in message
+    settings = load_settings(TELEGRAM_BOT_TOKEN=TOKEN, OPENAI_API_KEY="sk-secret-123")
+    assert "sk-secret-123" not in repr(settings) and TOKEN not in repr(settings)
+    assert "sk-secret-123" not in repr(build_gateways(settings))
+
+
+def test_gateways_resolved_from_settings() -> None:
+    s = load_settings(
+        TELEGRAM_BOT_TOKEN=TOKEN,
+        GROQ_API_KEY="gsk-a, gsk-b",
+        ANTHROPIC_API_BASE="http://127.0.0.1:9/",
+        OPENAI_API_BASE="http://127.0.0.1:8/v1",
+    )
+    gateways = build_gateways(s)
+    assert gateways["groq"].keys == ("gsk-a", "gsk-b") and gateways["groq"].configured
+    assert gateways["anthropic"].api_base == "http://127.0.0.1:9"
+    assert gateways["openai"].api_base == "http://127.0.0.1:8/v1"
+    assert not gateways["openai"].configured
+    assert {g.protocol for g in gateways.values()} == {"openai", "anthropic", "groq"}
+
+
+def test_default_model_is_first_model_with_a_key() -> None:
+    anthropic_only = load_settings(TELEGRAM_BOT_TOKEN=TOKEN, ANTHROPIC_API_KEY="sk-ant-x")
+    openai_only = load_settings(TELEGRAM_BOT_TOKEN=TOKEN, OPENAI_API_KEY="sk-x")
+    assert prepare(anthropic_only).default_model.startswith("claude-")
+    assert prepare(openai_only).default_model.startswith("gpt-")
+
+
+@pytest.mark.parametrize(
+    ("default", "words"),
+    [
+        ("gpt-9", "unknown model 'gpt-9'"),
+        ("qwen3-32b", "hidden"),
+        ("claude-opus-4-5", "ANTHROPIC_API_KEY"),
+    ],
+)
+def test_unusable_default_model_is_refused(default: str, words: str) -> None:
+    settings = load_settings(TELEGRAM_BOT_TOKEN=TOKEN, OPENAI_API_KEY="sk-x", DEFAULT_MODEL=default)
+    with pytest.raises(ConfigError) as info:
+        prepare(settings)
+    assert str(info.value).startswith("DEFAULT_MODEL:")
+    assert words in str(info.value)
+
+
+def test_no_provider_key_at_all_is_refused() -> None:
+    settings = load_settings(TELEGRAM_BOT_TOKEN=TOKEN)
+    catalog = load_catalog()
+    with pytest.raises(ConfigError) as info:
+        resolve_default_model(settings, catalog, build_gateways(settings))
+    assert "OPENAI_API_KEY" in str(info.value)
+
+
+def test_unknown_consolidation_model_is_refused() -> None:
+    settings = load_settings(
+        TELEGRAM_BOT_TOKEN=TOKEN, OPENAI_API_KEY="sk-x", CONSOLIDATION_MODEL="nope"
+    )
+    with pytest.raises(ConfigError, match=r"^CONSOLIDATION_MODEL:"):
+        prepare(settings)
+
+
+def test_env_example_lists_every_setting() -> None:
+    example = Path(__file__).resolve().parents[1] / ".env.example"
+    names = {
+        line.split("=", 1)[0].lstrip("# ").strip()
+        for line in example.read_text(encoding="utf-8").splitlines()
+        if "=" in line and not line.startswith("##")
+    }
+    missing = set(Settings.model_fields) - names
+    assert not missing, f".env.example lacks {sorted(missing)}"
+    unknown = {n for n in names if n.isupper() and n not in Settings.model_fields}
+    assert not unknown, f".env.example names unknown settings {sorted(unknown)}"
+    assert os.environ.get("TELEGRAM_BOT_TOKEN") is None
