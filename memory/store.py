@@ -94,9 +94,21 @@ def _row_to_message(row: aiosqlite.Row) -> StoredMessage:
 class Store:
     """Typed access to the core tables. Every write is one transaction."""
 
-    def __init__(self, db: Database, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock = utc_now,
+        *,
+        memory_window: int | None = None,
+        keep_recent: int = 10,
+    ) -> None:
         self.db = db
         self.clock = clock
+        # Automatic consolidation: None disables it (MEMORY_WINDOW / MEMORY_KEEP_RECENT).
+        self.memory_window = memory_window
+        self.keep_recent = keep_recent
+        # Called after a transaction that queued a consolidation job (the worker's notify).
+        self.on_job_enqueued: Callable[[], None] | None = None
 
     def now(self) -> str:
         return to_iso(self.clock())
@@ -168,7 +180,13 @@ class Store:
             job_id = None
             if closed is not None:
                 job_id = await self.on_session_closed(conn, chat_id, closed, now)
+        if job_id is not None:
+            self._job_enqueued()
         return NewSession(closed_session_id=closed, new_session_id=new_id, job_id=job_id)
+
+    def _job_enqueued(self) -> None:
+        if self.on_job_enqueued is not None:
+            self.on_job_enqueued()
 
     @staticmethod
     async def close_active_session(
@@ -185,8 +203,11 @@ class Store:
     async def on_session_closed(
         self, conn: aiosqlite.Connection, chat_id: int, session_id: int, now: str
     ) -> int | None:
-        """Hook inside /new's transaction; the memory layer enqueues consolidation here."""
-        return None
+        """Hook inside /new's transaction: queue consolidation of the closed session."""
+        # memory.jobs builds on this module, so it is imported here rather than at the top.
+        from memory.jobs import enqueue_consolidation
+
+        return await enqueue_consolidation(conn, chat_id, session_id, now)
 
     # messages ----------------------------------------------------------------------------
 
@@ -235,6 +256,20 @@ class Store:
                 ),
             )
             row = await cursor.fetchone()
+            window_job = None
+            if self.memory_window is not None:
+                from memory.jobs import maybe_enqueue_window
+
+                window_job = await maybe_enqueue_window(
+                    conn,
+                    chat_id,
+                    session_id,
+                    now,
+                    window=self.memory_window,
+                    keep_recent=self.keep_recent,
+                )
+        if window_job is not None:
+            self._job_enqueued()
         assert row is not None
         return _row_to_message(row)
 

@@ -1,0 +1,582 @@
+"""The durable consolidation queue and the worker that drains it.
+
+Jobs are rows, not tasks in memory: /new inserts one inside its own transaction, so a crash at
+any moment either has the job or has not closed the session. A job reads the chat's memory and
+its messages when it runs (never at enqueue time) and commits memory + history + deletion of
+exactly the consolidated messages + its own state + usage in ONE transaction, after checking that
+it still owns the job, that the memory version is the one it started from and that every message
+it summarised still exists. A kill -9 before that COMMIT leaves everything as it was (the job is
+reset to pending at start-up); after it, the job is done and cannot run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+import aiosqlite
+import structlog
+
+from memory.consolidation import (
+    Consolidation,
+    ConsolidationFailed,
+    Consolidator,
+    ModelAttempt,
+    summarise_attempts,
+)
+from memory.db import Database
+from memory.longterm import LongTermMemory, read_memory, write_memory
+from memory.store import Store, StoredMessage, from_iso, to_iso, utc_now
+from memory.transcript import DEFAULT_MAX_MESSAGE_CHARS, Chunk, chunk_messages
+from models.types import Usage
+
+log = structlog.get_logger("memory.jobs")
+
+Clock = Callable[[], datetime]
+
+# How often one run may find its memory or messages changed under it before it steps back.
+MAX_CONFLICTS_PER_RUN = 3
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    chat_id: int
+    session_id: int
+    kind: str
+    upto_message_id: int | None
+    state: str
+    attempts: int
+    chunks_done: int
+    next_attempt_at: str
+    last_error: str | None
+    saved_by_model: str | None
+    created_at: str
+    started_at: str | None
+
+    @classmethod
+    def from_row(cls, row: aiosqlite.Row) -> Job:
+        return cls(
+            id=row["id"],
+            chat_id=row["chat_id"],
+            session_id=row["session_id"],
+            kind=row["kind"],
+            upto_message_id=row["upto_message_id"],
+            state=row["state"],
+            attempts=row["attempts"],
+            chunks_done=row["chunks_done"],
+            next_attempt_at=row["next_attempt_at"],
+            last_error=row["last_error"],
+            saved_by_model=row["saved_by_model"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+        )
+
+
+# --- enqueueing (called inside the store's transactions) ---------------------------------------
+
+
+async def enqueue_consolidation(
+    conn: aiosqlite.Connection,
+    chat_id: int,
+    session_id: int,
+    now: str,
+    *,
+    kind: str = "session_closed",
+    upto_message_id: int | None = None,
+) -> int | None:
+    """Queue consolidation of a session's messages; None if it has nothing to consolidate."""
+    cursor = await conn.execute(
+        "SELECT EXISTS(SELECT 1 FROM messages WHERE session_id = ? "
+        "AND (? IS NULL OR id <= ?)) AS has",
+        (session_id, upto_message_id, upto_message_id),
+    )
+    row = await cursor.fetchone()
+    if row is None or not row["has"]:
+        return None
+    cursor = await conn.execute(
+        "INSERT INTO consolidation_jobs(chat_id, session_id, kind, upto_message_id, "
+        "next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (chat_id, session_id, kind, upto_message_id, now, now, now),
+    )
+    return cursor.lastrowid
+
+
+async def maybe_enqueue_window(
+    conn: aiosqlite.Connection,
+    chat_id: int,
+    session_id: int,
+    now: str,
+    *,
+    window: int,
+    keep_recent: int,
+) -> int | None:
+    """Automatic consolidation: past `window` messages, queue all but the last `keep_recent`.
+
+    At most one window job per session is open at a time; the next one is queued when the
+    session passes the window again after that job removed its messages.
+    """
+    cursor = await conn.execute(
+        "SELECT COUNT(*) AS n FROM messages WHERE session_id = ?", (session_id,)
+    )
+    row = await cursor.fetchone()
+    count = int(row["n"]) if row else 0
+    if count <= window:
+        return None
+    cursor = await conn.execute(
+        "SELECT 1 FROM consolidation_jobs WHERE session_id = ? AND kind = 'window' "
+        "AND state != 'done' LIMIT 1",
+        (session_id,),
+    )
+    if await cursor.fetchone() is not None:
+        return None
+    cursor = await conn.execute(
+        "SELECT id FROM messages WHERE session_id = ? ORDER BY id LIMIT 1 OFFSET ?",
+        (session_id, count - keep_recent - 1),
+    )
+    last = await cursor.fetchone()
+    if last is None:
+        return None
+    return await enqueue_consolidation(
+        conn, chat_id, session_id, now, kind="window", upto_message_id=int(last["id"])
+    )
+
+
+# --- the queue ---------------------------------------------------------------------------------
+
+
+class CommitResult(StrEnum):
+    COMMITTED = "committed"
+    CONFLICT = "conflict"  # memory version moved or messages vanished: run again from fresh
+    NOT_OURS = "not_ours"  # the job is no longer running under our claim
+
+
+def retry_delay(delays: Sequence[float], failed_runs: int) -> float:
+    """Failed run n waits the n-th delay; the last delay repeats."""
+    return float(delays[min(failed_runs, len(delays)) - 1])
+
+
+class JobQueue:
+    """SQL of the queue. Every state change is one transaction."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.db: Database = store.db
+
+    async def get(self, job_id: int) -> Job | None:
+        row = await self.db.fetchone("SELECT * FROM consolidation_jobs WHERE id = ?", (job_id,))
+        return Job.from_row(row) if row else None
+
+    async def reset_interrupted(self, now: str) -> int:
+        """Jobs left `running` by a crash or an expired grace period go back to pending."""
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "UPDATE consolidation_jobs SET state = 'pending', started_at = NULL, "
+                "next_attempt_at = ?, updated_at = ? WHERE state = 'running' RETURNING id",
+                (now, now),
+            )
+            return len(list(await cursor.fetchall()))
+
+    async def claim_due(self, now: str, limit: int) -> list[Job]:
+        """Mark up to `limit` due jobs running: per chat only its oldest open job, and only if
+        that one is pending and due (a later job never overtakes an earlier one)."""
+        if limit <= 0:
+            return []
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT j.* FROM consolidation_jobs j "
+                "WHERE j.id = (SELECT MIN(o.id) FROM consolidation_jobs o "
+                "              WHERE o.chat_id = j.chat_id AND o.state != 'done') "
+                "AND j.state = 'pending' AND j.next_attempt_at <= ? "
+                "ORDER BY j.next_attempt_at, j.id LIMIT ?",
+                (now, limit),
+            )
+            rows = list(await cursor.fetchall())
+            claimed = []
+            for row in rows:
+                cursor = await conn.execute(
+                    "UPDATE consolidation_jobs SET state = 'running', started_at = ?, "
+                    "updated_at = ? WHERE id = ? AND state = 'pending' RETURNING *",
+                    (now, now, row["id"]),
+                )
+                updated = await cursor.fetchone()
+                if updated is not None:
+                    claimed.append(Job.from_row(updated))
+            return claimed
+
+    async def next_due_at(self) -> str | None:
+        row = await self.db.fetchone(
+            "SELECT MIN(next_attempt_at) AS at FROM consolidation_jobs WHERE state = 'pending'"
+        )
+        return row["at"] if row else None
+
+    async def messages(self, job: Job) -> list[StoredMessage]:
+        """The job's messages that still exist, oldest first."""
+        messages = await self.store.session_messages(job.session_id)
+        if job.upto_message_id is None:
+            return messages
+        return [m for m in messages if m.id <= job.upto_message_id]
+
+    async def finish_empty(self, job: Job, now: str) -> None:
+        """Nothing left to consolidate (e.g. an earlier job already took the messages)."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "UPDATE consolidation_jobs SET state = 'done', finished_at = ?, updated_at = ? "
+                "WHERE id = ? AND state = 'running' AND started_at = ?",
+                (now, now, job.id, job.started_at),
+            )
+
+    async def commit(
+        self,
+        job: Job,
+        memory: LongTermMemory,
+        chunk: Chunk,
+        result: Consolidation,
+        *,
+        memory_max_chars: int,
+        now: str,
+    ) -> CommitResult:
+        """The one transaction that applies a consolidation (see the module docstring)."""
+        ids = chunk.message_ids
+        marks = ",".join("?" * len(ids))
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT 1 FROM consolidation_jobs WHERE id = ? AND state = 'running' "
+                "AND started_at = ?",
+                (job.id, job.started_at),
+            )
+            if await cursor.fetchone() is None:
+                return CommitResult.NOT_OURS
+            current = await read_memory(conn, job.chat_id)
+            cursor = await conn.execute(
+                f"SELECT COUNT(*) AS n FROM messages WHERE id IN ({marks})", ids
+            )
+            row = await cursor.fetchone()
+            present = int(row["n"]) if row else 0
+            if current.version != memory.version or present != len(ids):
+                await _insert_attempts(conn, job, result.attempts, now)
+                await _insert_spent(conn, job, chunk, result.spent, self.store, now)
+                return CommitResult.CONFLICT
+            await write_memory(
+                conn,
+                job.chat_id,
+                result.memory_update,
+                over_budget=len(result.memory_update) > memory_max_chars,
+                now=now,
+            )
+            first, last = chunk.messages[0], chunk.messages[-1]
+            await conn.execute(
+                "INSERT INTO history_entries(chat_id, session_id, job_id, entry, model_id, "
+                "first_message_id, last_message_id, first_message_at, last_message_at, "
+                "message_count, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job.chat_id,
+                    job.session_id,
+                    job.id,
+                    result.history_entry,
+                    result.model_id,
+                    first.id,
+                    last.id,
+                    first.created_at,
+                    last.created_at,
+                    len(ids),
+                    now,
+                ),
+            )
+            await conn.execute(f"DELETE FROM messages WHERE id IN ({marks})", ids)
+            cursor = await conn.execute(
+                "SELECT EXISTS(SELECT 1 FROM messages WHERE session_id = ? "
+                "AND (? IS NULL OR id <= ?)) AS more",
+                (job.session_id, job.upto_message_id, job.upto_message_id),
+            )
+            more_row = await cursor.fetchone()
+            more = bool(more_row["more"]) if more_row else False
+            await conn.execute(
+                "UPDATE consolidation_jobs SET state = ?, attempts = 0, last_error = NULL, "
+                "chunks_done = chunks_done + 1, saved_by_model = ?, finished_at = ?, "
+                "updated_at = ? WHERE id = ?",
+                (
+                    "running" if more else "done",
+                    result.model_id,
+                    None if more else now,
+                    now,
+                    job.id,
+                ),
+            )
+            await _insert_attempts(conn, job, result.attempts, now)
+            await _insert_spent(conn, job, chunk, result.spent, self.store, now)
+        return CommitResult.COMMITTED
+
+    async def record_failure(
+        self,
+        job: Job,
+        failure: ConsolidationFailed,
+        chunk: Chunk,
+        *,
+        delays: Sequence[float],
+        now: datetime,
+    ) -> tuple[int, float]:
+        """Every model failed: keep the messages, schedule the next whole-chain run."""
+        stamp = to_iso(now)
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT attempts FROM consolidation_jobs WHERE id = ? AND state = 'running' "
+                "AND started_at = ?",
+                (job.id, job.started_at),
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                return job.attempts, 0.0
+            failed_runs = int(row["attempts"]) + 1
+            delay = retry_delay(delays, failed_runs)
+            await conn.execute(
+                "UPDATE consolidation_jobs SET state = 'pending', attempts = ?, "
+                "next_attempt_at = ?, last_error = ?, started_at = NULL, updated_at = ? "
+                "WHERE id = ?",
+                (
+                    failed_runs,
+                    to_iso(now + timedelta(seconds=delay)),
+                    summarise_attempts(failure.attempts),
+                    stamp,
+                    job.id,
+                ),
+            )
+            await _insert_attempts(conn, job, failure.attempts, stamp)
+            await _insert_spent(conn, job, chunk, failure.spent, self.store, stamp)
+        return failed_runs, delay
+
+    async def release(self, job: Job, now: str, *, retry_at: str, reason: str) -> None:
+        """Give a claimed job back without counting a failed chain run."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "UPDATE consolidation_jobs SET state = 'pending', started_at = NULL, "
+                "next_attempt_at = ?, last_error = ?, updated_at = ? "
+                "WHERE id = ? AND state = 'running' AND started_at = ?",
+                (retry_at, reason, now, job.id, job.started_at),
+            )
+
+
+async def _insert_attempts(
+    conn: aiosqlite.Connection, job: Job, attempts: Sequence[ModelAttempt], now: str
+) -> None:
+    for attempt in attempts:
+        await conn.execute(
+            "INSERT INTO consolidation_attempts(job_id, chat_id, model_id, outcome, detail, "
+            "latency_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                job.id,
+                job.chat_id,
+                attempt.model_id,
+                attempt.outcome,
+                attempt.detail,
+                int(attempt.latency_s * 1000),
+                now,
+            ),
+        )
+
+
+async def _insert_spent(
+    conn: aiosqlite.Connection,
+    job: Job,
+    chunk: Chunk,
+    spent: Sequence[tuple[str, Usage]],
+    store: Store,
+    now: str,
+) -> None:
+    """Usage rows (purpose 'consolidation'), attributed to the chat's user."""
+    user_id = next((m.user_id for m in reversed(chunk.messages) if m.user_id is not None), None)
+    for model_id, usage in spent:
+        await store.insert_usage(conn, job.chat_id, user_id, model_id, "consolidation", usage, now)
+
+
+# --- the worker --------------------------------------------------------------------------------
+
+
+class ConsolidationWorker:
+    """Runs due jobs in the background: bounded across chats, one at a time within a chat."""
+
+    def __init__(
+        self,
+        store: Store,
+        consolidator: Consolidator,
+        *,
+        retry_delays: Sequence[float],
+        concurrency: int = 2,
+        memory_max_chars: int = 6000,
+        max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
+        clock: Clock = utc_now,
+        idle_poll_seconds: float = 30.0,
+    ) -> None:
+        if not retry_delays:
+            raise ValueError("retry_delays must not be empty")
+        self.store = store
+        self.queue = JobQueue(store)
+        self.consolidator = consolidator
+        self.retry_delays = list(retry_delays)
+        self.concurrency = concurrency
+        self.memory_max_chars = memory_max_chars
+        self.max_message_chars = max_message_chars
+        self.clock = clock
+        self.idle_poll_seconds = idle_poll_seconds
+        self._running: dict[int, asyncio.Task[None]] = {}  # job id -> task
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def now(self) -> str:
+        return to_iso(self.clock())
+
+    def notify(self) -> None:
+        """Something was enqueued (or finished): look at the queue now instead of at the poll."""
+        self._wake.set()
+
+    # lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Reset interrupted jobs, then drain the queue in the background."""
+        reset = await self.queue.reset_interrupted(self.now())
+        if reset:
+            log.info("consolidation_jobs_resumed", count=reset)
+        self._stopping = False
+        self._loop_task = asyncio.create_task(self._loop(), name="consolidation-worker")
+
+    async def stop(self, grace: float) -> None:
+        """Let running jobs finish within `grace` seconds; cancel the rest (they resume at the
+        next start, because their rows are still `running`)."""
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            await self._loop_task
+            self._loop_task = None
+        tasks = list(self._running.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+                log.info("consolidation_jobs_left_to_resume", count=len(pending))
+
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self._launch_due()
+            except Exception:
+                log.exception("consolidation_worker_error")
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), await self._idle_seconds())
+            except TimeoutError:
+                pass
+
+    async def _idle_seconds(self) -> float:
+        next_at = await self.queue.next_due_at()
+        if next_at is None:
+            return self.idle_poll_seconds
+        seconds = (from_iso(next_at) - self.clock()).total_seconds()
+        return min(self.idle_poll_seconds, max(0.01, seconds))
+
+    async def _launch_due(self) -> list[asyncio.Task[None]]:
+        free = self.concurrency - len(self._running)
+        jobs = await self.queue.claim_due(self.now(), free)
+        tasks = []
+        for job in jobs:
+            task = asyncio.create_task(self._run_job(job), name=f"consolidation-job-{job.id}")
+            self._running[job.id] = task
+            task.add_done_callback(lambda _t, job_id=job.id: self._finished(job_id))
+            tasks.append(task)
+        return tasks
+
+    def _finished(self, job_id: int) -> None:
+        self._running.pop(job_id, None)
+        self._wake.set()
+
+    async def run_due(self) -> int:
+        """Run due jobs until none is due (tests and the benchmark drive the clock with this)."""
+        runs = 0
+        while True:
+            tasks = await self._launch_due()
+            if not tasks and not self._running:
+                return runs
+            runs += len(tasks)
+            await asyncio.wait(list(self._running.values()), return_when=asyncio.FIRST_COMPLETED)
+
+    # one job ----------------------------------------------------------------------------------
+
+    async def _run_job(self, job: Job) -> None:
+        log.info("consolidation_job_started", job_id=job.id, chat_id=job.chat_id, kind=job.kind)
+        conflicts = 0
+        try:
+            while True:
+                memory = await _read_memory(self.store.db, job.chat_id)
+                messages = await self.queue.messages(job)
+                if not messages:
+                    await self.queue.finish_empty(job, self.now())
+                    log.info("consolidation_job_done", job_id=job.id, chat_id=job.chat_id)
+                    return
+                budget = self.consolidator.transcript_budget(memory)
+                chunk = chunk_messages(messages, budget, max_message_chars=self.max_message_chars)[
+                    0
+                ]
+                try:
+                    result = await self.consolidator.consolidate(
+                        memory, chunk, chat_id=job.chat_id, job_id=job.id
+                    )
+                except ConsolidationFailed as failure:
+                    failed_runs, delay = await self.queue.record_failure(
+                        job, failure, chunk, delays=self.retry_delays, now=self.clock()
+                    )
+                    log.warning(
+                        "consolidation_job_failed",
+                        job_id=job.id,
+                        chat_id=job.chat_id,
+                        failed_runs=failed_runs,
+                        retry_in_s=delay,
+                        messages_kept=len(messages),
+                        error=summarise_attempts(failure.attempts),
+                    )
+                    return
+                outcome = await self.queue.commit(
+                    job,
+                    memory,
+                    chunk,
+                    result,
+                    memory_max_chars=self.memory_max_chars,
+                    now=self.now(),
+                )
+                if outcome is CommitResult.NOT_OURS:
+                    log.warning("consolidation_job_lost_claim", job_id=job.id)
+                    return
+                if outcome is CommitResult.CONFLICT:
+                    conflicts += 1
+                    log.info("consolidation_commit_conflict", job_id=job.id, conflicts=conflicts)
+                    if conflicts >= MAX_CONFLICTS_PER_RUN:
+                        await self.queue.release(
+                            job, self.now(), retry_at=self.now(), reason="memory kept changing"
+                        )
+                        return
+                    continue
+                log.info(
+                    "consolidation_chunk_committed",
+                    job_id=job.id,
+                    chat_id=job.chat_id,
+                    model=result.model_id,
+                    messages=len(chunk.messages),
+                )
+        except Exception:
+            # A bug must not spin: step back for the first retry delay, messages untouched.
+            log.exception("consolidation_job_crashed", job_id=job.id)
+            retry_at = to_iso(self.clock() + timedelta(seconds=self.retry_delays[0]))
+            await self.queue.release(job, self.now(), retry_at=retry_at, reason="internal error")
+
+
+async def _read_memory(db: Database, chat_id: int) -> LongTermMemory:
+    async with db.transaction() as conn:
+        return await read_memory(conn, chat_id)

@@ -1,0 +1,116 @@
+"""Transcripts of stored messages that fit the consolidation model's context window.
+
+Two measures keep a real session (code blocks, tool output, several languages) inside the window:
+
+1. Trim: a single message longer than `max_message_chars` keeps its head and tail with a marker
+   saying how much was left out (tool output and pasted logs are the usual culprits; their
+   beginning and end carry the meaning).
+2. Chunk: if the trimmed transcript is still over the token budget, it is cut, in order, into
+   chunks that each fit. Each chunk is consolidated and committed on its own (its messages are
+   deleted with its own history entry), so a huge session makes progress chunk by chunk and a
+   failure never loses a chunk already saved.
+
+Every message appears in exactly one chunk, in order, with its timestamp and role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memory.store import StoredMessage
+
+DEFAULT_MAX_MESSAGE_CHARS = 6000
+DEFAULT_MAX_TOOL_ARGUMENT_CHARS = 1500
+
+
+def estimate_tokens(text: str) -> int:
+    """A deliberately pessimistic token count: 2.5 UTF-8 bytes per token.
+
+    English runs ~4 characters per token and CJK ~1 token per character (3 bytes); dividing the
+    byte length by 2.5 overestimates both, so a chunk that fits here fits the real tokenizer.
+    """
+    return len(text.encode("utf-8")) * 2 // 5 + 1
+
+
+def timestamp_label(created_at: str) -> str:
+    """'2026-11-30T08:55:01.123Z' -> '2026-11-30 08:55' (the history entry's own format)."""
+    return created_at[:16].replace("T", " ")
+
+
+def trim_middle(text: str, max_chars: int) -> str:
+    if len(text) <= max_chars:
+        return text
+    head = max_chars * 2 // 3
+    tail = max_chars - head
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n[… {omitted} characters omitted …]\n{text[-tail:]}"
+
+
+def render_message(
+    message: StoredMessage,
+    *,
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
+    max_argument_chars: int = DEFAULT_MAX_TOOL_ARGUMENT_CHARS,
+) -> str:
+    """One transcript block: `[YYYY-MM-DD HH:MM] role: text`, then any tool calls."""
+    stamp = timestamp_label(message.created_at)
+    role = message.role
+    if message.tool_call_id:
+        role = f"tool result ({message.tool_call_id})"
+    lines = [f"[{stamp}] {role}: {trim_middle(message.content, max_message_chars)}"]
+    for call in message.tool_calls or []:
+        arguments = trim_middle(call.arguments, max_argument_chars)
+        lines.append(f"[{stamp}] {message.role} called tool {call.name} ({call.id}): {arguments}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive messages whose rendered transcript fits the budget."""
+
+    messages: tuple[StoredMessage, ...]
+    text: str
+
+    @property
+    def message_ids(self) -> list[int]:
+        return [m.id for m in self.messages]
+
+
+def chunk_messages(
+    messages: Sequence[StoredMessage],
+    budget_tokens: int,
+    *,
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
+) -> list[Chunk]:
+    """Split `messages` (oldest first) into chunks whose transcript fits `budget_tokens`.
+
+    A single message is trimmed further if even alone it would not fit, so every chunk holds at
+    least one message and no message is ever dropped.
+    """
+    chunks: list[Chunk] = []
+    current: list[StoredMessage] = []
+    blocks: list[str] = []
+    used = 0
+    for message in messages:
+        block = render_message(message, max_message_chars=max_message_chars)
+        cost = estimate_tokens(block) + 1
+        if cost > budget_tokens:
+            # Bytes per char <= 4, so this many characters is always under the budget.
+            block = render_message(
+                message,
+                max_message_chars=max(200, budget_tokens * 5 // 8 - 200),
+                max_argument_chars=max(100, budget_tokens // 8),
+            )
+            cost = estimate_tokens(block) + 1
+        if current and used + cost > budget_tokens:
+            chunks.append(Chunk(tuple(current), "\n\n".join(blocks)))
+            current, blocks, used = [], [], 0
+        current.append(message)
+        blocks.append(block)
+        used += cost
+    if current:
+        chunks.append(Chunk(tuple(current), "\n\n".join(blocks)))
+    return chunks

@@ -1,0 +1,457 @@
+"""The durable queue and worker: invariants 1, 3, 4, 5 on a real SQLite file.
+
+The model side is a scripted stand-in for the transport (the HTTP path has its own tests in
+test_consolidation_http.py); everything of ours — store, queue, commit, worker — is real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory.consolidation import Consolidator
+from memory.db import Database
+from memory.jobs import ConsolidationWorker, JobQueue, retry_delay
+from memory.longterm import MemoryRepository
+from memory.store import Store, to_iso
+from models.catalog import load_catalog
+from models.types import Attempt, ChatResult, Message, Outcome, ToolCall, TransportError, Usage
+
+CHAIN = [
+    "llama-3.3-70b-versatile",
+    "qwen3-32b",
+    "llama-4-scout-17b-16e-instruct",
+    "gpt-4.1-mini",
+    "claude-haiku-4-5",
+]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def save_call(history: str, memory: str) -> ChatResult:
+    args = json.dumps({"history_entry": history, "memory_update": memory})
+    return ChatResult(
+        model_id="",
+        text="",
+        tool_calls=[ToolCall("call_1", "save_memory", args)],
+        finish_reason="tool_calls",
+        usage=Usage(1000, 200),
+    )
+
+
+def down(model_id: str) -> TransportError:
+    attempt = Attempt(model_id, "groq", Outcome.UNAVAILABLE, "500 server error")
+    return TransportError("down", [attempt])
+
+
+Responder = Callable[[str, list[Message]], ChatResult]
+
+
+class ScriptedTransport:
+    """Answers per model from a function; records every prompt it was sent."""
+
+    def __init__(self, responder: Responder) -> None:
+        self.responder = responder
+        self.calls: list[tuple[str, list[Message]]] = []
+        self.gate: asyncio.Event | None = None
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def complete(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        timeout: float,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        walk_chain: bool = True,
+    ) -> ChatResult:
+        assert walk_chain is False
+        self.calls.append((model_id, messages))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            result = self.responder(model_id, messages)
+        finally:
+            self.in_flight -= 1
+        result.model_id = model_id
+        return result
+
+
+def remembering(memory_of: Callable[[str], str] | None = None) -> Responder:
+    """A model that appends the transcript's first line to whatever memory it was shown."""
+
+    def respond(model_id: str, messages: list[Message]) -> ChatResult:
+        user = messages[-1]["content"]
+        current = user.split("<current_memory>\n", 1)[1].split("\n</current_memory>", 1)[0]
+        first_line = user.split("<transcript>\n", 1)[1].split("\n", 1)[0]
+        base = "" if current.startswith("(empty") else current + "\n"
+        return save_call(f"[2026-03-01 09:00] {first_line}", base + f"- {first_line}")
+
+    return respond
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = await Database.open(tmp_path / "bot.sqlite3")
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def make_worker(
+    db: Database,
+    clock: FakeClock,
+    transport: ScriptedTransport,
+    *,
+    delays: tuple[float, ...] = (60, 300, 1800),
+    concurrency: int = 2,
+    budget: int | None = None,
+    window: int | None = None,
+    keep_recent: int = 3,
+) -> tuple[Store, ConsolidationWorker]:
+    store = Store(db, clock, memory_window=window, keep_recent=keep_recent)
+    consolidator = Consolidator(
+        transport,
+        load_catalog(),
+        head_model=CHAIN[0],
+        timeout=5,
+        memory_max_chars=2000,
+        transcript_budget_tokens=budget,
+    )
+    worker = ConsolidationWorker(
+        store,
+        consolidator,
+        retry_delays=delays,
+        concurrency=concurrency,
+        memory_max_chars=2000,
+        clock=clock,
+    )
+    return store, worker
+
+
+async def chat_session(store: Store, chat_id: int, texts: list[str]) -> list[int]:
+    ids = []
+    for i, text in enumerate(texts):
+        role = "user" if i % 2 == 0 else "assistant"
+        message = await store.add_message(chat_id, role, text, user_id=chat_id)
+        ids.append(message.id)
+    return ids
+
+
+async def test_new_enqueues_in_its_transaction_and_skips_empty_sessions(
+    db: Database, clock: FakeClock
+) -> None:
+    store, _ = make_worker(db, clock, ScriptedTransport(remembering()))
+    first = await store.start_new_session(1)  # nothing to close yet
+    assert first.job_id is None
+    empty = await store.start_new_session(1)  # closes an empty session
+    assert empty.closed_session_id is not None and empty.job_id is None
+    await chat_session(store, 1, ["hello", "hi"])
+    result = await store.start_new_session(1)
+    assert result.job_id is not None
+    job = await JobQueue(store).get(result.job_id)
+    assert job is not None and job.state == "pending"
+    assert job.session_id == result.closed_session_id
+
+
+async def test_commit_applies_memory_history_deletion_usage_and_attempts_together(
+    db: Database, clock: FakeClock
+) -> None:
+    transport = ScriptedTransport(remembering())
+    store, worker = make_worker(db, clock, transport)
+    old_ids = await chat_session(store, 7, ["I am Rina, I use Go", "Noted, Rina"])
+    result = await store.start_new_session(7)
+    kept = await store.add_message(7, "user", "this is the new session", user_id=7)
+
+    assert await worker.run_due() == 1
+
+    repo = MemoryRepository(db)
+    memory = await repo.get(7)
+    assert "I am Rina, I use Go" in memory.content and memory.version == 1
+    history = await repo.history(7)
+    assert len(history) == 1 and history[0].model_id == CHAIN[0]
+    assert history[0].entry.startswith("[2026-03-01 09:00]")
+    assert await store.messages_by_ids(old_ids) == []
+    assert [m.id for m in await store.session_messages(result.new_session_id)] == [kept.id]
+    job = await JobQueue(store).get(result.job_id or 0)
+    assert job is not None and job.state == "done" and job.saved_by_model == CHAIN[0]
+    usage = await db.fetchall("SELECT * FROM usage WHERE purpose = 'consolidation'")
+    assert len(usage) == 1 and usage[0]["user_id"] == 7
+    # 1000 prompt tokens at $0.59/M + 200 completion at $0.79/M (catalog prices).
+    assert usage[0]["cost_usd"] == pytest.approx((1000 * 0.59 + 200 * 0.79) / 1e6)
+    attempts = await db.fetchall("SELECT model_id, outcome FROM consolidation_attempts")
+    assert [(a["model_id"], a["outcome"]) for a in attempts] == [(CHAIN[0], "saved")]
+
+
+async def test_every_model_failing_keeps_messages_and_follows_the_retry_schedule(
+    db: Database, clock: FakeClock
+) -> None:
+    healthy = {"value": False}
+
+    def respond(model_id: str, messages: list[Message]) -> ChatResult:
+        if not healthy["value"]:
+            raise down(model_id)
+        return remembering()(model_id, messages)
+
+    transport = ScriptedTransport(respond)
+    store, worker = make_worker(db, clock, transport, delays=(60, 300))
+    ids = await chat_session(store, 3, ["keep me", "kept"])
+    job_id = (await store.start_new_session(3)).job_id or 0
+    queue = JobQueue(store)
+
+    expected_waits = [60, 300, 300]  # the last delay repeats
+    for run, wait in enumerate(expected_waits, start=1):
+        assert await worker.run_due() == 1
+        job = await queue.get(job_id)
+        assert job is not None and job.state == "pending" and job.attempts == run
+        assert job.next_attempt_at == to_iso(clock.now + timedelta(seconds=wait))
+        assert job.last_error is not None and "claude-haiku-4-5: unavailable" in job.last_error
+        assert len(await store.messages_by_ids(ids)) == 2  # nothing deleted
+        assert await worker.run_due() == 0  # not due yet
+        clock.advance(wait)
+
+    assert len(transport.calls) == 3 * len(CHAIN)
+    healthy["value"] = True
+    assert await worker.run_due() == 1
+    job = await queue.get(job_id)
+    assert job is not None and job.state == "done" and job.attempts == 0
+    assert await store.messages_by_ids(ids) == []
+    outcomes = await db.fetchall(
+        "SELECT outcome, COUNT(*) AS n FROM consolidation_attempts GROUP BY outcome"
+    )
+    assert {r["outcome"]: r["n"] for r in outcomes} == {"unavailable": 15, "saved": 1}
+
+
+def test_retry_delay_uses_the_nth_delay_then_repeats_the_last() -> None:
+    assert [retry_delay([1, 5, 9], n) for n in (1, 2, 3, 4, 10)] == [1, 5, 9, 9, 9]
+
+
+async def test_two_quick_news_run_in_order_each_from_the_previous_memory(
+    db: Database, clock: FakeClock
+) -> None:
+    transport = ScriptedTransport(remembering())
+    store, worker = make_worker(db, clock, transport, concurrency=4)
+    await chat_session(store, 5, ["first session fact", "ok"])
+    await store.start_new_session(5)
+    await chat_session(store, 5, ["second session fact", "ok"])
+    await store.start_new_session(5)
+
+    await worker.run_due()
+
+    prompts = [m[-1]["content"] for _, m in transport.calls]
+    assert len(prompts) == 2
+    assert "first session fact" in prompts[0].split("<transcript>")[1]
+    # The second job saw the first job's committed memory, and kept it.
+    assert "- [2026-03-01 09:00] user: first session fact" in prompts[1].split("<transcript>")[0]
+    memory = await MemoryRepository(db).get(5)
+    assert memory.version == 2
+    assert memory.content.index("first session fact") < memory.content.index("second session")
+
+
+async def test_a_later_job_waits_while_the_earlier_one_of_its_chat_waits_for_retry(
+    db: Database, clock: FakeClock
+) -> None:
+    def respond(model_id: str, messages: list[Message]) -> ChatResult:
+        if "poisoned" in messages[-1]["content"]:
+            raise down(model_id)
+        return remembering()(model_id, messages)
+
+    transport = ScriptedTransport(respond)
+    store, worker = make_worker(db, clock, transport, concurrency=4)
+    await chat_session(store, 8, ["poisoned first session", "ok"])
+    first = (await store.start_new_session(8)).job_id
+    await chat_session(store, 8, ["second session", "ok"])
+    second = (await store.start_new_session(8)).job_id
+    await chat_session(store, 9, ["another chat", "ok"])
+    other = (await store.start_new_session(9)).job_id
+
+    await worker.run_due()
+    queue = JobQueue(store)
+    states = {j: (await queue.get(j or 0)).state for j in (first, second, other)}  # type: ignore[union-attr]
+    assert states == {first: "pending", second: "pending", other: "done"}
+    assert not any("second session" in m[-1]["content"] for _, m in transport.calls)
+
+
+async def test_forget_during_consolidation_is_never_overwritten(
+    db: Database, clock: FakeClock
+) -> None:
+    transport = ScriptedTransport(remembering())
+    store, worker = make_worker(db, clock, transport)
+    repo = MemoryRepository(db)
+    await chat_session(store, 4, ["old secret", "ok"])
+    await store.start_new_session(4)
+    await worker.run_due()
+    assert "old secret" in await repo.content(4)
+
+    await chat_session(store, 4, ["new topic", "ok"])
+    await store.start_new_session(4)
+    transport.gate = asyncio.Event()
+    run = asyncio.create_task(worker.run_due())
+    while not transport.calls[1:]:
+        await asyncio.sleep(0.01)
+    await repo.forget(4, to_iso(clock.now))  # while the model is "thinking"
+    transport.gate.set()
+    await run
+
+    # The run that read "old secret" was refused at commit and redone from the empty memory.
+    memory = await repo.get(4)
+    assert "old secret" not in memory.content
+    assert "new topic" in memory.content
+    history = await repo.history(4)
+    assert len(history) == 1 and "new topic" in history[0].entry
+    assert "(empty" in transport.calls[-1][1][-1]["content"]
+
+
+async def test_messages_that_vanished_meanwhile_are_not_claimed_by_the_commit(
+    db: Database, clock: FakeClock
+) -> None:
+    transport = ScriptedTransport(remembering())
+    store, worker = make_worker(db, clock, transport)
+    ids = await chat_session(store, 6, ["one", "two", "three", "four"])
+    await store.start_new_session(6)
+    transport.gate = asyncio.Event()
+    run = asyncio.create_task(worker.run_due())
+    while not transport.calls:
+        await asyncio.sleep(0.01)
+    async with db.transaction() as conn:  # e.g. an operator removed a message by hand
+        await conn.execute("DELETE FROM messages WHERE id = ?", (ids[0],))
+    transport.gate.set()
+    await run
+
+    history = await MemoryRepository(db).history(6)
+    assert len(history) == 1 and history[0].message_count == 3
+    assert "one" not in transport.calls[-1][1][-1]["content"].split("<transcript>")[1]
+    assert await store.messages_by_ids(ids) == []
+
+
+async def test_start_resets_interrupted_jobs_and_resumes_them(
+    db: Database, clock: FakeClock
+) -> None:
+    transport = ScriptedTransport(remembering())
+    store, worker = make_worker(db, clock, transport)
+    await chat_session(store, 2, ["survives restarts", "ok"])
+    job_id = (await store.start_new_session(2)).job_id or 0
+    queue = JobQueue(store)
+    assert [j.id for j in await queue.claim_due(to_iso(clock.now), 5)] == [job_id]
+    assert await worker.run_due() == 0  # a running job is not claimed twice
+
+    await worker.start()  # what a restart does
+    try:
+        for _ in range(200):
+            job = await queue.get(job_id)
+            if job is not None and job.state == "done":
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await worker.stop(grace=1)
+    job = await queue.get(job_id)
+    assert job is not None and job.state == "done"
+    assert len(await MemoryRepository(db).history(2)) == 1
+
+
+async def test_stop_leaves_a_hung_job_to_resume(db: Database, clock: FakeClock) -> None:
+    transport = ScriptedTransport(remembering())
+    transport.gate = asyncio.Event()
+    store, worker = make_worker(db, clock, transport)
+    ids = await chat_session(store, 11, ["hangs", "ok"])
+    job_id = (await store.start_new_session(11)).job_id or 0
+    await worker.start()
+    while not transport.calls:
+        await asyncio.sleep(0.01)
+    await worker.stop(grace=0.05)
+    job = await JobQueue(store).get(job_id)
+    assert job is not None and job.state == "running"
+    assert len(await store.messages_by_ids(ids)) == 2
+
+    transport.gate.set()
+    _, again = make_worker(db, clock, transport)
+    await again.start()
+    try:
+        for _ in range(200):
+            job = await JobQueue(store).get(job_id)
+            if job is not None and job.state == "done":
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await again.stop(grace=1)
+    assert job is not None and job.state == "done"
+    assert await store.messages_by_ids(ids) == []
+
+
+async def test_concurrency_is_bounded_across_chats(db: Database, clock: FakeClock) -> None:
+    transport = ScriptedTransport(remembering())
+    transport.gate = asyncio.Event()
+    store, worker = make_worker(db, clock, transport, concurrency=2)
+    for chat_id in (21, 22, 23, 24):
+        await chat_session(store, chat_id, [f"chat {chat_id}", "ok"])
+        await store.start_new_session(chat_id)
+    run = asyncio.create_task(worker.run_due())
+    while len(transport.calls) < 2:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert len(transport.calls) == 2  # two slots, both busy
+    transport.gate.set()
+    assert await run == 4
+    assert transport.max_in_flight == 2
+
+
+async def test_window_consolidates_all_but_the_recent_tail_once(
+    db: Database, clock: FakeClock
+) -> None:
+    transport = ScriptedTransport(remembering())
+    store, worker = make_worker(db, clock, transport, window=6, keep_recent=3)
+    ids = await chat_session(store, 12, [f"message {i}" for i in range(7)])
+    jobs = await db.fetchall("SELECT * FROM consolidation_jobs")
+    assert len(jobs) == 1 and jobs[0]["kind"] == "window"
+    ids += await chat_session(store, 12, ["message 7", "message 8"])
+    assert len(await db.fetchall("SELECT * FROM consolidation_jobs")) == 1  # one at a time
+
+    await worker.run_due()
+    session = await store.active_session(12)
+    remaining = [m.content for m in await store.session_messages(session)]
+    # The job covered messages 0..3 (all but the last 3 of the 7 at trigger time).
+    assert remaining == ["message 4", "message 5", "message 6", "message 7", "message 8"]
+    history = await MemoryRepository(db).history(12)
+    assert len(history) == 1 and history[0].message_count == 4
+
+
+async def test_a_session_too_big_for_one_request_is_committed_chunk_by_chunk(
+    db: Database, clock: FakeClock
+) -> None:
+    transport = ScriptedTransport(remembering())
+    store, worker = make_worker(db, clock, transport, budget=60)
+    texts = [f"paragraph {i}: " + "lorem ipsum dolor sit amet " * 3 for i in range(10)]
+    ids = await chat_session(store, 13, texts)
+    await store.start_new_session(13)
+    await worker.run_due()
+
+    history = await MemoryRepository(db).history(13)
+    assert len(history) == len(transport.calls) > 1
+    transcripts = [m[-1]["content"].split("<transcript>\n")[1] for _, m in transport.calls]
+    seen = [i for t in transcripts for i in range(10) if f"paragraph {i}:" in t]
+    assert seen == list(range(10))  # every message once, in order
+    assert sum(h.message_count for h in history) == 10
+    assert await store.messages_by_ids(ids) == []
