@@ -77,7 +77,7 @@ class ScriptedTransport:
         model_id: str,
         messages: list[Message],
         *,
-        timeout: float,
+        timeout: float,  # noqa: ASYNC109 (the transport's signature)
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
         walk_chain: bool = True,
@@ -107,6 +107,14 @@ def remembering(memory_of: Callable[[str], str] | None = None) -> Responder:
         return save_call(f"[2026-03-01 09:00] {first_line}", base + f"- {first_line}")
 
     return respond
+
+
+async def until(predicate: Callable[[], bool], limit_s: float = 10.0) -> None:
+    for _ in range(int(limit_s / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
 
 
 @pytest.fixture
@@ -310,8 +318,7 @@ async def test_forget_during_consolidation_is_never_overwritten(
     await store.start_new_session(4)
     transport.gate = asyncio.Event()
     run = asyncio.create_task(worker.run_due())
-    while not transport.calls[1:]:
-        await asyncio.sleep(0.01)
+    await until(lambda: len(transport.calls) >= 2)
     await repo.forget(4, to_iso(clock.now))  # while the model is "thinking"
     transport.gate.set()
     await run
@@ -334,8 +341,7 @@ async def test_messages_that_vanished_meanwhile_are_not_claimed_by_the_commit(
     await store.start_new_session(6)
     transport.gate = asyncio.Event()
     run = asyncio.create_task(worker.run_due())
-    while not transport.calls:
-        await asyncio.sleep(0.01)
+    await until(lambda: len(transport.calls) >= 1)
     async with db.transaction() as conn:  # e.g. an operator removed a message by hand
         await conn.execute("DELETE FROM messages WHERE id = ?", (ids[0],))
     transport.gate.set()
@@ -379,8 +385,7 @@ async def test_stop_leaves_a_hung_job_to_resume(db: Database, clock: FakeClock) 
     ids = await chat_session(store, 11, ["hangs", "ok"])
     job_id = (await store.start_new_session(11)).job_id or 0
     await worker.start()
-    while not transport.calls:
-        await asyncio.sleep(0.01)
+    await until(lambda: len(transport.calls) >= 1)
     await worker.stop(grace=0.05)
     job = await JobQueue(store).get(job_id)
     assert job is not None and job.state == "running"
@@ -409,8 +414,7 @@ async def test_concurrency_is_bounded_across_chats(db: Database, clock: FakeCloc
         await chat_session(store, chat_id, [f"chat {chat_id}", "ok"])
         await store.start_new_session(chat_id)
     run = asyncio.create_task(worker.run_due())
-    while len(transport.calls) < 2:
-        await asyncio.sleep(0.01)
+    await until(lambda: len(transport.calls) >= 2)
     await asyncio.sleep(0.05)
     assert len(transport.calls) == 2  # two slots, both busy
     transport.gate.set()
