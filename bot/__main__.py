@@ -50,6 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
 
 
+def _add_export(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from bot.memory_handlers import add_export_command
+
+    add_export_command(subparsers)
+
+
+SUBCOMMANDS.append(_add_export)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from bot.config import ConfigError
     from models.catalog import CatalogError

@@ -245,6 +245,9 @@ def build_application(
         services = await Services.open(prepared, transport_options=transport_options)
         services.edit_interval = edit_interval
         application.bot_data[SERVICES_KEY] = services
+        from bot.memory_handlers import attach_memory
+
+        await attach_memory(application, services)
         await register_commands(application)
         log.info(
             "bot_started",
@@ -271,6 +274,9 @@ def build_application(
         .build()
     )
     register_handlers(application)
+    from bot.memory_handlers import register_memory_handlers
+
+    register_memory_handlers(application)
     return application
 
 

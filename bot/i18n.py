@@ -57,6 +57,24 @@ MESSAGES: dict[str, dict[str, str]] = {
         "reason_bad_request": "request refused",
         "reason_other": "provider error",
         "internal_error": "Sorry, something went wrong on my side. Your message is saved.",
+        "cmd_memory": "Show what I remember about you",
+        "cmd_forget": "Clear my long-term memory (asks first)",
+        "cmd_recall": "Search past conversations: /recall QUERY",
+        "memory_empty": "I have no long-term memory for this chat yet.",
+        "memory_header": "What I remember (long-term memory):",
+        "memory_pending": "{count} earlier session(s) are still being saved to memory.",
+        "forget_confirm": (
+            "Clear the long-term memory and the searchable history of this chat? "
+            "This cannot be undone."
+        ),
+        "forget_yes": "Yes, forget",
+        "forget_no": "Keep it",
+        "forget_done": "Done: long-term memory and history cleared.",
+        "forget_kept": "Nothing was cleared.",
+        "recall_usage": "Write what to look for, e.g. /recall postgres migration",
+        "recall_too_long": "That query is too long; use at most {limit} characters.",
+        "recall_none": "Nothing in the history matches {query!r}.",
+        "recall_header": "Best matches for {query!r}:",
     },
 }
 

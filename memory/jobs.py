@@ -207,6 +207,14 @@ class JobQueue:
                     claimed.append(Job.from_row(updated))
             return claimed
 
+    async def open_jobs(self, chat_id: int) -> int:
+        """Jobs of a chat not yet done (shown by /memory)."""
+        row = await self.db.fetchone(
+            "SELECT COUNT(*) AS n FROM consolidation_jobs WHERE chat_id = ? AND state != 'done'",
+            (chat_id,),
+        )
+        return int(row["n"]) if row else 0
+
     async def next_due_at(self) -> str | None:
         row = await self.db.fetchone(
             "SELECT MIN(next_attempt_at) AS at FROM consolidation_jobs WHERE state = 'pending'"

@@ -1,0 +1,284 @@
+"""The memory feature in the Telegram surface: /memory, /forget, /recall, the worker's lifecycle
+and the `export` subcommand.
+
+`attach_memory` runs in post_init, after `Services.open`: it turns on automatic consolidation in
+the store, starts the consolidation worker (which first resumes jobs a crash interrupted),
+feeds each chat's long-term memory into the chat prompt, and stops the worker before the
+database closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
+from telegram.error import TelegramError
+from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
+
+from bot.access import is_allowed
+from bot.app import BOT_COMMANDS, Services, services_of
+from bot.i18n import t
+from memory.consolidation import Consolidator
+from memory.jobs import ConsolidationWorker
+from memory.longterm import HistoryEntry, MemoryRepository
+from memory.store import to_iso
+
+log = structlog.get_logger("bot.memory")
+
+MEMORY_KEY = "memory"
+FORGET_YES = "fg:y"
+FORGET_NO = "fg:n"
+RECALL_MAX_QUERY = 200
+RECALL_RESULTS = 5
+TELEGRAM_TEXT_LIMIT = 4000  # under 4096 UTF-16 units with room for surrogate pairs
+
+MEMORY_COMMANDS = [("memory", "cmd_memory"), ("forget", "cmd_forget"), ("recall", "cmd_recall")]
+
+
+Context = ContextTypes.DEFAULT_TYPE
+
+
+@dataclass
+class MemoryFeature:
+    repo: MemoryRepository
+    worker: ConsolidationWorker
+
+
+def memory_of(context: Context) -> MemoryFeature:
+    return context.application.bot_data[MEMORY_KEY]
+
+
+async def attach_memory(
+    application: Application[Any, Any, Any, Any, Any, Any], services: Services
+) -> MemoryFeature:
+    """Wire memory into opened services and start the worker (call from post_init)."""
+    settings = services.settings
+    store = services.store
+    store.memory_window = settings.MEMORY_WINDOW
+    store.keep_recent = settings.MEMORY_KEEP_RECENT
+    repo = MemoryRepository(services.db)
+    consolidator = Consolidator(
+        services.transport,
+        services.catalog,
+        head_model=settings.CONSOLIDATION_MODEL,
+        timeout=settings.CONSOLIDATION_TIMEOUT,
+        memory_max_chars=settings.MEMORY_MAX_CHARS,
+    )
+    worker = ConsolidationWorker(
+        store,
+        consolidator,
+        retry_delays=settings.CONSOLIDATION_RETRY_DELAYS,
+        concurrency=settings.CONSOLIDATION_CONCURRENCY,
+        memory_max_chars=settings.MEMORY_MAX_CHARS,
+        clock=store.clock,
+    )
+    store.on_job_enqueued = worker.notify
+    services.memory_text = repo.content
+
+    async def stop_worker() -> None:
+        await worker.stop(settings.SHUTDOWN_GRACE_SECONDS)
+
+    services.on_close.append(stop_worker)
+    await worker.start()
+    feature = MemoryFeature(repo, worker)
+    application.bot_data[MEMORY_KEY] = feature
+    return feature
+
+
+# --- text helpers ------------------------------------------------------------------------------
+
+
+def split_for_telegram(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
+    """Cut on line boundaries (hard-cut only a single over-long line)."""
+    parts: list[str] = []
+    current = ""
+    for line in text.splitlines(keepends=True):
+        while len(line) > limit:
+            if current:
+                parts.append(current)
+                current = ""
+            parts.append(line[:limit])
+            line = line[limit:]
+        if len(current) + len(line) > limit:
+            parts.append(current)
+            current = ""
+        current += line
+    if current.strip():
+        parts.append(current)
+    return parts or [""]
+
+
+def format_match(entry: HistoryEntry) -> str:
+    """'• 2026-03-01 09:00 — summary': our own timestamp, the model's stamp removed."""
+    moment = (entry.first_message_at or entry.created_at)[:16].replace("T", " ")
+    text = entry.entry.strip()
+    if text.startswith("[") and "]" in text[:40]:
+        text = text[text.index("]") + 1 :].strip()
+    return f"• {moment} — {text}"
+
+
+# --- handlers ----------------------------------------------------------------------------------
+
+
+def _lang(update: Update) -> str | None:
+    user = update.effective_user
+    return user.language_code if user else None
+
+
+async def _say(message: Message, text: str, **kwargs: Any) -> None:
+    """A plain-text reply; a failure to send is logged, never raised into PTB."""
+    try:
+        await message.reply_text(text, do_quote=False, **kwargs)
+    except TelegramError as exc:
+        log.warning("reply_failed", chat_id=message.chat_id, error=str(exc))
+
+
+async def _admit(update: Update, context: Context) -> bool:
+    """Same rule as every command: only allowed users; a stranger learns their id."""
+    settings = services_of(context.application).settings
+    user = update.effective_user
+    if is_allowed(user.id if user else None, settings.ALLOWED_USER_IDS, settings.ADMIN_USER_IDS):
+        return True
+    refusal = t("not_allowed", _lang(update), user_id=user.id if user else "?")
+    if update.callback_query is not None:
+        await update.callback_query.answer(refusal, show_alert=True)
+    elif update.effective_message is not None:
+        await _say(update.effective_message, refusal)
+    return False
+
+
+async def memory_command(update: Update, context: Context) -> None:
+    message = update.effective_message
+    if message is None or not await _admit(update, context):
+        return
+    lang = _lang(update)
+    feature = memory_of(context)
+    memory = await feature.repo.get(message.chat_id)
+    pending = await feature.worker.queue.open_jobs(message.chat_id)
+    lines = []
+    if memory.content.strip():
+        lines.append(t("memory_header", lang) + "\n\n" + memory.content.strip())
+    else:
+        lines.append(t("memory_empty", lang))
+    if pending:
+        lines.append(t("memory_pending", lang, count=pending))
+    for part in split_for_telegram("\n\n".join(lines)):
+        await _say(message, part)
+
+
+async def forget_command(update: Update, context: Context) -> None:
+    message = update.effective_message
+    if message is None or not await _admit(update, context):
+        return
+    lang = _lang(update)
+    keyboard = InlineKeyboardMarkup(
+        [
+            [
+                InlineKeyboardButton(t("forget_yes", lang), callback_data=FORGET_YES),
+                InlineKeyboardButton(t("forget_no", lang), callback_data=FORGET_NO),
+            ]
+        ]
+    )
+    await _say(message, t("forget_confirm", lang), reply_markup=keyboard)
+
+
+async def forget_callback(update: Update, context: Context) -> None:
+    """The confirmation press. Access is checked again: a button is no credential."""
+    query = update.callback_query
+    if query is None or not await _admit(update, context):
+        return
+    lang = _lang(update)
+    message = query.message
+    if message is None:
+        await query.answer()
+        return
+    chat_id = message.chat.id
+    if query.data == FORGET_YES:
+        feature = memory_of(context)
+        await feature.repo.forget(chat_id, to_iso(feature.worker.clock()))
+        log.info("memory_forgotten", chat_id=chat_id)
+        text = t("forget_done", lang)
+    else:
+        text = t("forget_kept", lang)
+    await query.answer()
+    try:
+        await query.edit_message_text(text)
+    except TelegramError as exc:  # pressed twice: "message is not modified"
+        log.debug("forget_not_edited", error=str(exc))
+
+
+async def recall_command(update: Update, context: Context) -> None:
+    message = update.effective_message
+    if message is None or not await _admit(update, context):
+        return
+    lang = _lang(update)
+    query = " ".join(context.args or []).strip()
+    if not query:
+        await _say(message, t("recall_usage", lang))
+        return
+    if len(query) > RECALL_MAX_QUERY:
+        await _say(message, t("recall_too_long", lang, limit=RECALL_MAX_QUERY))
+        return
+    matches = await memory_of(context).repo.search(message.chat_id, query, limit=RECALL_RESULTS)
+    if not matches:
+        await _say(message, t("recall_none", lang, query=query))
+        return
+    text = t("recall_header", lang, query=query) + "\n\n"
+    text += "\n\n".join(format_match(m) for m in matches)
+    for part in split_for_telegram(text):
+        await _say(message, part)
+
+
+def register_memory_handlers(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Add the commands (and their /help lines) before the application starts."""
+    for command in MEMORY_COMMANDS:
+        if command not in BOT_COMMANDS:
+            BOT_COMMANDS.append(command)
+    application.add_handler(CommandHandler("memory", memory_command))
+    application.add_handler(CommandHandler("forget", forget_command))
+    application.add_handler(CommandHandler("recall", recall_command))
+    application.add_handler(CallbackQueryHandler(forget_callback, pattern=r"^fg:[yn]$"))
+
+
+# --- `python -m bot export CHAT_ID --out DIR` -------------------------------------------------
+
+
+def add_export_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    export = subparsers.add_parser(
+        "export", help="write MEMORY.md and HISTORY.md of one chat from the database"
+    )
+    export.add_argument("chat_id", type=int, help="Telegram chat id")
+    export.add_argument("--out", type=Path, required=True, help="output directory")
+    export.add_argument(
+        "--db", type=Path, default=None, help="SQLite file (default: DATABASE_PATH)"
+    )
+    export.set_defaults(func=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from bot.config import load_settings
+    from memory.db import Database
+    from memory.export import export_chat
+
+    db_path: Path = args.db or load_settings().DATABASE_PATH
+    if not db_path.exists():
+        raise SystemExit(f"mnemobot: database {db_path} does not exist")
+
+    async def export() -> int:
+        db = await Database.open(db_path)
+        try:
+            result = await export_chat(MemoryRepository(db), args.chat_id, args.out)
+        finally:
+            await db.close()
+        print(
+            f"wrote {result.memory_path} ({result.memory_chars} chars) and "
+            f"{result.history_path} ({result.history_entries} entries)"
+        )
+        return 0
+
+    return asyncio.run(export())
