@@ -1,0 +1,169 @@
+"""Real sessions from ../shared/testdata loaded into a Store, for the memory tests and benchmark.
+
+Each loader stores messages with their original timestamps (the store's clock is set to each
+message's time before it is written), so transcripts carry real dates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memory.store import Store, StoredMessage
+from memory.transcript import timestamp_label
+from models.types import ToolCall
+
+TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
+
+
+@dataclass
+class SessionMessage:
+    role: str
+    content: str
+    at: datetime
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class SettableClock:
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _parse_time(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def telegram_export(slug: str = "coorporate-speak", limit: int = 150) -> list[SessionMessage]:
+    """A real Telegram Desktop export (Indonesian/English dev group); senders named inline."""
+    data = json.loads((TESTDATA / "tg-export-tgif" / f"{slug}.exported.json").read_text("utf-8"))
+    out: list[SessionMessage] = []
+    for raw in data["messages"]:
+        if raw.get("type") != "message":
+            continue
+        text = raw.get("text")
+        if isinstance(text, list):
+            text = "".join(p if isinstance(p, str) else p.get("text", "") for p in text)
+        if not text:
+            text = "(photo)" if raw.get("photo") else "(sticker or media)"
+        sender = raw.get("from") or "someone"
+        out.append(SessionMessage("user", f"{sender}: {text}", _parse_time(raw["date"])))
+        if len(out) == limit:
+            break
+    return out
+
+
+def _oasst_path(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    while node:
+        yield node
+        replies = node.get("replies") or []
+        node = replies[0] if replies else {}
+
+
+def oasst_multilingual(limit: int = 120) -> list[SessionMessage]:
+    """Real human-written conversations in many languages, with their own timestamps."""
+    wanted = ["zh", "ja", "ko", "ru", "de", "pt-BR", "es", "fr", "th", "ar", "it", "en"]
+    by_lang: dict[str, list[list[SessionMessage]]] = {}
+    with (TESTDATA / "oasst2" / "oasst2_filtered.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            tree = json.loads(line)
+            prompt = tree["prompt"]
+            path = [
+                SessionMessage(
+                    "user" if node["role"] == "prompter" else "assistant",
+                    node["text"],
+                    _parse_time(node["created_date"]),
+                )
+                for node in _oasst_path(prompt)
+            ]
+            by_lang.setdefault(prompt.get("lang", "?"), []).append(path)
+    out: list[SessionMessage] = []
+    round_index = 0
+    while len(out) < limit and round_index < 50:
+        for lang in wanted:
+            trees = by_lang.get(lang, [])
+            if round_index < len(trees):
+                out.extend(trees[round_index])
+        round_index += 1
+    return out[:limit]
+
+
+def claude_code_session(limit: int = 150) -> list[SessionMessage]:
+    """A real tool-heavy agent session: tool calls, tool results, code."""
+    path = TESTDATA / "claude-code-transcripts" / "ae4a77f8-aedd-4bc1-888f-c94edc91af04.jsonl"
+    out: list[SessionMessage] = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            event = json.loads(line)
+            if event.get("type") not in ("user", "assistant"):
+                continue
+            at = _parse_time(event["timestamp"])
+            content = event["message"].get("content")
+            if isinstance(content, str):
+                out.append(SessionMessage(event["type"], content, at))
+            else:
+                for block in content:
+                    kind = block.get("type")
+                    if kind == "text" and block.get("text", "").strip():
+                        out.append(SessionMessage(event["type"], block["text"], at))
+                    elif kind == "tool_use":
+                        call = ToolCall(block["id"], block["name"], json.dumps(block["input"]))
+                        out.append(SessionMessage("assistant", "", at, tool_calls=[call]))
+                    elif kind == "tool_result":
+                        result = block.get("content")
+                        if isinstance(result, list):
+                            result = "\n".join(p.get("text", "") for p in result)
+                        out.append(
+                            SessionMessage(
+                                "tool", str(result or ""), at, tool_call_id=block["tool_use_id"]
+                            )
+                        )
+            if len(out) >= limit:
+                break
+    return out[:limit]
+
+
+async def store_session(
+    store: Store, clock: SettableClock, chat_id: int, messages: list[SessionMessage]
+) -> list[StoredMessage]:
+    stored = []
+    for message in messages:
+        clock.now = message.at
+        stored.append(
+            await store.add_message(
+                chat_id,
+                message.role,
+                message.content,
+                user_id=chat_id if message.role == "user" else None,
+                tool_calls=message.tool_calls,
+                tool_call_id=message.tool_call_id,
+            )
+        )
+    return stored
+
+
+def needles(message: StoredMessage) -> list[str]:
+    """Substrings that must appear, in this order, in a transcript holding `message`."""
+    stamp = timestamp_label(message.created_at)
+    role = f"tool result ({message.tool_call_id})" if message.tool_call_id else message.role
+    found = [f"[{stamp}] {role}: {message.content[:30]}"]
+    found += [f"called tool {c.name} ({c.id})" for c in message.tool_calls or []]
+    return found
+
+
+def assert_in_order(transcript: str, messages: list[StoredMessage]) -> None:
+    """Every message present, in storage order, with its timestamp."""
+    position = 0
+    for message in messages:
+        for needle in needles(message):
+            found = transcript.find(needle, position)
+            assert found >= 0, f"message {message.id} missing or out of order: {needle[:80]!r}"
+            position = found + len(needle)
