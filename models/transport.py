@@ -1,0 +1,600 @@
+"""The transport layer: our own thin loop over `litellm.acompletion`.
+
+We do not use litellm's Router: it sends 400s down the fallback chain, reports its own
+cool-downs as provider 429s and decides from exception classes before we can look at the body.
+Here every request is one litellm call with `max_retries=0` and an explicit timeout, and every
+retry, fallback, key choice and wait is decided in this module:
+
+- phase 1 retries the requested model with backoff (honouring Retry-After up to a cap) for
+  retryable outcomes; phase 2 walks the fallback chain, each model once, each on its own gateway;
+- a key that is rejected, rate-limited or out of quota cools down and the others carry the load;
+- each gateway has a token bucket with a bounded wait: past it the request falls back;
+- circuit breakers per model and per gateway skip what keeps failing, with half-open probes;
+- one global retry budget bounds how much extra traffic an outage can make us send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+
+import litellm
+import structlog
+
+from models.catalog import Catalog, ModelEntry
+from models.errors import Classified, classify_exception, exhausted_until_reset
+from models.gateways import Gateway
+from models.keys import KeyRing
+from models.limits import BreakerChange, CircuitBreaker, RetryBudget, TokenBucket
+from models.streamtext import WholeCharacters
+from models.types import (
+    Attempt,
+    ChatResult,
+    Message,
+    Outcome,
+    StreamDone,
+    StreamEvent,
+    StreamRestart,
+    TextDelta,
+    ToolCall,
+    TransportError,
+    Usage,
+)
+
+litellm.suppress_debug_info = True
+
+log = structlog.get_logger(__name__)
+
+Sleep = Callable[[float], Awaitable[Any]]
+Clock = Callable[[], float]
+
+# Outcomes that say something about the provider's health (a bad request says nothing).
+_HEALTH_FAILURES = (Outcome.RATE_LIMIT, Outcome.UNAVAILABLE, Outcome.TIMEOUT, Outcome.EMPTY)
+
+
+@dataclass
+class _GatewayState:
+    gateway: Gateway
+    keys: KeyRing
+    bucket: TokenBucket
+    breaker: CircuitBreaker
+
+
+@dataclass
+class _Slot:
+    """Permission to send one request: which model, gateway and key."""
+
+    entry: ModelEntry
+    state: _GatewayState
+    key_index: int
+    key: str = field(repr=False)
+    started: float = 0.0
+
+
+class Transport:
+    """See the module docstring. One instance is shared by every chat and the worker."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        gateways: Mapping[str, Gateway],
+        *,
+        backoff: Sequence[float] = (1.0, 2.0, 4.0),
+        retry_after_cap: float = 20.0,
+        bucket_wait: float = 2.0,
+        bucket_burst: float | None = None,
+        breaker_threshold: int = 5,
+        gateway_breaker_threshold: int = 10,
+        breaker_cooldown: float = 30.0,
+        rate_limit_cooldown: float = 2.0,
+        quota_cooldown: float = 600.0,
+        auth_cooldown: float = 3600.0,
+        retry_budget_initial: float = 10.0,
+        retry_budget_cap: float = 20.0,
+        retry_budget_ratio: float = 0.2,
+        retry_budget_per_second: float = 0.1,
+        timeout_grace: float = 5.0,
+        sleep: Sleep = asyncio.sleep,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.catalog = catalog
+        self.backoff = tuple(backoff)
+        self.retry_after_cap = retry_after_cap
+        self.bucket_wait = bucket_wait
+        self.breaker_threshold = breaker_threshold
+        self.breaker_cooldown = breaker_cooldown
+        self.rate_limit_cooldown = rate_limit_cooldown
+        self.quota_cooldown = quota_cooldown
+        self.auth_cooldown = auth_cooldown
+        self.timeout_grace = timeout_grace
+        self._sleep = sleep
+        self._clock = clock
+        self._gateways: dict[str, _GatewayState] = {}
+        for name, gateway in gateways.items():
+            rate = gateway.requests_per_second
+            burst = bucket_burst if bucket_burst is not None else max(1.0, rate / 4)
+            self._gateways[name] = _GatewayState(
+                gateway=gateway,
+                keys=KeyRing(name, gateway.keys, clock),
+                bucket=TokenBucket(rate, burst, clock),
+                breaker=CircuitBreaker(
+                    f"gateway:{name}", gateway_breaker_threshold, breaker_cooldown, clock
+                ),
+            )
+        self._model_breakers: dict[str, CircuitBreaker] = {}
+        self.retry_budget = RetryBudget(
+            initial=retry_budget_initial,
+            cap=retry_budget_cap,
+            ratio=retry_budget_ratio,
+            per_second=retry_budget_per_second,
+            clock=clock,
+        )
+
+    # --- public API ---------------------------------------------------------------------------
+
+    async def complete(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        walk_chain: bool = True,
+        max_tokens: int | None = None,
+    ) -> ChatResult:
+        plan = _CallPlan(self, model_id, walk_chain)
+        while (slot := await plan.next_slot()) is not None:
+            kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
+            if tools:
+                kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
+            try:
+                async with asyncio.timeout(timeout + self.timeout_grace):
+                    response = await litellm.acompletion(**kwargs)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # classified below; nothing escapes unclassified
+                await plan.report(slot, classify_exception(exc))
+                continue
+            result = _result_from_response(response, slot.entry, model_id)
+            if not result.text.strip() and not result.tool_calls:
+                await plan.report(slot, Classified(Outcome.EMPTY, "200 empty completion", 200))
+                continue
+            headers = _success_headers(response)
+            plan.report_success(slot, headers)
+            result.attempts = plan.attempts
+            return result
+        raise plan.failure()
+
+    async def stream(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
+        walk_chain: bool = True,
+        max_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
+
+        A failure before any text was shown falls through silently to the next attempt. After
+        text was shown the reply cannot be taken back, so the next model's text is preceded by
+        a StreamRestart telling the caller to clear what it showed.
+        """
+        plan = _CallPlan(self, model_id, walk_chain)
+        shown_model: str | None = None  # whose text the caller currently shows
+        restart_reason = ""
+        while (slot := await plan.next_slot()) is not None:
+            if shown_model is not None:
+                yield StreamRestart(shown_model, slot.entry.id, restart_reason)
+                shown_model = None
+            kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
+            assembler = WholeCharacters()
+            pieces: list[str] = []
+            usage: Any = None
+            finish_reason: str | None = None
+            saw_tool_call = False
+            headers: Mapping[str, str] = {}
+            response: Any = None
+            failure: Classified | None = None
+            try:
+                async with asyncio.timeout(timeout + self.timeout_grace):
+                    response = await litellm.acompletion(**kwargs)
+                    headers = _success_headers(response)
+                    async for chunk in response:
+                        if getattr(chunk, "usage", None):
+                            usage = chunk.usage
+                        for choice in getattr(chunk, "choices", None) or []:
+                            if choice.finish_reason:
+                                finish_reason = choice.finish_reason
+                            delta = choice.delta
+                            if getattr(delta, "tool_calls", None):
+                                saw_tool_call = True
+                            piece = getattr(delta, "content", None) or ""
+                            if not piece:
+                                continue
+                            pieces.append(piece)
+                            whole = assembler.feed(piece)
+                            if whole:
+                                shown_model = slot.entry.id
+                                yield TextDelta(whole)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failure = classify_exception(exc)
+            finally:
+                if response is not None and hasattr(response, "aclose"):
+                    try:
+                        await response.aclose()
+                    except Exception:  # closing a broken stream may fail again; nothing to do
+                        pass
+            if failure is not None:
+                restart_reason = failure.detail or failure.outcome.value
+                await plan.report(slot, failure, text_shown=shown_model is not None)
+                continue
+            tail = assembler.flush()
+            if tail:
+                shown_model = slot.entry.id
+                yield TextDelta(tail)
+            text = "".join(pieces)
+            if not text.strip() and not saw_tool_call:
+                await plan.report(slot, Classified(Outcome.EMPTY, "200 empty stream", 200))
+                continue
+            plan.report_success(slot, headers)
+            yield StreamDone(
+                ChatResult(
+                    model_id=slot.entry.id,
+                    text=text,
+                    finish_reason=finish_reason,
+                    usage=_usage(usage, slot.entry),
+                    attempts=plan.attempts,
+                    requested_model_id=model_id,
+                )
+            )
+            return
+        raise plan.failure()
+
+    def status(self) -> dict[str, Any]:
+        """Breaker, key and bucket state for /stats and logs. Key positions only, never keys."""
+        return {
+            "gateways": {
+                name: {
+                    "configured": bool(len(gs.keys)),
+                    "breaker": gs.breaker.state.value,
+                    "consecutive_failures": gs.breaker.failures,
+                    "open_for_s": round(gs.breaker.remaining_open_s(), 1),
+                    "keys": gs.keys.status(),
+                    "bucket": {
+                        "rate_per_s": gs.bucket.rate,
+                        "burst": gs.bucket.burst,
+                        "tokens": round(gs.bucket.tokens, 2),
+                    },
+                }
+                for name, gs in self._gateways.items()
+            },
+            "models": {
+                model_id: {
+                    "breaker": breaker.state.value,
+                    "consecutive_failures": breaker.failures,
+                    "open_for_s": round(breaker.remaining_open_s(), 1),
+                }
+                for model_id, breaker in self._model_breakers.items()
+            },
+            "retry_budget": {
+                "balance": round(self.retry_budget.balance, 2),
+                "spent": self.retry_budget.spent,
+                "denied": self.retry_budget.denied,
+            },
+        }
+
+    async def aclose(self) -> None:
+        """Nothing pooled is ours to close: litellm owns its HTTP clients. Kept for symmetry."""
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def model_breaker(self, model_id: str) -> CircuitBreaker:
+        breaker = self._model_breakers.get(model_id)
+        if breaker is None:
+            breaker = CircuitBreaker(
+                f"model:{model_id}", self.breaker_threshold, self.breaker_cooldown, self._clock
+            )
+            self._model_breakers[model_id] = breaker
+        return breaker
+
+    def gateway_state(self, name: str) -> _GatewayState | None:
+        return self._gateways.get(name)
+
+    def _request_kwargs(
+        self, slot: _Slot, messages: list[Message], timeout: float, max_tokens: int | None
+    ) -> dict[str, Any]:
+        gateway = slot.state.gateway
+        kwargs: dict[str, Any] = {
+            "model": gateway.litellm_model(slot.entry),
+            "messages": messages,
+            "api_base": gateway.api_base,
+            "api_key": slot.key,
+            "max_retries": 0,
+            "timeout": timeout,
+        }
+        if max_tokens is not None:
+            kwargs["max_tokens"] = max_tokens
+        return kwargs
+
+
+def log_breaker_change(change: BreakerChange | None) -> None:
+    if change is None:
+        return
+    level = log.warning if change.new.value == "open" else log.info
+    level(
+        "circuit_breaker",
+        breaker=change.name,
+        old_state=change.old.value,
+        new_state=change.new.value,
+        consecutive_failures=change.failures,
+    )
+
+
+class _CallPlan:
+    """Which request to send next for one call, and what to learn from each outcome.
+
+    Shared by `complete` and `stream` so both follow exactly the same retry, fallback, key,
+    bucket, breaker and budget rules.
+    """
+
+    def __init__(self, transport: Transport, model_id: str, walk_chain: bool) -> None:
+        self.t = transport
+        self.requested = model_id
+        head = transport.catalog.get(model_id)
+        self.chain = list(transport.catalog.chain(model_id)) if walk_chain else [head]
+        self.position = 0
+        self.retries = 0  # phase-1 retries spent on the requested model
+        self.excluded_keys: set[int] = set()  # keys rejected during this call
+        self.pending_delay = 0.0
+        self.attempts: list[Attempt] = []
+
+    # choosing
+
+    async def next_slot(self) -> _Slot | None:
+        if self.pending_delay > 0:
+            delay, self.pending_delay = self.pending_delay, 0.0
+            await self.t._sleep(delay)
+        while self.position < len(self.chain):
+            entry = self.chain[self.position]
+            state = self.t.gateway_state(entry.gateway)
+            if state is None or not len(state.keys):
+                self._skip(entry, "no key configured")
+                continue
+            allowed, change = state.breaker.allow()
+            log_breaker_change(change)
+            if not allowed:
+                self._skip(entry, "gateway circuit open")
+                continue
+            model_breaker = self.t.model_breaker(entry.id)
+            allowed, change = model_breaker.allow()
+            log_breaker_change(change)
+            if not allowed:
+                state.breaker.release_probe()
+                self._skip(entry, "model circuit open")
+                continue
+            picked = state.keys.pick(exclude=self.excluded_keys)
+            if picked is None:
+                self._release(entry, state)
+                self._skip(entry, "all keys cooling down")
+                continue
+            wait = state.bucket.reserve(self.t.bucket_wait)
+            if wait is None:
+                self._release(entry, state)
+                self._skip(entry, "gateway request budget full")
+                continue
+            if wait > 0:
+                await self.t._sleep(wait)
+            index, key = picked
+            return _Slot(entry, state, index, key, started=self.t._clock())
+        return None
+
+    def _release(self, entry: ModelEntry, state: _GatewayState) -> None:
+        state.breaker.release_probe()
+        self.t.model_breaker(entry.id).release_probe()
+
+    def _skip(self, entry: ModelEntry, why: str) -> None:
+        attempt = Attempt(entry.id, entry.gateway, Outcome.SKIPPED, why)
+        self.attempts.append(attempt)
+        log.info("provider_attempt", model=entry.id, gateway=entry.gateway, outcome="skipped",
+                 detail=why)  # fmt: skip
+        self._advance()
+
+    def _advance(self) -> None:
+        """Move to the next model in the chain (phase 2). Each walk step draws on the budget
+        when it can, but is never refused: the chain walk is what keeps a user answered."""
+        self.position += 1
+        self.retries = 0
+        self.excluded_keys = set()
+        self.pending_delay = 0.0
+        if (
+            self.position < len(self.chain)
+            and self.attempts
+            and any(a.outcome is not Outcome.SKIPPED for a in self.attempts)
+        ):
+            self.t.retry_budget.try_spend()
+
+    # learning
+
+    def report_success(self, slot: _Slot, headers: Mapping[str, str]) -> None:
+        state = slot.state
+        attempt = Attempt(
+            slot.entry.id,
+            slot.entry.gateway,
+            Outcome.SUCCESS,
+            "",
+            slot.key_index,
+            200,
+            latency_s=round(self.t._clock() - slot.started, 4),
+        )
+        self.attempts.append(attempt)
+        state.keys.record_success(slot.key_index)
+        log_breaker_change(state.breaker.record_success())
+        log_breaker_change(self.t.model_breaker(slot.entry.id).record_success())
+        self.t.retry_budget.record_success()
+        spent = exhausted_until_reset(headers)
+        if spent:
+            state.keys.cool(slot.key_index, spent, "rate_limit_window_spent")
+
+    async def report(self, slot: _Slot, result: Classified, *, text_shown: bool = False) -> None:
+        """Record a failed attempt and decide whether the next slot retries or moves on."""
+        state, entry = slot.state, slot.entry
+        outcome = result.outcome
+        attempt = Attempt(
+            entry.id,
+            entry.gateway,
+            outcome,
+            result.detail,
+            slot.key_index,
+            result.status_code,
+            latency_s=round(self.t._clock() - slot.started, 4),
+            retry_after_s=result.retry_after_s,
+        )
+        self.attempts.append(attempt)
+        log.warning(
+            "provider_attempt",
+            model=entry.id,
+            gateway=entry.gateway,
+            outcome=outcome.value,
+            detail=result.detail,
+            key_position=slot.key_index,
+            status=result.status_code,
+            retry_after_s=result.retry_after_s,
+        )
+        model_breaker = self.t.model_breaker(entry.id)
+        if outcome in _HEALTH_FAILURES:
+            log_breaker_change(state.breaker.record_failure())
+            log_breaker_change(model_breaker.record_failure())
+        else:
+            self._release(entry, state)
+
+        if outcome is Outcome.AUTH:
+            if state.keys.cool(slot.key_index, self.t.auth_cooldown, "auth"):
+                log.error(
+                    "api_key_rejected",
+                    gateway=entry.gateway,
+                    key_position=slot.key_index,
+                    detail=result.detail,
+                    cooldown_s=self.t.auth_cooldown,
+                )
+            self.excluded_keys.add(slot.key_index)
+            # Another key of the same gateway may be fine: try it on the same model at once.
+            if self._other_key_usable(state):
+                return
+            self._advance()
+            return
+        if outcome is Outcome.QUOTA:
+            if state.keys.cool(slot.key_index, self.t.quota_cooldown, "quota"):
+                log.error(
+                    "api_key_out_of_quota",
+                    gateway=entry.gateway,
+                    key_position=slot.key_index,
+                    detail=result.detail,
+                    cooldown_s=self.t.quota_cooldown,
+                )
+            self._advance()
+            return
+        retry_after = result.retry_after_s
+        if outcome is Outcome.RATE_LIMIT:
+            cool_for = retry_after if retry_after is not None else self.t.rate_limit_cooldown
+            state.keys.cool(slot.key_index, min(cool_for, 3600.0), "rate_limit")
+
+        phase_one = self.position == 0
+        if (
+            not phase_one
+            or not outcome.retryable
+            or text_shown
+            or self.retries >= len(self.t.backoff)
+            or (retry_after is not None and retry_after > self.t.retry_after_cap)
+        ):
+            self._advance()
+            return
+        if not self.t.retry_budget.try_spend():
+            log.info("retry_budget_empty", model=entry.id, gateway=entry.gateway)
+            self._advance()
+            return
+        delay = self.t.backoff[self.retries]
+        self.retries += 1
+        if outcome is Outcome.RATE_LIMIT and self._other_key_usable(state):
+            delay = 0.0  # another key carries the load right away
+        elif retry_after is not None:
+            delay = max(delay, retry_after)
+        self.pending_delay = delay
+
+    def _other_key_usable(self, state: _GatewayState) -> bool:
+        now = self.t._clock()
+        return any(
+            s.index not in self.excluded_keys and s.cool_until <= now for s in state.keys.states
+        )
+
+    def failure(self) -> TransportError:
+        tried = ", ".join(
+            f"{a.model_id}@{a.gateway}: {a.outcome.value}" + (f" ({a.detail})" if a.detail else "")
+            for a in self.attempts
+        )
+        return TransportError(
+            f"every model failed for {self.requested}: {tried or 'nothing to try'}",
+            list(self.attempts),
+        )
+
+
+# --- response helpers -------------------------------------------------------------------------
+
+
+def _success_headers(response: Any) -> Mapping[str, str]:
+    hidden = getattr(response, "_hidden_params", None) or {}
+    headers = hidden.get("additional_headers") or {}
+    # litellm prefixes the provider's own headers with "llm_provider-"
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        out[str(name).lower().removeprefix("llm_provider-")] = str(value)
+    return out
+
+
+def _usage(usage: Any, entry: ModelEntry) -> Usage:
+    if usage is None:
+        return Usage()
+    prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+    completion = int(getattr(usage, "completion_tokens", 0) or 0)
+    return Usage(prompt, completion, entry.cost_usd(prompt, completion))
+
+
+def _result_from_response(response: Any, entry: ModelEntry, requested: str) -> ChatResult:
+    choices = getattr(response, "choices", None) or []
+    text = ""
+    tool_calls: list[ToolCall] = []
+    finish_reason = None
+    if choices:
+        choice = choices[0]
+        finish_reason = getattr(choice, "finish_reason", None)
+        message = getattr(choice, "message", None)
+        text = (getattr(message, "content", None) or "") if message is not None else ""
+        for call in (getattr(message, "tool_calls", None) or []) if message is not None else []:
+            function = getattr(call, "function", None)
+            name = getattr(function, "name", None) or ""
+            arguments = getattr(function, "arguments", None)
+            if not isinstance(arguments, str):
+                arguments = "" if arguments is None else str(arguments)
+            tool_calls.append(ToolCall(getattr(call, "id", "") or "", name, arguments))
+    return ChatResult(
+        model_id=entry.id,
+        text=text,
+        tool_calls=tool_calls,
+        finish_reason=finish_reason,
+        usage=_usage(getattr(response, "usage", None), entry),
+        requested_model_id=requested,
+    )

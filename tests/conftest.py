@@ -1,0 +1,68 @@
+"""Shared fixtures. The litellm flags must be set before anything imports litellm."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+os.environ["LITELLM_OFFLINE_MODE"] = "true"
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.fakes.providers import FakeProvider
+
+
+@pytest.fixture
+async def fake_openai() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider("openai") as fp:
+        yield fp
+
+
+@pytest.fixture
+async def fake_groq() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider("groq") as fp:
+        yield fp
+
+
+@pytest.fixture
+async def fake_anthropic() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider("anthropic") as fp:
+        yield fp
+
+
+# Keys the fakes see; tests assert on them (and that they never reach logs).
+TEST_KEYS = {
+    "openai": "sk-test-openai-0001",
+    "groq": "gsk_test_groq_0001",
+    "anthropic": "sk-ant-test-0001",
+}
+
+
+def make_gateways(openai: FakeProvider, groq: FakeProvider, anthropic: FakeProvider, **rps: float):
+    """Gateways over the three fakes, one test key each (per-gateway rps via keyword)."""
+    from models.gateways import Gateway
+
+    fakes = {"openai": openai, "groq": groq, "anthropic": anthropic}
+    return {
+        name: Gateway(name, name, fp.base_url, (TEST_KEYS[name],), rps.get(name, 50.0))
+        for name, fp in fakes.items()
+    }
+
+
+def make_transport(openai: FakeProvider, groq: FakeProvider, anthropic: FakeProvider, **options):
+    """A Transport over the three fakes with the default catalog and fast backoff."""
+    from models.catalog import load_catalog
+    from models.transport import Transport
+
+    options.setdefault("backoff", (0.01, 0.02, 0.04))
+    options.setdefault("retry_after_cap", 0.5)
+    return Transport(load_catalog(), make_gateways(openai, groq, anthropic), **options)
+
+
+@pytest.fixture
+async def transport(fake_openai, fake_groq, fake_anthropic):
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    yield t
+    await t.aclose()

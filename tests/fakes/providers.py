@@ -1,0 +1,908 @@
+"""Fake LLM gateways (OpenAI-compatible, Groq, Anthropic) on 127.0.0.1 for tests and benchmarks.
+
+They speak the real wire formats closely enough that the real litellm parses them, and they
+reproduce the real error bodies from the design brief, because the transport layer must be
+proven against what providers actually send rather than against our own idea of it.
+
+Usage::
+
+    async with FakeProvider("groq") as fp:
+        fp.script("qwen/qwen3-32b", Fault("rate_limit_429", retry_after=1), Reply("hi"))
+        ...  # point litellm at fp.base_url
+        assert fp.requests[0].api_key == "gsk-test"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+PROVIDER_KINDS = ("openai", "groq", "anthropic")
+
+FAULT_KINDS = (
+    "rate_limit_429",
+    "quota_429",
+    "overloaded_529",
+    "anthropic_rate_limit_429",
+    "server_500",
+    "bad_gateway_502",
+    "cloudflare_524",
+    "unauthorized_401",
+    "bad_request_400",
+    "tool_use_failed_400",
+    "tool_use_failed_stream",
+    "throttling_in_200",
+    "arrearage_in_200",
+    "gemini_429",
+    "empty_200",
+    "hang",
+    "disconnect",
+    "midstream_disconnect",
+)
+
+
+@dataclass
+class Reply:
+    """A successful text answer. Streams as SSE chunks of `chunk_chars` characters."""
+
+    text: str
+    chunk_chars: int = 8
+    split_utf8: bool = False
+    delay: float = 0.0
+    chunk_delay: float = 0.0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    headers: dict[str, str] | None = None
+
+
+@dataclass
+class ToolCallReply:
+    """A tool call; a str `arguments` is sent verbatim (it may be invalid JSON on purpose)."""
+
+    name: str = "save_memory"
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+    text: str = ""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    headers: dict[str, str] | None = None
+
+    @property
+    def arguments_text(self) -> str:
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments, ensure_ascii=False)
+
+
+@dataclass
+class Fault:
+    """A failure with the provider's real body (see FAULT_KINDS)."""
+
+    kind: str
+    retry_after: float | None = None
+    after_chars: int = 0
+    headers: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}")
+
+
+Step = Reply | ToolCallReply | Fault
+
+
+@dataclass
+class RecordedRequest:
+    path: str
+    api_key: str | None
+    model: str | None
+    body: dict[str, Any]
+    stream: bool
+    at: float
+
+
+# --- real error bodies (design brief) -------------------------------------------------------
+
+_OPENAI_RATE_LIMIT = {
+    "error": {
+        "message": (
+            "Rate limit reached for gpt-4.1 in organization org-FAKE on tokens per min (TPM): "
+            "Limit 30000, Used 26113, Requested 5834. Please try again in 3.89s. Visit "
+            "https://platform.openai.com/account/rate-limits to learn more."
+        ),
+        "type": "tokens",
+        "param": None,
+        "code": "rate_limit_exceeded",
+    }
+}
+_OPENAI_QUOTA = {
+    "error": {
+        "message": (
+            "You exceeded your current quota, please check your plan and billing details. For "
+            "more information on this error, read the docs: "
+            "https://platform.openai.com/docs/guides/error-codes/api-errors."
+        ),
+        "type": "insufficient_quota",
+        "param": None,
+        "code": "insufficient_quota",
+    }
+}
+_ANTHROPIC_OVERLOADED = {
+    "type": "error",
+    "error": {"type": "overloaded_error", "message": "Overloaded"},
+    "request_id": "req_011CFAKEoverloaded",
+}
+_ANTHROPIC_RATE_LIMIT = {
+    "type": "error",
+    "error": {
+        "type": "rate_limit_error",
+        "message": (
+            "This request would exceed the rate limit for your organization (FAKE) of 50 "
+            "input tokens per minute. For details, refer to: "
+            "https://docs.claude.com/en/api/rate-limits."
+        ),
+    },
+    "request_id": "req_011CFAKEratelimit",
+}
+_OPENAI_SERVER_ERROR = {
+    "error": {
+        "message": (
+            "The server had an error while processing your request. Sorry about that! You can "
+            "retry your request, or contact us through our help center if the error persists."
+        ),
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
+}
+_ANTHROPIC_SERVER_ERROR = {
+    "type": "error",
+    "error": {"type": "api_error", "message": "Internal server error"},
+    "request_id": "req_011CFAKEapierror",
+}
+_BAD_GATEWAY_HTML = (
+    "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>cloudflare</center>\r\n"
+    "</body>\r\n</html>\r\n"
+)
+_CLOUDFLARE_524_HTML = (
+    '<!DOCTYPE html>\n<!--[if lt IE 7]> <html class="no-js ie6 oldie" lang="en-US"> '
+    '<![endif]-->\n<html class="no-js" lang="en-US">\n<head>\n'
+    "<title>api.example.com | 524: A timeout occurred</title>\n"
+    '<meta charset="UTF-8" />\n</head>\n<body>\n<div id="cf-wrapper">\n'
+    '<h1><span class="cf-error-type">Error</span> <span class="cf-error-code">524</span></h1>\n'
+    "<h2>A timeout occurred</h2>\n<p>The origin web server timed out responding to this "
+    "request.</p>\n<span>Cloudflare Ray ID: <strong>8f0fake0524</strong></span>\n"
+    "</div>\n</body>\n</html>\n"
+)
+_GROQ_TOOL_USE_FAILED = {
+    "error": {
+        "message": (
+            "Failed to call a function. Please adjust your prompt. See 'failed_generation' "
+            "for more details."
+        ),
+        "type": "invalid_request_error",
+        "code": "tool_use_failed",
+        "failed_generation": '<function=save_memory>{"history_entry": "[2026-11-30 09:00] ',
+    }
+}
+_THROTTLING_IN_200 = {
+    "code": "Throttling.RateQuota",
+    "message": "Requests rate limit exceeded",
+    "request_id": "5b4c0a2e-fake-4f1b-9c1e-throttling",
+}
+_ARREARAGE_IN_200 = {
+    "error": {
+        "code": "Arrearage",
+        "message": "Access denied, please make sure your account is in good standing.",
+        "type": "Arrearage",
+    }
+}
+_GEMINI_429 = {
+    "error": {
+        "code": 429,
+        "status": "RESOURCE_EXHAUSTED",
+        "message": (
+            "You exceeded your current quota, please check your plan and billing details. "
+            "Quota exceeded for metric: generativelanguage.googleapis.com/"
+            "generate_content_free_tier_requests, limit: 10"
+        ),
+        "details": [
+            {
+                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                "violations": [
+                    {
+                        "quotaMetric": "generativelanguage.googleapis.com/"
+                        "generate_content_free_tier_requests",
+                        "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+                    }
+                ],
+            },
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "26s"},
+        ],
+    }
+}
+
+
+def _unauthorized_body(kind: str, api_key: str | None) -> dict[str, Any]:
+    if kind == "anthropic":
+        return {
+            "type": "error",
+            "error": {"type": "authentication_error", "message": "invalid x-api-key"},
+            "request_id": "req_011CFAKEauth",
+        }
+    if kind == "groq":
+        return {
+            "error": {
+                "message": "Invalid API Key",
+                "type": "invalid_request_error",
+                "code": "invalid_api_key",
+            }
+        }
+    # OpenAI masks the key but echoes its ends: a reason never to log provider messages raw.
+    key = api_key or ""
+    masked = f"{key[:3]}{'*' * 10}{key[-4:]}" if len(key) > 8 else "********"
+    return {
+        "error": {
+            "message": (
+                f"Incorrect API key provided: {masked}. You can find your API key at "
+                "https://platform.openai.com/account/api-keys."
+            ),
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+    }
+
+
+def _bad_request_body(kind: str) -> dict[str, Any]:
+    if kind == "anthropic":
+        return {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "messages: text content blocks must be non-empty",
+            },
+            "request_id": "req_011CFAKEbadrequest",
+        }
+    return {
+        "error": {
+            "message": (
+                "Invalid 'messages[1].content': string too long. Expected a string with "
+                "maximum length 10485760, but got a string with length 10485761 instead."
+            ),
+            "type": "invalid_request_error",
+            "param": "messages[1].content",
+            "code": "string_above_max_length",
+        }
+    }
+
+
+# --- the fake ---------------------------------------------------------------------------------
+
+
+class FakeProvider:
+    """One fake gateway. Every request is recorded; scripted steps decide each answer."""
+
+    def __init__(self, kind: str, *, name: str | None = None, latency: float = 0.0) -> None:
+        if kind not in PROVIDER_KINDS:
+            raise ValueError(f"unknown provider kind {kind!r}")
+        self.kind = kind
+        self.name = name or kind
+        self.latency = latency
+        self.requests: list[RecordedRequest] = []
+        self._scripts: dict[str, deque[Step]] = {}
+        self._defaults: dict[str, Step] = {}
+        self._failure_rate = 0.0
+        self._failure_kinds: list[str] = []
+        self._rng = random.Random(0)
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+        self._open_responses: set[asyncio.Task[Any]] = set()
+
+    # lifecycle
+
+    async def start(self) -> None:
+        app = web.Application()
+        path = "/v1/messages" if self.kind == "anthropic" else self._chat_path
+        app.router.add_post(path, self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, shutdown_timeout=0.5)
+        await site.start()
+        server = site._server  # the only way aiohttp exposes the bound port
+        assert server is not None
+        self._port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeProvider:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def _chat_path(self) -> str:
+        return "/openai/v1/chat/completions" if self.kind == "groq" else "/v1/chat/completions"
+
+    @property
+    def base_url(self) -> str:
+        if self._port is None:
+            raise RuntimeError("FakeProvider not started")
+        root = f"http://127.0.0.1:{self._port}"
+        return {"openai": f"{root}/v1", "groq": f"{root}/openai/v1", "anthropic": root}[self.kind]
+
+    # scripting
+
+    def script(self, model: str, *steps: Step) -> None:
+        """Queue steps for a wire model ("*" = any model), consumed one per request."""
+        self._scripts.setdefault(model, deque()).extend(steps)
+
+    def set_default(self, model: str, step: Step) -> None:
+        self._defaults[model] = step
+
+    def set_failure_mix(self, rate: float, kinds: list[str], seed: int) -> None:
+        for kind in kinds:
+            if kind not in FAULT_KINDS:
+                raise ValueError(f"unknown fault kind {kind!r}")
+        self._failure_rate = rate
+        self._failure_kinds = list(kinds)
+        self._rng = random.Random(seed)
+
+    def reset(self) -> None:
+        self._scripts.clear()
+        self._defaults.clear()
+        self.requests.clear()
+        self._failure_rate = 0.0
+        self._failure_kinds = []
+
+    def _next_step(self, model: str) -> Step | None:
+        for key in (model, "*"):
+            queue = self._scripts.get(key)
+            if queue:
+                return queue.popleft()
+        if self._failure_rate and self._rng.random() < self._failure_rate:
+            return Fault(self._rng.choice(self._failure_kinds))
+        return self._defaults.get(model) or self._defaults.get("*")
+
+    # request handling
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _json_response({"error": {"message": "invalid JSON body"}}, status=400)
+        if self.kind == "anthropic":
+            api_key = request.headers.get("x-api-key")
+        else:
+            auth = request.headers.get("Authorization", "")
+            api_key = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+        model = body.get("model")
+        stream = bool(body.get("stream"))
+        self.requests.append(
+            RecordedRequest(request.path, api_key, model, body, stream, time.monotonic())
+        )
+        step = self._next_step(model or "")
+        if step is None:
+            step = Reply(f"echo: {_last_user_text(body)}")
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if isinstance(step, Fault):
+            return await self._fault(request, step, body, api_key, stream)
+        if getattr(step, "delay", 0.0):
+            await asyncio.sleep(step.delay)  # type: ignore[union-attr]
+        if stream:
+            return await self._stream(request, step, body)
+        return self._complete(step, body)
+
+    # success bodies
+
+    def _usage(
+        self, step: Reply | ToolCallReply, body: dict[str, Any], text: str
+    ) -> tuple[int, int]:
+        prompt = step.prompt_tokens
+        if prompt is None:
+            prompt = max(1, len(json.dumps(body.get("messages", []), ensure_ascii=False)) // 4)
+        completion = step.completion_tokens
+        if completion is None:
+            completion = max(1, len(text) // 4)
+        return prompt, completion
+
+    def _complete(self, step: Reply | ToolCallReply, body: dict[str, Any]) -> web.Response:
+        model = body.get("model", "")
+        text = step.text
+        tool_args = step.arguments_text if isinstance(step, ToolCallReply) else ""
+        prompt, completion = self._usage(step, body, text + tool_args)
+        headers = dict(step.headers or {})
+        if self.kind == "anthropic":
+            content: list[dict[str, Any]] = []
+            if text:
+                content.append({"type": "text", "text": text})
+            stop_reason = "end_turn"
+            if isinstance(step, ToolCallReply):
+                try:
+                    tool_input = json.loads(tool_args)
+                except json.JSONDecodeError:
+                    tool_input = tool_args  # not an object: the client must notice
+                content.append(
+                    {
+                        "type": "tool_use",
+                        "id": _id("toolu_"),
+                        "name": step.name,
+                        "input": tool_input,
+                    }
+                )
+                stop_reason = "tool_use"
+            payload: dict[str, Any] = {
+                "id": _id("msg_"),
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": stop_reason,
+                "stop_sequence": None,
+                "usage": {"input_tokens": prompt, "output_tokens": completion},
+            }
+            return _json_response(payload, headers=headers)
+        message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        finish = "stop"
+        if isinstance(step, ToolCallReply):
+            message["tool_calls"] = [
+                {
+                    "id": _id("call_"),
+                    "type": "function",
+                    "function": {"name": step.name, "arguments": tool_args},
+                }
+            ]
+            finish = "tool_calls"
+        elif not text:
+            message["content"] = ""
+        payload = {
+            "id": _id("chatcmpl-"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+            "system_fingerprint": "fp_fake",
+        }
+        self._groq_fields(payload)
+        return _json_response(payload, headers=headers)
+
+    def _groq_fields(self, payload: dict[str, Any], usage: dict[str, Any] | None = None) -> None:
+        if self.kind != "groq":
+            return
+        payload["service_tier"] = "on_demand"
+        payload["x_groq"] = {"id": _id("req_")}
+        if usage is not None:
+            payload["x_groq"]["usage"] = usage
+
+    # streaming
+
+    async def _start_sse(
+        self, request: web.Request, headers: dict[str, str] | None
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                **(headers or {}),
+            },
+        )
+        await response.prepare(request)
+        return response
+
+    async def _stream(
+        self, request: web.Request, step: Reply | ToolCallReply, body: dict[str, Any]
+    ) -> web.StreamResponse:
+        response = await self._start_sse(request, step.headers)
+        chunk_chars = max(1, getattr(step, "chunk_chars", 8))
+        split_utf8 = getattr(step, "split_utf8", False)
+        chunk_delay = getattr(step, "chunk_delay", 0.0)
+        text = step.text
+        pieces = [text[i : i + chunk_chars] for i in range(0, len(text), chunk_chars)]
+        tool_args = step.arguments_text if isinstance(step, ToolCallReply) else ""
+        prompt, completion = self._usage(step, body, text + tool_args)
+        events = (
+            self._anthropic_events(body, pieces, step, tool_args, prompt, completion)
+            if self.kind == "anthropic"
+            else self._openai_events(body, pieces, step, tool_args, prompt, completion)
+        )
+        try:
+            for index, event in enumerate(events):
+                if chunk_delay and index:
+                    await asyncio.sleep(chunk_delay)
+                data = event.encode("utf-8")
+                if split_utf8:
+                    for i in range(len(data)):
+                        await response.write(data[i : i + 1])
+                else:
+                    await response.write(data)
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        return response
+
+    def _openai_events(
+        self,
+        body: dict[str, Any],
+        pieces: list[str],
+        step: Reply | ToolCallReply,
+        tool_args: str,
+        prompt: int,
+        completion: int,
+    ) -> list[str]:
+        model = body.get("model", "")
+        chunk_id = _id("chatcmpl-")
+        created = int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+            payload: dict[str, Any] = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "system_fingerprint": "fp_fake",
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            }
+            if self.kind == "groq":
+                payload["service_tier"] = "on_demand"
+            payload.update(extra)
+            return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        first_extra = {"x_groq": {"id": _id("req_")}} if self.kind == "groq" else {}
+        events = [chunk({"role": "assistant", "content": ""}, **first_extra)]
+        events += [chunk({"content": piece}) for piece in pieces]
+        finish = "stop"
+        if isinstance(step, ToolCallReply):
+            events.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": _id("call_"),
+                                "type": "function",
+                                "function": {"name": step.name, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
+            for i in range(0, len(tool_args), 16):
+                events.append(
+                    chunk(
+                        {
+                            "tool_calls": [
+                                {"index": 0, "function": {"arguments": tool_args[i : i + 16]}}
+                            ]
+                        }
+                    )
+                )
+            finish = "tool_calls"
+        last_extra = {"x_groq": {"id": _id("req_"), "usage": usage}} if self.kind == "groq" else {}
+        events.append(chunk({}, finish, **last_extra))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage_chunk: dict[str, Any] = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "system_fingerprint": "fp_fake",
+                "choices": [],
+                "usage": usage,
+            }
+            if self.kind == "groq":
+                usage_chunk["service_tier"] = "on_demand"
+            events.append(f"data: {json.dumps(usage_chunk)}\n\n")
+        events.append("data: [DONE]\n\n")
+        return events
+
+    def _anthropic_events(
+        self,
+        body: dict[str, Any],
+        pieces: list[str],
+        step: Reply | ToolCallReply,
+        tool_args: str,
+        prompt: int,
+        completion: int,
+    ) -> list[str]:
+        def event(name: str, payload: dict[str, Any]) -> str:
+            return f"event: {name}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+        events = [
+            event(
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": _id("msg_"),
+                        "type": "message",
+                        "role": "assistant",
+                        "model": body.get("model", ""),
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": prompt, "output_tokens": 1},
+                    },
+                },
+            ),
+            event("ping", {"type": "ping"}),
+        ]
+        index = 0
+        if pieces:
+            events.append(
+                event(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": 0,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                )
+            )
+            for piece in pieces:
+                events.append(
+                    event(
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": 0,
+                            "delta": {"type": "text_delta", "text": piece},
+                        },
+                    )
+                )
+            events.append(event("content_block_stop", {"type": "content_block_stop", "index": 0}))
+            index = 1
+        stop_reason = "end_turn"
+        if isinstance(step, ToolCallReply):
+            events.append(
+                event(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {
+                            "type": "tool_use",
+                            "id": _id("toolu_"),
+                            "name": step.name,
+                            "input": {},
+                        },
+                    },
+                )
+            )
+            for i in range(0, len(tool_args), 16):
+                events.append(
+                    event(
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {
+                                "type": "input_json_delta",
+                                "partial_json": tool_args[i : i + 16],
+                            },
+                        },
+                    )
+                )
+            events.append(
+                event("content_block_stop", {"type": "content_block_stop", "index": index})
+            )
+            stop_reason = "tool_use"
+        events.append(
+            event(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                    "usage": {"output_tokens": completion},
+                },
+            )
+        )
+        events.append(event("message_stop", {"type": "message_stop"}))
+        return events
+
+    # faults
+
+    async def _fault(
+        self,
+        request: web.Request,
+        fault: Fault,
+        body: dict[str, Any],
+        api_key: str | None,
+        stream: bool,
+    ) -> web.StreamResponse:
+        kind = fault.kind
+        headers = dict(fault.headers or {})
+        if fault.retry_after is not None:
+            headers["retry-after"] = _number(fault.retry_after)
+        if kind == "rate_limit_429":
+            if self.kind == "groq" and fault.retry_after is not None:
+                headers.setdefault("x-ratelimit-reset-requests", f"{_number(fault.retry_after)}s")
+            return _json_response(_OPENAI_RATE_LIMIT, status=429, headers=headers)
+        if kind == "quota_429":
+            return _json_response(_OPENAI_QUOTA, status=429, headers=headers)
+        if kind == "overloaded_529":
+            return _json_response(_ANTHROPIC_OVERLOADED, status=529, headers=headers)
+        if kind == "anthropic_rate_limit_429":
+            return _json_response(_ANTHROPIC_RATE_LIMIT, status=429, headers=headers)
+        if kind == "server_500":
+            payload = _ANTHROPIC_SERVER_ERROR if self.kind == "anthropic" else _OPENAI_SERVER_ERROR
+            return _json_response(payload, status=500, headers=headers)
+        if kind == "bad_gateway_502":
+            return web.Response(
+                text=_BAD_GATEWAY_HTML, status=502, content_type="text/html", headers=headers
+            )
+        if kind == "cloudflare_524":
+            return web.Response(
+                text=_CLOUDFLARE_524_HTML, status=524, content_type="text/html", headers=headers
+            )
+        if kind == "unauthorized_401":
+            return _json_response(
+                _unauthorized_body(self.kind, api_key), status=401, headers=headers
+            )
+        if kind == "bad_request_400":
+            return _json_response(_bad_request_body(self.kind), status=400, headers=headers)
+        if kind == "tool_use_failed_400" or (kind == "tool_use_failed_stream" and not stream):
+            return _json_response(_GROQ_TOOL_USE_FAILED, status=400, headers=headers)
+        if kind == "tool_use_failed_stream":
+            response = await self._start_sse(request, headers)
+            await response.write(
+                f"event: error\ndata: {json.dumps(_GROQ_TOOL_USE_FAILED)}\n\n".encode()
+            )
+            await response.write_eof()
+            return response
+        if kind == "throttling_in_200":
+            return _json_response(_THROTTLING_IN_200, status=200, headers=headers)
+        if kind == "arrearage_in_200":
+            return _json_response(_ARREARAGE_IN_200, status=200, headers=headers)
+        if kind == "gemini_429":
+            return _json_response(_GEMINI_429, status=429, headers=headers)
+        if kind == "empty_200":
+            return await self._empty(request, body, stream, headers)
+        if kind == "hang":
+            await asyncio.sleep(3600)  # the client gives up; server cleanup cancels us
+            return web.Response(status=504)
+        if kind == "disconnect":
+            _drop(request)
+            return web.Response(status=500)
+        # midstream_disconnect
+        text = self._default_text(body)
+        while len(text) < fault.after_chars + 1:
+            text += " lorem ipsum"
+        response = await self._start_sse(request, headers)
+        step = Reply(text, chunk_chars=8)
+        pieces = [text[i : i + 8] for i in range(0, fault.after_chars, 8)]
+        pieces[-1:] = [p[: fault.after_chars - 8 * (len(pieces) - 1)] for p in pieces[-1:]]
+        events = (
+            self._anthropic_events(body, pieces, step, "", 1, 1)
+            if self.kind == "anthropic"
+            else self._openai_events(body, pieces, step, "", 1, 1)
+        )
+        # Keep the opening chunks and the text, drop the closing ones: the stream just stops.
+        keep = len(pieces) + (3 if self.kind == "anthropic" else 1)
+        try:
+            for event in events[:keep]:
+                await response.write(event.encode("utf-8"))
+            await asyncio.sleep(0.01)
+        except ConnectionResetError:
+            pass
+        _drop(request)
+        return response
+
+    def _default_text(self, body: dict[str, Any]) -> str:
+        step = self._defaults.get(body.get("model", "")) or self._defaults.get("*")
+        if isinstance(step, Reply):
+            return step.text
+        return f"echo: {_last_user_text(body)}"
+
+    async def _empty(
+        self, request: web.Request, body: dict[str, Any], stream: bool, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        model = body.get("model", "")
+        if self.kind == "anthropic":
+            if stream:
+                response = await self._start_sse(request, headers)
+                await response.write_eof()
+                return response
+            return _json_response(
+                {
+                    "id": _id("msg_"),
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 1, "output_tokens": 0},
+                },
+                headers=headers,
+            )
+        if stream:
+            response = await self._start_sse(request, headers)
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
+        payload: dict[str, Any] = {
+            "id": _id("chatcmpl-"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1},
+        }
+        self._groq_fields(payload)
+        return _json_response(payload, headers=headers)
+
+
+def _json_response(
+    payload: Any, *, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    """Raw UTF-8 like the real providers (aiohttp's default would escape every non-ASCII char)."""
+    return web.json_response(
+        payload, status=status, headers=headers, dumps=lambda v: json.dumps(v, ensure_ascii=False)
+    )
+
+
+def _drop(request: web.Request) -> None:
+    """Close the TCP connection without an HTTP response, as a crashed proxy would."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex[:24]
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return "".join(
+                part.get("text", "")
+                for part in content
+                if isinstance(part, dict) and part.get("type") == "text"
+            )
+    return ""
