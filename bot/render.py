@@ -260,7 +260,7 @@ def _longest_fitting_prefix(line: str, fits: Callable[[str], bool]) -> int:
         else:
             high = middle - 1
     cut = low
-    while cut > 1 and not _is_grapheme_boundary(line, cut):
+    while cut > 1 and not is_grapheme_boundary(line, cut):
         cut -= 1
     space = line.rfind(" ", 0, cut)
     if space > cut * 3 // 4:
@@ -271,7 +271,7 @@ def _longest_fitting_prefix(line: str, fits: Callable[[str], bool]) -> int:
 _ZWJ = "\u200d"
 
 
-def _is_grapheme_boundary(text: str, index: int) -> bool:
+def is_grapheme_boundary(text: str, index: int) -> bool:
     """Whether a cut between text[index-1] and text[index] keeps grapheme clusters whole.
 
     An approximation of UAX #29 that covers what models produce: combining marks, ZWJ emoji

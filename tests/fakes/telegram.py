@@ -353,6 +353,7 @@ class _InjectedError:
     count: int
     retry_after: int | None
     description: str | None
+    status: int | None = None
 
 
 class _ApiError(Exception):
@@ -544,9 +545,14 @@ class FakeTelegram:
         count: int = 1,
         retry_after: int | None = None,
         description: str | None = None,
+        status: int | None = None,
     ) -> None:
-        """Make the next `count` calls of `method` fail (429 with retry_after, else 400)."""
-        self._injected[method] = _InjectedError(count, retry_after, description)
+        """Make the next `count` calls of `method` fail (429 with retry_after, else 400).
+
+        `status` (e.g. 502) answers that HTTP status instead, as a broken proxy in front of the
+        Bot API would: PTB turns it into a NetworkError.
+        """
+        self._injected[method] = _InjectedError(count, retry_after, description, status)
 
     # ---- HTTP -------------------------------------------------------------------------------
 
@@ -580,6 +586,8 @@ class FakeTelegram:
                 f"Too Many Requests: retry after {injected.retry_after}",
                 {"retry_after": injected.retry_after},
             )
+        if injected.status is not None:
+            raise _ApiError(injected.status, injected.description or "Bad Gateway")
         raise _ApiError(400, injected.description or "Bad Request: injected error")
 
     # ---- methods ----------------------------------------------------------------------------

@@ -1,0 +1,475 @@
+"""StreamingReply: a model's answer growing in a Telegram chat, within Telegram's limits.
+
+While the model generates, the reply is shown as PLAIN text (partial markdown is usually
+invalid HTML) by editing the message at most once per `edit_interval` per message, from a
+background task, so the model stream never waits on Telegram. When the text outgrows one
+message, it continues in a new one. At the end the whole answer is rendered from markdown to
+Telegram HTML and split into pieces that fit; each piece falls back to plain text if Telegram
+refuses its HTML.
+
+Telegram's flood control punishes retrying during a penalty by extending it, so a RetryAfter
+is never retried early: intermediate updates are skipped until the penalty ends, the final
+text waits it out and is then sent once. "Message is not modified" is success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dtm
+import html
+import secrets
+import time
+from dataclasses import dataclass
+
+import structlog
+from telegram import Bot, ReplyParameters
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
+
+from bot.render import (
+    TELEGRAM_TEXT_LIMIT,
+    is_grapheme_boundary,
+    plain_text,
+    render_html,
+    split_for_telegram,
+    utf16_len,
+)
+
+log = structlog.get_logger("bot.streaming")
+
+TYPING_REPEAT_S = 4.0  # Telegram shows a chat action for about 5 s
+FINAL_ATTEMPTS = 3  # network errors on the final text: tries per piece
+FINAL_BACKOFF_S = (0.5, 1.0, 2.0)
+MAX_PENALTY_WAITS = 5  # RetryAfter rounds waited out per final piece before giving up
+
+
+@dataclass
+class _Shown:
+    """One Telegram message of this reply and the text it currently shows."""
+
+    message_id: int
+    text: str
+    changed_at: float  # when it was sent or last edited (monotonic)
+
+
+@dataclass(frozen=True)
+class _FinalPiece:
+    plain: str
+    html: str | None = None
+
+
+class StreamingReply:
+    """Show one streamed answer in a chat; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        bot: Bot,
+        chat_id: int,
+        *,
+        reply_to_message_id: int | None = None,
+        edit_interval: float = 1.0,
+        use_drafts: bool = False,
+        message_thread_id: int | None = None,
+        limit: int = TELEGRAM_TEXT_LIMIT,
+    ) -> None:
+        self._bot = bot
+        self._chat_id = chat_id
+        self._reply_to = reply_to_message_id
+        self._interval = edit_interval
+        self._use_drafts = use_drafts
+        self._thread_id = message_thread_id
+        self._limit = limit
+        self._draft_id = secrets.randbelow(2**31 - 2) + 1
+
+        self._text = ""  # everything appended since the last restart
+        self._prefix = ""  # a restart note shown above the new text while streaming
+        self._shown: list[_Shown] = []
+        self._draft_shown = ""
+        self._draft_at = float("-inf")
+        self._last_send_at = float("-inf")
+        self._blocked_until = 0.0  # end of a flood-control penalty (monotonic)
+        self._got_text = asyncio.Event()
+        self._dirty = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._typing: asyncio.Task[None] | None = None
+        self._done = False
+
+    # ---- public API -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Show "typing…" until the first text arrives, and start the background flusher."""
+        self._typing = asyncio.create_task(self._keep_typing())
+        self._flusher = asyncio.create_task(self._flush_loop())
+
+    async def append(self, text_piece: str) -> None:
+        """Add streamed text; it appears with the next allowed edit."""
+        if not text_piece or self._done:
+            return
+        self._text += text_piece
+        self._got_text.set()
+        self._dirty.set()
+
+    async def restart(self, note: str) -> None:
+        """The model failed mid-stream and another one starts over: drop the shown text."""
+        self._text = ""
+        self._prefix = f"{note}\n\n" if self._shown or self._draft_shown else ""
+        self._dirty.set()
+
+    async def finish(self, final_markdown: str, footer: str | None = None) -> list[int]:
+        """Replace the streamed text by the formatted answer; returns the final message ids."""
+        await self._stop_background()
+        budget = self._limit - (utf16_len(footer) + 2 if footer else 0)
+        pieces = [
+            _FinalPiece(plain=plain_text(part), html=render_html(part))
+            for part in split_for_telegram(final_markdown, budget)
+        ]
+        pieces = [p for p in pieces if p.plain]
+        if footer:
+            if pieces:
+                last = pieces[-1]
+                pieces[-1] = _FinalPiece(
+                    plain=f"{last.plain}\n\n{footer}",
+                    html=f"{last.html}\n\n<i>{html.escape(footer, quote=False)}</i>",
+                )
+            else:
+                pieces = [_FinalPiece(plain=footer, html=None)]
+        if not pieces:
+            log.warning("empty_final_text", chat_id=self._chat_id)
+            return [m.message_id for m in self._shown]
+        return await self._deliver(pieces)
+
+    async def fail(self, note: str) -> list[int]:
+        """Stop with an error note, keeping the text shown so far."""
+        return await self._finish_plain(note)
+
+    async def cancelled(self, note: str) -> list[int]:
+        """The user pressed /cancel: keep what was shown and say it was stopped."""
+        return await self._finish_plain(note)
+
+    # ---- streaming (background) -------------------------------------------------------------
+
+    def _display(self) -> str:
+        return self._prefix + self._text
+
+    async def _keep_typing(self) -> None:
+        while not self._got_text.is_set() and not self._closing.is_set():
+            try:
+                await self._bot.send_chat_action(
+                    self._chat_id, ChatAction.TYPING, message_thread_id=self._thread_id
+                )
+            except TelegramError as error:
+                log.info("typing_action_failed", chat_id=self._chat_id, error=str(error))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._got_text.wait(), TYPING_REPEAT_S)
+
+    async def _flush_loop(self) -> None:
+        """Bring Telegram in line with the text, one request at a time, within the limits."""
+        while not self._closing.is_set():
+            await self._wait_for(self._dirty)
+            if self._closing.is_set():
+                return
+            delay = self._next_step_delay()
+            if delay is None:
+                self._dirty.clear()
+                continue
+            if delay > 0:
+                await self._sleep(delay)
+                continue
+            await self._step()
+
+    def _segments(self) -> list[str]:
+        return [s for s in plain_segments(self._display(), self._limit) if s.strip()]
+
+    def _next_step_delay(self) -> float | None:
+        """Seconds until the next useful request may be made; None if nothing is pending."""
+        now = time.monotonic()
+        segments = self._segments()
+        if self._drafting():
+            current = segments[-1] if segments else ""
+            if not current.strip() or current.strip() == self._draft_shown.strip():
+                return None
+            ready = max(self._draft_at + self._interval, self._blocked_until)
+            return max(0.0, ready - now)
+        pending: list[float] = []
+        for index, segment in enumerate(segments):
+            if index < len(self._shown):
+                shown = self._shown[index]
+                if shown.text.strip() != segment.strip():
+                    pending.append(shown.changed_at + self._interval)
+            else:
+                pending.append(self._last_send_at + self._interval)
+                break
+        if len(self._shown) > len(segments):
+            pending.append(now)  # stale messages after a restart: delete them
+        if not pending:
+            return None
+        return max(0.0, max(min(pending), self._blocked_until) - now)
+
+    async def _step(self) -> None:
+        """Make the single most useful request that is allowed now."""
+        now = time.monotonic()
+        segments = self._segments()
+        try:
+            if self._drafting():
+                await self._send_draft(segments[-1])
+                return
+            for index, segment in enumerate(segments):
+                if index < len(self._shown):
+                    shown = self._shown[index]
+                    if shown.text.strip() != segment.strip():
+                        if now >= shown.changed_at + self._interval:
+                            await self._edit_plain(shown, segment)
+                            return
+                elif now >= self._last_send_at + self._interval:
+                    await self._send_plain(segment)
+                    return
+                else:
+                    break
+            if len(self._shown) > len(segments):
+                stale = self._shown.pop()
+                with contextlib.suppress(TelegramError):
+                    await self._bot.delete_message(self._chat_id, stale.message_id)
+        except RetryAfter as error:
+            self._penalise(error)
+        except BadRequest as error:
+            log.info("stream_update_refused", chat_id=self._chat_id, error=error.message)
+        except Forbidden as error:
+            log.warning("stream_forbidden", chat_id=self._chat_id, error=error.message)
+            self._closing.set()
+        except TelegramError as error:
+            # Intermediate text is best effort: the final text is what must arrive.
+            log.info("stream_update_failed", chat_id=self._chat_id, error=str(error))
+
+    def _drafting(self) -> bool:
+        return self._use_drafts and not self._shown
+
+    async def _send_draft(self, text: str) -> None:
+        self._draft_at = time.monotonic()
+        try:
+            await self._bot.send_message_draft(
+                self._chat_id, self._draft_id, text, message_thread_id=self._thread_id
+            )
+        except RetryAfter:
+            raise
+        except TelegramError as error:
+            log.info("drafts_unavailable_using_edits", chat_id=self._chat_id, error=str(error))
+            self._use_drafts = False
+            return
+        self._draft_shown = text
+
+    async def _send_plain(self, text: str) -> None:
+        self._last_send_at = time.monotonic()
+        message = await self._bot.send_message(
+            self._chat_id,
+            text,
+            reply_parameters=self._reply_parameters(first=not self._shown),
+            message_thread_id=self._thread_id,
+        )
+        self._last_send_at = time.monotonic()
+        self._shown.append(_Shown(message.message_id, text, self._last_send_at))
+
+    async def _edit_plain(self, shown: _Shown, text: str) -> None:
+        shown.changed_at = time.monotonic()
+        try:
+            await self._bot.edit_message_text(text, self._chat_id, shown.message_id)
+        except BadRequest as error:
+            if _is_not_modified(error):
+                shown.text = text
+                return
+            if _is_gone(error):
+                # The user deleted it; later text goes to a fresh message.
+                self._shown.remove(shown)
+                return
+            raise
+        shown.text = text
+
+    # ---- the final text ---------------------------------------------------------------------
+
+    async def _finish_plain(self, note: str) -> list[int]:
+        await self._stop_background()
+        kept = self._display().rstrip()
+        text = f"{kept}\n\n{note}" if kept.strip() else note
+        pieces = [_FinalPiece(plain=s) for s in plain_segments(text, self._limit) if s.strip()]
+        return await self._deliver(pieces)
+
+    async def _stop_background(self) -> None:
+        """Stop typing and the flusher, letting an in-flight request finish (cancelling a
+        send midway could leave a message we do not know about: a duplicate later)."""
+        self._done = True
+        self._closing.set()
+        for task in (self._typing, self._flusher):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(task)
+
+    async def _deliver(self, pieces: list[_FinalPiece]) -> list[int]:
+        """Edit the streamed messages into the final pieces, send the rest, drop extras."""
+        ids: list[int] = []
+        for index, piece in enumerate(pieces):
+            shown = self._shown[index] if index < len(self._shown) else None
+            message_id = await self._deliver_piece(piece, shown)
+            if message_id is not None:
+                ids.append(message_id)
+        for stale in self._shown[len(pieces) :]:
+            try:
+                await self._bot.delete_message(self._chat_id, stale.message_id)
+            except TelegramError as error:
+                log.info("stale_message_not_deleted", chat_id=self._chat_id, error=str(error))
+        self._shown = self._shown[: len(pieces)]
+        return ids
+
+    async def _deliver_piece(self, piece: _FinalPiece, shown: _Shown | None) -> int | None:
+        use_html = piece.html is not None
+        failures = 0
+        penalties = 0
+        while True:
+            await self._wait_allowed(shown)
+            text = piece.html if use_html and piece.html is not None else piece.plain
+            mode = ParseMode.HTML if use_html else None
+            try:
+                if shown is not None:
+                    shown.changed_at = time.monotonic()
+                    await self._bot.edit_message_text(
+                        text, self._chat_id, shown.message_id, parse_mode=mode
+                    )
+                    shown.text = piece.plain
+                    return shown.message_id
+                self._last_send_at = time.monotonic()
+                message = await self._bot.send_message(
+                    self._chat_id,
+                    text,
+                    parse_mode=mode,
+                    reply_parameters=self._reply_parameters(first=not self._shown),
+                    message_thread_id=self._thread_id,
+                )
+                self._last_send_at = time.monotonic()
+                self._shown.append(_Shown(message.message_id, piece.plain, self._last_send_at))
+                return message.message_id
+            except RetryAfter as error:
+                self._penalise(error)
+                penalties += 1
+                if penalties > MAX_PENALTY_WAITS:
+                    log.error("final_text_given_up_flood", chat_id=self._chat_id)
+                    return None
+            except BadRequest as error:
+                if shown is not None and _is_not_modified(error):
+                    return shown.message_id
+                if shown is not None and _is_gone(error):
+                    self._shown.remove(shown)
+                    shown = None
+                    continue
+                if use_html:
+                    # Can't parse entities (or anything else about the HTML): plain text.
+                    log.info("final_html_refused", chat_id=self._chat_id, error=error.message)
+                    use_html = False
+                    continue
+                log.error("final_text_refused", chat_id=self._chat_id, error=error.message)
+                return None
+            except Forbidden as error:
+                log.warning("final_text_forbidden", chat_id=self._chat_id, error=error.message)
+                return None
+            except TelegramError as error:
+                failures += 1
+                log.warning(
+                    "final_text_send_failed",
+                    chat_id=self._chat_id,
+                    attempt=failures,
+                    error=str(error),
+                )
+                if failures >= FINAL_ATTEMPTS:
+                    return None
+                await asyncio.sleep(FINAL_BACKOFF_S[min(failures, len(FINAL_BACKOFF_S)) - 1])
+
+    async def _wait_allowed(self, shown: _Shown | None) -> None:
+        """Sleep until the penalty is over and this message (or this chat) may change again."""
+        if shown is not None:
+            ready = shown.changed_at + self._interval
+        else:
+            ready = self._last_send_at + self._interval
+        delay = max(ready, self._blocked_until) - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _penalise(self, error: RetryAfter) -> None:
+        seconds = _seconds(error.retry_after)
+        self._blocked_until = max(self._blocked_until, time.monotonic() + seconds)
+        log.warning("telegram_flood_control", chat_id=self._chat_id, retry_after_s=seconds)
+
+    def _reply_parameters(self, *, first: bool) -> ReplyParameters | None:
+        if not first or self._reply_to is None:
+            return None
+        return ReplyParameters(self._reply_to, allow_sending_without_reply=True)
+
+    async def _wait_for(self, event: asyncio.Event) -> None:
+        """Wait for `event` or for closing, whichever comes first."""
+        if event.is_set() or self._closing.is_set():
+            return
+        waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._closing.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), seconds)
+
+
+def plain_segments(text: str, limit: int) -> list[str]:
+    """Cut plain text into consecutive pieces of at most `limit` UTF-16 units.
+
+    Cuts at the last newline in the window, else the last space, else a grapheme boundary.
+    Greedy and deterministic, so a segment that is full stays the same as the text grows: a
+    message that has been filled never changes its first part.
+    """
+    segments: list[str] = []
+    start = 0
+    while start < len(text):
+        end = _window_end(text, start, limit)
+        if end >= len(text):
+            segments.append(text[start:])
+            break
+        cut = text.rfind("\n", start, end)
+        if cut <= start + (end - start) // 2:
+            space = text.rfind(" ", start, end)
+            cut = space if space > start + (end - start) // 2 else -1
+        if cut > start:
+            cut += 1  # keep the newline or space with the first segment
+        else:
+            cut = end
+            while cut > start + 1 and not is_grapheme_boundary(text, cut):
+                cut -= 1
+        segments.append(text[start:cut])
+        start = cut
+    return segments
+
+
+def _window_end(text: str, start: int, limit: int) -> int:
+    """The largest index such that text[start:index] is at most `limit` UTF-16 units."""
+    units = 0
+    index = start
+    while index < len(text):
+        units += 2 if ord(text[index]) > 0xFFFF else 1
+        if units > limit:
+            return index
+        index += 1
+    return index
+
+
+def _seconds(value: int | float | dtm.timedelta) -> float:
+    if isinstance(value, dtm.timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+def _is_not_modified(error: BadRequest) -> bool:
+    return "message is not modified" in error.message.lower()
+
+
+def _is_gone(error: BadRequest) -> bool:
+    return "message to edit not found" in error.message.lower()

@@ -1,0 +1,339 @@
+"""StreamingReply against the fake Bot API with the real python-telegram-bot Bot.
+
+Timing claims are checked on the fake's own receipt times (gaps between the requests it saw),
+as counts and ratios, never as assertions on how fast our code runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from telegram import Bot
+
+import bot.streaming as streaming
+from bot.render import plain_text, split_for_telegram, utf16_len
+from bot.streaming import StreamingReply, plain_segments
+from tests.fakes.telegram import NOT_MODIFIED, FakeTelegram
+
+TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
+MARKDOWN_DIR = TESTDATA / "tg-markdown" / "telegramify-markdown"
+TOKEN = "123456:TEST-TOKEN"
+CHAT = 4242
+FAST = 0.15  # edit interval for tests that are not about the 1 s limit itself
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram(token=TOKEN) as fake:
+        yield fake
+
+
+@pytest.fixture
+async def bot(tg: FakeTelegram) -> AsyncIterator[Bot]:
+    async with Bot(TOKEN, base_url=tg.base_url) as real_bot:
+        yield real_bot
+
+
+async def _stream(reply: StreamingReply, text: str, *, chunk: int, pause: float) -> None:
+    for start in range(0, len(text), chunk):
+        await reply.append(text[start : start + chunk])
+        await asyncio.sleep(pause)
+
+
+def _content(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+async def test_streamed_reply_types_then_edits_then_formats(bot: Bot, tg: FakeTelegram) -> None:
+    reply = StreamingReply(bot, CHAT, reply_to_message_id=7, edit_interval=FAST)
+    await reply.start()
+    await tg.wait_for(lambda: bool(tg.calls_of("sendChatAction")))
+    assert not tg.calls_of("sendMessage")  # nothing is sent before the first text
+    await _stream(reply, "Hello **world**, this is a streamed answer.", chunk=4, pause=0.03)
+    await tg.wait_for(lambda: bool(tg.calls_of("editMessageText")))
+    ids = await reply.finish("Hello **world**, this is a streamed answer.")
+
+    [message] = tg.bot_messages(CHAT)
+    assert ids == [message.message_id]
+    assert message.text == "Hello world, this is a streamed answer."
+    assert message.parse_mode == "HTML"
+    assert [e["type"] for e in message.entities] == ["bold"]
+    assert message.reply_to_message_id == 7
+    first_send = tg.calls_of("sendMessage")[0]
+    assert "parse_mode" not in first_send.params  # streamed as plain text
+    assert tg.calls_of("sendChatAction")[0].at < first_send.at
+    assert len(tg.calls_of("sendMessage")) == 1
+
+
+async def test_edits_are_throttled_per_message(bot: Bot, tg: FakeTelegram) -> None:
+    """Many appends, few edits, and edits of one message spaced by the interval."""
+    interval = 0.3
+    reply = StreamingReply(bot, CHAT, edit_interval=interval)
+    await reply.start()
+    appends = 80
+    await _stream(reply, "word " * appends, chunk=5, pause=0.02)
+    await reply.finish("word " * appends)
+    edits = tg.calls_of("editMessageText")
+    assert 2 <= len(edits) <= appends // 4
+    gaps = _gaps([tg.calls_of("sendMessage")[0].at] + [e.at for e in edits])
+    # Receipt times may jitter a little; the spacing must still be about the interval.
+    assert min(gaps) >= interval * 0.8
+
+
+async def test_one_edit_per_second_passes_telegrams_flood_control(
+    bot: Bot, tg: FakeTelegram
+) -> None:
+    tg.enforce_flood_limits = True
+    reply = StreamingReply(bot, CHAT, edit_interval=1.0)
+    await reply.start()
+    answer = " ".join(f"token{i}" for i in range(120))
+    await _stream(reply, answer, chunk=12, pause=0.025)
+    await reply.finish(answer)
+    assert tg.flood_violations == []
+    assert tg.bot_messages(CHAT)[0].text == answer
+    assert tg.bot_messages(CHAT)[0].edits >= 2
+
+
+async def test_retry_after_on_intermediate_edit_is_not_retried_early(
+    bot: Bot, tg: FakeTelegram
+) -> None:
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST)
+    await reply.start()
+    await reply.append("first part")
+    await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)))
+    tg.inject_error("editMessageText", retry_after=1)
+    await _stream(reply, " and more text" * 10, chunk=7, pause=0.02)
+    await tg.wait_for(lambda: any(not c.ok for c in tg.calls_of("editMessageText")))
+    await reply.finish("first part" + " and more text" * 10)
+
+    edits = tg.calls_of("editMessageText")
+    refused = next(c for c in edits if not c.ok)
+    later = [c for c in edits if c.at > refused.at]
+    assert later, "the final text must still arrive"
+    assert min(c.at for c in later) - refused.at >= 0.95  # waited out the whole penalty
+    [message] = tg.bot_messages(CHAT)
+    assert message.text == "first part" + " and more text" * 10
+
+
+async def test_retry_after_on_final_send_waits_and_sends_once(bot: Bot, tg: FakeTelegram) -> None:
+    """A reply whose final messages meet a flood penalty: no duplicate, nothing lost."""
+    markdown = (MARKDOWN_DIR / "t_longtext.md").read_text()
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST)
+    await reply.start()
+    tg.inject_error("sendMessage", count=2, retry_after=1)
+    ids = await reply.finish(markdown)
+
+    sends = tg.calls_of("sendMessage")
+    assert [c.ok for c in sends[:2]] == [False, False]
+    assert sends[2].at - sends[1].at >= 0.95
+    assert sends[1].at - sends[0].at >= 0.95
+    messages = tg.bot_messages(CHAT)
+    assert [m.message_id for m in messages] == ids
+    assert len(ids) == len({c.params["text"] for c in sends if c.ok})  # each piece once
+    assert _content("".join(m.text for m in messages)) == _content(plain_text(markdown))
+
+
+async def test_retry_after_on_final_edit(bot: Bot, tg: FakeTelegram) -> None:
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST)
+    await reply.start()
+    await reply.append("partial *text")
+    await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)))
+    tg.inject_error("editMessageText", count=1, retry_after=1)
+    ids = await reply.finish("partial *text* done")
+    [message] = tg.bot_messages(CHAT)
+    assert ids == [message.message_id]
+    assert message.text == "partial text done"
+    refused, accepted = tg.calls_of("editMessageText")
+    assert accepted.at - refused.at >= 0.95
+
+
+async def test_long_reply_continues_in_new_messages(bot: Bot, tg: FakeTelegram) -> None:
+    markdown = "\n\n".join(
+        (MARKDOWN_DIR / name).read_text() for name in ("exp2.md", "t_longtext.md")
+    )
+    assert utf16_len(markdown) > 4 * 4096
+    reply = StreamingReply(bot, CHAT, edit_interval=0.05)
+    await reply.start()
+    await _stream(reply, markdown, chunk=600, pause=0.01)
+    await tg.wait_for(lambda: len(tg.bot_messages(CHAT)) >= 3)  # grew past the limit
+    streamed = [m.text for m in tg.bot_messages(CHAT)]
+    assert all(utf16_len(t) <= 4096 for t in streamed)
+    ids = await reply.finish(markdown)
+
+    messages = tg.bot_messages(CHAT)
+    assert [m.message_id for m in messages] == ids
+    assert len(ids) >= 4
+    assert all(utf16_len(m.text) <= 4096 for m in messages)
+    shown = "".join(m.text for m in messages)
+    # Every word arrives, in order (pieces refused as HTML arrive as plain text).
+    expected = "".join(plain_text(piece) for piece in split_for_telegram(markdown))
+    assert _content(shown) == _content(expected)
+
+
+async def test_parse_error_falls_back_to_plain_text(bot: Bot, tg: FakeTelegram) -> None:
+    """exp1.md (real MarkdownV2 stress input) renders to HTML Telegram refuses."""
+    markdown = (MARKDOWN_DIR / "exp1.md").read_text()
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST)
+    await reply.start()
+    await reply.append(markdown[:200])
+    await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)))
+    ids = await reply.finish(markdown)
+
+    refused = [c for c in tg.calls if c.error and "can't parse entities" in c.error]
+    assert refused
+    [message] = tg.bot_messages(CHAT)
+    assert ids == [message.message_id]
+    assert message.parse_mode is None
+    assert message.text == plain_text(markdown)
+
+
+async def test_not_modified_counts_as_success(bot: Bot, tg: FakeTelegram) -> None:
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST)
+    await reply.start()
+    await reply.append("plain words only")
+    await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)))
+    ids = await reply.finish("plain words only")
+    [message] = tg.bot_messages(CHAT)
+    assert ids == [message.message_id]
+    assert [c.error for c in tg.calls_of("editMessageText")] == [NOT_MODIFIED]
+    assert len(tg.calls_of("sendMessage")) == 1
+
+
+async def test_restart_discards_shown_text_and_stale_messages(bot: Bot, tg: FakeTelegram) -> None:
+    reply = StreamingReply(bot, CHAT, edit_interval=0.05)
+    await reply.start()
+    await _stream(reply, "first model text " * 600, chunk=500, pause=0.01)  # > 2 messages
+    await tg.wait_for(lambda: len(tg.bot_messages(CHAT)) >= 2)
+    await reply.restart("⚠️ The model failed; continuing with another one.")
+    await reply.append("second model answer")
+    await tg.wait_for(lambda: len(tg.bot_messages(CHAT)) == 1)
+    await tg.wait_for(lambda: "second model answer" in tg.bot_messages(CHAT)[0].text)
+    assert tg.bot_messages(CHAT)[0].text.startswith("⚠️ The model failed")
+    ids = await reply.finish("second model **answer**", footer="answered by Claude (fallback)")
+    [message] = tg.bot_messages(CHAT)
+    assert ids == [message.message_id]
+    assert message.text == "second model answer\n\nanswered by Claude (fallback)"
+    italic = [e for e in message.entities if e["type"] == "italic"]
+    assert italic and italic[0]["length"] == utf16_len("answered by Claude (fallback)")
+
+
+async def test_footer_goes_on_the_last_piece_within_the_limit(bot: Bot, tg: FakeTelegram) -> None:
+    paragraph = "A reasonably long paragraph of model output. " * 20
+    markdown = "\n\n".join([paragraph] * 12)
+    reply = StreamingReply(bot, CHAT, edit_interval=0.05)
+    await reply.start()
+    footer = "answered by GPT-4.1 (fallback) 🤖"
+    ids = await reply.finish(markdown, footer=footer)
+    messages = tg.bot_messages(CHAT)
+    assert len(ids) >= 2
+    assert messages[-1].text.endswith(footer)
+    assert all(not m.text.endswith(footer) for m in messages[:-1])
+    assert all(utf16_len(m.text) <= 4096 for m in messages)
+
+
+async def test_drafts_stream_then_one_final_message(bot: Bot, tg: FakeTelegram) -> None:
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST, use_drafts=True)
+    await reply.start()
+    await _stream(reply, "drafted answer text " * 10, chunk=20, pause=0.03)
+    await tg.wait_for(lambda: len(tg.drafts(CHAT)) >= 2)
+    assert tg.bot_messages(CHAT) == []
+    ids = await reply.finish("drafted answer text " * 10)
+    drafts = tg.drafts(CHAT)
+    assert len({d["draft_id"] for d in drafts}) == 1
+    assert not tg.calls_of("editMessageText")
+    [message] = tg.bot_messages(CHAT)
+    assert ids == [message.message_id]
+    assert message.text == ("drafted answer text " * 10).strip()
+
+
+async def test_drafts_refused_fall_back_to_edits(bot: Bot, tg: FakeTelegram) -> None:
+    group = -100555
+    reply = StreamingReply(bot, group, edit_interval=FAST, use_drafts=True)
+    await reply.start()
+    await _stream(reply, "group answer " * 10, chunk=13, pause=0.03)
+    await tg.wait_for(lambda: bool(tg.calls_of("editMessageText")))
+    await reply.finish("group answer " * 10)
+    assert [c.ok for c in tg.calls_of("sendMessageDraft")] == [False]
+    assert tg.bot_messages(group)[0].text == ("group answer " * 10).strip()
+    assert len(tg.bot_messages(group)) == 1
+
+
+async def test_network_errors_on_intermediate_edits_are_skipped(bot: Bot, tg: FakeTelegram) -> None:
+    reply = StreamingReply(bot, CHAT, edit_interval=0.05)
+    await reply.start()
+    await reply.append("start")
+    await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)))
+    tg.inject_error("editMessageText", count=2, status=502)
+    await _stream(reply, " more" * 30, chunk=5, pause=0.02)
+    await reply.finish("start" + " more" * 30)
+    assert [c.ok for c in tg.calls_of("editMessageText")][:2] == [False, False]
+    assert tg.bot_messages(CHAT)[0].text == "start" + " more" * 30
+
+
+async def test_final_text_retries_network_errors_a_bounded_number_of_times(
+    bot: Bot, tg: FakeTelegram, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(streaming, "FINAL_BACKOFF_S", (0.05, 0.1))
+    reply = StreamingReply(bot, CHAT, edit_interval=0.05)
+    await reply.start()
+    tg.inject_error("sendMessage", count=2, status=502)
+    assert await reply.finish("arrives after two failures")
+    assert [c.ok for c in tg.calls_of("sendMessage")] == [False, False, True]
+
+    other = StreamingReply(bot, CHAT + 1, edit_interval=0.05)
+    await other.start()
+    tg.inject_error("sendMessage", count=10, status=502)
+    assert await other.finish("never arrives") == []
+    assert len(tg.calls_of("sendMessage")) == 3 + streaming.FINAL_ATTEMPTS
+
+
+async def test_fail_and_cancel_keep_shown_text_and_add_a_note(bot: Bot, tg: FakeTelegram) -> None:
+    for chat, method, note in ((1, "fail", "All models failed."), (2, "cancelled", "Stopped.")):
+        reply = StreamingReply(bot, chat, edit_interval=0.05)
+        await reply.start()
+        await reply.append("half an answer with *unclosed")
+        await tg.wait_for(lambda c=chat: bool(tg.bot_messages(c)))
+        await getattr(reply, method)(note)
+        [message] = tg.bot_messages(chat)
+        assert message.text == f"half an answer with *unclosed\n\n{note}"
+        assert message.parse_mode is None
+
+    quiet = StreamingReply(bot, 3, edit_interval=0.05)
+    await quiet.start()
+    await quiet.fail("Nothing shown yet.")
+    assert [m.text for m in tg.bot_messages(3)] == ["Nothing shown yet."]
+
+
+async def test_typing_repeats_until_the_first_text(
+    bot: Bot, tg: FakeTelegram, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(streaming, "TYPING_REPEAT_S", 0.05)
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST)
+    await reply.start()
+    await tg.wait_for(lambda: len(tg.calls_of("sendChatAction")) >= 3)
+    await reply.append("now text")
+    await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)))
+    typed = len(tg.calls_of("sendChatAction"))
+    await asyncio.sleep(0.3)
+    assert len(tg.calls_of("sendChatAction")) <= typed + 1
+    await reply.finish("now text")
+
+
+def test_plain_segments_are_stable_as_text_grows() -> None:
+    text = (MARKDOWN_DIR / "t_longtext.md").read_text()
+    final = plain_segments(text, 1000)
+    assert "".join(final) == text
+    assert all(utf16_len(s) <= 1000 for s in final)
+    for end in range(1000, len(text), 777):
+        growing = plain_segments(text[:end], 1000)
+        # Every segment but the last (still filling) is already final.
+        assert growing[:-1] == final[: len(growing) - 1]
