@@ -1,0 +1,240 @@
+"""kill -9 of the real bot process (`python -m bot`) while consolidation is in flight, and right
+after a commit: no message is lost and no consolidation is applied twice.
+
+The bot runs as a subprocess against the fake Telegram Bot API and the fake providers, all on
+127.0.0.1 in this test process. The database is inspected with plain sqlite3 between runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory.db import Database
+from memory.store import Store
+from tests.consolidation_stack import GOOD_ARGS, KEYS, WIRE, good_call
+from tests.fakes.providers import FakeProvider, Fault
+from tests.fakes.telegram import FakeTelegram
+from tests.memory_sessions import SettableClock, oasst_multilingual, store_session
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = "123456:TEST-TOKEN"
+USER = 4242
+HEAD = "llama-3.3-70b-versatile"
+
+
+class Fakes:
+    def __init__(self) -> None:
+        self.tg = FakeTelegram(token=TOKEN, bot_username="mnemo_test_bot")
+        self.groq = FakeProvider("groq")
+        self.openai = FakeProvider("openai")
+        self.anthropic = FakeProvider("anthropic")
+
+    async def start(self) -> None:
+        for server in (self.tg, self.groq, self.openai, self.anthropic):
+            await server.start()
+        for provider in (self.groq, self.openai, self.anthropic):
+            provider.set_default("*", good_call())
+
+    async def stop(self) -> None:
+        for server in (self.tg, self.groq, self.openai, self.anthropic):
+            await server.stop()
+
+    def head_requests(self) -> list[Any]:
+        return [r for r in self.groq.requests if r.model == WIRE[HEAD]]
+
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[Fakes]:
+    servers = Fakes()
+    await servers.start()
+    yield servers
+    await servers.stop()
+
+
+def bot_env(fakes: Fakes, db_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    env |= {
+        "PYTHONPATH": str(REPO),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_OFFLINE_MODE": "true",
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        "TELEGRAM_BASE_URL": fakes.tg.base_url,
+        "ALLOWED_USER_IDS": str(USER),
+        "DATABASE_PATH": str(db_path),
+        "GROQ_API_KEY": KEYS["groq"],
+        "GROQ_API_BASE": fakes.groq.base_url,
+        "OPENAI_API_KEY": KEYS["openai"],
+        "OPENAI_API_BASE": fakes.openai.base_url,
+        "ANTHROPIC_API_KEY": KEYS["anthropic"],
+        "ANTHROPIC_API_BASE": fakes.anthropic.base_url,
+        "CONSOLIDATION_TIMEOUT": "60",
+        "CONSOLIDATION_RETRY_DELAYS": "1",
+        "SHUTDOWN_GRACE_SECONDS": "1",
+        "LOG_FORMAT": "json",
+        "LOG_LEVEL": "INFO",
+    }
+    return env
+
+
+@asynccontextmanager
+async def bot_process(
+    fakes: Fakes, db_path: Path, log_path: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    with log_path.open("ab") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot",
+            cwd=db_path.parent,  # no stray .env
+            env=bot_env(fakes, db_path),
+            stdout=log,
+            stderr=log,
+        )
+        try:
+            yield proc
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 30.0) -> None:
+    for _ in range(int(limit_s / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def query(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    conn = sqlite3.connect(db_path, timeout=10)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def job_state(db_path: Path) -> str | None:
+    rows = query(db_path, "SELECT state FROM consolidation_jobs ORDER BY id")
+    return rows[-1]["state"] if rows else None
+
+
+async def seed_session(db_path: Path) -> list[str]:
+    """A real multilingual 60-message session, stored before the bot starts."""
+    db = await Database.open(db_path)
+    try:
+        clock = SettableClock()
+        stored = await store_session(Store(db, clock), clock, USER, oasst_multilingual(60))
+    finally:
+        await db.close()
+    return [m.content for m in stored]
+
+
+async def send_new(fakes: Fakes) -> None:
+    fakes.tg.push(fakes.tg.make_text_update(USER, USER, "/new"))
+    await fakes.tg.wait_for(
+        lambda: any(m.text == "New session started." for m in fakes.tg.bot_messages(USER)),
+        timeout=30,
+    )
+
+
+def transcript_of(request: Any) -> str:
+    return request.body["messages"][-1]["content"]
+
+
+async def test_kill_during_consolidation_then_restart_completes_once(
+    fakes: Fakes, tmp_path: Path
+) -> None:
+    db_path = tmp_path / "bot.sqlite3"
+    log_path = tmp_path / "bot.log"
+    contents = await seed_session(db_path)
+    fakes.groq.set_default(WIRE[HEAD], Fault("hang"))  # consolidation stays in flight
+
+    async with bot_process(fakes, db_path, log_path) as proc:
+        await send_new(fakes)
+        await wait_until(lambda: len(fakes.head_requests()) >= 1, "the consolidation request")
+        os.kill(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+    # Killed mid-flight: the job is still marked running, every message is still there.
+    assert job_state(db_path) == "running"
+    assert [r["content"] for r in query(db_path, "SELECT content FROM messages ORDER BY id")] == (
+        contents
+    )
+    assert query(db_path, "SELECT * FROM history_entries") == []
+
+    fakes.groq.set_default(WIRE[HEAD], good_call())
+    before = len(fakes.head_requests())
+    async with bot_process(fakes, db_path, log_path) as proc:
+        await wait_until(lambda: job_state(db_path) == "done", "the resumed job", 60)
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 30)
+
+    history = query(db_path, "SELECT entry, model_id, message_count FROM history_entries")
+    assert [(h["entry"], h["model_id"], h["message_count"]) for h in history] == [
+        (GOOD_ARGS["history_entry"], HEAD, 60)
+    ]
+    memory = query(db_path, "SELECT content, version FROM long_term_memory")
+    assert [(m["content"], m["version"]) for m in memory] == [(GOOD_ARGS["memory_update"], 1)]
+    assert query(db_path, "SELECT * FROM messages") == []
+    # What was deleted had been sent to the model that saved it: all 60, in order.
+    saved_from = transcript_of(fakes.head_requests()[before])
+    position = 0
+    for content in contents:
+        found = saved_from.find(content[:30], position)
+        assert found >= 0, content[:30]
+        position = found
+    log_text = log_path.read_text("utf-8")
+    resumed = [json.loads(line) for line in log_text.splitlines() if "jobs_resumed" in line]
+    assert resumed and resumed[0]["count"] == 1
+    assert KEYS["groq"] not in log_text and TOKEN not in log_text
+
+
+async def test_kill_right_after_the_commit_applies_nothing_twice(
+    fakes: Fakes, tmp_path: Path
+) -> None:
+    db_path = tmp_path / "bot.sqlite3"
+    log_path = tmp_path / "bot.log"
+    await seed_session(db_path)
+
+    async with bot_process(fakes, db_path, log_path) as proc:
+        await send_new(fakes)
+        await wait_until(lambda: job_state(db_path) == "done", "the commit")
+        os.kill(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+    requests_before = len(fakes.head_requests())
+    snapshot = [
+        query(db_path, "SELECT entry FROM history_entries"),
+        query(db_path, "SELECT content, version FROM long_term_memory"),
+    ]
+    async with bot_process(fakes, db_path, log_path) as proc:
+        await wait_until(
+            lambda: any(c.method == "getUpdates" for c in fakes.tg.calls[-3:]), "polling"
+        )
+        await asyncio.sleep(0.5)  # room for a (wrong) second run to show up
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 30)
+
+    assert len(fakes.head_requests()) == requests_before  # no second consolidation
+    history = query(db_path, "SELECT entry FROM history_entries")
+    memory = query(db_path, "SELECT content, version FROM long_term_memory")
+    assert [tuple(r) for r in history] == [tuple(r) for r in snapshot[0]]
+    assert len(history) == 1
+    assert [tuple(r) for r in memory] == [(GOOD_ARGS["memory_update"], 1)]
+    assert query(db_path, "SELECT state FROM consolidation_jobs")[0]["state"] == "done"
