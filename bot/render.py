@@ -196,8 +196,10 @@ def _split_lines(text: str, fits: Callable[[str], bool]) -> list[str]:
             current = line
             continue
         remainder = line
-        while remainder and not fits(remainder):
+        while remainder:
             cut = _longest_fitting_prefix(remainder, fits)
+            if cut >= len(remainder):
+                break
             parts.append(remainder[:cut])
             remainder = remainder[cut:]
         current = remainder
@@ -252,7 +254,14 @@ def _split_code(block: _Block, fits: Callable[[str], bool]) -> list[str]:
 def _longest_fitting_prefix(line: str, fits: Callable[[str], bool]) -> int:
     """Index at which to cut `line`: the longest prefix that fits, moved back to a grapheme
     boundary, and back to a space when one is near (so words survive whole)."""
-    low, high = 1, len(line)
+    # Gallop up from a small prefix, then bisect: renders stay near the limit's size even
+    # when the line is huge.
+    low, high = 1, min(len(line), 64)
+    while fits(line[:high]):
+        if high == len(line):
+            return high
+        low, high = high, min(len(line), high * 2)
+    high -= 1  # line[:high] does not fit
     while low < high:
         middle = (low + high + 1) // 2
         if fits(line[:middle]):

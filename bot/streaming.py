@@ -451,6 +451,9 @@ def plain_segments(text: str, limit: int) -> list[str]:
 
 def _window_end(text: str, start: int, limit: int) -> int:
     """The largest index such that text[start:index] is at most `limit` UTF-16 units."""
+    chunk = text[start : start + limit]
+    if utf16_len(chunk) <= limit:  # no astral characters to count twice: the common case
+        return start + len(chunk)
     units = 0
     index = start
     while index < len(text):
