@@ -1,0 +1,160 @@
+"""The memory feature end to end: real PTB against the fake Bot API, real litellm against the fake
+providers. /new answers at once, the worker consolidates in the background, the next session's
+prompt carries the memory, and /memory, /recall, /forget behave as a user expects."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.app import build_application, prepare, running
+from bot.config import load_settings
+from bot.memory_handlers import MEMORY_KEY, MemoryFeature, split_for_telegram
+from tests.consolidation_stack import GOOD_ARGS, KEYS, good_call
+from tests.fakes.providers import FakeProvider, Reply
+from tests.fakes.telegram import FakeTelegram
+
+TOKEN = "123456:TEST-TOKEN"
+USER = 5151
+STRANGER = 999
+
+
+class Bot:
+    def __init__(self, tg: FakeTelegram, app: Any, chat_provider: FakeProvider) -> None:
+        self.tg = tg
+        self.app = app
+        self.chat_provider = chat_provider
+
+    @property
+    def memory(self) -> MemoryFeature:
+        return self.app.bot_data[MEMORY_KEY]
+
+    def texts(self, chat_id: int = USER) -> list[str]:
+        return [m.text for m in self.tg.bot_messages(chat_id)]
+
+    async def say(self, text: str, *, user: int = USER) -> str:
+        """Send `text`, return the bot's next new message in that chat."""
+        before = len(self.tg.bot_messages(user))
+        self.tg.push(self.tg.make_text_update(user, user, text))
+        await self.tg.wait_for(lambda: len(self.tg.bot_messages(user)) > before, timeout=20)
+        return self.tg.bot_messages(user)[before].text
+
+    async def chat(self, text: str) -> None:
+        """A chat turn: wait until the streamed answer is complete."""
+        await self.say(text)
+        await self.tg.wait_for(lambda: self.texts()[-1] == "Nice to meet you.", timeout=20)
+
+
+@pytest.fixture
+async def bot(tmp_path: Path) -> AsyncIterator[Bot]:
+    tg = FakeTelegram(token=TOKEN, bot_username="mnemo_test_bot")
+    providers = {kind: FakeProvider(kind) for kind in ("groq", "openai", "anthropic")}
+    await tg.start()
+    for provider in providers.values():
+        await provider.start()
+    providers["groq"].set_default("*", good_call())  # the consolidation chain's head
+    providers["openai"].set_default("*", Reply("Nice to meet you."))  # the chat model
+    settings = load_settings(
+        TELEGRAM_BOT_TOKEN=TOKEN,
+        TELEGRAM_BASE_URL=tg.base_url,
+        ALLOWED_USER_IDS=str(USER),
+        DATABASE_PATH=tmp_path / "bot.sqlite3",
+        DEFAULT_MODEL="gpt-4.1",
+        OPENAI_API_KEY=KEYS["openai"],
+        OPENAI_API_BASE=providers["openai"].base_url,
+        GROQ_API_KEY=KEYS["groq"],
+        GROQ_API_BASE=providers["groq"].base_url,
+        CONSOLIDATION_RETRY_DELAYS="1",
+        MEMORY_WINDOW=50,
+    )
+    app = build_application(prepare(settings), edit_interval=0.05)
+    try:
+        async with running(app, poll_timeout=1):
+            yield Bot(tg, app, providers["openai"])
+    finally:
+        for provider in providers.values():
+            await provider.stop()
+        await tg.stop()
+
+
+async def consolidated(bot: Bot) -> None:
+    """Wait for the worker to finish every queued job."""
+    queue = bot.memory.worker.queue
+    for _ in range(1000):
+        if await queue.open_jobs(USER) == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("consolidation did not finish")
+
+
+async def test_new_then_memory_reaches_the_next_session_and_the_commands(bot: Bot) -> None:
+    await bot.chat("Hi, I am Rina and I move billing to PostgreSQL")
+    assert await bot.say("/new") == "New session started."
+    await consolidated(bot)
+
+    await bot.chat("What do you remember about me?")
+    system = str(bot.chat_provider.requests[-1].body["messages"][0]["content"])
+    assert "<long_term_memory>" in system and GOOD_ARGS["memory_update"] in system
+
+    shown = await bot.say("/memory")
+    assert shown.startswith("What I remember") and GOOD_ARGS["memory_update"] in shown
+
+    found = await bot.say("/recall postgres")
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    assert found.startswith("Best matches for 'postgres'")
+    assert f"• {today}" in found and "moves the billing service to PostgreSQL" in found
+
+    assert await bot.say("/recall 東京タワー") == "Nothing in the history matches '東京タワー'."
+    assert await bot.say("/recall") == "Write what to look for, e.g. /recall postgres migration"
+    assert "too long" in await bot.say("/recall " + "x" * 300)
+
+
+async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
+    await bot.chat("Hi, I am Rina")
+    await bot.say("/new")
+    await consolidated(bot)
+    assert (await bot.memory.repo.get(USER)).content
+
+    question = await bot.say("/forget")
+    assert question.startswith("Clear the long-term memory")
+    prompt = bot.tg.bot_messages(USER)[-1]
+    assert (await bot.memory.repo.get(USER)).content  # asking is not doing
+
+    # A stranger pressing the button changes nothing.
+    bot.tg.push(bot.tg.make_callback_update(USER, STRANGER, "fg:y", message_id=prompt.message_id))
+    await bot.tg.wait_for(lambda: any(c.method == "answerCallbackQuery" for c in bot.tg.calls))
+    assert (await bot.memory.repo.get(USER)).content
+
+    bot.tg.push(bot.tg.make_callback_update(USER, USER, "fg:y", message_id=prompt.message_id))
+    await bot.tg.wait_for(lambda: bot.tg.bot_messages(USER)[-1].text.startswith("Done"))
+    memory = await bot.memory.repo.get(USER)
+    assert memory.content == "" and await bot.memory.repo.history(USER) == []
+    assert "I have no long-term memory" in await bot.say("/memory")
+
+
+async def test_keep_it_button_clears_nothing(bot: Bot) -> None:
+    await bot.chat("Hi")
+    await bot.say("/new")
+    await consolidated(bot)
+    await bot.say("/forget")
+    prompt = bot.tg.bot_messages(USER)[-1]
+    bot.tg.push(bot.tg.make_callback_update(USER, USER, "fg:n", message_id=prompt.message_id))
+    await bot.tg.wait_for(lambda: bot.tg.bot_messages(USER)[-1].text == "Nothing was cleared.")
+    assert (await bot.memory.repo.get(USER)).content == GOOD_ARGS["memory_update"]
+
+
+async def test_strangers_get_no_memory(bot: Bot) -> None:
+    reply = await bot.say("/memory", user=STRANGER)
+    assert "private bot" in reply and str(STRANGER) in reply
+
+
+def test_long_memory_is_split_on_lines_under_the_limit() -> None:
+    text = "\n".join(f"- fact {i} " + "ü" * 50 for i in range(300))
+    parts = split_for_telegram(text)
+    assert len(parts) > 1 and all(len(p) <= 4000 for p in parts)
+    assert "".join(parts) == text
