@@ -23,7 +23,16 @@ from typing import Any
 
 from models.types import Outcome
 
-__all__ = ["Classified", "Evidence", "classify", "evidence_from_exception", "parse_retry_after"]
+__all__ = [
+    "Classified",
+    "Evidence",
+    "classify",
+    "classify_exception",
+    "evidence_from_exception",
+    "evidence_from_wire",
+    "exhausted_until_reset",
+    "parse_retry_after",
+]
 
 
 @dataclass(frozen=True)
@@ -86,9 +95,26 @@ def _lower_headers(headers: Any) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in items}
 
 
-def evidence_from_exception(exc: BaseException) -> Evidence:
-    """Collect status, headers and bodies from an exception and everything it wraps."""
-    ev = Evidence()
+def evidence_from_wire(status: int | None, headers: Mapping[str, str], body: Any) -> Evidence:
+    """Evidence from what our HTTP hook saw (see models/wire.py)."""
+    ev = Evidence(status_code=status, headers={k.lower(): v for k, v in headers.items()})
+    if body is not None:
+        ev.bodies.append(body)
+    return ev
+
+
+def evidence_from_exception(
+    exc: BaseException,
+    wire_status: int | None = None,
+    wire_headers: Mapping[str, str] | None = None,
+    wire_body: Any = None,
+) -> Evidence:
+    """Collect status, headers and bodies from an exception and everything it wraps.
+
+    What the wire hook saw comes first: it is the provider's own status and body, untouched
+    by litellm's parsing.
+    """
+    ev = evidence_from_wire(wire_status, wire_headers or {}, wire_body)
     names = " ".join(type(e).__name__ for e in _chain(exc))
     for current in _chain(exc):
         response = _response_of(current)
@@ -104,7 +130,7 @@ def evidence_from_exception(exc: BaseException) -> Evidence:
                 ev.status_code = status
             if text:
                 _add_text(ev, text)
-            if not ev.headers:
+            if not ev.headers and text:
                 ev.headers = _lower_headers(getattr(response, "headers", None))
         if not ev.headers:
             ev.headers = _lower_headers(getattr(current, "litellm_response_headers", None))
@@ -356,8 +382,13 @@ def classify(ev: Evidence) -> Classified:
     return make(Outcome.UNAVAILABLE, "unrecognised failure")
 
 
-def classify_exception(exc: BaseException) -> Classified:
-    return classify(evidence_from_exception(exc))
+def classify_exception(
+    exc: BaseException,
+    wire_status: int | None = None,
+    wire_headers: Mapping[str, str] | None = None,
+    wire_body: Any = None,
+) -> Classified:
+    return classify(evidence_from_exception(exc, wire_status, wire_headers, wire_body))
 
 
 # --- retry hints ------------------------------------------------------------------------------

@@ -29,7 +29,13 @@ import litellm
 import structlog
 
 from models.catalog import Catalog, ModelEntry
-from models.errors import Classified, classify_exception, exhausted_until_reset
+from models.errors import (
+    Classified,
+    classify,
+    classify_exception,
+    evidence_from_wire,
+    exhausted_until_reset,
+)
 from models.gateways import Gateway
 from models.keys import KeyRing
 from models.limits import BreakerChange, CircuitBreaker, RetryBudget, TokenBucket
@@ -47,6 +53,7 @@ from models.types import (
     TransportError,
     Usage,
 )
+from models.wire import ClientPool, WireRecord, start_record
 
 litellm.suppress_debug_info = True
 
@@ -129,6 +136,7 @@ class Transport:
                 ),
             )
         self._model_breakers: dict[str, CircuitBreaker] = {}
+        self._clients = ClientPool()
         self.retry_budget = RetryBudget(
             initial=retry_budget_initial,
             cap=retry_budget_cap,
@@ -157,20 +165,20 @@ class Transport:
                 kwargs["tools"] = tools
             if tool_choice is not None:
                 kwargs["tool_choice"] = tool_choice
+            wire = start_record()
             try:
                 async with asyncio.timeout(timeout + self.timeout_grace):
                     response = await litellm.acompletion(**kwargs)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # classified below; nothing escapes unclassified
-                await plan.report(slot, classify_exception(exc))
+                await plan.report(slot, _classify_failure(exc, wire))
                 continue
             result = _result_from_response(response, slot.entry, model_id)
             if not result.text.strip() and not result.tool_calls:
-                await plan.report(slot, Classified(Outcome.EMPTY, "200 empty completion", 200))
+                await plan.report(slot, _classify_empty(wire, "200 empty completion"))
                 continue
-            headers = _success_headers(response)
-            plan.report_success(slot, headers)
+            plan.report_success(slot, wire.headers or _success_headers(response))
             result.attempts = plan.attempts
             return result
         raise plan.failure()
@@ -208,10 +216,11 @@ class Transport:
             headers: Mapping[str, str] = {}
             response: Any = None
             failure: Classified | None = None
+            wire = start_record()
             try:
                 async with asyncio.timeout(timeout + self.timeout_grace):
                     response = await litellm.acompletion(**kwargs)
-                    headers = _success_headers(response)
+                    headers = wire.headers or _success_headers(response)
                     async for chunk in response:
                         if getattr(chunk, "usage", None):
                             usage = chunk.usage
@@ -232,7 +241,7 @@ class Transport:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                failure = classify_exception(exc)
+                failure = _classify_failure(exc, wire)
             finally:
                 if response is not None and hasattr(response, "aclose"):
                     try:
@@ -249,7 +258,7 @@ class Transport:
                 yield TextDelta(tail)
             text = "".join(pieces)
             if not text.strip() and not saw_tool_call:
-                await plan.report(slot, Classified(Outcome.EMPTY, "200 empty stream", 200))
+                await plan.report(slot, _classify_empty(wire, "200 empty stream"))
                 continue
             plan.report_success(slot, headers)
             yield StreamDone(
@@ -299,7 +308,8 @@ class Transport:
         }
 
     async def aclose(self) -> None:
-        """Nothing pooled is ours to close: litellm owns its HTTP clients. Kept for symmetry."""
+        """Close the HTTP clients (connection pools) this transport handed to litellm."""
+        await self._clients.aclose()
 
     # --- internals ----------------------------------------------------------------------------
 
@@ -324,6 +334,7 @@ class Transport:
             "messages": messages,
             "api_base": gateway.api_base,
             "api_key": slot.key,
+            "client": self._clients.client_for(gateway, slot.key_index, slot.key),
             "max_retries": 0,
             "timeout": timeout,
         }
@@ -553,6 +564,18 @@ class _CallPlan:
 
 
 # --- response helpers -------------------------------------------------------------------------
+
+
+def _classify_failure(exc: BaseException, wire: WireRecord) -> Classified:
+    return classify_exception(exc, wire.status, wire.headers, wire.error_body)
+
+
+def _classify_empty(wire: WireRecord, detail: str) -> Classified:
+    """No text and no tool call. If the 200 body was an error object, it says what happened
+    (a rate limit or an unpaid bill); otherwise the provider really sent nothing."""
+    if wire.has_error_body:
+        return classify(evidence_from_wire(wire.status, wire.headers, wire.error_body))
+    return Classified(Outcome.EMPTY, detail, wire.status or 200)
 
 
 def _success_headers(response: Any) -> Mapping[str, str]:

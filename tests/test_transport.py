@@ -100,12 +100,17 @@ async def test_stream_yields_text_then_done_with_usage(transport, fake_anthropic
     assert fake_anthropic.requests[0].body["stream"] is True
 
 
-async def test_stream_failure_before_text_falls_back_silently(transport, fake_groq) -> None:
-    fake_groq.script("llama-3.3-70b-versatile", *[Fault("unauthorized_401")])
-    fake_groq.set_default("*", Reply("qwen speaking"))
+async def test_stream_failure_before_text_falls_back_silently(
+    transport, fake_groq, fake_openai
+) -> None:
+    fake_groq.set_default("*", Fault("unauthorized_401"))
+    fake_openai.set_default("*", Reply("mini speaking"))
     events = [e async for e in transport.stream("llama-3.3-70b-versatile", HI, timeout=5)]
     assert not any(isinstance(e, StreamRestart) for e in events)
-    assert events[-1].result.text == "qwen speaking" or events[-1].result.model_id
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "mini speaking"
+    assert events[-1].result.model_id == "gpt-4.1-mini"
+    # The rejected key is not tried again for the other Groq models of the chain.
+    assert len(fake_groq.requests) == 1
 
 
 async def test_stream_failure_after_text_restarts_on_next_model(transport, fake_groq) -> None:
