@@ -155,6 +155,9 @@ class StreamingReply:
 
     async def _keep_typing(self) -> None:
         while not self._got_text.is_set() and not self._closing.is_set():
+            if time.monotonic() < self._blocked_until:
+                await self._sleep(self._blocked_until - time.monotonic())
+                continue
             try:
                 await self._bot.send_chat_action(
                     self._chat_id, ChatAction.TYPING, message_thread_id=self._thread_id

@@ -204,6 +204,7 @@ async def test_flood_limits_penalise_and_extend_while_retried(bot: Bot, tg: Fake
         ("sendMessage", 9, None),
         ("editMessageText", 9, first.message_id),
     ]
+    assert [v.during_penalty for v in tg.flood_violations] == [False, True, False]
     assert [m.text for m in tg.bot_messages(9)] == ["one"]
 
 

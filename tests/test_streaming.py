@@ -103,6 +103,23 @@ async def test_one_edit_per_second_passes_telegrams_flood_control(
     assert tg.bot_messages(CHAT)[0].edits >= 2
 
 
+async def test_flood_penalties_are_waited_out_not_extended(bot: Bot, tg: FakeTelegram) -> None:
+    """Editing faster than Telegram allows earns penalties; the reply must never call again
+    inside one (which would extend it), and the answer must still arrive whole, once."""
+    tg.enforce_flood_limits = True
+    reply = StreamingReply(bot, CHAT, edit_interval=0.25)  # deliberately too fast
+    await reply.start()
+    answer = "\n".join(f"line {i}: " + "abc " * 30 for i in range(60))  # > 1 message
+    await _stream(reply, answer, chunk=160, pause=0.05)
+    ids = await reply.finish(answer)
+
+    assert tg.flood_violations, "the test must provoke flood control"
+    assert not [v for v in tg.flood_violations if v.during_penalty]
+    messages = tg.bot_messages(CHAT)
+    assert [m.message_id for m in messages] == ids
+    assert _content("".join(m.text for m in messages)) == _content(answer)
+
+
 async def test_retry_after_on_intermediate_edit_is_not_retried_early(
     bot: Bot, tg: FakeTelegram
 ) -> None:

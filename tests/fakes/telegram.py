@@ -346,6 +346,7 @@ class FloodViolation:
     message_id: int | None
     at: float
     retry_after: int
+    during_penalty: bool = False  # the client retried before the previous penalty ended
 
 
 @dataclass
@@ -894,14 +895,17 @@ class FakeTelegram:
         now = time.monotonic()
         key = (chat_id, message_id)
         penalty_end = self._penalty_until.get(key, 0.0)
-        if now < penalty_end:
+        during_penalty = now < penalty_end
+        if during_penalty:
             retry_after = max(1, math.ceil(penalty_end - now))
         elif last is not None and now - last < 1.0:
             retry_after = 1
             self._penalty_until[key] = now + retry_after
         else:
             return
-        self.flood_violations.append(FloodViolation(method, chat_id, message_id, now, retry_after))
+        self.flood_violations.append(
+            FloodViolation(method, chat_id, message_id, now, retry_after, during_penalty)
+        )
         raise _ApiError(
             429, f"Too Many Requests: retry after {retry_after}", {"retry_after": retry_after}
         )
