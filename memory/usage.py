@@ -1,0 +1,251 @@
+"""What the bot has spent, for whom, and whether a spending cap is reached.
+
+Everything here reads the `usage` table, which holds one row per answered model call: chat turns
+(purpose 'chat') and the background consolidation done for a chat (purpose 'consolidation',
+attributed to the chat's owner). Counting the background work is the point: a self-hoster pays
+for it too, and a report without it under-states the bill.
+
+Periods are UTC calendar days and months, so "today" means the same thing on every server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from memory.db import Database
+from memory.store import to_iso, utc_now
+
+Clock = Callable[[], datetime]
+
+
+def day_start(moment: datetime) -> datetime:
+    """Midnight UTC of the day `moment` falls in."""
+    moment = moment.astimezone(UTC)
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def month_start(moment: datetime) -> datetime:
+    """Midnight UTC of the first day of the month `moment` falls in."""
+    return day_start(moment).replace(day=1)
+
+
+@dataclass(frozen=True)
+class UsageLine:
+    """Spend of one model for one purpose within a period."""
+
+    model_id: str
+    purpose: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class PeriodUsage:
+    """All lines of one period (today or this month), most expensive first."""
+
+    since: datetime
+    lines: list[UsageLine] = field(default_factory=list)
+
+    @property
+    def calls(self) -> int:
+        return sum(line.calls for line in self.lines)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(line.prompt_tokens for line in self.lines)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(line.completion_tokens for line in self.lines)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(line.cost_usd for line in self.lines)
+
+    def cost_for(self, purpose: str) -> float:
+        return sum(line.cost_usd for line in self.lines if line.purpose == purpose)
+
+    def tokens_for(self, purpose: str) -> int:
+        return sum(line.total_tokens for line in self.lines if line.purpose == purpose)
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """Today and this month for one user (`user_id`) or for the whole bot (`user_id` None)."""
+
+    user_id: int | None
+    today: PeriodUsage
+    month: PeriodUsage
+
+
+@dataclass(frozen=True)
+class UserTotal:
+    """One row of the admins' everyone-at-a-glance list."""
+
+    user_id: int | None
+    today_tokens: int
+    today_cost_usd: float
+    month_tokens: int
+    month_cost_usd: float
+    month_consolidation_cost_usd: float
+
+
+class Cap(StrEnum):
+    """Which spending cap was reached; the bot names it in its reply."""
+
+    USER_DAILY = "user_daily"
+    USER_MONTHLY = "user_monthly"
+    BOT_DAILY = "bot_daily"
+    BOT_MONTHLY = "bot_monthly"
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Caps in USD; 0 means no cap. Mirrors the *_BUDGET_USD settings."""
+
+    user_daily_usd: float = 0.0
+    user_monthly_usd: float = 0.0
+    bot_daily_usd: float = 0.0
+    bot_monthly_usd: float = 0.0
+
+    @property
+    def any(self) -> bool:
+        return any(
+            cap > 0
+            for cap in (
+                self.user_daily_usd,
+                self.user_monthly_usd,
+                self.bot_daily_usd,
+                self.bot_monthly_usd,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class BudgetHit:
+    """A cap that is reached: spent >= limit within the period starting at `period_start`."""
+
+    cap: Cap
+    limit_usd: float
+    spent_usd: float
+    period_start: datetime
+
+
+# A user's rows: those carrying their id, plus rows with no user id in their private chat (whose
+# chat id is their user id in Telegram), so background work filed without an owner still counts.
+_USER_FILTER = "(user_id = ? OR (user_id IS NULL AND chat_id = ?))"
+
+
+class UsageLedger:
+    """Read-only reports over the `usage` table. Writes go through `Store.record_usage`."""
+
+    def __init__(self, db: Database, clock: Clock = utc_now) -> None:
+        self.db = db
+        self.clock = clock
+
+    async def _lines(self, since: datetime, user_id: int | None) -> list[UsageLine]:
+        sql = (
+            "SELECT model_id, purpose, COUNT(*) AS calls, "
+            "SUM(prompt_tokens) AS prompt_tokens, SUM(completion_tokens) AS completion_tokens, "
+            "SUM(cost_usd) AS cost_usd FROM usage WHERE created_at >= ?"
+        )
+        params: list[object] = [to_iso(since)]
+        if user_id is not None:
+            sql += f" AND {_USER_FILTER}"
+            params += [user_id, user_id]
+        sql += " GROUP BY model_id, purpose ORDER BY SUM(cost_usd) DESC, model_id, purpose"
+        rows = await self.db.fetchall(sql, params)
+        return [
+            UsageLine(
+                model_id=row["model_id"],
+                purpose=row["purpose"],
+                calls=int(row["calls"]),
+                prompt_tokens=int(row["prompt_tokens"] or 0),
+                completion_tokens=int(row["completion_tokens"] or 0),
+                cost_usd=float(row["cost_usd"] or 0.0),
+            )
+            for row in rows
+        ]
+
+    async def report(self, user_id: int | None = None) -> UsageReport:
+        """Today and this month, by model and purpose; `user_id=None` is the whole bot."""
+        now = self.clock()
+        today, month = day_start(now), month_start(now)
+        return UsageReport(
+            user_id=user_id,
+            today=PeriodUsage(today, await self._lines(today, user_id)),
+            month=PeriodUsage(month, await self._lines(month, user_id)),
+        )
+
+    async def per_user(self) -> list[UserTotal]:
+        """Every user with spend this month, biggest spender first (for admins)."""
+        now = self.clock()
+        today, month = to_iso(day_start(now)), to_iso(month_start(now))
+        rows = await self.db.fetchall(
+            "SELECT COALESCE(user_id, chat_id) AS who, "
+            "SUM(CASE WHEN created_at >= ? THEN prompt_tokens + completion_tokens ELSE 0 END)"
+            " AS today_tokens, "
+            "SUM(CASE WHEN created_at >= ? THEN cost_usd ELSE 0 END) AS today_cost, "
+            "SUM(prompt_tokens + completion_tokens) AS month_tokens, "
+            "SUM(cost_usd) AS month_cost, "
+            "SUM(CASE WHEN purpose = 'consolidation' THEN cost_usd ELSE 0 END) AS month_consol "
+            "FROM usage WHERE created_at >= ? GROUP BY who ORDER BY month_cost DESC, who",
+            (today, today, month),
+        )
+        return [
+            UserTotal(
+                user_id=row["who"],
+                today_tokens=int(row["today_tokens"] or 0),
+                today_cost_usd=float(row["today_cost"] or 0.0),
+                month_tokens=int(row["month_tokens"] or 0),
+                month_cost_usd=float(row["month_cost"] or 0.0),
+                month_consolidation_cost_usd=float(row["month_consol"] or 0.0),
+            )
+            for row in rows
+        ]
+
+    async def spent_usd(self, since: datetime, user_id: int | None = None) -> float:
+        sql = "SELECT COALESCE(SUM(cost_usd), 0) AS spent FROM usage WHERE created_at >= ?"
+        params: list[object] = [to_iso(since)]
+        if user_id is not None:
+            sql += f" AND {_USER_FILTER}"
+            params += [user_id, user_id]
+        row = await self.db.fetchone(sql, params)
+        return float(row["spent"]) if row else 0.0
+
+    async def check_budget(self, user_id: int, budgets: Budgets) -> BudgetHit | None:
+        """The first cap `user_id` has reached (user caps before bot caps), or None.
+
+        Spend includes consolidation: it is real money spent for this user. The check gates new
+        chat calls only; consolidation of messages already sent is never refused.
+        """
+        if not budgets.any:
+            return None
+        now = self.clock()
+        today, month = day_start(now), month_start(now)
+        checks = (
+            (Cap.USER_DAILY, budgets.user_daily_usd, today, user_id),
+            (Cap.USER_MONTHLY, budgets.user_monthly_usd, month, user_id),
+            (Cap.BOT_DAILY, budgets.bot_daily_usd, today, None),
+            (Cap.BOT_MONTHLY, budgets.bot_monthly_usd, month, None),
+        )
+        for cap, limit, since, who in checks:
+            if limit <= 0:
+                continue
+            spent = await self.spent_usd(since, who)
+            if spent >= limit:
+                return BudgetHit(cap=cap, limit_usd=limit, spent_usd=spent, period_start=since)
+        return None
