@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -354,3 +355,17 @@ def test_plain_segments_are_stable_as_text_grows() -> None:
         growing = plain_segments(text[:end], 1000)
         # Every segment but the last (still filling) is already final.
         assert growing[:-1] == final[: len(growing) - 1]
+
+
+async def test_naughty_strings_arrive_whole(bot: Bot, tg: FakeTelegram) -> None:
+    """All 500+ naughty strings as one answer: RTL, zalgo, emoji, injections, control chars."""
+    strings = json.loads((TESTDATA / "blns" / "blns.json").read_text())
+    answer = "\n\n".join(s for s in strings if s.strip())
+    reply = StreamingReply(bot, CHAT, edit_interval=0.05)
+    await reply.start()
+    await _stream(reply, answer, chunk=2000, pause=0.01)
+    ids = await reply.finish(answer)
+    messages = tg.bot_messages(CHAT)
+    assert [m.message_id for m in messages] == ids
+    expected = "".join(plain_text(piece) for piece in split_for_telegram(answer))
+    assert _content("".join(m.text for m in messages)) == _content(expected)
