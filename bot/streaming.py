@@ -331,6 +331,8 @@ class StreamingReply:
             await self._wait_allowed(shown)
             text = piece.html if use_html and piece.html is not None else piece.plain
             mode = ParseMode.HTML if use_html else None
+            # A refused request changes nothing on screen: it must not delay the retry.
+            previous_change = shown.changed_at if shown is not None else self._last_send_at
             try:
                 if shown is not None:
                     shown.changed_at = time.monotonic()
@@ -359,6 +361,10 @@ class StreamingReply:
             except BadRequest as error:
                 if shown is not None and _is_not_modified(error):
                     return shown.message_id
+                if shown is not None:
+                    shown.changed_at = previous_change
+                else:
+                    self._last_send_at = previous_change
                 if shown is not None and _is_gone(error):
                     self._shown.remove(shown)
                     shown = None
