@@ -15,11 +15,13 @@ Clock = Callable[[], float]
 
 
 class TokenBucket:
-    """Requests per second with a small burst, handed out by reservation.
+    """Requests per second with a small burst.
 
-    `reserve(max_wait)` books the next free slot and says how long to wait for it, or refuses
-    when that wait would exceed `max_wait`: a caller past the bound falls back to another model
-    instead of queueing without limit behind a slow provider.
+    Callers take a token right before sending; when none is there they learn how long until
+    the next one, and the transport waits at most a bounded time in total before falling back
+    to another model instead of queueing without limit behind a slow provider. Taking (rather
+    than booking future slots) keeps the wire paced even when the event loop stalls: after a
+    stall at most `burst` requests leave together.
     """
 
     def __init__(self, rate: float, burst: float, clock: Clock) -> None:
@@ -41,14 +43,13 @@ class TokenBucket:
         self._refill()
         return self._tokens
 
-    def reserve(self, max_wait: float) -> float | None:
-        """Seconds to wait before sending, or None when the wait would exceed `max_wait`."""
+    def try_take(self) -> float:
+        """0.0 when a token was taken; otherwise seconds until one will be there."""
         self._refill()
-        wait = 0.0 if self._tokens >= 1 else (1 - self._tokens) / self.rate
-        if wait > max_wait:
-            return None
-        self._tokens -= 1  # may go negative: later callers queue behind this reservation
-        return wait
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return 0.0
+        return (1 - self._tokens) / self.rate
 
 
 class BreakerState(StrEnum):

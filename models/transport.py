@@ -403,16 +403,25 @@ class _CallPlan:
                 self._release(entry, state)
                 self._skip(entry, "all keys cooling down")
                 continue
-            wait = state.bucket.reserve(self.t.bucket_wait)
-            if wait is None:
+            if not await self._take_token(state):
                 self._release(entry, state)
                 self._skip(entry, "gateway request budget full")
                 continue
-            if wait > 0:
-                await self.t._sleep(wait)
             index, key = picked
             return _Slot(entry, state, index, key, started=self.t._clock())
         return None
+
+    async def _take_token(self, state: _GatewayState) -> bool:
+        """Wait for the gateway's bucket, but never longer than `bucket_wait` in total."""
+        started = self.t._clock()
+        slept = 0.0
+        while (wait := state.bucket.try_take()) > 0:
+            waited = max(slept, self.t._clock() - started)
+            if waited + wait > self.t.bucket_wait:
+                return False
+            await self.t._sleep(wait)
+            slept += wait
+        return True
 
     def _release(self, entry: ModelEntry, state: _GatewayState) -> None:
         state.breaker.release_probe()
@@ -517,20 +526,22 @@ class _CallPlan:
                     detail=result.detail,
                     cooldown_s=self.t.quota_cooldown,
                 )
-            self._advance()
+            self.excluded_keys.add(slot.key_index)
+            if not self._other_key_usable(state):  # keys may belong to different accounts
+                self._advance()
             return
         retry_after = result.retry_after_s
+        other_key = False
         if outcome is Outcome.RATE_LIMIT:
             cool_for = retry_after if retry_after is not None else self.t.rate_limit_cooldown
             state.keys.cool(slot.key_index, min(cool_for, 3600.0), "rate_limit")
-
-        phase_one = self.position == 0
+            other_key = self._other_key_usable(state)
         if (
-            not phase_one
+            self.position != 0  # the chain walk tries each model once
             or not outcome.retryable
-            or text_shown
+            or text_shown  # the user saw this model fail: restart on the next one
             or self.retries >= len(self.t.backoff)
-            or (retry_after is not None and retry_after > self.t.retry_after_cap)
+            or (not other_key and retry_after is not None and retry_after > self.t.retry_after_cap)
         ):
             self._advance()
             return
@@ -540,7 +551,7 @@ class _CallPlan:
             return
         delay = self.t.backoff[self.retries]
         self.retries += 1
-        if outcome is Outcome.RATE_LIMIT and self._other_key_usable(state):
+        if other_key:
             delay = 0.0  # another key carries the load right away
         elif retry_after is not None:
             delay = max(delay, retry_after)

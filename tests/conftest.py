@@ -40,8 +40,14 @@ TEST_KEYS = {
 }
 
 
-def make_gateways(openai: FakeProvider, groq: FakeProvider, anthropic: FakeProvider, **rps: float):
-    """Gateways over the three fakes, one test key each (per-gateway rps via keyword)."""
+def make_gateways(
+    openai: FakeProvider,
+    groq: FakeProvider,
+    anthropic: FakeProvider,
+    rps: dict[str, float] | None = None,
+):
+    """Gateways over the three fakes, one test key each (requests per second per gateway)."""
+    rps = rps or {}
     from models.gateways import Gateway
 
     fakes = {"openai": openai, "groq": groq, "anthropic": anthropic}
@@ -66,3 +72,16 @@ async def transport(fake_openai, fake_groq, fake_anthropic):
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
     yield t
     await t.aclose()
+
+
+class FakeClock:
+    """A monotonic clock tests move by hand, for cool-downs and buckets without real waiting."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -47,7 +47,7 @@ TABLE: dict[str, tuple[Outcome, int | None, float | None]] = {
 }
 
 
-async def _one_attempt(kind: str, fault: Fault, *, stream: bool, timeout: float = 5.0):
+async def _one_attempt(kind: str, fault: Fault, *, stream: bool, limit_s: float = 5.0):
     async with (
         FakeProvider("openai") as o,
         FakeProvider("groq") as g,
@@ -60,11 +60,11 @@ async def _one_attempt(kind: str, fault: Fault, *, stream: bool, timeout: float 
             with pytest.raises(TransportError) as caught:
                 if stream:
                     async for event in t.stream(
-                        MODEL_ON[kind], HI, timeout=timeout, walk_chain=False
+                        MODEL_ON[kind], HI, timeout=limit_s, walk_chain=False
                     ):
                         assert not isinstance(event, StreamDone)
                 else:
-                    await t.complete(MODEL_ON[kind], HI, timeout=timeout, walk_chain=False)
+                    await t.complete(MODEL_ON[kind], HI, timeout=limit_s, walk_chain=False)
         finally:
             await t.aclose()
         assert len(fp.requests) == 1
@@ -110,7 +110,7 @@ async def test_midstream_disconnect_is_unavailable(provider: str) -> None:
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
 @pytest.mark.parametrize("provider", ["openai", "groq", "anthropic"])
 async def test_hang_is_a_timeout(provider: str, stream: bool) -> None:
-    attempt = await _one_attempt(provider, Fault("hang"), stream=stream, timeout=0.3)
+    attempt = await _one_attempt(provider, Fault("hang"), stream=stream, limit_s=0.3)
     assert attempt.outcome is Outcome.TIMEOUT
 
 

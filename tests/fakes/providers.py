@@ -305,7 +305,8 @@ class FakeProvider:
         self._rng = random.Random(0)
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
-        self._open_responses: set[asyncio.Task[Any]] = set()
+        # Keys this gateway rejects with its real 401 body, whatever the script says.
+        self.invalid_keys: set[str] = set()
 
     # lifecycle
 
@@ -367,6 +368,7 @@ class FakeProvider:
         self.requests.clear()
         self._failure_rate = 0.0
         self._failure_kinds = []
+        self.invalid_keys.clear()
 
     def _next_step(self, model: str) -> Step | None:
         for key in (model, "*"):
@@ -394,6 +396,8 @@ class FakeProvider:
         self.requests.append(
             RecordedRequest(request.path, api_key, model, body, stream, time.monotonic())
         )
+        if api_key in self.invalid_keys:
+            return await self._fault(request, Fault("unauthorized_401"), body, api_key, stream)
         step = self._next_step(model or "")
         if step is None:
             step = Reply(f"echo: {_last_user_text(body)}")
