@@ -140,8 +140,19 @@ async def maybe_enqueue_window(
     last = await cursor.fetchone()
     if last is None:
         return None
+    upto = int(last["id"])
+    # Never split a tool call from its results: a kept tail starting with a tool result would
+    # be refused by the providers. Take the results along.
+    cursor = await conn.execute(
+        "SELECT id, role FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
+        (session_id, upto),
+    )
+    for row in await cursor.fetchall():
+        if row["role"] != "tool":
+            break
+        upto = int(row["id"])
     return await enqueue_consolidation(
-        conn, chat_id, session_id, now, kind="window", upto_message_id=int(last["id"])
+        conn, chat_id, session_id, now, kind="window", upto_message_id=upto
     )
 
 
@@ -398,6 +409,60 @@ async def _insert_spent(
     user_id = next((m.user_id for m in reversed(chunk.messages) if m.user_id is not None), None)
     for model_id, usage in spent:
         await store.insert_usage(conn, job.chat_id, user_id, model_id, "consolidation", usage, now)
+
+
+# --- figures for /stats ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsolidationStats:
+    """Queue and per-model figures (the admin /stats command shows these)."""
+
+    pending: int
+    running: int
+    done: int
+    failed_awaiting_retry: int  # pending jobs whose last whole-chain run failed
+    oldest_pending_at: str | None
+    # model id -> outcome ("saved", "timeout", "no_tool_call", ...) -> count
+    outcomes: dict[str, dict[str, int]]
+    mean_attempts_per_saved: float  # models tried per successful consolidation, skips excluded
+    max_attempts_per_saved: int
+
+
+async def consolidation_stats(db: Database, since: str | None = None) -> ConsolidationStats:
+    """Figures from the jobs and attempts tables; `since` limits the attempts counted."""
+    row = await db.fetchone(
+        "SELECT SUM(state = 'pending') AS pending, SUM(state = 'running') AS running, "
+        "SUM(state = 'done') AS done, SUM(state = 'pending' AND attempts > 0) AS failing, "
+        "MIN(CASE WHEN state != 'done' THEN created_at END) AS oldest FROM consolidation_jobs"
+    )
+    outcomes: dict[str, dict[str, int]] = {}
+    for r in await db.fetchall(
+        "SELECT model_id, outcome, COUNT(*) AS n FROM consolidation_attempts "
+        "WHERE ? IS NULL OR created_at >= ? GROUP BY model_id, outcome",
+        (since, since),
+    ):
+        outcomes.setdefault(r["model_id"], {})[r["outcome"]] = int(r["n"])
+    per_job = [
+        int(r["n"])
+        for r in await db.fetchall(
+            "SELECT a.job_id, COUNT(*) AS n FROM consolidation_attempts a "
+            "JOIN consolidation_jobs j ON j.id = a.job_id AND j.state = 'done' "
+            "WHERE a.outcome != 'skipped' AND (? IS NULL OR a.created_at >= ?) "
+            "GROUP BY a.job_id",
+            (since, since),
+        )
+    ]
+    return ConsolidationStats(
+        pending=int(row["pending"] or 0) if row else 0,
+        running=int(row["running"] or 0) if row else 0,
+        done=int(row["done"] or 0) if row else 0,
+        failed_awaiting_retry=int(row["failing"] or 0) if row else 0,
+        oldest_pending_at=row["oldest"] if row else None,
+        outcomes=outcomes,
+        mean_attempts_per_saved=sum(per_job) / len(per_job) if per_job else 0.0,
+        max_attempts_per_saved=max(per_job, default=0),
+    )
 
 
 # --- the worker --------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 
 from memory.consolidation import Consolidator
 from memory.db import Database
-from memory.jobs import ConsolidationWorker, JobQueue, retry_delay
+from memory.jobs import ConsolidationWorker, JobQueue, consolidation_stats, retry_delay
 from memory.longterm import MemoryRepository
 from memory.store import Store, to_iso
 from models.catalog import load_catalog
@@ -459,3 +459,51 @@ async def test_a_session_too_big_for_one_request_is_committed_chunk_by_chunk(
     assert seen == list(range(10))  # every message once, in order
     assert sum(h.message_count for h in history) == 10
     assert await store.messages_by_ids(ids) == []
+
+
+async def test_window_never_cuts_between_a_tool_call_and_its_results(
+    db: Database, clock: FakeClock
+) -> None:
+    transport = ScriptedTransport(remembering())
+    store, worker = make_worker(db, clock, transport, window=6, keep_recent=3)
+    await chat_session(store, 14, ["q1", "a1", "q2"])
+    call = ToolCall("call_1", "search", '{"q": "x"}')
+    await store.add_message(14, "assistant", "", tool_calls=[call])
+    await store.add_message(14, "tool", "result 1", tool_call_id="call_1")
+    await store.add_message(14, "tool", "result 2", tool_call_id="call_1")
+    await store.add_message(14, "assistant", "final answer")  # 7th message: over the window
+    await worker.run_due()
+    session = await store.active_session(14)
+    assert [m.content for m in await store.session_messages(session)] == ["final answer"]
+
+
+async def test_stats_show_queue_depth_failures_and_outcomes_per_model(
+    db: Database, clock: FakeClock
+) -> None:
+    healthy = {"value": False}
+
+    def respond(model_id: str, messages: list[Message]) -> ChatResult:
+        if not healthy["value"]:
+            raise down(model_id)
+        return remembering()(model_id, messages)
+
+    store, worker = make_worker(db, clock, ScriptedTransport(respond))
+    await chat_session(store, 15, ["a", "b"])
+    await store.start_new_session(15)
+    await chat_session(store, 16, ["c", "d"])
+    await store.start_new_session(16)
+    await worker.run_due()
+
+    stats = await consolidation_stats(db)
+    assert (stats.pending, stats.running, stats.done, stats.failed_awaiting_retry) == (2, 0, 0, 2)
+    assert stats.oldest_pending_at == to_iso(clock.now)
+    assert stats.outcomes == {model: {"unavailable": 2} for model in CHAIN}
+
+    healthy["value"] = True
+    clock.advance(60)
+    await worker.run_due()
+    stats = await consolidation_stats(db)
+    assert (stats.pending, stats.done, stats.failed_awaiting_retry) == (0, 2, 0)
+    assert stats.oldest_pending_at is None
+    assert stats.outcomes[CHAIN[0]] == {"unavailable": 2, "saved": 2}
+    assert stats.mean_attempts_per_saved == stats.max_attempts_per_saved == 6
