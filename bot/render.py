@@ -196,8 +196,9 @@ def _split_lines(text: str, fits: Callable[[str], bool]) -> list[str]:
             current = line
             continue
         remainder = line
+        cut = 64
         while remainder:
-            cut = _longest_fitting_prefix(remainder, fits)
+            cut = _longest_fitting_prefix(remainder, fits, start=cut)
             if cut >= len(remainder):
                 break
             parts.append(remainder[:cut])
@@ -251,17 +252,23 @@ def _split_code(block: _Block, fits: Callable[[str], bool]) -> list[str]:
     return parts
 
 
-def _longest_fitting_prefix(line: str, fits: Callable[[str], bool]) -> int:
+def _longest_fitting_prefix(line: str, fits: Callable[[str], bool], start: int = 64) -> int:
     """Index at which to cut `line`: the longest prefix that fits, moved back to a grapheme
     boundary, and back to a space when one is near (so words survive whole)."""
-    # Gallop up from a small prefix, then bisect: renders stay near the limit's size even
-    # when the line is huge.
-    low, high = 1, min(len(line), 64)
+    # Start from the hint (the previous cut), halve until it fits, gallop up until it does
+    # not, then bisect: each render stays near the limit's size even for a huge line.
+    low = max(1, min(len(line), start))
+    while low > 1 and not fits(line[:low]):
+        low //= 2
+    if low == len(line):
+        return low
+    high = min(len(line), low * 2)
     while fits(line[:high]):
+        low = high
         if high == len(line):
             return high
-        low, high = high, min(len(line), high * 2)
-    high -= 1  # line[:high] does not fit
+        high = min(len(line), high * 2)
+    high -= 1  # line[:high + 1] does not fit
     while low < high:
         middle = (low + high + 1) // 2
         if fits(line[:middle]):
