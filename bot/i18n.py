@@ -75,6 +75,77 @@ MESSAGES: dict[str, dict[str, str]] = {
         "recall_too_long": "That query is too long; use at most {limit} characters.",
         "recall_none": "Nothing in the history matches {query!r}.",
         "recall_header": "Best matches for {query!r}:",
+        # usage, budgets, limits, /stats, shutdown
+        "cmd_usage": "Your tokens and cost",
+        "cmd_stats": "Bot statistics (admins)",
+        "usage_title_self": "Your usage (days and months in UTC):",
+        "usage_title_user": "Usage of user {user_id} (UTC):",
+        "usage_title_bot": "Usage of the whole bot (UTC):",
+        "usage_none": "No usage yet.",
+        "usage_today": "Today: {tokens} tokens, {cost}",
+        "usage_month": "This month: {tokens} tokens, {cost}",
+        "usage_line": "  • {model} ({purpose}): {tokens} tokens, {cost}, requests: {calls}",
+        "usage_purpose_chat": "chat",
+        "usage_purpose_consolidation": "memory",
+        "usage_memory_note": (
+            "Included this month: {tokens} tokens, {cost} of background memory work for you."
+        ),
+        "usage_everyone_title": "Everyone this month (UTC):",
+        "usage_everyone_line": (
+            "  • {user}: today {today_cost}, month {month_cost} "
+            "({month_tokens} tokens, memory {memory_cost})"
+        ),
+        "usage_bot_total": (
+            "Whole bot: today {today_tokens} tokens, {today_cost}; "
+            "this month {month_tokens} tokens, {month_cost}."
+        ),
+        "usage_admin_only": "Only admins can see other users' usage.",
+        "usage_bad_args": "Use /usage, or /usage USER_ID to see one user (admins).",
+        "budget_user_daily": (
+            "You have reached your daily budget of {limit}, so I did not send this message to "
+            "a model. I can answer again tomorrow (UTC). Your memory is kept."
+        ),
+        "budget_user_monthly": (
+            "You have reached your monthly budget of {limit}, so I did not send this message "
+            "to a model. I can answer again next month (UTC). Your memory is kept."
+        ),
+        "budget_bot_daily": (
+            "This bot has reached its daily budget of {limit}, so I did not send this message "
+            "to a model. Please try again tomorrow (UTC)."
+        ),
+        "budget_bot_monthly": (
+            "This bot has reached its monthly budget of {limit}, so I did not send this "
+            "message to a model. Please try again next month (UTC)."
+        ),
+        "rate_limited": (
+            "You are sending messages faster than this bot allows. Please wait {seconds} s; "
+            "messages sent meanwhile are not answered."
+        ),
+        "input_too_long": (
+            "Your message is too long ({length} characters; the limit is {limit}), so I did "
+            "not read it. Please shorten it."
+        ),
+        "admin_only": "This command is for the bot's admins.",
+        "shutting_down": "The bot is restarting; please send your message again in a minute.",
+        "reply_interrupted": "(interrupted: the bot restarted; please ask again)",
+        "stats_title": "mnemobot statistics",
+        "stats_queue": "Memory queue: {pending} pending, {running} running, {done} done",
+        "stats_oldest": "Oldest waiting job: since {at} UTC ({ago} ago)",
+        "stats_failed_jobs": "Failed jobs waiting for a retry: {count}",
+        "stats_mean_attempts": "Models tried per saved job: {mean} on average, at most {max}",
+        "stats_outcomes": "Consolidation outcomes per model, last {days} days:",
+        "stats_none": "  (none yet)",
+        "stats_gateways": "Gateways:",
+        "stats_gateway": (
+            "  • {gateway}: breaker {breaker}, failures in a row {failures}, "
+            "keys available {keys_ok}/{keys}"
+        ),
+        "stats_gateway_off": "  • {gateway}: no key configured",
+        "stats_model_breaker": "  • model {model}: breaker {breaker} ({seconds} s)",
+        "stats_spend_today": (
+            "Spend today (UTC): {tokens} tokens, {cost} (chat {chat_cost}, memory {memory_cost})"
+        ),
+        "stats_turns_in_flight": "Replies being written now: {count}",
     },
 }
 
