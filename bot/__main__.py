@@ -59,6 +59,15 @@ def _add_export(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 SUBCOMMANDS.append(_add_export)
 
 
+def _add_backup(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from bot.backup import add_backup_command
+
+    add_backup_command(subparsers)
+
+
+SUBCOMMANDS.append(_add_backup)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from bot.config import ConfigError
     from models.catalog import CatalogError

@@ -99,16 +99,14 @@ def _default_database() -> Path:
         return Path("data/mnemobot.sqlite3")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bot backup",
-        description="Make a consistent copy of the database while the bot runs.",
-    )
+def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", type=Path, help="file (or directory) to write the copy to")
     parser.add_argument(
         "--database", type=Path, default=None, help="database to copy (default: DATABASE_PATH)"
     )
-    args = parser.parse_args(argv)
+
+
+def run_backup(args: argparse.Namespace) -> int:
     source = args.database or _default_database()
     try:
         result = backup_database(source, args.path)
@@ -120,6 +118,24 @@ def main(argv: list[str] | None = None) -> int:
         f"{result.schema_version}, {result.messages} messages, integrity ok)"
     )
     return 0
+
+
+def add_backup_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `python -m bot backup PATH [--database DB]`."""
+    parser = subparsers.add_parser(
+        "backup", help="make a consistent copy of the database while the bot runs"
+    )
+    _configure(parser)
+    parser.set_defaults(func=run_backup)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bot.backup",
+        description="Make a consistent copy of the database while the bot runs.",
+    )
+    _configure(parser)
+    return run_backup(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

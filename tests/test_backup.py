@@ -123,7 +123,7 @@ def test_cli_writes_a_timestamped_copy_into_a_directory(tmp_path: Path) -> None:
     out_dir = tmp_path / "backups"
     out_dir.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "bot.backup", str(out_dir), "--database", str(database)],
+        [sys.executable, "-m", "bot", "backup", str(out_dir), "--database", str(database)],
         cwd=REPO,
         capture_output=True,
         text=True,
