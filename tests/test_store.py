@@ -1,0 +1,201 @@
+"""SQLite store: migrations, WAL, sessions, messages that survive, usage rows."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from memory.db import Database, MigrationError, discover_migrations
+from memory.store import Store
+from models.types import ToolCall, Usage
+
+TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
+
+
+@pytest.fixture
+async def db(tmp_path: Path):
+    database = await Database.open(tmp_path / "data" / "bot.sqlite3")
+    yield database
+    await database.close()
+
+
+async def test_migrations_run_once_and_record_the_version(tmp_path: Path) -> None:
+    path = tmp_path / "bot.sqlite3"
+    expected = len(discover_migrations())
+    first = await Database.open(path)
+    assert await first.schema_version() == expected
+    tables = {r["name"] for r in await first.fetchall("SELECT name FROM sqlite_master")}
+    assert {"chats", "sessions", "messages", "usage"} <= tables
+    store = Store(first)
+    await store.add_message(1, "user", "kept")
+    await first.close()
+    again = await Database.open(path)  # a second start must not re-apply anything
+    assert await again.schema_version() == expected
+    rows = await again.fetchall("SELECT content FROM messages")
+    assert [r["content"] for r in rows] == ["kept"]
+    await again.close()
+
+
+async def test_wal_and_busy_timeout(db: Database) -> None:
+    assert (await db.fetchone("PRAGMA journal_mode"))[0] == "wal"
+    assert (await db.fetchone("PRAGMA busy_timeout"))[0] >= 1000
+
+
+async def test_database_newer_than_code_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version=999")
+    conn.close()
+    with pytest.raises(MigrationError, match="newer"):
+        await Database.open(path)
+
+
+@pytest.mark.parametrize(
+    ("names", "words"),
+    [
+        (["0001_a.sql", "0003_c.sql"], "without gaps"),
+        (["0001_a.sql", "2_b.sql"], "NNNN_name"),
+    ],
+)
+def test_bad_migration_folders_are_refused(tmp_path: Path, names: list[str], words: str) -> None:
+    for name in names:
+        (tmp_path / name).write_text("SELECT 1;", encoding="utf-8")
+    with pytest.raises(MigrationError, match=words):
+        discover_migrations(tmp_path)
+
+
+async def test_failed_migration_leaves_the_version_untouched(tmp_path: Path) -> None:
+    folder = tmp_path / "migrations"
+    folder.mkdir()
+    (folder / "0001_ok.sql").write_text("CREATE TABLE a(x);", encoding="utf-8")
+    (folder / "0002_bad.sql").write_text("CREATE TABLE b(x);\nTHIS IS NOT SQL;", encoding="utf-8")
+    with pytest.raises(sqlite3.OperationalError):
+        await Database.open(tmp_path / "m.sqlite3", migrations=folder)
+    conn = sqlite3.connect(tmp_path / "m.sqlite3")
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    conn.close()
+    assert version == 1
+    assert "a" in tables and "b" not in tables
+
+
+async def test_messages_go_to_the_active_session_in_order(db: Database) -> None:
+    store = Store(db)
+    first = await store.add_message(7, "user", "hello", user_id=42)
+    second = await store.add_message(7, "assistant", "hi!", model_id="gpt-5")
+    assert first.session_id == second.session_id == await store.active_session(7)
+    messages = await store.session_messages(first.session_id)
+    assert [(m.role, m.content, m.user_id, m.model_id) for m in messages] == [
+        ("user", "hello", 42, None),
+        ("assistant", "hi!", None, "gpt-5"),
+    ]
+
+
+async def test_new_session_keeps_old_messages(db: Database) -> None:
+    store = Store(db)
+    old = await store.add_message(7, "user", "remember me")
+    result = await store.start_new_session(7)
+    assert result.closed_session_id == old.session_id
+    assert result.new_session_id != old.session_id
+    assert await store.active_session(7) == result.new_session_id
+    assert [m.content for m in await store.session_messages(old.session_id)] == ["remember me"]
+    assert await store.session_messages(result.new_session_id) == []
+    closed = await db.fetchone("SELECT closed_at FROM sessions WHERE id = ?", (old.session_id,))
+    assert closed["closed_at"] is not None
+    assert await store.all_sessions(7) == [old.session_id, result.new_session_id]
+
+
+async def test_new_session_without_history_opens_one(db: Database) -> None:
+    result = await Store(db).start_new_session(99)
+    assert result.closed_session_id is None
+    assert result.new_session_id > 0
+
+
+async def test_chat_model_persists_across_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "bot.sqlite3"
+    first = await Database.open(path)
+    assert await Store(first).get_chat_model(5) is None
+    await Store(first).set_chat_model(5, "claude-sonnet-4-5")
+    await first.close()
+    second = await Database.open(path)
+    assert await Store(second).get_chat_model(5) == "claude-sonnet-4-5"
+    assert await Store(second).get_chat_model(6) is None
+    await second.close()
+
+
+async def test_tool_calls_and_tokens_round_trip(db: Database) -> None:
+    store = Store(db)
+    call = ToolCall("call_1", "save_memory", json.dumps({"memory_update": "ünï ✓"}))
+    stored = await store.add_message(
+        3,
+        "assistant",
+        "",
+        tool_calls=[call],
+        usage=Usage(prompt_tokens=12, completion_tokens=5),
+    )
+    await store.add_message(3, "tool", "ok", tool_call_id="call_1")
+    messages = await store.session_messages(stored.session_id)
+    assert messages[0].tool_calls == [call]
+    prompt = [m.as_prompt_message() for m in messages]
+    assert prompt[0]["tool_calls"][0]["function"]["arguments"] == call.arguments
+    assert prompt[1]["tool_call_id"] == "call_1"
+    row = await db.fetchone("SELECT prompt_tokens, completion_tokens FROM messages LIMIT 1")
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (12, 5)
+
+
+async def test_naughty_strings_are_stored_verbatim() -> None:
+    strings = json.loads((TESTDATA / "blns" / "blns.json").read_text(encoding="utf-8"))
+    # In memory: 515 fsynced commits on a shared disk would take a minute and prove nothing more.
+    db = await Database.open(":memory:")
+    store = Store(db)
+    for text in strings:
+        await store.add_message(11, "user", text)
+    session = await store.active_session(11)
+    assert [m.content for m in await store.session_messages(session)] == strings
+    await db.close()
+
+
+async def test_failed_transaction_writes_nothing(db: Database) -> None:
+    store = Store(db)
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')"
+            )
+            raise RuntimeError("boom")
+    assert await store.get_chat_model(1) is None
+    assert await db.fetchall("SELECT * FROM chats") == []
+
+
+async def test_usage_rows_and_timestamps(db: Database) -> None:
+    moment = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    store = Store(db, clock=lambda: moment)
+    await store.record_usage(8, 42, "gpt-5", "chat", Usage(100, 20, 0.0003))
+    await store.record_usage(8, None, "qwen3-32b", "consolidation", Usage(50, 10, 0.00002))
+    rows = await db.fetchall("SELECT * FROM usage ORDER BY id")
+    assert [(r["model_id"], r["purpose"], r["prompt_tokens"]) for r in rows] == [
+        ("gpt-5", "chat", 100),
+        ("qwen3-32b", "consolidation", 50),
+    ]
+    assert rows[0]["created_at"] == "2026-03-01T12:00:00.123Z"
+    with pytest.raises(sqlite3.IntegrityError):
+        await store.record_usage(8, 42, "gpt-5", "gossip", Usage())
+    later = Store(db, clock=lambda: moment + timedelta(seconds=1))
+    await later.add_message(8, "user", "x")
+    assert store.now() < later.now()
+
+
+async def test_backup_is_a_consistent_copy(db: Database, tmp_path: Path) -> None:
+    store = Store(db)
+    for i in range(20):
+        await store.add_message(1, "user", f"m{i}")
+    target = tmp_path / "backups" / "copy.sqlite3"
+    await db.backup_to(target)
+    copy = await Database.open(target)
+    rows = await copy.fetchall("SELECT content FROM messages ORDER BY id")
+    assert [r["content"] for r in rows] == [f"m{i}" for i in range(20)]
+    await copy.close()
