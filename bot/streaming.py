@@ -257,6 +257,7 @@ class StreamingReply:
             log.info("drafts_unavailable_using_edits", chat_id=self._chat_id, error=str(error))
             self._use_drafts = False
             return
+        self._draft_at = time.monotonic()
         self._draft_shown = text
 
     async def _send_plain(self, text: str) -> None:
@@ -271,7 +272,7 @@ class StreamingReply:
         self._shown.append(_Shown(message.message_id, text, self._last_send_at))
 
     async def _edit_plain(self, shown: _Shown, text: str) -> None:
-        shown.changed_at = time.monotonic()
+        shown.changed_at = time.monotonic()  # a failed edit is not retried at once either
         try:
             await self._bot.edit_message_text(text, self._chat_id, shown.message_id)
         except BadRequest as error:
@@ -283,6 +284,9 @@ class StreamingReply:
                 self._shown.remove(shown)
                 return
             raise
+        # Count the interval from the answer, not the request: Telegram sees the edit at some
+        # point in between, so this keeps its view of the spacing at least `edit_interval`.
+        shown.changed_at = time.monotonic()
         shown.text = text
 
     # ---- the final text ---------------------------------------------------------------------
@@ -336,6 +340,7 @@ class StreamingReply:
                     await self._bot.edit_message_text(
                         text, self._chat_id, shown.message_id, parse_mode=mode
                     )
+                    shown.changed_at = time.monotonic()
                     shown.text = piece.plain
                     return shown.message_id
                 self._last_send_at = time.monotonic()
