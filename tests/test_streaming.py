@@ -369,3 +369,14 @@ async def test_naughty_strings_arrive_whole(bot: Bot, tg: FakeTelegram) -> None:
     assert [m.message_id for m in messages] == ids
     expected = "".join(plain_text(piece) for piece in split_for_telegram(answer))
     assert _content("".join(m.text for m in messages)) == _content(expected)
+
+
+async def test_forum_topic_replies_stay_in_their_thread(bot: Bot, tg: FakeTelegram) -> None:
+    forum = -100999
+    reply = StreamingReply(bot, forum, edit_interval=0.05, message_thread_id=77)
+    await reply.start()
+    await _stream(reply, "topic answer " * 400, chunk=900, pause=0.01)  # two messages
+    ids = await reply.finish("topic answer " * 400)
+    assert len(ids) == 2
+    assert [m.message_thread_id for m in tg.bot_messages(forum)] == [77, 77]
+    assert all(c.params.get("message_thread_id") == 77 for c in tg.calls_of("sendChatAction"))
