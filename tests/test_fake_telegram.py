@@ -345,3 +345,23 @@ async def test_webhook_delivery_to_a_local_server(tg: FakeTelegram) -> None:
             assert (await bot.get_webhook_info()).pending_update_count == 0
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("/start", [("bot_command", "/start")]),
+        ("/help@mnemo_test_bot now", [("bot_command", "/help@mnemo_test_bot")]),
+        ("hi /new please", [("bot_command", "/new")]),
+        ("/dev/null; touch /tmp/blns.fail ; echo", []),  # a real naughty string: no command
+        ("a/b and <b>/x</b>", []),
+        ("ask @mnemo_test_bot 😀 @mnemo_test_bot", [("mention", "@mnemo_test_bot")] * 2),
+    ],
+)
+async def test_commands_and_mentions_are_found_like_tdlib(
+    bot: Bot, tg: FakeTelegram, text: str, expected: list[tuple[str, str]]
+) -> None:
+    tg.push(tg.make_text_update(1, 2, text))
+    [update] = await bot.get_updates(timeout=0)
+    message = update.message
+    assert [(e.type, message.parse_entity(e)) for e in message.entities] == expected

@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -807,24 +808,25 @@ class FakeTelegram:
         return next(counter)
 
     def _auto_entities(self, text: str) -> list[dict[str, Any]]:
-        """bot_command at the start and @mentions, as Telegram's clients produce them."""
-        found: list[dict[str, Any]] = []
-        if text.startswith("/"):
-            word = text.split(maxsplit=1)[0] if text.strip() else text
-            found.append({"type": "bot_command", "offset": 0, "length": utf16_units(word)})
+        """bot_command and @mention entities, found the way tdlib finds them."""
+        found = [
+            {
+                "type": "bot_command",
+                "offset": utf16_units(text[:start]),
+                "length": utf16_units(text[start:end]),
+            }
+            for start, end in _bot_commands(text)
+        ]
         mention = f"@{self.bot_username}"
+        covered = [(e["offset"], e["offset"] + e["length"]) for e in found]
         start = text.find(mention)
         while start >= 0:
+            offset = utf16_units(text[:start])
             # A command like /help@bot is already covered by its bot_command entity.
-            if not (found and start < found[0]["length"]):
-                found.append(
-                    {
-                        "type": "mention",
-                        "offset": utf16_units(text[:start]),
-                        "length": utf16_units(mention),
-                    }
-                )
+            if not any(a <= offset < b for a, b in covered):
+                found.append({"type": "mention", "offset": offset, "length": utf16_units(mention)})
             start = text.find(mention, start + len(mention))
+        found.sort(key=lambda e: e["offset"])
         return found
 
     def _reply_target(self, chat_id: int, chat: dict[str, Any]) -> dict[str, Any]:
@@ -926,6 +928,27 @@ class FakeTelegram:
         if message.message_thread_id:
             result["message_thread_id"] = message.message_thread_id
         return result
+
+
+def _is_word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def _bot_commands(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each bot command: "/" + 1-64 of [A-Za-z0-9_], optional "@username",
+    not glued to a word, "/", "<" or ">" on either side (tdlib's match_bot_commands), so
+    "/dev/null" is no command while "/start", "/help@bot" and "hi /new" contain one."""
+    commands = []
+    for match in re.finditer(r"/([A-Za-z0-9_]{1,64})(@[A-Za-z0-9_]{3,32})?", text):
+        start, end = match.span()
+        before = text[start - 1] if start > 0 else ""
+        after = text[end] if end < len(text) else ""
+        if before and (_is_word_char(before) or before in "/<>"):
+            continue
+        if after and (_is_word_char(after) or after in "/<>"):
+            continue
+        commands.append((start, end))
+    return commands
 
 
 def _chats_in(update: dict[str, Any]) -> list[dict[str, Any]]:
