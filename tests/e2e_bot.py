@@ -1,0 +1,204 @@
+"""The whole bot, in-process, against the fakes: real PTB polling the fake Bot API, real litellm
+talking HTTP to the fake providers, a real SQLite file. Nothing of ours is mocked.
+
+Used as `async with bot_under_test(tmp_path) as bot: ...`; `bot.restart()` stops and starts the
+application on the same database, like a service restart.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bot.app import Prepared, Services, build_application, prepare, running, services_of
+from bot.config import Settings, load_settings
+from tests.fakes.providers import FakeProvider
+from tests.fakes.telegram import BotMessage, FakeTelegram
+
+TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
+
+TOKEN = "987654:SECRET-BOT-TOKEN-e2e"
+OWNER = 100  # in ALLOWED_USER_IDS
+FRIEND = 101  # in ALLOWED_USER_IDS
+STRANGER = 555
+KEYS = {
+    "openai": "sk-openai-e2e-key-1",
+    "anthropic": "sk-ant-e2e-key-1",
+    "groq": "gsk-groq-e2e-key-1",
+}
+
+# Fast retries so fault tests take fractions of a second; the logic is the production one.
+FAST_TRANSPORT = {
+    "backoff": (0.02, 0.04, 0.08),
+    "retry_after_cap": 0.2,
+    "rate_limit_cooldown": 0.05,
+    "breaker_cooldown": 0.5,
+}
+
+
+@dataclass
+class BotUnderTest:
+    tg: FakeTelegram
+    providers: dict[str, FakeProvider]
+    settings: Settings
+    prepared: Prepared
+    tmp_path: Path
+    transport_options: dict[str, Any] = field(default_factory=dict)
+    edit_interval: float = 0.2
+    _stack: AsyncExitStack | None = None
+    _application: Any = None
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._stack = AsyncExitStack()
+        application = build_application(
+            self.prepared,
+            transport_options=self.transport_options,
+            edit_interval=self.edit_interval,
+        )
+        self._application = await self._stack.enter_async_context(
+            running(application, poll_timeout=1)
+        )
+
+    async def stop(self) -> None:
+        if self._stack is not None:
+            await self._stack.aclose()
+            self._stack = None
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()
+
+    @property
+    def services(self) -> Services:
+        return services_of(self._application)
+
+    # ---- providers ----------------------------------------------------------------------
+
+    @property
+    def openai(self) -> FakeProvider:
+        return self.providers["openai"]
+
+    @property
+    def anthropic(self) -> FakeProvider:
+        return self.providers["anthropic"]
+
+    @property
+    def groq(self) -> FakeProvider:
+        return self.providers["groq"]
+
+    def chat_requests(self) -> list[tuple[str, Any]]:
+        """(gateway, request) of every chat request: streamed ones (consolidation never streams)."""
+        found = [(name, r) for name, fp in self.providers.items() for r in fp.requests if r.stream]
+        return sorted(found, key=lambda pair: pair[1].at)
+
+    # ---- Telegram side ------------------------------------------------------------------
+
+    def say(self, chat_id: int, text: str, *, user_id: int = OWNER, **kwargs: Any) -> int:
+        """Push a user's text message; returns its message_id."""
+        update = self.tg.make_text_update(chat_id, user_id, text, **kwargs)
+        self.tg.push(update)
+        return int(update["message"]["message_id"])
+
+    def messages(self, chat_id: int) -> list[BotMessage]:
+        return self.tg.bot_messages(chat_id)
+
+    def texts(self, chat_id: int) -> list[str]:
+        return [m.text for m in self.tg.bot_messages(chat_id)]
+
+    async def wait(self, predicate: Callable[[], bool], timeout: float = 15.0) -> None:  # noqa: ASYNC109
+        await self.tg.wait_for(predicate, timeout=timeout)
+
+    async def wait_messages(self, chat_id: int, count: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+        await self.wait(lambda: len(self.messages(chat_id)) >= count, timeout)
+
+    async def wait_idle(self, chat_id: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+        """Until no turn of this chat runs or waits (its reply is finished)."""
+        turns = self.services.turns
+        await self.wait(lambda: turns.waiting(chat_id) == 0, timeout)
+
+    async def ask(self, chat_id: int, text: str, **kwargs: Any) -> list[BotMessage]:
+        """Send a message and wait until the bot's turn for it is over; the new messages."""
+        before = len(self.messages(chat_id))
+        calls_before = len(self.tg.calls)
+        self.say(chat_id, text, **kwargs)
+        # The turn is over when the update was handled: the lock is free again and some call
+        # was made after the push (a reply, at least one sendMessage).
+        await self.wait(
+            lambda: (
+                len(self.tg.calls) > calls_before
+                and len(self.messages(chat_id)) > before
+                and self.services.turns.waiting(chat_id) == 0
+            )
+        )
+        return self.messages(chat_id)[before:]
+
+    async def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        return [dict(r) for r in await self.services.db.fetchall(sql, params)]
+
+
+def real_update(name: str, chat_id: int, user_id: int) -> dict[str, Any]:
+    """A real payload from the shared test data with our chat and user ids (and no update_id)."""
+    path = TESTDATA / "tg-updates" / "illemius_telegram_types" / name
+    update = json.loads(path.read_text(encoding="utf-8"))
+    update.pop("update_id", None)
+    message = update["message"]
+    message["chat"]["id"] = chat_id
+    message["from"]["id"] = user_id
+    message["date"] = int(time.time())
+    return update
+
+
+@asynccontextmanager
+async def bot_under_test(
+    tmp_path: Path,
+    *,
+    start: bool = True,
+    transport_options: dict[str, Any] | None = None,
+    **settings: Any,
+) -> AsyncIterator[BotUnderTest]:
+    """Fakes on 127.0.0.1, settings pointing at them, the bot running (unless start=False)."""
+    async with AsyncExitStack() as stack:
+        tg = await stack.enter_async_context(FakeTelegram(token=TOKEN))
+        providers = {
+            name: await stack.enter_async_context(FakeProvider(name))
+            for name in ("openai", "anthropic", "groq")
+        }
+        values: dict[str, Any] = {
+            "TELEGRAM_BOT_TOKEN": TOKEN,
+            "TELEGRAM_BASE_URL": tg.base_url,
+            "ALLOWED_USER_IDS": f"{OWNER},{FRIEND}",
+            "DATABASE_PATH": tmp_path / "mnemobot.sqlite3",
+            "OPENAI_API_KEY": KEYS["openai"],
+            "OPENAI_API_BASE": providers["openai"].base_url,
+            "ANTHROPIC_API_KEY": KEYS["anthropic"],
+            "ANTHROPIC_API_BASE": providers["anthropic"].base_url,
+            "GROQ_API_KEY": KEYS["groq"],
+            "GROQ_API_BASE": providers["groq"].base_url,
+            "DEFAULT_MODEL": "gpt-5",
+            "CHAT_TIMEOUT": 10,
+            "LOG_FORMAT": "json",
+        }
+        values.update(settings)
+        loaded = load_settings(**{k: v for k, v in values.items() if v is not None})
+        options = {**FAST_TRANSPORT, **(transport_options or {})}
+        bot = BotUnderTest(
+            tg=tg,
+            providers=providers,
+            settings=loaded,
+            prepared=prepare(loaded),
+            tmp_path=tmp_path,
+            transport_options=options,
+        )
+        try:
+            if start:
+                await bot.start()
+            yield bot
+        finally:
+            await bot.stop()

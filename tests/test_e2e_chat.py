@@ -1,0 +1,181 @@
+"""End to end: chat turns streamed from the fake providers into the fake Telegram."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from tests.e2e_bot import KEYS, OWNER, TESTDATA, bot_under_test
+from tests.fakes.providers import Reply
+from tests.fakes.telegram import utf16_units
+
+CHAT = OWNER  # private chat id = user id
+
+
+async def test_streamed_reply_is_edited_in_then_formatted(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        bot.openai.set_default(
+            "*",
+            Reply(
+                "Here is **bold** and `code`, streamed in small pieces " * 4,
+                chunk_chars=6,
+                chunk_delay=0.03,
+                prompt_tokens=21,
+                completion_tokens=48,
+            ),
+        )
+        shown = await bot.ask(CHAT, "Tell me something")
+        assert len(shown) == 1
+        final = shown[0]
+        # Streamed: the message was edited while text arrived, then set to the final HTML.
+        assert final.edits >= 2
+        assert final.parse_mode == "HTML"
+        assert "<b>bold</b>" in final.raw_text and "<code>code</code>" in final.raw_text
+        assert final.text.count("Here is bold and code") == 4
+        assert bot.tg.calls_of("sendChatAction"), "typing action while waiting"
+
+        # One provider request, to the chat's model on its own gateway, with its own key.
+        [(gateway, request)] = bot.chat_requests()
+        assert (gateway, request.model, request.api_key) == ("openai", "gpt-5", KEYS["openai"])
+        assert request.body["messages"][-1] == {"role": "user", "content": "Tell me something"}
+        assert request.body["messages"][0]["role"] == "system"
+
+        messages = await bot.rows("SELECT role, content, model_id FROM messages ORDER BY id")
+        assert messages[0] == {"role": "user", "content": "Tell me something", "model_id": None}
+        assert messages[1]["role"] == "assistant" and messages[1]["model_id"] == "gpt-5"
+        assert messages[1]["content"].startswith("Here is **bold**")
+        usage = await bot.rows(
+            "SELECT model_id, purpose, prompt_tokens, completion_tokens FROM usage"
+        )
+        assert usage == [
+            {"model_id": "gpt-5", "purpose": "chat", "prompt_tokens": 21, "completion_tokens": 48}
+        ]
+
+
+async def test_second_turn_sees_the_first(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        await bot.ask(CHAT, "My name is Zoë 👩🏽‍💻")
+        await bot.ask(CHAT, "What is my name?")
+        last = bot.chat_requests()[-1][1].body["messages"]
+        assert [m["role"] for m in last] == ["system", "user", "assistant", "user"]
+        assert last[1]["content"] == "My name is Zoë 👩🏽‍💻"
+        assert last[2]["content"] == "echo: My name is Zoë 👩🏽‍💻"
+
+
+async def test_turns_in_one_chat_are_serialised_chats_run_concurrently(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        bot.openai.set_default("*", Reply("slow answer", chunk_chars=2, chunk_delay=0.05))
+        for i in range(3):
+            bot.say(CHAT, f"first chat message {i}")
+        for chat in (2001, 2002):
+            bot.say(chat, f"hello from {chat}", user_id=OWNER)
+        await bot.wait(lambda: len(bot.chat_requests()) == 5, timeout=30)
+        await bot.wait(lambda: all(bot.services.turns.waiting(c) == 0 for c in (CHAT, 2001, 2002)))
+
+        # Within the chat: strictly in order, each request carrying the previous answers.
+        own = [
+            r
+            for _, r in bot.chat_requests()
+            if r.body["messages"][-1]["content"].startswith("first")
+        ]
+        assert [r.body["messages"][-1]["content"] for r in own] == [
+            f"first chat message {i}" for i in range(3)
+        ]
+        assert [len(r.body["messages"]) for r in own] == [2, 4, 6]
+        # Across chats: the other chats did not wait for chat 1's three turns.
+        others = [
+            r
+            for _, r in bot.chat_requests()
+            if r.body["messages"][-1]["content"].startswith("hello")
+        ]
+        assert max(r.at for r in others) < own[-1].at
+
+
+async def test_reply_longer_than_one_message_arrives_complete(tmp_path: Path) -> None:
+    paragraphs = [f"Paragraph {i}: " + "lorem ipsum dolor sit amet " * 12 for i in range(40)]
+    code = "```python\n" + "\n".join(f"print({i})" for i in range(60)) + "\n```"
+    answer = "\n\n".join([*paragraphs[:20], code, *paragraphs[20:]])
+    assert utf16_units(answer) > 2 * 4096
+    async with bot_under_test(tmp_path) as bot:
+        bot.openai.set_default("*", Reply(answer, chunk_chars=400))
+        await bot.ask(CHAT, "write a lot")
+        await bot.wait_idle(CHAT)
+        shown = bot.messages(CHAT)
+        assert len(shown) >= 3
+        assert all(utf16_units(m.text) <= 4096 for m in shown)
+        joined = "\n".join(m.text for m in shown)
+        for paragraph in paragraphs:
+            assert paragraph.strip() in joined
+        # The code block is never cut: one message holds all of it, as a <pre> block.
+        holders = [m for m in shown if "print(0)" in m.text]
+        assert len(holders) == 1 and "print(59)" in holders[0].text
+        assert "<pre>" in holders[0].raw_text or "<pre><code" in holders[0].raw_text
+
+
+async def test_markdown_the_fake_rejects_arrives_as_plain_text(tmp_path: Path) -> None:
+    """A model answer whose HTML rendering Telegram refuses still reaches the user, as text."""
+    stress = (TESTDATA / "tg-markdown" / "telegramify-markdown" / "exp1.md").read_text(
+        encoding="utf-8"
+    )
+    async with bot_under_test(tmp_path) as bot:
+        bot.openai.set_default("*", Reply(stress, chunk_chars=200))
+        # Force the rejection: Telegram refuses the first formatted edit of the final answer.
+        bot.tg.inject_error(
+            "editMessageText",
+            description='Bad Request: can\'t parse entities: unsupported start tag "x" at byte offset 3',
+        )
+        await bot.ask(CHAT, "format stress")
+        await bot.wait_idle(CHAT)
+        shown = bot.messages(CHAT)
+        joined = "".join(m.text for m in shown)
+        words = [w for w in stress.split() if w.isalpha() and len(w) > 3][:40]
+        assert words and all(w in joined for w in words)
+
+
+async def test_telegram_retry_after_is_waited_out_without_duplicates(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        bot.openai.set_default("*", Reply("Penalty-proof answer, one message only.", chunk_chars=5))
+        bot.tg.inject_error("sendMessage", count=1, retry_after=1)
+        await bot.ask(CHAT, "hello under flood control")
+        await bot.wait_idle(CHAT)
+        shown = bot.messages(CHAT)
+        assert [m.text for m in shown] == ["Penalty-proof answer, one message only."]
+        sends = bot.tg.calls_of("sendMessage")
+        # The refused send was retried only after the penalty (1 s), never during it.
+        assert len(sends) == 2
+        assert sends[1].at - sends[0].at >= 0.95
+
+
+async def test_naughty_strings_survive_the_round_trip(tmp_path: Path) -> None:
+    strings = json.loads((TESTDATA / "blns" / "blns.json").read_text(encoding="utf-8"))
+    # Strings starting with "/" are commands to Telegram clients; see test_e2e_commands.
+    usable = [s for s in strings if s.strip() and not s.startswith("/")]
+    picked = usable[::50]
+    async with bot_under_test(tmp_path) as bot:
+        for text in picked:
+            bot.openai.script("gpt-5", Reply(text, chunk_chars=3))
+            await bot.ask(CHAT, text)
+        await bot.wait_idle(CHAT)
+        users = await bot.rows("SELECT content FROM messages WHERE role = 'user' ORDER BY id")
+        assistants = await bot.rows(
+            "SELECT content FROM messages WHERE role = 'assistant' ORDER BY id"
+        )
+        assert [r["content"] for r in users] == picked
+        assert [r["content"] for r in assistants] == picked
+        sent = [r.body["messages"][-1]["content"] for _, r in bot.chat_requests()]
+        assert sent == picked
+        assert len(bot.messages(CHAT)) == len(picked)
+
+
+async def test_many_chats_at_once_each_get_their_own_answer(tmp_path: Path) -> None:
+    # A request budget that 20 simultaneous chats do not exhaust (else gpt-5-mini answers some).
+    async with bot_under_test(tmp_path, OPENAI_RPS=1000) as bot:
+        chats = list(range(3001, 3021))
+        for chat in chats:
+            bot.say(chat, f"question from {chat}")
+        await bot.wait(lambda: all(len(bot.messages(c)) == 1 for c in chats), timeout=30)
+        await asyncio.sleep(0.3)
+        for chat in chats:
+            await bot.wait_idle(chat)
+            assert bot.texts(chat) == [f"echo: question from {chat}"]
