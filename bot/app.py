@@ -20,6 +20,7 @@ from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 from bot.chat_turns import ChatTurns
 from bot.config import ConfigError, Settings
 from bot.i18n import MESSAGES, SUPPORTED_LANGUAGES, t
+from bot.lifecycle import LIFECYCLE_KEY, Lifecycle
 from bot.logging_setup import redactor
 from memory.db import Database
 from memory.store import Store
@@ -27,6 +28,7 @@ from models.catalog import Catalog, CatalogError, ModelEntry, load_catalog
 from models.gateways import Gateway
 
 if TYPE_CHECKING:
+    from bot.limits import TurnGuard
     from models.transport import Transport
 
 log = structlog.get_logger("bot.app")
@@ -164,6 +166,9 @@ class Services:
     memory_text: Callable[[int], Awaitable[str]] = _no_long_term_memory
     edit_interval: float = 1.0
     on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Operations (bot/ops_handlers.attach_operations): graceful stop, limits and budgets.
+    lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
+    guard: TurnGuard | None = None
 
     @classmethod
     async def open(
@@ -248,6 +253,9 @@ def build_application(
         from bot.memory_handlers import attach_memory
 
         await attach_memory(application, services)
+        from bot.ops_handlers import attach_operations
+
+        await attach_operations(application, services)
         await register_commands(application)
         log.info(
             "bot_started",
@@ -263,20 +271,24 @@ def build_application(
             await services.close()
         log.info("bot_stopped")
 
+    lifecycle = Lifecycle()
     application = (
         ApplicationBuilder()
         .token(settings.TELEGRAM_BOT_TOKEN.get_secret_value())
         .base_url(settings.TELEGRAM_BASE_URL)
-        .concurrent_updates(True)
+        .concurrent_updates(lifecycle.tracker)
         .rate_limiter(AIORateLimiter(max_retries=0))
         .post_init(post_init)
         .post_shutdown(post_shutdown)
         .build()
     )
+    application.bot_data[LIFECYCLE_KEY] = lifecycle
     register_handlers(application)
     from bot.memory_handlers import register_memory_handlers
+    from bot.ops_handlers import register_operations_handlers
 
     register_memory_handlers(application)
+    register_operations_handlers(application)
     return application
 
 
@@ -314,6 +326,8 @@ async def running(
 
 
 def run_polling(prepared: Prepared) -> None:
-    """The main job: poll Telegram until SIGINT/SIGTERM."""
-    application = build_application(prepared)
-    application.run_polling(allowed_updates=["message", "callback_query"])
+    """The main job: poll Telegram (or serve the webhook) until SIGINT/SIGTERM, then stop
+    gracefully (bot/lifecycle.py)."""
+    from bot.lifecycle import run_bot
+
+    run_bot(build_application(prepared), prepared.settings)

@@ -54,6 +54,23 @@ class ChatTurns:
             if self._running.get(chat_id) is task:
                 del self._running[chat_id]
 
+    def running_count(self) -> int:
+        """Replies being written now (for /stats, /healthz and the graceful stop)."""
+        return sum(1 for task in self._running.values() if not task.done())
+
+    def running_tasks(self) -> list[asyncio.Task[Any]]:
+        return [task for task in self._running.values() if not task.done()]
+
+    async def cancel_all(self, *, wait: float = 10.0) -> int:
+        """Cancel every running reply (graceful stop after the grace period); each ends with
+        its note and stores what it showed."""
+        tasks = self.running_tasks()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=wait)
+        return len(tasks)
+
     def is_running(self, chat_id: int) -> bool:
         task = self._running.get(chat_id)
         return task is not None and not task.done()

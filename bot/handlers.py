@@ -194,6 +194,15 @@ async def chat_message(update: Update, context: Context) -> None:
         return
     user = update.effective_user
     assert user is not None
+    # Split parts of a long message become one turn; size, rate and budget limits apply to it.
+    guard = _services(context).guard
+    if guard is not None:
+        screened = await guard.screen(message.chat_id, user.id, text, update.update_id)
+        if screened.reply_key is not None:
+            await _say(message, t(screened.reply_key, lang, **screened.reply_values))
+        if screened.text is None:
+            return
+        text = screened.text
     request = TurnRequest(
         chat_id=message.chat_id,
         user_id=user.id,

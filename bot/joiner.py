@@ -110,6 +110,13 @@ class MessageJoiner(Generic[RefT]):
                 del self._groups[key]
         return turn
 
+    def leader_ref(self, key: Hashable) -> RefT | None:
+        """The first part's reference of the group open for `key`, if any."""
+        group = self._groups.get(key)
+        if group is None or group.closed:
+            return None
+        return group.turn.refs[0]
+
     def flush(self) -> None:
         """Close every open group now (shutdown): leaders return what they have at once."""
         for group in self._groups.values():

@@ -6,10 +6,14 @@ before anything is stored or sent to a model, so a refused message costs nothing
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from bot.joiner import MessageJoiner
+from memory.usage import Budgets, Cap, UsageLedger
 
 WINDOW_SECONDS = 60.0
 
@@ -66,6 +70,104 @@ class UserRateLimiter:
             self._notified_until.pop(user_id, None)
 
 
+BUDGET_KEYS = {
+    Cap.USER_DAILY: "budget_user_daily",
+    Cap.USER_MONTHLY: "budget_user_monthly",
+    Cap.BOT_DAILY: "budget_bot_daily",
+    Cap.BOT_MONTHLY: "budget_bot_monthly",
+}
+
+
+def money(usd: float) -> str:
+    """Cents matter on small bills and fractions of a cent on cheap models."""
+    if usd == 0:
+        return "$0"
+    if usd < 1:
+        return f"${usd:.4f}"
+    return f"${usd:,.2f}"
+
+
 def input_too_long(text: str, max_chars: int) -> bool:
     """True if `text` exceeds `max_chars` characters (code points, as users count them)."""
     return len(text) > max_chars
+
+
+@dataclass(frozen=True)
+class Screened:
+    """The verdict on an incoming text: run a turn with `text`, or not, and what to say.
+
+    `text` None means no turn: the part joined another update's turn, or the message was
+    refused. `reply_key`/`reply_values` is the refusal to send (None: stay silent).
+    """
+
+    text: str | None
+    reply_key: str | None = None
+    reply_values: dict[str, object] = field(default_factory=dict)
+    parts: int = 1
+
+
+class TurnGuard:
+    """Everything checked before a chat turn may cost money, in the order that is fair:
+
+    1. join split parts (so a long message counts once, and is measured whole),
+    2. the input size limit,
+    3. the per-user rate limit,
+    4. the spending caps (a database read, so last).
+
+    Admins are exempt from the per-user limits and caps, not from the bot-wide caps.
+    """
+
+    def __init__(
+        self,
+        *,
+        ledger: UsageLedger,
+        budgets: Budgets,
+        per_minute: int,
+        max_input_chars: int,
+        split_window: float,
+        admins: Collection[int] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ledger = ledger
+        self.budgets = budgets
+        self.max_input_chars = max_input_chars
+        self.admins = frozenset(admins)
+        self.rate = UserRateLimiter(per_minute, clock=clock)
+        self.joiner: MessageJoiner[int] = MessageJoiner(split_window)
+        # Told (part's update id is implicit in the caller) which update a part joined, so a
+        # stop can treat the parts as handled only once the whole turn is.
+        self.on_part_joined: Callable[[int], None] | None = None
+
+    async def screen(self, chat_id: int, user_id: int, text: str, update_id: int) -> Screened:
+        """`update_id` identifies the part; the turn is known by its first part's id."""
+        key = (chat_id, user_id)
+        leader = self.joiner.leader_ref(key)
+        turn = await self.joiner.submit(key, text, update_id)
+        if turn is None:
+            if leader is not None and self.on_part_joined is not None:
+                self.on_part_joined(leader)
+            return Screened(None)
+        text = turn.text
+        parts = len(turn.parts)
+        if input_too_long(text, self.max_input_chars):
+            return Screened(
+                None,
+                "input_too_long",
+                {"length": len(text), "limit": self.max_input_chars},
+                parts,
+            )
+        admin = user_id in self.admins
+        if not admin:
+            decision = self.rate.check(user_id)
+            if not decision.allowed:
+                key = "rate_limited" if decision.notify else None
+                return Screened(None, key, {"seconds": math.ceil(decision.retry_after_s)}, parts)
+        budgets = self.budgets
+        if admin:
+            budgets = Budgets(
+                bot_daily_usd=budgets.bot_daily_usd, bot_monthly_usd=budgets.bot_monthly_usd
+            )
+        hit = await self.ledger.check_budget(user_id, budgets)
+        if hit is not None:
+            return Screened(None, BUDGET_KEYS[hit.cap], {"limit": money(hit.limit_usd)}, parts)
+        return Screened(text, parts=parts)

@@ -14,26 +14,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bot.i18n import t
+from bot.limits import BUDGET_KEYS, money
 from memory.db import Database
 from memory.jobs import ConsolidationStats, consolidation_stats
 from memory.store import Clock, from_iso, to_iso, utc_now
-from memory.usage import BudgetHit, Cap, PeriodUsage, UsageLedger, UsageReport, UserTotal
-
-_BUDGET_KEYS = {
-    Cap.USER_DAILY: "budget_user_daily",
-    Cap.USER_MONTHLY: "budget_user_monthly",
-    Cap.BOT_DAILY: "budget_bot_daily",
-    Cap.BOT_MONTHLY: "budget_bot_monthly",
-}
-
-
-def money(usd: float) -> str:
-    """Cents matter on small bills and fractions of a cent on cheap models."""
-    if usd == 0:
-        return "$0"
-    if usd < 1:
-        return f"${usd:.4f}"
-    return f"${usd:,.2f}"
+from memory.usage import BudgetHit, PeriodUsage, UsageLedger, UsageReport, UserTotal
 
 
 def tokens(count: int) -> str:
@@ -118,7 +103,7 @@ def everyone_text(totals: list[UserTotal], bot: UsageReport, lang: str | None) -
 
 def budget_text(hit: BudgetHit, lang: str | None) -> str:
     """The polite refusal when a spending cap is reached (no model was called)."""
-    return t(_BUDGET_KEYS[hit.cap], lang, limit=money(hit.limit_usd))
+    return t(BUDGET_KEYS[hit.cap], lang, limit=money(hit.limit_usd))
 
 
 def _ago(stamp: str, now: datetime) -> str:

@@ -62,10 +62,12 @@ async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> N
     The user's message is written before any model is called, so an outage, a crash or a
     /cancel never loses it. Serialised per chat; the streaming part is cancellable.
     """
-    async with services.turns.serialised(request.chat_id):
+    # While the bot is stopping, a turn that has not started is held back (see bot/lifecycle).
+    async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as committed:
         stored = await services.store.add_message(
             request.chat_id, "user", request.text, user_id=request.user_id
         )
+        committed()
         await services.turns.run_cancellable(
             request.chat_id, _answer(services, bot, request, stored.session_id)
         )
@@ -153,7 +155,9 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
                 model_id=answering,
                 session_id=session_id,
             )
-        await reply.cancelled(t("reply_cancelled", lang))
+        # Cut off by a stop of the bot (after the grace period) or by the user's /cancel.
+        note = "reply_interrupted" if services.lifecycle.closing else "reply_cancelled"
+        await reply.cancelled(t(note, lang))
     except TransportError as exc:
         outcome = "failed"
         attempts = len(exc.attempts)

@@ -1,0 +1,172 @@
+"""Operations in the bot: /usage, /stats, the turn guard, the chat's remembered language, and
+the graceful-stop wiring (see bot/lifecycle.py).
+
+`attach_operations` runs in post_init after the services open; `register_operations_handlers`
+adds the commands when the application is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from telegram import BotCommand, BotCommandScopeChat, Update
+from telegram.error import TelegramError
+from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler, filters
+
+from bot.access import is_allowed
+from bot.app import BOT_COMMANDS, Services, services_of
+from bot.i18n import t
+from bot.lifecycle import lifecycle_of, load_handled_updates
+from bot.limits import TurnGuard
+from bot.stats import build_stats_text, everyone_text, usage_text
+from memory.usage import Budgets, UsageLedger
+
+log = structlog.get_logger("bot.ops")
+
+Context = ContextTypes.DEFAULT_TYPE
+App = Application[Any, Any, Any, Any, Any, Any]
+LANGUAGES_KEY = "chat_languages"
+
+
+async def attach_operations(application: App, services: Services) -> None:
+    """Wire the guard, the lifecycle and the remembered handled updates into the services."""
+    settings = services.settings
+    lifecycle = lifecycle_of(application)
+    services.lifecycle = lifecycle
+    services.guard = TurnGuard(
+        ledger=UsageLedger(services.db),
+        budgets=Budgets(
+            user_daily_usd=settings.USER_DAILY_BUDGET_USD,
+            user_monthly_usd=settings.USER_MONTHLY_BUDGET_USD,
+            bot_daily_usd=settings.BOT_DAILY_BUDGET_USD,
+            bot_monthly_usd=settings.BOT_MONTHLY_BUDGET_USD,
+        ),
+        per_minute=settings.USER_MESSAGES_PER_MINUTE,
+        max_input_chars=settings.MAX_INPUT_CHARS,
+        split_window=settings.SPLIT_MESSAGE_WINDOW,
+        admins=settings.ADMIN_USER_IDS,
+    )
+    lifecycle.on_closing.append(services.guard.joiner.flush)
+    services.guard.on_part_joined = lifecycle.tracker.join_current_to
+    skip = await load_handled_updates(services.db)
+    lifecycle.tracker.skip |= skip
+    if skip:
+        log.info("handled_updates_loaded", count=len(skip))
+    await _admin_commands(application, services)
+
+
+async def _admin_commands(application: App, services: Services) -> None:
+    """Admins see /stats in their command list; everyone else does not."""
+    for admin_id in services.settings.ADMIN_USER_IDS:
+        commands = [BotCommand(name, t(key, "en")) for name, key in BOT_COMMANDS]
+        commands.append(BotCommand("stats", t("cmd_stats", "en")))
+        try:
+            await application.bot.set_my_commands(commands, scope=BotCommandScopeChat(admin_id))
+        except TelegramError as exc:  # e.g. the admin never opened a chat with the bot
+            log.info("admin_commands_not_set", admin_id=admin_id, error=str(exc))
+
+
+def _lang(update: Update) -> str | None:
+    user = update.effective_user
+    return user.language_code if user else None
+
+
+def _is_admin(services: Services, user_id: int | None) -> bool:
+    return user_id is not None and user_id in services.settings.ADMIN_USER_IDS
+
+
+def _allowed(services: Services, user_id: int | None) -> bool:
+    settings = services.settings
+    return is_allowed(user_id, settings.ALLOWED_USER_IDS, settings.ADMIN_USER_IDS)
+
+
+async def _admit(update: Update, services: Services) -> bool:
+    """Strangers get the same one line as for every other command."""
+    user = update.effective_user
+    if _allowed(services, user.id if user else None):
+        return True
+    if user is not None:
+        await _reply(update, t("not_allowed", _lang(update), user_id=user.id))
+    return False
+
+
+async def _reply(update: Update, text: str) -> None:
+    message = update.effective_message
+    if message is None:
+        return
+    try:
+        await message.reply_text(text, do_quote=False)
+    except TelegramError as exc:
+        log.warning("reply_failed", chat_id=message.chat_id, error=str(exc))
+
+
+async def remember_language(update: Update, context: Context) -> None:
+    """Keep the chat's language (the last sender's Telegram language) for replies sent later
+    without an update at hand, e.g. by background work. Written only when it changes."""
+    user, chat = update.effective_user, update.effective_chat
+    if user is None or chat is None or not user.language_code:
+        return
+    services = services_of(context.application)
+    if not _allowed(services, user.id):
+        return
+    known: dict[int, str] = context.application.bot_data.setdefault(LANGUAGES_KEY, {})
+    if known.get(chat.id) == user.language_code:
+        return
+    await services.store.set_chat_language(chat.id, user.language_code)
+    known[chat.id] = user.language_code
+
+
+async def usage_command(update: Update, context: Context) -> None:
+    """/usage: your own spend; admins also see everyone, and `/usage USER_ID` for one user."""
+    services = services_of(context.application)
+    user = update.effective_user
+    if user is None or not await _admit(update, services):
+        return
+    lang = _lang(update)
+    ledger = UsageLedger(services.db)
+    args = context.args or []
+    if args:
+        if not _is_admin(services, user.id):
+            await _reply(update, t("usage_admin_only", lang))
+            return
+        if not args[0].lstrip("-").isdigit():
+            await _reply(update, t("usage_bad_args", lang))
+            return
+        other = int(args[0])
+        await _reply(update, usage_text(await ledger.report(other), lang, own=False))
+        return
+    text = usage_text(await ledger.report(user.id), lang)
+    if _is_admin(services, user.id):
+        everyone = everyone_text(await ledger.per_user(), await ledger.report(None), lang)
+        text = f"{text}\n\n{everyone}"
+    await _reply(update, text)
+
+
+async def stats_command(update: Update, context: Context) -> None:
+    """/stats for ADMIN_USER_IDS: memory queue, failures per model, breakers, spend today."""
+    services = services_of(context.application)
+    user = update.effective_user
+    if user is None or not await _admit(update, services):
+        return
+    lang = _lang(update)
+    if not _is_admin(services, user.id):
+        await _reply(update, t("admin_only", lang))
+        return
+    text = await build_stats_text(
+        services.db,
+        services.transport.status(),
+        lang,
+        turns_in_flight=services.turns.running_count(),
+    )
+    await _reply(update, text)
+
+
+def register_operations_handlers(application: App) -> None:
+    new_messages = filters.UpdateType.MESSAGE
+    # Group -1 runs before the command and chat handlers of group 0, for every update.
+    application.add_handler(TypeHandler(Update, remember_language), group=-1)
+    application.add_handler(CommandHandler("usage", usage_command, filters=new_messages))
+    application.add_handler(CommandHandler("stats", stats_command, filters=new_messages))
+    if ("usage", "cmd_usage") not in BOT_COMMANDS:
+        BOT_COMMANDS.append(("usage", "cmd_usage"))
