@@ -13,6 +13,10 @@ from tests.fakes.telegram import utf16_units
 CHAT = OWNER  # private chat id = user id
 
 
+def last_user_text(request: object) -> str:
+    return request.body["messages"][-1]["content"]  # type: ignore[attr-defined]
+
+
 async def test_streamed_reply_is_edited_in_then_formatted(tmp_path: Path) -> None:
     async with bot_under_test(tmp_path) as bot:
         bot.openai.set_default(
@@ -119,18 +123,20 @@ async def test_markdown_the_fake_rejects_arrives_as_plain_text(tmp_path: Path) -
         encoding="utf-8"
     )
     async with bot_under_test(tmp_path) as bot:
-        bot.openai.set_default("*", Reply(stress, chunk_chars=200))
-        # Force the rejection: Telegram refuses the first formatted edit of the final answer.
-        bot.tg.inject_error(
-            "editMessageText",
-            description='Bad Request: can\'t parse entities: unsupported start tag "x" at byte offset 3',
-        )
+        # One chunk: the streamed part is a single plain sendMessage, so the first edit is the
+        # formatted final text, and that is the one Telegram refuses.
+        bot.openai.set_default("*", Reply(stress, chunk_chars=len(stress)))
+        refusal = "Bad Request: can't parse entities: unsupported start tag at byte offset 3"
+        bot.tg.inject_error("editMessageText", description=refusal)
         await bot.ask(CHAT, "format stress")
         await bot.wait_idle(CHAT)
+        edits = bot.tg.calls_of("editMessageText")
+        assert edits[0].params.get("parse_mode") == "HTML"  # refused
         shown = bot.messages(CHAT)
+        assert shown[0].parse_mode is None  # the same message, now as plain text
         joined = "".join(m.text for m in shown)
-        words = [w for w in stress.split() if w.isalpha() and len(w) > 3][:40]
-        assert words and all(w in joined for w in words)
+        words = [w for w in stress.split() if w.isalpha() and len(w) > 3]
+        assert len(words) > 20 and all(w in joined for w in words)
 
 
 async def test_telegram_retry_after_is_waited_out_without_duplicates(tmp_path: Path) -> None:
