@@ -410,6 +410,7 @@ class FakeTelegram:
     # ---- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> FakeTelegram:
+        self._closing = False  # a stopped fake can be started again (same state, new port)
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
