@@ -2,36 +2,32 @@
 
 A stop (SIGTERM, SIGINT) goes in this order, and each step exists so that nothing is lost:
 
-1. Stop taking work: /healthz answers 503, waiting split-message groups are released, chat
-   turns that have not yet stored the user's message are held back (polling mode), and the
-   consolidation worker launches no new job.
-2. Stop fetching updates. PTB confirms fetched updates to Telegram on the next getUpdates; on a
-   stop it confirms them all. We confirm only those below the first update still in progress,
-   so an update that was fetched but not handled is delivered again after the restart.
-   Updates above that point that were handled anyway are recorded (`handled_updates`) and
-   skipped when they come again, so nothing is answered twice.
-3. Replies being written get SHUTDOWN_GRACE_SECONDS to finish; running consolidations get the
-   same grace at the same time. A reply still running then is ended with a note, and what was
-   shown is stored; an unfinished consolidation stays queued and resumes on the next start.
-4. Close the application and the services.
-
-In webhook mode Telegram has already been told "200 OK" for every update it posted, so turns
-are not held back: everything accepted is handled within the grace period, and the webhook
-server stops first so Telegram keeps (and retries) anything newer.
+1. Stop taking work: /healthz answers 503, waiting split-message groups are released, and the
+   consolidation worker launches no new job (running ones get the grace period).
+2. Stop fetching updates (polling) or stop the webhook server (Telegram keeps and retries what
+   it could not post).
+3. Replies being written get SHUTDOWN_GRACE_SECONDS to finish. A reply still running then is
+   ended with a note, and what was shown is stored.
+4. Chat turns that had not started are *held*: their update (with any split-message parts) is
+   written to `held_updates` instead of being answered. Telegram has already forgotten them —
+   PTB confirms fetched updates on its next getUpdates, a webhook post was answered 200 — so
+   only our copy can save them. On the next start they are handled first, then deleted.
+5. Close the application and the services; an unfinished consolidation stays queued.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import structlog
+from telegram import Update
 from telegram.ext import Application, BaseUpdateProcessor
 
 from bot.health import HealthServer
@@ -47,26 +43,21 @@ log = structlog.get_logger("bot.lifecycle")
 
 LIFECYCLE_KEY = "lifecycle"
 ALLOWED_UPDATES = ["message", "callback_query"]
-# Handled-update records older than this are useless: Telegram keeps updates for 24 hours.
-_HANDLED_KEEP_DAYS = 2
 
 App = Application[Any, Any, Any, Any, Any, Any]
 
 
 class UpdateTracker(BaseUpdateProcessor):
-    """PTB's concurrent update processing, remembering which updates are still in progress.
+    """PTB's concurrent update processing, knowing which update each handler task works on.
 
-    `turn_pending` marks updates whose chat turn has not yet stored the user's message: if such
-    an update is cut off by a stop, it was not handled, and Telegram must deliver it again.
+    That is what lets a held turn save its own update, and the parts that joined it.
     """
 
     def __init__(self, max_concurrent_updates: int = 1024) -> None:
         super().__init__(max_concurrent_updates)
-        self._active: dict[asyncio.Task[Any], int] = {}
-        self._turn_pending: set[int] = set()
-        self._handled: set[int] = set()
-        self._parts: dict[int, set[int]] = {}  # first part's update id -> later parts' ids
-        self.skip: set[int] = set()
+        self._active: dict[asyncio.Task[Any], Update] = {}
+        self._parts: dict[int, list[Update]] = {}  # first part's update id -> later parts
+        self.on_done: Callable[[int], Awaitable[None]] | None = None
 
     async def initialize(self) -> None:
         return None
@@ -75,76 +66,35 @@ class UpdateTracker(BaseUpdateProcessor):
         return None
 
     async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
-        update_id = getattr(update, "update_id", None)
         task = asyncio.current_task()
-        if update_id is None or task is None:
+        if not isinstance(update, Update) or task is None:
             await coroutine
             return
-        if update_id in self.skip:
-            self.skip.discard(update_id)
-            if isinstance(coroutine, Coroutine):
-                coroutine.close()
-            log.info("update_skipped_already_handled", update_id=update_id)
-            return
-        self._active[task] = update_id
+        self._active[task] = update
         try:
             await coroutine
         finally:
             del self._active[task]
-            parts = self._parts.pop(update_id, set())
-            if update_id in self._turn_pending:
-                self._turn_pending.discard(update_id)  # cut off before the message was stored
-            else:
-                self._handled.add(update_id)
-                self._handled |= parts
-            self._forget_below(self.first_in_progress())
+            self._parts.pop(update.update_id, None)
+            if self.on_done is not None:
+                await self.on_done(update.update_id)
 
-    def _forget_below(self, first_open: int | None) -> None:
-        """Only handled updates above the first one in progress can ever be redelivered."""
-        if first_open is None:
-            self._handled.clear()
-        else:
-            self._handled = {uid for uid in self._handled if uid > first_open}
-
-    def _current(self) -> int | None:
+    def current(self) -> Update | None:
         task = asyncio.current_task()
         return self._active.get(task) if task is not None else None
 
-    def turn_started(self) -> None:
-        update_id = self._current()
-        if update_id is not None:
-            self._turn_pending.add(update_id)
-
-    def turn_committed(self) -> None:
-        update_id = self._current()
-        if update_id is not None:
-            self._turn_pending.discard(update_id)
-            self._handled |= self._parts.pop(update_id, set())
-
     def join_current_to(self, first_part: int) -> None:
-        """The current update is a later part of `first_part`'s turn: it is handled when that
-        turn is, and not before (a stop in between must redeliver every part)."""
-        update_id = self._current()
-        if update_id is None or first_part not in self._active.values():
-            return
-        self._turn_pending.add(update_id)
-        self._parts.setdefault(first_part, set()).add(update_id)
+        """The current update is a later part of `first_part`'s turn (kept with it if held)."""
+        update = self.current()
+        if update is not None and any(u.update_id == first_part for u in self._active.values()):
+            self._parts.setdefault(first_part, []).append(update)
+
+    def parts_of(self, update_id: int) -> list[Update]:
+        return list(self._parts.get(update_id, []))
 
     @property
     def in_progress(self) -> int:
         return len(self._active)
-
-    def first_in_progress(self) -> int | None:
-        return min(self._active.values(), default=None)
-
-    def tasks(self) -> list[asyncio.Task[Any]]:
-        return list(self._active)
-
-    def pending_turn_tasks(self) -> list[asyncio.Task[Any]]:
-        return [task for task, uid in self._active.items() if uid in self._turn_pending]
-
-    def handled_from(self, first: int) -> list[int]:
-        return sorted(uid for uid in self._handled if uid >= first)
 
 
 class Lifecycle:
@@ -152,24 +102,39 @@ class Lifecycle:
 
     def __init__(self) -> None:
         self.tracker = UpdateTracker()
+        self.tracker.on_done = self._forget_held
         self.closing = False
-        self.hold_turns = True  # polling: held turns are delivered again; webhook: they run
+        self.db: Database | None = None
         self.on_closing: list[Callable[[], None]] = []
+        self._replayed: set[int] = set()
+        self.held = 0
 
     @asynccontextmanager
-    async def admitted_turn(
-        self, turns: ChatTurns, chat_id: int
-    ) -> AsyncIterator[Callable[[], None]]:
-        """The chat's turn lock, unless the bot is stopping; yields `committed`, to be called
-        once the user's message is stored (from then on the update counts as handled)."""
-        self.tracker.turn_started()
+    async def admitted_turn(self, turns: ChatTurns, chat_id: int) -> AsyncIterator[bool]:
+        """The chat's turn lock; yields False if the bot is stopping, in which case the turn's
+        update has been held for the next start and the caller must not answer it."""
         async with turns.serialised(chat_id):
-            if self.closing and self.hold_turns:
-                # Never store or answer it now: the update stays unconfirmed and Telegram
-                # delivers it again after the restart. The stop cancels this wait.
-                log.info("turn_held_for_restart", chat_id=chat_id)
-                await asyncio.Event().wait()
-            yield self.tracker.turn_committed
+            if self.closing:
+                await self.hold_current()
+                yield False
+            else:
+                yield True
+
+    async def hold_current(self) -> None:
+        """Keep the current update (and its split-message parts) for the next start."""
+        update = self.tracker.current()
+        if update is None or self.db is None:
+            log.warning("turn_dropped_on_stop", reason="no update or database")
+            return
+        updates = [update, *self.tracker.parts_of(update.update_id)]
+        await save_held_updates(self.db, updates)
+        self.held += len(updates)
+        chat = update.effective_chat
+        log.info(
+            "turn_held_for_restart",
+            chat_id=chat.id if chat else None,
+            updates=[u.update_id for u in updates],
+        )
 
     def begin_closing(self) -> None:
         if self.closing:
@@ -181,31 +146,42 @@ class Lifecycle:
             except Exception:
                 log.exception("closing_callback_failed")
 
+    async def replay_held(self, application: App) -> int:
+        """Queue the updates held at the last stop, oldest first, ahead of anything new."""
+        if self.db is None:
+            return 0
+        rows = await self.db.fetchall(
+            "SELECT update_id, payload FROM held_updates ORDER BY update_id"
+        )
+        for row in rows:
+            update = Update.de_json(json.loads(row["payload"]), application.bot)
+            self._replayed.add(update.update_id)
+            await application.update_queue.put(update)
+        if rows:
+            log.info("held_updates_replayed", count=len(rows))
+        return len(rows)
+
+    async def _forget_held(self, update_id: int) -> None:
+        """A replayed update was handled (or held again, which rewrote its row first)."""
+        if update_id not in self._replayed or self.db is None:
+            return
+        self._replayed.discard(update_id)
+        if self.closing:
+            return  # it may just have been held again: keep the row
+        async with self.db.transaction() as conn:
+            await conn.execute("DELETE FROM held_updates WHERE update_id = ?", (update_id,))
+
 
 def lifecycle_of(application: App) -> Lifecycle:
     return application.bot_data[LIFECYCLE_KEY]
 
 
-# --- handled updates -----------------------------------------------------------------------------
-
-
-async def load_handled_updates(db: Database) -> set[int]:
-    """Updates handled above the confirmed offset at the last clean stop (skip them once)."""
-    cutoff = to_iso(utc_now() - timedelta(days=_HANDLED_KEEP_DAYS))
-    async with db.transaction() as conn:
-        await conn.execute("DELETE FROM handled_updates WHERE handled_at < ?", (cutoff,))
-    rows = await db.fetchall("SELECT update_id FROM handled_updates")
-    return {int(row["update_id"]) for row in rows}
-
-
-async def save_handled_updates(db: Database, update_ids: list[int]) -> None:
-    if not update_ids:
-        return
+async def save_held_updates(db: Database, updates: list[Update]) -> None:
     now = to_iso(utc_now())
     async with db.transaction() as conn:
         await conn.executemany(
-            "INSERT OR REPLACE INTO handled_updates(update_id, handled_at) VALUES (?, ?)",
-            [(uid, now) for uid in update_ids],
+            "INSERT OR REPLACE INTO held_updates(update_id, payload, held_at) VALUES (?, ?, ?)",
+            [(u.update_id, json.dumps(u.to_dict(), ensure_ascii=False), now) for u in updates],
         )
 
 
@@ -260,8 +236,6 @@ async def serve(application: App, settings: Settings, *, stop: asyncio.Event | N
             loop.add_signal_handler(signum, _on_signal, stop, force, signum)
             installed.append(signum)
     mode = settings.TELEGRAM_MODE
-    lifecycle = lifecycle_of(application)
-    lifecycle.hold_turns = mode == "polling"
     health: HealthServer | None = None
     updater = application.updater
     assert updater is not None
@@ -269,6 +243,8 @@ async def serve(application: App, settings: Settings, *, stop: asyncio.Event | N
         await application.initialize()
         if application.post_init:
             await application.post_init(application)
+        # Held at the last stop: queued before anything new is fetched.
+        await lifecycle_of(application).replay_held(application)
         if settings.HEALTH_PORT:
             health = HealthServer(
                 health_figures(application, mode), host="127.0.0.1", port=settings.HEALTH_PORT
@@ -322,71 +298,47 @@ def _on_signal(stop: asyncio.Event, force: asyncio.Event, signum: int) -> None:
 
 
 async def stop_gracefully(application: App, grace: float, *, force: asyncio.Event) -> None:
-    """Steps 1–3 of the module docstring; the caller closes the application afterwards."""
+    """Steps 1–4 of the module docstring; the caller closes the application afterwards."""
     from bot.app import SERVICES_KEY
 
     lifecycle = lifecycle_of(application)
     services: Services | None = application.bot_data.get(SERVICES_KEY)
-    tracker = lifecycle.tracker
     lifecycle.begin_closing()
 
-    # Stop the worker from launching jobs now; running ones get the grace period.
+    # 1. The worker launches no new job; running ones get the grace period.
     worker_stop: asyncio.Task[None] | None = None
     worker = _worker_of(application)
     if worker is not None:
         worker_stop = asyncio.create_task(worker.stop(grace), name="worker-stop")
 
-    # 2. Stop fetching; confirm only what lies below the first update in progress.
-    await asyncio.sleep(0)  # let updates already queued reach the tracker
+    # 2. No new updates.
     updater = application.updater
-    first_open = tracker.first_in_progress()
     if updater is not None and updater.running:
-        if first_open is not None and lifecycle.hold_turns:
-            _confirm_only_below(updater, first_open)
         await updater.stop()
-    log.info("updates_stopped", first_unconfirmed=first_open, in_progress=tracker.in_progress)
+    log.info("updates_stopped", in_progress=lifecycle.tracker.in_progress)
 
-    # 3. Replies and consolidations share the grace period.
-    deadline = asyncio.get_running_loop().time() + grace
+    # 3. Replies in flight share the grace period with the consolidations.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
     turns = services.turns if services is not None else None
     while turns is not None and turns.running_count() and not force.is_set():
-        remaining = deadline - asyncio.get_running_loop().time()
+        remaining = deadline - loop.time()
         if remaining <= 0:
             break
         await _wait_any(turns.running_tasks(), force, seconds=min(remaining, 0.5))
-    lifecycle.hold_turns = True  # the grace is over: turns still waiting do not start now
     if turns is not None and turns.running_count():
         log.info("replies_interrupted", count=turns.running_count())
         await turns.cancel_all(wait=5.0)
-    held = tracker.pending_turn_tasks()
-    for task in held:
-        task.cancel()
-    if held:
-        await asyncio.wait(held, timeout=5.0)
-        log.info("turns_left_for_redelivery", count=len(held))
+
+    # 4. Queued updates are handled now: commands answer, turns are held for the next start.
+    if application.running:
+        await application.stop()
     if worker_stop is not None:
         if force.is_set():
             worker_stop.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await worker_stop
-
-    # Everything else in progress (commands) finishes in application.stop(); record handled
-    # updates above the confirmed offset so the redelivery skips them.
-    if application.running:
-        await application.stop()
-    if services is not None and first_open is not None and lifecycle.hold_turns:
-        handled = tracker.handled_from(first_open)
-        await save_handled_updates(services.db, handled)
-        log.info("handled_updates_recorded", count=len(handled))
-
-
-def _confirm_only_below(updater: Any, first_open: int) -> None:
-    """PTB keeps the next offset to confirm in `_last_update_id` and sends it in its final
-    getUpdates on stop; lower it so updates still in progress stay with Telegram. Updater.stop
-    marks the updater stopped before it can yield, so no later batch overwrites this."""
-    current = getattr(updater, "_last_update_id", None)
-    if isinstance(current, int) and first_open < current:
-        updater._last_update_id = first_open
+    log.info("bot_stopped_gracefully", held_updates=lifecycle.held)
 
 
 async def _wait_any(tasks: list[asyncio.Task[Any]], force: asyncio.Event, seconds: float) -> None:

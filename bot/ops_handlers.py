@@ -17,7 +17,7 @@ from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler,
 from bot.access import is_allowed
 from bot.app import BOT_COMMANDS, Services, services_of
 from bot.i18n import t
-from bot.lifecycle import lifecycle_of, load_handled_updates
+from bot.lifecycle import lifecycle_of
 from bot.limits import TurnGuard
 from bot.stats import build_stats_text, everyone_text, usage_text
 from memory.usage import Budgets, UsageLedger
@@ -30,7 +30,7 @@ LANGUAGES_KEY = "chat_languages"
 
 
 async def attach_operations(application: App, services: Services) -> None:
-    """Wire the guard, the lifecycle and the remembered handled updates into the services."""
+    """Wire the guard and the lifecycle into the services."""
     settings = services.settings
     lifecycle = lifecycle_of(application)
     services.lifecycle = lifecycle
@@ -47,12 +47,9 @@ async def attach_operations(application: App, services: Services) -> None:
         split_window=settings.SPLIT_MESSAGE_WINDOW,
         admins=settings.ADMIN_USER_IDS,
     )
+    lifecycle.db = services.db
     lifecycle.on_closing.append(services.guard.joiner.flush)
     services.guard.on_part_joined = lifecycle.tracker.join_current_to
-    skip = await load_handled_updates(services.db)
-    lifecycle.tracker.skip |= skip
-    if skip:
-        log.info("handled_updates_loaded", count=len(skip))
     await _admin_commands(application, services)
 
 

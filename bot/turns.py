@@ -63,11 +63,12 @@ async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> N
     /cancel never loses it. Serialised per chat; the streaming part is cancellable.
     """
     # While the bot is stopping, a turn that has not started is held back (see bot/lifecycle).
-    async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as committed:
+    async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as admitted:
+        if not admitted:
+            return  # held: handled after the restart
         stored = await services.store.add_message(
             request.chat_id, "user", request.text, user_id=request.user_id
         )
-        committed()
         await services.turns.run_cancellable(
             request.chat_id, _answer(services, bot, request, stored.session_id)
         )
