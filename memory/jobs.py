@@ -227,8 +227,12 @@ class JobQueue:
         return int(row["n"]) if row else 0
 
     async def next_due_at(self) -> str | None:
+        """When the next claimable job is due (a job behind its chat's running one is not)."""
         row = await self.db.fetchone(
-            "SELECT MIN(next_attempt_at) AS at FROM consolidation_jobs WHERE state = 'pending'"
+            "SELECT MIN(j.next_attempt_at) AS at FROM consolidation_jobs j "
+            "WHERE j.id = (SELECT MIN(o.id) FROM consolidation_jobs o "
+            "              WHERE o.chat_id = j.chat_id AND o.state != 'done') "
+            "AND j.state = 'pending'"
         )
         return row["at"] if row else None
 
@@ -539,17 +543,22 @@ class ConsolidationWorker:
 
     async def _loop(self) -> None:
         while not self._stopping:
-            try:
-                await self._launch_due()
-            except Exception:
-                log.exception("consolidation_worker_error")
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), await self._idle_seconds())
+                await self._launch_due()
+                idle = await self._idle_seconds()
+            except Exception:
+                log.exception("consolidation_worker_error")
+                idle = self.idle_poll_seconds
+            try:
+                await asyncio.wait_for(self._wake.wait(), idle)
             except TimeoutError:
                 pass
 
     async def _idle_seconds(self) -> float:
+        """Sleep until the next job is due; when every slot is busy, until a job finishes."""
+        if len(self._running) >= self.concurrency:
+            return self.idle_poll_seconds
         next_at = await self.queue.next_due_at()
         if next_at is None:
             return self.idle_poll_seconds

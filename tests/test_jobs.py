@@ -507,3 +507,35 @@ async def test_stats_show_queue_depth_failures_and_outcomes_per_model(
     assert stats.oldest_pending_at is None
     assert stats.outcomes[CHAIN[0]] == {"unavailable": 2, "saved": 2}
     assert stats.mean_attempts_per_saved == stats.max_attempts_per_saved == 6
+
+
+async def test_the_worker_sleeps_while_a_later_job_waits_behind_a_running_one(
+    db: Database, clock: FakeClock
+) -> None:
+    transport = ScriptedTransport(remembering())
+    transport.gate = asyncio.Event()
+    store, worker = make_worker(db, clock, transport)
+    claims = 0
+    claim_due = worker.queue.claim_due
+
+    async def counting_claim_due(now: str, limit: int) -> list:
+        nonlocal claims
+        claims += 1
+        return await claim_due(now, limit)
+
+    worker.queue.claim_due = counting_claim_due  # type: ignore[method-assign]
+    await chat_session(store, 17, ["first", "ok"])
+    await store.start_new_session(17)
+    await chat_session(store, 17, ["second", "ok"])
+    store.on_job_enqueued = worker.notify
+    await worker.start()
+    try:
+        await until(lambda: len(transport.calls) == 1)
+        await store.start_new_session(17)  # due now, but must wait for the first job
+        await asyncio.sleep(0.3)
+        assert claims <= 3  # no busy polling while blocked
+        transport.gate.set()
+        await until(lambda: len(transport.calls) == 2)
+    finally:
+        transport.gate.set()
+        await worker.stop(grace=1)
