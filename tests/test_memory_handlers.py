@@ -51,7 +51,12 @@ class Bot:
 
 
 @pytest.fixture
-async def bot(tmp_path: Path) -> AsyncIterator[Bot]:
+def overrides() -> dict[str, Any]:
+    return {}
+
+
+@pytest.fixture
+async def bot(tmp_path: Path, overrides: dict[str, Any]) -> AsyncIterator[Bot]:
     tg = FakeTelegram(token=TOKEN, bot_username="mnemo_test_bot")
     providers = {kind: FakeProvider(kind) for kind in ("groq", "openai", "anthropic")}
     await tg.start()
@@ -70,7 +75,7 @@ async def bot(tmp_path: Path) -> AsyncIterator[Bot]:
         GROQ_API_KEY=KEYS["groq"],
         GROQ_API_BASE=providers["groq"].base_url,
         CONSOLIDATION_RETRY_DELAYS="1",
-        MEMORY_WINDOW=50,
+        **({"MEMORY_WINDOW": 50} | overrides),
     )
     app = build_application(prepare(settings), edit_interval=0.05)
     try:
@@ -158,3 +163,23 @@ def test_long_memory_is_split_on_lines_under_the_limit() -> None:
     parts = split_for_telegram(text)
     assert len(parts) > 1 and all(len(p) <= 4000 for p in parts)
     assert "".join(parts) == text
+
+
+@pytest.mark.parametrize("overrides", [{"MEMORY_WINDOW": 4, "MEMORY_KEEP_RECENT": 2}])
+async def test_a_long_session_is_consolidated_automatically_keeping_the_tail(bot: Bot) -> None:
+    for turn in range(4):
+        await bot.chat(f"turn {turn}: I am Rina")
+        await consolidated(bot)
+    await asyncio.sleep(0.2)  # the last answer is stored just after it is shown
+    await consolidated(bot)
+    store = bot.memory.worker.store
+    session = await store.active_session(USER)
+    kept = await store.session_messages(session)
+    assert 2 <= len(kept) <= 4  # never more than the window, at least the recent tail
+    assert kept[-1].content == "Nice to meet you." and kept[-2].content == "turn 3: I am Rina"
+    history = await bot.memory.repo.history(USER)
+    assert len(history) >= 2 and sum(h.message_count for h in history) + len(kept) == 8
+    jobs = await bot.memory.worker.store.db.fetchall("SELECT kind FROM consolidation_jobs")
+    assert {j["kind"] for j in jobs} == {"window"}
+    system = str(bot.chat_provider.requests[-1].body["messages"][0]["content"])
+    assert GOOD_ARGS["memory_update"] in system
