@@ -30,6 +30,7 @@ from bot.turns import TurnRequest, run_chat_turn
 log = structlog.get_logger("bot.handlers")
 
 Context = ContextTypes.DEFAULT_TYPE
+UNKNOWN_GROUP = 10  # handler group of the "unknown command" answer, after every feature
 
 
 def _services(context: Context) -> Services:
@@ -228,6 +229,37 @@ async def non_text_message(update: Update, context: Context) -> None:
     await _say(message, t("text_only", _lang(update)))
 
 
+def _known_commands(application: Application[Any, Any, Any, Any, Any, Any]) -> set[str]:
+    return {
+        command
+        for handlers in application.handlers.values()
+        for handler in handlers
+        if isinstance(handler, CommandHandler)
+        for command in handler.commands
+    }
+
+
+async def unknown_command(update: Update, context: Context) -> None:
+    """A "/word" that is no command of ours: say so, rather than silently ignoring it.
+
+    In groups only commands addressed to this bot ("/word@bot") are answered; other bots'
+    commands are none of our business.
+    """
+    message = update.effective_message
+    if message is None or message.text is None:
+        return
+    command, _, addressee = message.text.split(maxsplit=1)[0][1:].partition("@")
+    if command.lower() in _known_commands(context.application):
+        return  # handled by its own CommandHandler in the first group
+    if addressee and addressee.lower() != context.bot.username.lower():
+        return
+    if is_group(message) and not addressee:
+        return
+    if not await _admit(update, context):
+        return
+    await _say(message, t("unknown_command", _lang(update)))
+
+
 async def on_error(update: object, context: Context) -> None:
     """Log handler errors with the chat id; the user's message is already stored."""
     chat_id = None
@@ -248,6 +280,11 @@ def register_handlers(application: Application[Any, Any, Any, Any, Any, Any]) ->
     application.add_handler(CallbackQueryHandler(model_callback, pattern=is_model_callback))
     application.add_handler(
         MessageHandler(new_messages & filters.TEXT & ~filters.COMMAND, chat_message)
+    )
+    # Features add their CommandHandlers after this function runs, so unknown commands are
+    # answered from a later group, which checks every registered command first.
+    application.add_handler(
+        MessageHandler(new_messages & filters.COMMAND, unknown_command), group=UNKNOWN_GROUP
     )
     # Anything else a user can send (service messages such as "X joined" are not answered).
     application.add_handler(
