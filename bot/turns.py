@@ -97,6 +97,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
     outcome = "ok"
     attempts = 0
     answer_stored = False
+    restarts = 0
     try:
         await reply.start()
         stream = services.transport.stream(
@@ -108,6 +109,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
                 await reply.append(event.text)
             elif isinstance(event, StreamRestart):
                 shown.clear()
+                restarts += 1
                 answering = event.to_model
                 await reply.restart(
                     t(
@@ -178,6 +180,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
             model_requested=model.id,
             model_answered=result.model_id if result else None,
             attempts=attempts,
+            restarts=restarts,
             latency_ms=round((time.monotonic() - started) * 1000),
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
