@@ -198,3 +198,11 @@ def test_env_example_lists_every_setting() -> None:
     unknown = {n for n in names if n.isupper() and n not in Settings.model_fields}
     assert not unknown, f".env.example names unknown settings {sorted(unknown)}"
     assert os.environ.get("TELEGRAM_BOT_TOKEN") is None
+
+
+def test_readme_documents_every_setting() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    missing = [name for name in Settings.model_fields if f"`{name}`" not in readme]
+    assert not missing, f"README's configuration table lacks {missing}"
+    # The two set-up commands come first, before any other section.
+    assert -1 < readme.find("make run") < readme.find("make test") < readme.find("## Set-up")
