@@ -205,6 +205,17 @@ async def main(turns_single: int, chats: int, rounds: int) -> None:
                 many.extend(batch)
             report(f"{chats} concurrent chats x {rounds} rounds", many, many_wall)
             print(f"\nRSS after load: {rss_mib(process.pid):.1f} MiB")
+            chat_calls = [
+                c for c in tg.calls if "chat_id" in c.params and c.at >= many[0].pushed_at
+            ]
+            per_second: dict[int, int] = {}
+            for c in chat_calls:
+                per_second[int(c.at)] = per_second.get(int(c.at), 0) + 1
+            print(
+                f"Telegram calls during the concurrent rounds: {len(chat_calls)} "
+                f"({len(chat_calls) / len(many):.1f} per turn; busiest second "
+                f"{max(per_second.values())}/s — AIORateLimiter holds all chats to 30/s)"
+            )
             fallbacks = sum(1 for r in openai.requests if r.model != "gpt-5")
             print(f"provider requests: {len(openai.requests)} (fallbacks: {fallbacks})")
         finally:

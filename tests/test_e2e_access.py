@@ -126,3 +126,11 @@ async def test_non_text_from_a_stranger_or_unaddressed_in_a_group(tmp_path: Path
         # The group photo was seen (the next update is answered) but not answered.
         await bot.ask(GROUP, "@mnemo_test_bot ping", chat_type="supergroup")
         assert bot.texts(GROUP) == ["echo: ping"]
+
+
+async def test_a_bare_mention_asks_for_text_and_costs_nothing(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        [answer] = await bot.ask(GROUP, "@mnemo_test_bot", chat_type="supergroup")
+        assert answer.text == t("empty_message")
+        assert not bot.chat_requests()
+        assert await bot.rows("SELECT * FROM messages") == []

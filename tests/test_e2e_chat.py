@@ -185,3 +185,22 @@ async def test_many_chats_at_once_each_get_their_own_answer(tmp_path: Path) -> N
         for chat in chats:
             await bot.wait_idle(chat)
             assert bot.texts(chat) == [f"echo: question from {chat}"]
+
+
+async def test_draft_streaming_in_private_chats_when_enabled(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path, TELEGRAM_DRAFT_STREAMING="true") as bot:
+        answer = "Drafts show the answer growing without editing a message. " * 3
+        bot.openai.set_default("*", Reply(answer, chunk_chars=6, chunk_delay=0.03))
+        [final] = await bot.ask(CHAT, "draft please")
+        await bot.wait_idle(CHAT)
+        drafts = bot.tg.drafts(CHAT)
+        assert len(drafts) >= 2, "the answer streamed as drafts"
+        assert final.edits == 0, "no edits: the message was sent once, complete"
+        assert final.text == answer.strip()
+        # Groups have no drafts: the same setting streams there by editing.
+        group = -100777
+        before = len(bot.tg.calls_of("sendMessageDraft"))
+        await bot.ask(group, "@mnemo_test_bot draft?", chat_type="supergroup")
+        await bot.wait_idle(group)
+        assert len(bot.tg.calls_of("sendMessageDraft")) == before
+        assert bot.messages(group)[0].edits >= 1
