@@ -72,6 +72,7 @@ class _GatewayState:
     keys: KeyRing
     bucket: TokenBucket
     breaker: CircuitBreaker
+    in_flight: int = 0
 
 
 @dataclass
@@ -108,6 +109,7 @@ class Transport:
         retry_budget_ratio: float = 0.2,
         retry_budget_per_second: float = 0.1,
         timeout_grace: float = 5.0,
+        max_in_flight: int | None = None,
         sleep: Sleep = asyncio.sleep,
         clock: Clock = time.monotonic,
     ) -> None:
@@ -121,6 +123,7 @@ class Transport:
         self.quota_cooldown = quota_cooldown
         self.auth_cooldown = auth_cooldown
         self.timeout_grace = timeout_grace
+        self.max_in_flight = max_in_flight
         self._sleep = sleep
         self._clock = clock
         self._gateways: dict[str, _GatewayState] = {}
@@ -130,7 +133,7 @@ class Transport:
             self._gateways[name] = _GatewayState(
                 gateway=gateway,
                 keys=KeyRing(name, gateway.keys, clock),
-                bucket=TokenBucket(rate, burst, clock),
+                bucket=TokenBucket(rate, burst, clock, sleep),
                 breaker=CircuitBreaker(
                     f"gateway:{name}", gateway_breaker_threshold, breaker_cooldown, clock
                 ),
@@ -160,27 +163,30 @@ class Transport:
     ) -> ChatResult:
         plan = _CallPlan(self, model_id, walk_chain)
         while (slot := await plan.next_slot()) is not None:
-            kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
-            if tools:
-                kwargs["tools"] = tools
-            if tool_choice is not None:
-                kwargs["tool_choice"] = tool_choice
-            wire = start_record()
             try:
-                async with asyncio.timeout(timeout + self.timeout_grace):
-                    response = await litellm.acompletion(**kwargs)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # classified below; nothing escapes unclassified
-                await plan.report(slot, _classify_failure(exc, wire))
-                continue
-            result = _result_from_response(response, slot.entry, model_id)
-            if not result.text.strip() and not result.tool_calls:
-                await plan.report(slot, _classify_empty(wire, "200 empty completion"))
-                continue
-            plan.report_success(slot, wire.headers or _success_headers(response))
-            result.attempts = plan.attempts
-            return result
+                kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
+                if tools:
+                    kwargs["tools"] = tools
+                if tool_choice is not None:
+                    kwargs["tool_choice"] = tool_choice
+                wire = start_record()
+                try:
+                    async with asyncio.timeout(timeout + self.timeout_grace):
+                        response = await litellm.acompletion(**kwargs)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # classified below; nothing escapes unclassified
+                    await plan.report(slot, _classify_failure(exc, wire))
+                    continue
+                result = _result_from_response(response, slot.entry, model_id)
+                if not result.text.strip() and not result.tool_calls:
+                    await plan.report(slot, _classify_empty(wire, "200 empty completion"))
+                    continue
+                plan.report_success(slot, wire.headers or _success_headers(response))
+                result.attempts = plan.attempts
+                return result
+            finally:
+                slot.state.in_flight -= 1
         raise plan.failure()
 
     async def stream(
@@ -202,76 +208,83 @@ class Transport:
         shown_model: str | None = None  # whose text the caller currently shows
         restart_reason = ""
         while (slot := await plan.next_slot()) is not None:
-            if shown_model is not None:
-                yield StreamRestart(shown_model, slot.entry.id, restart_reason)
-                shown_model = None
-            kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
-            kwargs["stream"] = True
-            kwargs["stream_options"] = {"include_usage": True}
-            assembler = WholeCharacters()
-            pieces: list[str] = []
-            usage: Any = None
-            finish_reason: str | None = None
-            saw_tool_call = False
-            headers: Mapping[str, str] = {}
-            response: Any = None
-            failure: Classified | None = None
-            wire = start_record()
             try:
-                async with asyncio.timeout(timeout + self.timeout_grace):
-                    response = await litellm.acompletion(**kwargs)
-                    headers = wire.headers or _success_headers(response)
-                    async for chunk in response:
-                        if getattr(chunk, "usage", None):
-                            usage = chunk.usage
-                        for choice in getattr(chunk, "choices", None) or []:
-                            if choice.finish_reason:
-                                finish_reason = choice.finish_reason
-                            delta = choice.delta
-                            if getattr(delta, "tool_calls", None):
-                                saw_tool_call = True
-                            piece = getattr(delta, "content", None) or ""
-                            if not piece:
-                                continue
-                            pieces.append(piece)
-                            whole = assembler.feed(piece)
-                            if whole:
-                                shown_model = slot.entry.id
-                                yield TextDelta(whole)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failure = _classify_failure(exc, wire)
-            finally:
-                if response is not None and hasattr(response, "aclose"):
-                    try:
-                        await response.aclose()
-                    except Exception:  # closing a broken stream may fail again; nothing to do
-                        pass
-            if failure is not None:
-                restart_reason = failure.detail or failure.outcome.value
-                await plan.report(slot, failure, text_shown=shown_model is not None)
-                continue
-            tail = assembler.flush()
-            if tail:
-                shown_model = slot.entry.id
-                yield TextDelta(tail)
-            text = "".join(pieces)
-            if not text.strip() and not saw_tool_call:
-                await plan.report(slot, _classify_empty(wire, "200 empty stream"))
-                continue
-            plan.report_success(slot, headers)
-            yield StreamDone(
-                ChatResult(
-                    model_id=slot.entry.id,
-                    text=text,
-                    finish_reason=finish_reason,
-                    usage=_usage(usage, slot.entry),
-                    attempts=plan.attempts,
-                    requested_model_id=model_id,
+                if shown_model is not None:
+                    yield StreamRestart(shown_model, slot.entry.id, restart_reason)
+                    shown_model = None
+                kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
+                kwargs["stream"] = True
+                kwargs["stream_options"] = {"include_usage": True}
+                assembler = WholeCharacters()
+                pieces: list[str] = []
+                usage: Any = None
+                finish_reason: str | None = None
+                saw_tool_call = False
+                headers: Mapping[str, str] = {}
+                response: Any = None
+                failure: Classified | None = None
+                wire = start_record()
+                try:
+                    # A guard on silence, not on length: a long answer may stream for
+                    # minutes, but no chunk for `timeout` seconds means the provider is gone.
+                    async with asyncio.timeout(timeout + self.timeout_grace) as silence:
+                        response = await litellm.acompletion(**kwargs)
+                        headers = wire.headers or _success_headers(response)
+                        async for chunk in response:
+                            loop_now = asyncio.get_running_loop().time()
+                            silence.reschedule(loop_now + timeout + self.timeout_grace)
+                            if getattr(chunk, "usage", None):
+                                usage = chunk.usage
+                            for choice in getattr(chunk, "choices", None) or []:
+                                if choice.finish_reason:
+                                    finish_reason = choice.finish_reason
+                                delta = choice.delta
+                                if getattr(delta, "tool_calls", None):
+                                    saw_tool_call = True
+                                piece = getattr(delta, "content", None) or ""
+                                if not piece:
+                                    continue
+                                pieces.append(piece)
+                                whole = assembler.feed(piece)
+                                if whole:
+                                    shown_model = slot.entry.id
+                                    yield TextDelta(whole)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failure = _classify_failure(exc, wire)
+                finally:
+                    if response is not None and hasattr(response, "aclose"):
+                        try:
+                            await response.aclose()
+                        except Exception:  # closing a broken stream may fail again; nothing to do
+                            pass
+                if failure is not None:
+                    restart_reason = failure.detail or failure.outcome.value
+                    await plan.report(slot, failure, text_shown=shown_model is not None)
+                    continue
+                tail = assembler.flush()
+                if tail:
+                    shown_model = slot.entry.id
+                    yield TextDelta(tail)
+                text = "".join(pieces)
+                if not text.strip() and not saw_tool_call:
+                    await plan.report(slot, _classify_empty(wire, "200 empty stream"))
+                    continue
+                plan.report_success(slot, headers)
+                yield StreamDone(
+                    ChatResult(
+                        model_id=slot.entry.id,
+                        text=text,
+                        finish_reason=finish_reason,
+                        usage=_usage(usage, slot.entry),
+                        attempts=plan.attempts,
+                        requested_model_id=model_id,
+                    )
                 )
-            )
-            return
+                return
+            finally:
+                slot.state.in_flight -= 1
         raise plan.failure()
 
     def status(self) -> dict[str, Any]:
@@ -284,6 +297,7 @@ class Transport:
                     "consecutive_failures": gs.breaker.failures,
                     "open_for_s": round(gs.breaker.remaining_open_s(), 1),
                     "keys": gs.keys.status(),
+                    "in_flight": gs.in_flight,
                     "bucket": {
                         "rate_per_s": gs.bucket.rate,
                         "burst": gs.bucket.burst,
@@ -398,30 +412,25 @@ class _CallPlan:
                 state.breaker.release_probe()
                 self._skip(entry, "model circuit open")
                 continue
+            limit = self.t.max_in_flight
+            if limit is not None and state.in_flight >= limit:
+                # A provider that stops answering holds at most `limit` of our requests.
+                self._release(entry, state)
+                self._skip(entry, f"gateway busy ({state.in_flight} in flight)")
+                continue
             picked = state.keys.pick(exclude=self.excluded_keys)
             if picked is None:
                 self._release(entry, state)
                 self._skip(entry, "all keys cooling down")
                 continue
-            if not await self._take_token(state):
+            if not await state.bucket.acquire(self.t.bucket_wait):
                 self._release(entry, state)
                 self._skip(entry, "gateway request budget full")
                 continue
             index, key = picked
+            state.in_flight += 1  # the caller decrements when the attempt ends, however
             return _Slot(entry, state, index, key, started=self.t._clock())
         return None
-
-    async def _take_token(self, state: _GatewayState) -> bool:
-        """Wait for the gateway's bucket, but never longer than `bucket_wait` in total."""
-        started = self.t._clock()
-        slept = 0.0
-        while (wait := state.bucket.try_take()) > 0:
-            waited = max(slept, self.t._clock() - started)
-            if waited + wait > self.t.bucket_wait:
-                return False
-            await self.t._sleep(wait)
-            slept += wait
-        return True
 
     def _release(self, entry: ModelEntry, state: _GatewayState) -> None:
         state.breaker.release_probe()

@@ -24,24 +24,48 @@ def test_bucket_hands_out_burst_then_says_how_long_until_the_next_token() -> Non
     assert bucket.tokens == 2.0  # never more than the burst, however long it was idle
 
 
+async def test_waiters_are_served_in_order_and_late_ones_refused() -> None:
+    clock = FakeClock()
+
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    bucket = TokenBucket(rate=10.0, burst=1.0, clock=clock, sleep=sleep)
+    served: list[int] = []
+
+    async def take(n: int) -> None:
+        if await bucket.acquire(max_wait=0.35):
+            served.append(n)
+
+    await asyncio.gather(*(take(n) for n in range(6)))
+    # One token now, then one every 0.1 s: callers 1-3 fit in 0.35 s, 4 and 5 are refused.
+    assert served == [0, 1, 2, 3]
+    assert clock.now == pytest.approx(1000.3)
+
+
 async def test_full_bucket_falls_back_to_another_gateway_instead_of_queueing(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
     from models.catalog import load_catalog
     from models.transport import Transport
 
-    clock = FakeClock()  # frozen: the bucket only refills when the test says so
+    clock = FakeClock()  # moves only when the transport sleeps
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": 8.0})
-    t = Transport(load_catalog(), gateways, backoff=(), bucket_wait=0.3,
-                  clock=clock, sleep=lambda s: asyncio.sleep(0))  # fmt: skip
+
+    async def sleep(seconds: float) -> None:  # time passes only when someone waits
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    t = Transport(load_catalog(), gateways, backoff=(), bucket_wait=0.3, clock=clock, sleep=sleep)
     results = await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=5) for _ in range(12)))
-    # Groq's bucket: 8/s, burst 8/4 = 2. Frozen clock, so no refill within the 0.3 s bound:
-    # two go to Groq, the rest
-    # give up waiting after 0.3 s of (fake) sleep and fall back to OpenAI.
-    assert len(fake_groq.requests) == 2
-    assert len(fake_openai.requests) == 10
+    # Groq's bucket: 8/s, burst 8/4 = 2. Two take the burst; the next two would get a token
+    # within 0.3 s (after 0.125 s and 0.25 s) and queue; the other eight would wait longer,
+    # so they fall back to OpenAI at once instead of queueing.
+    assert len(fake_groq.requests) == 4
+    assert len(fake_openai.requests) == 8
     fell_back = [r for r in results if r.model_id == "gpt-4.1-mini"]
-    assert len(fell_back) == 10
+    assert len(fell_back) == 8
     details = {a.detail for r in fell_back for a in r.attempts if a.outcome is Outcome.SKIPPED}
     assert details == {"gateway request budget full"}
     await t.aclose()
@@ -57,7 +81,7 @@ async def test_no_provider_sees_more_than_its_bucket(
     state = t.gateway_state("groq")
     from models.limits import TokenBucket as Bucket
 
-    state.bucket = Bucket(rate, 1.0, t._clock)
+    state.bucket = Bucket(rate, 1.0, t._clock, asyncio.sleep)
     await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=5) for _ in range(30)))
     times = sorted(r.at for r in fake_groq.requests)
     assert len(times) == 30

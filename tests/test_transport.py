@@ -125,3 +125,28 @@ async def test_stream_failure_after_text_restarts_on_next_model(transport, fake_
     after = "".join(e.text for e in events[restart_at:] if isinstance(e, TextDelta))
     assert after == "a complete answer from the fallback"
     assert events[-1].result.model_id == "qwen3-32b"
+
+
+async def test_a_stream_longer_than_the_timeout_is_not_cut(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, timeout_grace=0.1)
+    # 14 chunks 0.1 s apart: 1.3 s in total, with a 0.5 s timeout that applies to silence.
+    text = "x" * 96
+    fake_openai.script("*", Reply(text, chunk_chars=8, chunk_delay=0.1))
+    events = [e async for e in t.stream("gpt-4.1", HI, timeout=0.5)]
+    await t.aclose()
+    assert isinstance(events[-1], StreamDone) and events[-1].result.text == text
+    assert len(fake_openai.requests) == 1
+
+
+async def test_a_stream_that_goes_silent_times_out_and_is_retried(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, timeout_grace=0.1)
+    fake_openai.script("gpt-5", Fault("hang"))
+    events = [e async for e in t.stream("gpt-5", HI, timeout=0.3, walk_chain=True)]
+    await t.aclose()
+    result = events[-1].result
+    assert [a.outcome for a in result.attempts] == [Outcome.TIMEOUT, Outcome.SUCCESS]
+    assert result.model_id == "gpt-5" and len(fake_openai.requests) == 2

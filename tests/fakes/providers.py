@@ -4,6 +4,10 @@ They speak the real wire formats closely enough that the real litellm parses the
 reproduce the real error bodies from the design brief, because the transport layer must be
 proven against what providers actually send rather than against our own idea of it.
 
+Beyond the shared API: `fp.invalid_keys` (a set of keys answered with the provider's 401) and
+`fp.enforce_rate_limit(rps, burst)` (provider-side 429s past a rate, counted in
+`fp.rate_limited`), for key-rotation tests and the retry-storm benchmark.
+
 Usage::
 
     async with FakeProvider("groq") as fp:
@@ -307,6 +311,11 @@ class FakeProvider:
         self._port: int | None = None
         # Keys this gateway rejects with its real 401 body, whatever the script says.
         self.invalid_keys: set[str] = set()
+        # Optional provider-side rate limit (see enforce_rate_limit); rejections are counted.
+        self._limit: tuple[float, float] | None = None
+        self._limit_tokens = 0.0
+        self._limit_updated = 0.0
+        self.rate_limited = 0
 
     # lifecycle
 
@@ -362,6 +371,26 @@ class FakeProvider:
         self._failure_kinds = list(kinds)
         self._rng = random.Random(seed)
 
+    def enforce_rate_limit(self, rps: float | None, burst: float = 1.0) -> None:
+        """Answer requests beyond `rps` (token bucket, `burst`) with the real 429 and
+        Retry-After: 1, as a provider does; None turns the limit off."""
+        self._limit = None if rps is None else (rps, burst)
+        self._limit_tokens = burst
+        self._limit_updated = time.monotonic()
+
+    def _over_limit(self) -> bool:
+        if self._limit is None:
+            return False
+        rps, burst = self._limit
+        now = time.monotonic()
+        self._limit_tokens = min(burst, self._limit_tokens + (now - self._limit_updated) * rps)
+        self._limit_updated = now
+        if self._limit_tokens >= 1:
+            self._limit_tokens -= 1
+            return False
+        self.rate_limited += 1
+        return True
+
     def reset(self) -> None:
         self._scripts.clear()
         self._defaults.clear()
@@ -369,6 +398,8 @@ class FakeProvider:
         self._failure_rate = 0.0
         self._failure_kinds = []
         self.invalid_keys.clear()
+        self._limit = None
+        self.rate_limited = 0
 
     def _next_step(self, model: str) -> Step | None:
         for key in (model, "*"):
@@ -398,6 +429,9 @@ class FakeProvider:
         )
         if api_key in self.invalid_keys:
             return await self._fault(request, Fault("unauthorized_401"), body, api_key, stream)
+        if self._over_limit():
+            limited = Fault("rate_limit_429", retry_after=1)
+            return await self._fault(request, limited, body, api_key, stream)
         step = self._next_step(model or "")
         if step is None:
             step = Reply(f"echo: {_last_user_text(body)}")
