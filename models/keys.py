@@ -57,6 +57,10 @@ class KeyRing:
         state.failures += 1
         return was_usable
 
+    def rest_until(self, index: int, moment: float) -> None:
+        """Set when a cooling key is usable again (shortening or lengthening its rest)."""
+        self.states[index].cool_until = moment
+
     def record_success(self, index: int) -> None:
         self.states[index].failures = 0
 

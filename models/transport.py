@@ -87,7 +87,27 @@ class _Slot:
 
 
 class Transport:
-    """See the module docstring. One instance is shared by every chat and the worker."""
+    """See the module docstring. One instance is shared by every chat and the worker.
+
+    Options (all keyword-only; tests pass small values and an injected `sleep`/`clock`):
+
+    - `backoff`: waits before phase-1 retries of the requested model; its length is the
+      number of retries. `retry_after_cap`: a provider's Retry-After up to this is waited
+      for; beyond it the request falls back at once (the key still rests as asked).
+    - `bucket_wait`, `bucket_burst`: per-gateway token bucket at `Gateway.requests_per_second`
+      (burst defaults to a quarter second's worth); a request whose turn would come later
+      than `bucket_wait` falls back instead of queueing.
+    - `breaker_threshold`, `gateway_breaker_threshold`, `breaker_cooldown`: consecutive
+      failures that open a model's / a gateway's breaker, and how long it stays open before
+      one probe is let through.
+    - `rate_limit_cooldown`, `quota_cooldown`, `auth_cooldown`: how long a key rests after a
+      rate limit without a hint, an exhausted quota, a rejection.
+    - `retry_budget_*`: the shared retry allowance (see `RetryBudget`).
+    - `timeout_grace`: slack on top of the per-attempt `timeout` for our own guard (litellm
+      applies `timeout` itself); for streams the guard is on silence between chunks.
+    - `max_in_flight`: at most this many requests open per gateway (None: no cap), so a
+      provider that hangs holds a bounded number of our requests.
+    """
 
     def __init__(
         self,
@@ -564,6 +584,10 @@ class _CallPlan:
             delay = 0.0  # another key carries the load right away
         elif retry_after is not None:
             delay = max(delay, retry_after)
+        elif outcome is Outcome.RATE_LIMIT:
+            # No hint from the provider: the key rests exactly as long as our backoff, so the
+            # retry finds it usable (and concurrent calls leave it alone meanwhile).
+            state.keys.rest_until(slot.key_index, self.t._clock() + delay)
         self.pending_delay = delay
 
     def _other_key_usable(self, state: _GatewayState) -> bool:

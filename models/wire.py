@@ -83,10 +83,11 @@ class ClientPool:
     """
 
     def __init__(self) -> None:
-        self._clients: dict[tuple[str, int], Any] = {}
+        self._clients: dict[tuple[str, str, str], Any] = {}
 
     def client_for(self, gateway: Gateway, key_index: int, key: str) -> Any:
-        slot = (gateway.name, key_index if gateway.protocol == "openai" else -1)
+        # The OpenAI SDK client carries its key; litellm's handler gets the key per call.
+        slot = (gateway.name, gateway.api_base, key if gateway.protocol == "openai" else "")
         client = self._clients.get(slot)
         if client is None:
             hooks = {"response": [_on_response]}

@@ -141,3 +141,15 @@ async def test_quota_on_one_key_moves_to_the_next_key(
     assert [a.outcome for a in result.attempts] == [Outcome.QUOTA, Outcome.SUCCESS]
     assert [e["key_position"] for e in logs if e["event"] == "api_key_out_of_quota"] == [0]
     await t.aclose()
+
+
+async def test_single_key_rate_limit_without_hint_is_retried_after_backoff(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    # "Please try again" missing: a bare 429, so the key rests only as long as our backoff.
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, backoff=(0.05, 0.1))
+    fake_groq.script("qwen/qwen3-32b", Fault("anthropic_rate_limit_429"))
+    result = await t.complete("qwen3-32b", HI, timeout=5)
+    assert [a.outcome for a in result.attempts] == [Outcome.RATE_LIMIT, Outcome.SUCCESS]
+    assert result.model_id == "qwen3-32b" and len(fake_groq.requests) == 2
+    await t.aclose()
