@@ -4,9 +4,10 @@ They speak the real wire formats closely enough that the real litellm parses the
 reproduce the real error bodies from the design brief, because the transport layer must be
 proven against what providers actually send rather than against our own idea of it.
 
-Beyond the shared API: `fp.invalid_keys` (a set of keys answered with the provider's 401) and
+Beyond the shared API: `fp.invalid_keys` (a set of keys answered with the provider's 401),
 `fp.enforce_rate_limit(rps, burst)` (provider-side 429s past a rate, counted in
-`fp.rate_limited`), for key-rotation tests and the retry-storm benchmark.
+`fp.rate_limited`) and a `headers=` option on Reply/ToolCallReply/Fault (extra response headers
+such as x-ratelimit-*), for key-rotation tests and the retry-storm benchmark.
 
 Usage::
 
