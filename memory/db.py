@@ -51,13 +51,19 @@ class Database:
         if str(path) != ":memory:":
             path.parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(path, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute("PRAGMA synchronous=FULL")
-        await conn.execute("PRAGMA busy_timeout=10000")
-        await conn.execute("PRAGMA foreign_keys=ON")
-        db = cls(conn, path)
-        await db.migrate(discover_migrations(migrations))
+        try:
+            conn.row_factory = sqlite3.Row
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute("PRAGMA synchronous=FULL")
+            await conn.execute("PRAGMA busy_timeout=10000")
+            await conn.execute("PRAGMA foreign_keys=ON")
+            db = cls(conn, path)
+            await db.migrate(discover_migrations(migrations))
+        except BaseException:
+            # aiosqlite's worker thread is not a daemon: a connection left open on a failed
+            # start-up keeps the process alive after the error was reported.
+            await conn.close()
+            raise
         return db
 
     async def migrate(self, migrations: Iterable[tuple[int, Path]]) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -199,3 +201,24 @@ async def test_backup_is_a_consistent_copy(db: Database, tmp_path: Path) -> None
     rows = await copy.fetchall("SELECT content FROM messages ORDER BY id")
     assert [r["content"] for r in rows] == [f"m{i}" for i in range(20)]
     await copy.close()
+
+
+def test_a_failed_open_does_not_keep_the_process_alive(tmp_path: Path) -> None:
+    """A start-up refused by a migration error must end the process, not hang in a thread."""
+    path = tmp_path / "future.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version=999")
+    conn.close()
+    script = (
+        "import asyncio, sys\n"
+        "from memory.db import Database, MigrationError\n"
+        "try:\n"
+        f"    asyncio.run(Database.open({str(path)!r}))\n"
+        "except MigrationError:\n"
+        "    sys.exit(3)\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=repo, timeout=60, capture_output=True, check=False
+    )
+    assert done.returncode == 3, done.stderr
