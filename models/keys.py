@@ -1,28 +1,45 @@
-"""Key rotation per gateway with per-key cool-downs.
+"""Key rotation per gateway with per-key and per-(key, model) cool-downs.
 
 Keys are known to the rest of the system only by their position (0, 1, ...): positions are what
 logs, attempts and /stats show, so a key value never leaves this module and the HTTP call.
+
+Two kinds of rest, because providers keep two kinds of books. Quota, billing and rejected keys
+belong to the account, so the whole key rests. Request and token rate limits are counted per
+model (Groq, OpenAI and Anthropic all publish per-model limits), so a rate limit rests only that
+key for that model: a 429 for one model says nothing about another model on the same key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Clock = Callable[[], float]
 
 
 @dataclass
+class Rest:
+    until: float = 0.0
+    reason: str = ""  # "rate_limit", "rate_limit_window_spent", "quota", "auth"
+
+
+@dataclass
 class KeyState:
     index: int
-    cool_until: float = 0.0
-    reason: str = ""  # why it is cooling: "rate_limit", "quota", "auth"
+    cool_until: float = 0.0  # the whole key (account-wide: quota, billing, auth)
+    reason: str = ""
     failures: int = 0
     uses: int = 0
+    model_rests: dict[str, Rest] = field(default_factory=dict)  # wire model -> its rate limit
+
+    def rest_for(self, model: str | None) -> float:
+        """When this key is usable again for `model` (None: for any request at all)."""
+        rest = self.model_rests.get(model) if model is not None else None
+        return max(self.cool_until, rest.until if rest else 0.0)
 
 
 class KeyRing:
-    """Round-robin over a gateway's keys, skipping those cooling down."""
+    """Round-robin over a gateway's keys, skipping those resting (for the model asked)."""
 
     def __init__(self, gateway: str, keys: Sequence[str], clock: Clock) -> None:
         self.gateway = gateway
@@ -34,52 +51,73 @@ class KeyRing:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def pick(self, exclude: set[int] | frozenset[int] = frozenset()) -> tuple[int, str] | None:
-        """The next usable key as (position, value), or None when all are cooling down."""
-        now = self._clock()
+    def usable(self, index: int, model: str | None = None) -> bool:
+        return self.states[index].rest_for(model) <= self._clock()
+
+    def pick(
+        self, model: str | None = None, exclude: set[int] | frozenset[int] = frozenset()
+    ) -> tuple[int, str] | None:
+        """The next key usable for `model` as (position, value), or None when all rest."""
         for offset in range(len(self._keys)):
             index = (self._next + offset) % len(self._keys)
-            state = self.states[index]
-            if index in exclude or state.cool_until > now:
+            if index in exclude or not self.usable(index, model):
                 continue
             self._next = (index + 1) % len(self._keys)
-            state.uses += 1
+            self.states[index].uses += 1
             return index, self._keys[index]
         return None
 
-    def cool(self, index: int, seconds: float, reason: str) -> bool:
-        """Rest a key; True when it was usable before (so the caller logs the change once)."""
+    def cool(self, index: int, seconds: float, reason: str, model: str | None = None) -> bool:
+        """Rest a key, or only its use for `model`; True when it was usable before (so the
+        caller logs the change once)."""
         state = self.states[index]
         now = self._clock()
-        was_usable = state.cool_until <= now
-        state.cool_until = max(state.cool_until, now + max(0.0, seconds))
-        state.reason = reason
+        was_usable = state.rest_for(model) <= now
+        if model is None:
+            state.cool_until = max(state.cool_until, now + max(0.0, seconds))
+            state.reason = reason
+        else:
+            rest = state.model_rests.setdefault(model, Rest())
+            rest.until = max(rest.until, now + max(0.0, seconds))
+            rest.reason = reason
         state.failures += 1
         return was_usable
 
-    def rest_until(self, index: int, moment: float) -> None:
-        """Set when a cooling key is usable again (shortening or lengthening its rest)."""
-        self.states[index].cool_until = moment
+    def rest_until(self, index: int, moment: float, model: str | None = None) -> None:
+        """Set when a resting key (or its use for `model`) is usable again."""
+        state = self.states[index]
+        if model is None:
+            state.cool_until = moment
+        else:
+            state.model_rests.setdefault(model, Rest()).until = moment
 
     def record_success(self, index: int) -> None:
         self.states[index].failures = 0
 
-    def soonest_available_s(self) -> float:
-        """Seconds until some key is usable again (0 when one is usable now)."""
+    def soonest_available_s(self, model: str | None = None) -> float:
+        """Seconds until some key is usable again for `model` (0 when one is usable now)."""
         if not self._keys:
             return float("inf")
         now = self._clock()
-        return max(0.0, min(s.cool_until for s in self.states) - now)
+        return max(0.0, min(s.rest_for(model) for s in self.states) - now)
 
     def status(self) -> list[dict[str, object]]:
         now = self._clock()
-        return [
-            {
-                "position": s.index,
-                "available": s.cool_until <= now,
-                "cooling_s": round(max(0.0, s.cool_until - now), 1),
-                "reason": s.reason if s.cool_until > now else "",
-                "uses": s.uses,
-            }
-            for s in self.states
-        ]
+        out: list[dict[str, object]] = []
+        for s in self.states:
+            # Forget rests that are over, so the map stays as small as what is resting now.
+            s.model_rests = {m: r for m, r in s.model_rests.items() if r.until > now}
+            out.append(
+                {
+                    "position": s.index,
+                    "available": s.cool_until <= now,
+                    "cooling_s": round(max(0.0, s.cool_until - now), 1),
+                    "reason": s.reason if s.cool_until > now else "",
+                    "uses": s.uses,
+                    "model_rests": {
+                        m: {"cooling_s": round(r.until - now, 1), "reason": r.reason}
+                        for m, r in sorted(s.model_rests.items())
+                    },
+                }
+            )
+        return out

@@ -7,7 +7,8 @@ retry, fallback, key choice and wait is decided in this module:
 
 - phase 1 retries the requested model with backoff (honouring Retry-After up to a cap) for
   retryable outcomes; phase 2 walks the fallback chain, each model once, each on its own gateway;
-- a key that is rejected, rate-limited or out of quota cools down and the others carry the load;
+- a key that is rejected or out of quota cools down and the others carry the load; a rate limit
+  rests only that key for that model (providers count rate limits per model, quota per account);
 - each gateway has a token bucket with a bounded wait: past it the request falls back;
 - circuit breakers per model and per gateway skip what keeps failing, with half-open probes;
 - one global retry budget bounds how much extra traffic an outage can make us send.
@@ -100,8 +101,8 @@ class Transport:
     - `breaker_threshold`, `gateway_breaker_threshold`, `breaker_cooldown`: consecutive
       failures that open a model's / a gateway's breaker, and how long it stays open before
       one probe is let through.
-    - `rate_limit_cooldown`, `quota_cooldown`, `auth_cooldown`: how long a key rests after a
-      rate limit without a hint, an exhausted quota, a rejection.
+    - `rate_limit_cooldown`, `quota_cooldown`, `auth_cooldown`: how long a key rests for the
+      model after a rate limit without a hint, and wholly after an exhausted quota, a rejection.
     - `retry_budget_*`: the shared retry allowance (see `RetryBudget`).
     - `timeout_grace`: slack on top of the per-attempt `timeout` for our own guard (litellm
       applies `timeout` itself); for streams the guard is on silence between chunks.
@@ -308,7 +309,8 @@ class Transport:
         raise plan.failure()
 
     def status(self) -> dict[str, Any]:
-        """Breaker, key and bucket state for /stats and logs. Key positions only, never keys."""
+        """Breaker, key and bucket state for /stats and logs. Key positions only, never keys;
+        each key lists under `model_rests` the models it is rate-limited for right now."""
         return {
             "gateways": {
                 name: {
@@ -438,7 +440,7 @@ class _CallPlan:
                 self._release(entry, state)
                 self._skip(entry, f"gateway busy ({state.in_flight} in flight)")
                 continue
-            picked = state.keys.pick(exclude=self.excluded_keys)
+            picked = state.keys.pick(entry.wire_name, exclude=self.excluded_keys)
             if picked is None:
                 self._release(entry, state)
                 self._skip(entry, "all keys cooling down")
@@ -496,8 +498,10 @@ class _CallPlan:
         log_breaker_change(self.t.model_breaker(slot.entry.id).record_success())
         self.t.retry_budget.record_success()
         spent = exhausted_until_reset(headers)
-        if spent:
-            state.keys.cool(slot.key_index, spent, "rate_limit_window_spent")
+        if spent:  # the x-ratelimit-* windows are the model's, not the account's
+            state.keys.cool(
+                slot.key_index, spent, "rate_limit_window_spent", model=slot.entry.wire_name
+            )
 
     async def report(self, slot: _Slot, result: Classified, *, text_shown: bool = False) -> None:
         """Record a failed attempt and decide whether the next slot retries or moves on."""
@@ -542,7 +546,7 @@ class _CallPlan:
                 )
             self.excluded_keys.add(slot.key_index)
             # Another key of the same gateway may be fine: try it on the same model at once.
-            if self._other_key_usable(state):
+            if self._other_key_usable(state, entry):
                 return
             self._advance()
             return
@@ -556,15 +560,18 @@ class _CallPlan:
                     cooldown_s=self.t.quota_cooldown,
                 )
             self.excluded_keys.add(slot.key_index)
-            if not self._other_key_usable(state):  # keys may belong to different accounts
+            if not self._other_key_usable(state, entry):  # keys may be different accounts
                 self._advance()
             return
         retry_after = result.retry_after_s
         other_key = False
         if outcome is Outcome.RATE_LIMIT:
+            # Rate limits are counted per model: the key stays free for the gateway's others.
             cool_for = retry_after if retry_after is not None else self.t.rate_limit_cooldown
-            state.keys.cool(slot.key_index, min(cool_for, 3600.0), "rate_limit")
-            other_key = self._other_key_usable(state)
+            state.keys.cool(
+                slot.key_index, min(cool_for, 3600.0), "rate_limit", model=entry.wire_name
+            )
+            other_key = self._other_key_usable(state, entry)
         if (
             self.position != 0  # the chain walk tries each model once
             or not outcome.retryable
@@ -587,13 +594,13 @@ class _CallPlan:
         elif outcome is Outcome.RATE_LIMIT:
             # No hint from the provider: the key rests exactly as long as our backoff, so the
             # retry finds it usable (and concurrent calls leave it alone meanwhile).
-            state.keys.rest_until(slot.key_index, self.t._clock() + delay)
+            state.keys.rest_until(slot.key_index, self.t._clock() + delay, entry.wire_name)
         self.pending_delay = delay
 
-    def _other_key_usable(self, state: _GatewayState) -> bool:
-        now = self.t._clock()
+    def _other_key_usable(self, state: _GatewayState, entry: ModelEntry) -> bool:
         return any(
-            s.index not in self.excluded_keys and s.cool_until <= now for s in state.keys.states
+            index not in self.excluded_keys and state.keys.usable(index, entry.wire_name)
+            for index in range(len(state.keys))
         )
 
     def failure(self) -> TransportError:

@@ -8,7 +8,7 @@ import structlog
 
 from models.gateways import Gateway
 from models.types import Outcome
-from tests.conftest import make_transport
+from tests.conftest import TEST_KEYS, make_transport
 from tests.fakes.providers import Fault, Reply
 
 HI = [{"role": "user", "content": "hi"}]
@@ -86,7 +86,9 @@ async def test_rate_limited_key_cools_down_and_the_next_key_retries_at_once(
     for _ in range(4):
         await t.complete("qwen3-32b", HI, timeout=5)
     assert KEYS[0] not in [r.api_key for r in fake_groq.requests[2:]]
-    cooling = t.status()["gateways"]["groq"]["keys"][0]
+    key0 = t.status()["gateways"]["groq"]["keys"][0]
+    assert key0["available"]  # a rate limit is the model's: the key still serves the others
+    cooling = key0["model_rests"]["qwen/qwen3-32b"]
     assert cooling["reason"] == "rate_limit" and cooling["cooling_s"] > 50
     await t.aclose()
 
@@ -97,10 +99,18 @@ async def test_single_key_with_long_retry_after_falls_back_instead_of_waiting(
     t = make_transport(fake_openai, fake_groq, fake_anthropic, retry_after_cap=0.5)
     fake_groq.script("qwen/qwen3-32b", Fault("rate_limit_429", retry_after=60))
     result = await t.complete("qwen3-32b", HI, timeout=5)
-    # qwen3 rate limited for 60 s (> cap): the next model on the chain (same gateway, same
-    # resting key) is skipped too, and the OpenAI model answers.
-    assert result.model_id == "gpt-4.1-mini"
-    assert len(fake_groq.requests) == 1
+    # qwen3 rate limited for 60 s (> cap): no wait, the next model on the chain answers with
+    # the same key (the rate limit is qwen3's, not the key's).
+    assert result.model_id == "llama-4-scout-17b-16e-instruct"
+    assert [(r.model, r.api_key) for r in fake_groq.requests] == [
+        ("qwen/qwen3-32b", TEST_KEYS["groq"]),
+        ("meta-llama/llama-4-scout-17b-16e-instruct", TEST_KEYS["groq"]),
+    ]
+    # The next call for qwen3 leaves it alone while it rests and goes straight to the fallback.
+    result = await t.complete("qwen3-32b", HI, timeout=5)
+    assert result.model_id == "llama-4-scout-17b-16e-instruct"
+    assert [a.outcome for a in result.attempts] == [Outcome.SKIPPED, Outcome.SUCCESS]
+    assert len(fake_groq.requests) == 3
     await t.aclose()
 
 
