@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -95,15 +95,24 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """BEGIN IMMEDIATE … COMMIT, rolled back on any exception (including cancellation)."""
+        """BEGIN IMMEDIATE … COMMIT, rolled back on any exception (including cancellation).
+
+        /cancel and /new cancel running turns, often in the middle of a write. aiosqlite runs
+        each statement on its own thread whether or not the awaiting task was cancelled, so a
+        cancelled BEGIN or COMMIT still happens; we therefore let those statements settle
+        before re-raising, and roll back whatever a cancelled caller left open. Otherwise the
+        shared connection would stay inside a dead transaction and every later write would fail
+        with "cannot start a transaction within a transaction".
+        """
         async with self._lock:
-            await self._conn.execute("BEGIN IMMEDIATE")
             try:
+                await _settle(self._conn.execute("BEGIN IMMEDIATE"))
                 yield self._conn
             except BaseException:
-                await self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    await _settle(self._conn.execute("ROLLBACK"))
                 raise
-            await self._conn.execute("COMMIT")
+            await _settle(self._conn.execute("COMMIT"))
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         async with self._lock:
@@ -128,3 +137,22 @@ class Database:
 
     async def close(self) -> None:
         await self._conn.close()
+
+
+async def _settle(awaitable: Awaitable[object]) -> None:
+    """Await `awaitable` to completion even if we are cancelled meanwhile, then re-raise."""
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+            cancelled = True
+            if task.done():
+                break
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError

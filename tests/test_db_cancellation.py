@@ -1,0 +1,63 @@
+"""A turn cancelled mid-write (/cancel, /new, shutdown) must not wedge the shared connection."""
+
+from __future__ import annotations
+
+import asyncio
+
+from memory.db import Database
+from memory.store import Store
+
+
+async def test_cancelling_writers_at_every_point_leaves_the_connection_usable(tmp_path):
+    db = await Database.open(tmp_path / "db.sqlite3")
+    store = Store(db)
+    try:
+        stored = 0
+        # Cancel writers after 0..N loop iterations so cancellation lands in BEGIN, in the
+        # INSERT, in COMMIT and while waiting for the lock.
+        for delay_steps in range(40):
+            tasks = [
+                asyncio.create_task(store.add_message(1, "user", f"m{delay_steps}-{i}"))
+                for i in range(3)
+            ]
+            for _ in range(delay_steps):
+                await asyncio.sleep(0)
+            for task in tasks:
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            stored += sum(1 for r in results if not isinstance(r, BaseException))
+        # The connection is not stuck inside a dead transaction: normal writes still work.
+        message = await store.add_message(1, "user", "after the storm")
+        assert message.content == "after the storm"
+        session = await store.active_session(1)
+        rows = await store.session_messages(session)
+        # Every write either happened whole or not at all; the survivor is last.
+        assert rows[-1].content == "after the storm"
+        assert len(rows) >= stored + 1
+    finally:
+        await db.close()
+
+
+async def test_a_cancelled_transaction_body_is_rolled_back(tmp_path):
+    db = await Database.open(tmp_path / "db.sqlite3")
+    store = Store(db)
+    try:
+        started = asyncio.Event()
+
+        async def write_then_hang() -> None:
+            async with db.transaction() as conn:
+                await conn.execute(
+                    "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (7, 'a', 'a')"
+                )
+                started.set()
+                await asyncio.sleep(3600)
+
+        task = asyncio.create_task(write_then_hang())
+        await started.wait()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert await db.fetchone("SELECT 1 FROM chats WHERE chat_id = 7") is None
+        await store.set_chat_model(8, "gpt-5")
+        assert await store.get_chat_model(8) == "gpt-5"
+    finally:
+        await db.close()
