@@ -166,6 +166,14 @@ async def test_new_during_a_running_reply_does_not_wait_for_it(tmp_path: Path) -
             {"session_id": old_session, "role": "user"},
             {"session_id": old_session, "role": "assistant"},
         ]
+        # The chat goes on in the new session: the interrupted writes left the database usable.
+        bot.openai.set_default("*", Reply("fresh start"))
+        [fresh] = await bot.ask(CHAT, "hello again")
+        assert fresh.text == "fresh start"
+        assert [m["role"] for m in bot.chat_requests()[-1][1].body["messages"]] == [
+            "system",
+            "user",
+        ]
 
 
 async def test_unknown_commands_are_answered_not_sent_to_the_model(tmp_path: Path) -> None:
