@@ -97,10 +97,12 @@ async def test_turns_in_one_chat_are_serialised_chats_run_concurrently(tmp_path:
 
 
 async def test_reply_longer_than_one_message_arrives_complete(tmp_path: Path) -> None:
-    paragraphs = [f"Paragraph {i}: " + "lorem ipsum dolor sit amet " * 12 for i in range(40)]
+    # Astral characters count two UTF-16 units each: the limit is in units, not characters.
+    paragraphs = [f"Paragraph {i} 👩🏽‍💻: " + "lorem 𝔦𝔭𝔰𝔲𝔪 dolor sit amet " * 12 for i in range(40)]
     code = "```python\n" + "\n".join(f"print({i})" for i in range(60)) + "\n```"
     answer = "\n\n".join([*paragraphs[:20], code, *paragraphs[20:]])
     assert utf16_units(answer) > 2 * 4096
+    assert utf16_units(answer) - len(answer) > 2000
     async with bot_under_test(tmp_path) as bot:
         bot.openai.set_default("*", Reply(answer, chunk_chars=400))
         await bot.ask(CHAT, "write a lot")
