@@ -60,13 +60,14 @@ CONCURRENCY = 8
 RETRY_AFTER_S = 0.05  # the Retry-After the fakes send (real ones say 1-30 s)
 RATE_LIMITS = {"rate_limit_429", "anthropic_rate_limit_429"}
 
+# Transient faults only. Billing errors (insufficient_quota, Arrearage) are account states, not
+# per-request dice: they rest the whole key for minutes and are covered by the failure-mode tests.
 HTTP_FAULTS = [
     "rate_limit_429",
     "server_500",
     "bad_gateway_502",
     "cloudflare_524",
     "throttling_in_200",
-    "arrearage_in_200",
     "empty_200",
     "disconnect",
     "hang",
