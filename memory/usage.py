@@ -218,13 +218,36 @@ class UsageLedger:
         ]
 
     async def spent_usd(self, since: datetime, user_id: int | None = None) -> float:
-        sql = "SELECT COALESCE(SUM(cost_usd), 0) AS spent FROM usage WHERE created_at >= ?"
-        params: list[object] = [to_iso(since)]
-        if user_id is not None:
-            sql += f" AND {_USER_FILTER}"
-            params += [user_id, user_id]
-        row = await self.db.fetchone(sql, params)
-        return float(row["spent"]) if row else 0.0
+        spent, _ = await self._spent(since, since, user_id)
+        return spent
+
+    async def _spent(
+        self, day: datetime, month: datetime, user_id: int | None
+    ) -> tuple[float, float]:
+        """(spent since `day`, spent since `month`) in one pass over the month's rows.
+
+        A user's two kinds of rows are summed by separate queries so each uses its index
+        (usage_by_user, usage_by_chat); an OR across them would scan the whole month.
+        """
+        sums = (
+            "SELECT COALESCE(SUM(CASE WHEN created_at >= ? THEN cost_usd END), 0) AS day, "
+            "COALESCE(SUM(cost_usd), 0) AS month FROM usage WHERE created_at >= ?"
+        )
+        params: list[object] = [to_iso(day), to_iso(month)]
+        if user_id is None:
+            parts = [(sums, params)]
+        else:
+            parts = [
+                (sums + " AND user_id = ?", [*params, user_id]),
+                (sums + " AND user_id IS NULL AND chat_id = ?", [*params, user_id]),
+            ]
+        total_day = total_month = 0.0
+        for sql, values in parts:
+            row = await self.db.fetchone(sql, values)
+            if row is not None:
+                total_day += float(row["day"])
+                total_month += float(row["month"])
+        return total_day, total_month
 
     async def check_budget(self, user_id: int, budgets: Budgets) -> BudgetHit | None:
         """The first cap `user_id` has reached (user caps before bot caps), or None.
@@ -236,16 +259,24 @@ class UsageLedger:
             return None
         now = self.clock()
         today, month = day_start(now), month_start(now)
-        checks = (
-            (Cap.USER_DAILY, budgets.user_daily_usd, today, user_id),
-            (Cap.USER_MONTHLY, budgets.user_monthly_usd, month, user_id),
-            (Cap.BOT_DAILY, budgets.bot_daily_usd, today, None),
-            (Cap.BOT_MONTHLY, budgets.bot_monthly_usd, month, None),
+        scopes = (
+            (
+                user_id,
+                (Cap.USER_DAILY, budgets.user_daily_usd),
+                (Cap.USER_MONTHLY, budgets.user_monthly_usd),
+            ),
+            (
+                None,
+                (Cap.BOT_DAILY, budgets.bot_daily_usd),
+                (Cap.BOT_MONTHLY, budgets.bot_monthly_usd),
+            ),
         )
-        for cap, limit, since, who in checks:
-            if limit <= 0:
+        for who, (day_cap, day_limit), (month_cap, month_limit) in scopes:
+            if day_limit <= 0 and month_limit <= 0:
                 continue
-            spent = await self.spent_usd(since, who)
-            if spent >= limit:
-                return BudgetHit(cap=cap, limit_usd=limit, spent_usd=spent, period_start=since)
+            spent_day, spent_month = await self._spent(today, month, who)
+            if day_limit > 0 and spent_day >= day_limit:
+                return BudgetHit(day_cap, day_limit, spent_day, today)
+            if month_limit > 0 and spent_month >= month_limit:
+                return BudgetHit(month_cap, month_limit, spent_month, month)
         return None
