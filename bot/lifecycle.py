@@ -118,6 +118,11 @@ class Lifecycle:
                 await self.hold_current()
                 yield False
             else:
+                # A replayed turn leaves the held list as it starts: if a stop cuts its reply
+                # short, it must not be replayed (and answered) a second time.
+                update = self.tracker.current()
+                if update is not None:
+                    await self._forget_held(update.update_id)
                 yield True
 
     async def hold_current(self) -> None:

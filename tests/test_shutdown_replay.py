@@ -1,0 +1,117 @@
+"""Held turns across several stops, in-process (`serve()` with a stop event instead of SIGTERM):
+a split message held during a stop is replayed whole, and a replayed turn cut short by a second
+stop is not replayed a third time."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from bot.app import build_application, prepare
+from bot.config import load_settings
+from bot.joiner import TELEGRAM_MESSAGE_LIMIT
+from bot.lifecycle import lifecycle_of, serve
+from tests.e2e_bot import KEYS, OWNER, TOKEN
+from tests.fakes.providers import FakeProvider, Reply
+from tests.fakes.telegram import FakeTelegram
+from tests.test_joiner import _long_real_text, client_split
+
+INTERRUPTED = "(interrupted: the bot restarted; please ask again)"
+SLOW = " ".join(f"word{i}" for i in range(300))
+
+
+class Served:
+    """The real app served by `serve()` until `stop()`, which stops it gracefully."""
+
+    def __init__(self, settings: Any) -> None:
+        self._stop = asyncio.Event()
+        self.application = build_application(prepare(settings))
+        self._task = asyncio.create_task(serve(self.application, settings, stop=self._stop))
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.wait_for(self._task, timeout=30)
+
+
+def fetched(tg: FakeTelegram, update_id: int) -> bool:
+    return any(
+        c.method == "getUpdates" and int(c.params.get("offset") or 0) > update_id for c in tg.calls
+    )
+
+
+async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path) -> None:
+    long_text = _long_real_text("en", TELEGRAM_MESSAGE_LIMIT + 800)
+    parts = client_split(long_text, keep_space=True)
+    assert len(parts) >= 2
+    async with (
+        FakeTelegram(token=TOKEN) as tg,
+        FakeProvider("openai") as openai,
+        FakeProvider("anthropic") as anthropic,
+        FakeProvider("groq") as groq,
+    ):
+        settings = load_settings(
+            TELEGRAM_BOT_TOKEN=TOKEN,
+            TELEGRAM_BASE_URL=tg.base_url,
+            ALLOWED_USER_IDS=str(OWNER),
+            DATABASE_PATH=tmp_path / "bot.sqlite3",
+            OPENAI_API_KEY=KEYS["openai"],
+            OPENAI_API_BASE=openai.base_url,
+            ANTHROPIC_API_KEY=KEYS["anthropic"],
+            ANTHROPIC_API_BASE=anthropic.base_url,
+            GROQ_API_KEY=KEYS["groq"],
+            GROQ_API_BASE=groq.base_url,
+            DEFAULT_MODEL="gpt-5",
+            SHUTDOWN_GRACE_SECONDS=0.2,
+            SPLIT_MESSAGE_WINDOW=5,
+            MAX_INPUT_CHARS=100_000,
+            LOG_FORMAT="json",
+        )
+        openai.set_default("*", Reply(SLOW, chunk_chars=4, chunk_delay=0.1))
+
+        # Run 1: a reply streams; a split long message queues behind it; stop.
+        bot = Served(settings)
+        tg.push(tg.make_text_update(OWNER, OWNER, "first"))
+        await tg.wait_for(
+            lambda: any(m.text.startswith("word0") for m in tg.bot_messages(OWNER)), timeout=30
+        )
+        ids = [tg.push(tg.make_text_update(OWNER, OWNER, part)) for part in parts]
+        await tg.wait_for(lambda: fetched(tg, ids[-1]), timeout=30)
+        await bot.stop()
+        assert tg.bot_messages(OWNER)[-1].text.endswith(INTERRUPTED)
+        assert len(openai.requests) == 1
+        assert [row[0] for row in query(tmp_path, "SELECT update_id FROM held_updates")] == ids
+
+        # Run 2: the held parts come back as one turn; a second stop cuts its reply short.
+        bot = Served(settings)
+        await tg.wait_for(
+            lambda: (
+                len(openai.requests) == 2 and tg.bot_messages(OWNER)[-1].text.startswith("word0")
+            ),
+            timeout=30,
+        )
+        await bot.stop()
+        assert openai.requests[1].body["messages"][-1]["content"] == long_text
+        assert tg.bot_messages(OWNER)[-1].text.endswith(INTERRUPTED)
+        assert query(tmp_path, "SELECT update_id FROM held_updates") == []
+
+        # Run 3: nothing is replayed again (replay happens before the first poll).
+        polls = len([c for c in tg.calls if c.method == "getUpdates"])
+        bot = Served(settings)
+        await tg.wait_for(
+            lambda: len([c for c in tg.calls if c.method == "getUpdates"]) > polls, timeout=30
+        )
+        assert lifecycle_of(bot.application).tracker.in_progress == 0
+        await bot.stop()
+        assert len(openai.requests) == 2
+        users = query(tmp_path, "SELECT content FROM messages WHERE role = 'user' ORDER BY id")
+        assert [row[0] for row in users] == ["first", long_text]
+
+
+def query(tmp_path: Path, sql: str) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(tmp_path / "bot.sqlite3")
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
