@@ -107,8 +107,8 @@ async def bot_process(
                 await proc.wait()
 
 
-async def stop_with_sigterm(proc: asyncio.subprocess.Process) -> int:
-    proc.send_signal(signal.SIGTERM)
+async def stop_with_sigterm(proc: asyncio.subprocess.Process, signum: int = signal.SIGTERM) -> int:
+    proc.send_signal(signum)
     return await asyncio.wait_for(proc.wait(), timeout=60)
 
 
@@ -193,7 +193,8 @@ async def test_sigterm_mid_reply_ends_it_with_a_note_and_loses_no_message(tmp_pa
         assert [m.text for m in tg.bot_messages(USER)][-1] == "It ended well."
 
 
-async def test_sigterm_with_enough_grace_lets_the_reply_finish(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_sigterm_with_enough_grace_lets_the_reply_finish(tmp_path: Path, signum: int) -> None:
     db_path = tmp_path / "bot.sqlite3"
     answer = " ".join(f"piece{i}" for i in range(30))
     async with Fakes() as fakes:
@@ -205,7 +206,7 @@ async def test_sigterm_with_enough_grace_lets_the_reply_finish(tmp_path: Path) -
                 lambda: any(m.text.startswith("piece0") for m in tg.bot_messages(USER)),
                 "the reply to start streaming",
             )
-            assert await stop_with_sigterm(proc) == 0
+            assert await stop_with_sigterm(proc, signum) == 0
         [reply] = tg.bot_messages(USER)
         assert reply.text == answer
         assistant = query(db_path, "SELECT content FROM messages WHERE role = 'assistant'")
