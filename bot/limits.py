@@ -49,6 +49,8 @@ class UserRateLimiter:
         if self.per_minute <= 0:
             return RateDecision(allowed=True)
         now = self._clock()
+        if len(self._accepted) > 1024:  # bounded memory over months of uptime
+            self.forget_idle()
         stamps = self._accepted.setdefault(user_id, deque())
         while stamps and now - stamps[0] >= WINDOW_SECONDS:
             stamps.popleft()
@@ -65,7 +67,8 @@ class UserRateLimiter:
     def forget_idle(self) -> None:
         """Drop users with no message in the window, so memory stays bounded over months."""
         now = self._clock()
-        for user_id in [u for u, s in self._accepted.items() if not s or now - s[-1] >= 60]:
+        idle = [u for u, s in self._accepted.items() if not s or now - s[-1] >= WINDOW_SECONDS]
+        for user_id in idle:
             del self._accepted[user_id]
             self._notified_until.pop(user_id, None)
 
