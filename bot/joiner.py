@@ -16,6 +16,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from bot.render import utf16_len
+
 TELEGRAM_MESSAGE_LIMIT = 4096
 # A part at least this long (UTF-16 units) may have been cut by the client. Clients cut at a
 # boundary before 4096, so real parts fall a little short of the limit; a human message of this
@@ -23,11 +25,6 @@ TELEGRAM_MESSAGE_LIMIT = 4096
 DEFAULT_FULL_PART_UNITS = 3000
 
 RefT = TypeVar("RefT")
-
-
-def utf16_len(text: str) -> int:
-    """Length as Telegram counts it."""
-    return len(text.encode("utf-16-le")) // 2
 
 
 @dataclass
