@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from telegram import Message, Update
+from telegram import Update
 from telegram.constants import ChatType
 from telegram.error import TelegramError
 from telegram.ext import (
@@ -21,7 +21,14 @@ from telegram.ext import (
     filters,
 )
 
-from bot.access import is_addressed_to_bot, is_allowed, is_group, strip_bot_mentions
+from bot.access import (
+    admit,
+    is_addressed_to_bot,
+    is_group,
+    say,
+    strip_bot_mentions,
+    user_language,
+)
 from bot.app import BOT_COMMANDS, Services, services_of
 from bot.i18n import t
 from bot.keyboards import is_model_callback, model_keyboard, resolve_model_callback
@@ -37,38 +44,8 @@ def _services(context: Context) -> Services:
     return services_of(context.application)
 
 
-def _lang(update: Update) -> str | None:
-    user = update.effective_user
-    return user.language_code if user else None
-
-
-async def _say(message: Message, text: str, **kwargs: Any) -> None:
-    """A short plain-text reply. A failure to send is logged, never raised into PTB."""
-    try:
-        await message.reply_text(text, do_quote=False, **kwargs)
-    except TelegramError as exc:
-        log.warning("reply_failed", chat_id=message.chat_id, error=str(exc))
-
-
 async def _admit(update: Update, context: Context, *, addressed: bool = True) -> bool:
-    """True if the sender may use the bot; a stranger gets one polite line with their id.
-
-    In groups a stranger is told only when they addressed the bot, so group chatter does not
-    make the bot talk.
-    """
-    settings = _services(context).settings
-    user = update.effective_user
-    if is_allowed(user.id if user else None, settings.ALLOWED_USER_IDS, settings.ADMIN_USER_IDS):
-        return True
-    message = update.effective_message
-    if user is not None and message is not None and addressed:
-        log.info("stranger_refused", user_id=user.id, chat_id=message.chat_id)
-        await _say(message, t("not_allowed", _lang(update), user_id=user.id))
-    elif update.callback_query is not None:
-        await update.callback_query.answer(
-            t("not_allowed", _lang(update), user_id=user.id if user else "?"), show_alert=True
-        )
-    return False
+    return await admit(update, _services(context).settings, addressed=addressed)
 
 
 def _commands_text(lang: str | None) -> str:
@@ -81,16 +58,16 @@ async def start_command(update: Update, context: Context) -> None:
         return
     user = update.effective_user
     name = user.first_name if user else ""
-    lang = _lang(update)
-    await _say(message, t("start", lang, name=name, commands=_commands_text(lang)))
+    lang = user_language(update)
+    await say(message, t("start", lang, name=name, commands=_commands_text(lang)))
 
 
 async def help_command(update: Update, context: Context) -> None:
     message = update.effective_message
     if message is None or not await _admit(update, context):
         return
-    lang = _lang(update)
-    await _say(message, t("help", lang, commands=_commands_text(lang)))
+    lang = user_language(update)
+    await say(message, t("help", lang, commands=_commands_text(lang)))
 
 
 async def model_command(update: Update, context: Context) -> None:
@@ -99,22 +76,22 @@ async def model_command(update: Update, context: Context) -> None:
     if message is None or not await _admit(update, context):
         return
     services = _services(context)
-    lang = _lang(update)
+    lang = user_language(update)
     available = services.available_models()
     if not available:
-        await _say(message, t("model_none", lang))
+        await say(message, t("model_none", lang))
         return
     if context.args:
         wanted = context.args[0].strip()
         if not services.is_available(wanted):
-            await _say(message, t("model_unknown", lang, model_id=wanted[:64]))
+            await say(message, t("model_unknown", lang, model_id=wanted[:64]))
             return
         await services.store.set_chat_model(message.chat_id, wanted)
         log.info("model_chosen", chat_id=message.chat_id, model=wanted, via="command")
-        await _say(message, t("model_set", lang, label=services.label(wanted)))
+        await say(message, t("model_set", lang, label=services.label(wanted)))
         return
     current = await services.chat_model(message.chat_id)
-    await _say(
+    await say(
         message,
         t("model_menu", lang, label=current.label),
         reply_markup=model_keyboard(available, current.id, lang),
@@ -127,7 +104,7 @@ async def model_callback(update: Update, context: Context) -> None:
     if query is None or not await _admit(update, context, addressed=False):
         return
     services = _services(context)
-    lang = _lang(update)
+    lang = user_language(update)
     entry = resolve_model_callback(query.data or "", services.available_models())
     if entry is None:
         log.warning("model_callback_refused", data=(query.data or "")[:64])
@@ -164,7 +141,7 @@ async def new_command(update: Update, context: Context) -> None:
         closed_session=result.closed_session_id,
         session=result.new_session_id,
     )
-    await _say(message, t("new_session", _lang(update)))
+    await say(message, t("new_session", user_language(update)))
 
 
 async def cancel_command(update: Update, context: Context) -> None:
@@ -172,7 +149,7 @@ async def cancel_command(update: Update, context: Context) -> None:
     if message is None or not await _admit(update, context):
         return
     cancelled = await _services(context).turns.cancel(message.chat_id)
-    await _say(message, t("cancelled" if cancelled else "nothing_to_cancel", _lang(update)))
+    await say(message, t("cancelled" if cancelled else "nothing_to_cancel", user_language(update)))
 
 
 async def chat_message(update: Update, context: Context) -> None:
@@ -189,9 +166,9 @@ async def chat_message(update: Update, context: Context) -> None:
         text = strip_bot_mentions(message, bot.username, bot.id)
     if not await _admit(update, context):
         return
-    lang = _lang(update)
+    lang = user_language(update)
     if not text.strip():
-        await _say(message, t("empty_message", lang))
+        await say(message, t("empty_message", lang))
         return
     user = update.effective_user
     assert user is not None
@@ -200,7 +177,7 @@ async def chat_message(update: Update, context: Context) -> None:
     if guard is not None:
         screened = await guard.screen(message.chat_id, user.id, text, update.update_id)
         if screened.reply_key is not None:
-            await _say(message, t(screened.reply_key, lang, **screened.reply_values))
+            await say(message, t(screened.reply_key, lang, **screened.reply_values))
         if screened.text is None:
             return
         text = screened.text
@@ -226,7 +203,7 @@ async def non_text_message(update: Update, context: Context) -> None:
         return
     if not await _admit(update, context):
         return
-    await _say(message, t("text_only", _lang(update)))
+    await say(message, t("text_only", user_language(update)))
 
 
 def _known_commands(application: Application[Any, Any, Any, Any, Any, Any]) -> set[str]:
@@ -257,7 +234,7 @@ async def unknown_command(update: Update, context: Context) -> None:
         return
     if not await _admit(update, context):
         return
-    await _say(message, t("unknown_command", _lang(update)))
+    await say(message, t("unknown_command", user_language(update)))
 
 
 async def on_error(update: object, context: Context) -> None:
@@ -267,7 +244,7 @@ async def on_error(update: object, context: Context) -> None:
         chat_id = update.effective_chat.id
     log.error("handler_error", chat_id=chat_id, exc_info=context.error)
     if isinstance(update, Update) and update.effective_message is not None:
-        await _say(update.effective_message, t("internal_error", _lang(update)))
+        await say(update.effective_message, t("internal_error", user_language(update)))
 
 
 def register_handlers(application: Application[Any, Any, Any, Any, Any, Any]) -> None:

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
 
-from bot.access import is_allowed
+from bot.access import admit, say, user_language
 from bot.app import BOT_COMMANDS, Services, services_of
 from bot.i18n import t
 from memory.consolidation import Consolidator
@@ -125,38 +125,15 @@ def format_match(entry: HistoryEntry) -> str:
 # --- handlers ----------------------------------------------------------------------------------
 
 
-def _lang(update: Update) -> str | None:
-    user = update.effective_user
-    return user.language_code if user else None
-
-
-async def _say(message: Message, text: str, **kwargs: Any) -> None:
-    """A plain-text reply; a failure to send is logged, never raised into PTB."""
-    try:
-        await message.reply_text(text, do_quote=False, **kwargs)
-    except TelegramError as exc:
-        log.warning("reply_failed", chat_id=message.chat_id, error=str(exc))
-
-
 async def _admit(update: Update, context: Context) -> bool:
-    """Same rule as every command: only allowed users; a stranger learns their id."""
-    settings = services_of(context.application).settings
-    user = update.effective_user
-    if is_allowed(user.id if user else None, settings.ALLOWED_USER_IDS, settings.ADMIN_USER_IDS):
-        return True
-    refusal = t("not_allowed", _lang(update), user_id=user.id if user else "?")
-    if update.callback_query is not None:
-        await update.callback_query.answer(refusal, show_alert=True)
-    elif update.effective_message is not None:
-        await _say(update.effective_message, refusal)
-    return False
+    return await admit(update, services_of(context.application).settings)
 
 
 async def memory_command(update: Update, context: Context) -> None:
     message = update.effective_message
     if message is None or not await _admit(update, context):
         return
-    lang = _lang(update)
+    lang = user_language(update)
     feature = memory_of(context)
     memory = await feature.repo.get(message.chat_id)
     pending = await feature.worker.queue.open_jobs(message.chat_id)
@@ -168,14 +145,14 @@ async def memory_command(update: Update, context: Context) -> None:
     if pending:
         lines.append(t("memory_pending", lang, count=pending))
     for part in split_for_telegram("\n\n".join(lines)):
-        await _say(message, part)
+        await say(message, part)
 
 
 async def forget_command(update: Update, context: Context) -> None:
     message = update.effective_message
     if message is None or not await _admit(update, context):
         return
-    lang = _lang(update)
+    lang = user_language(update)
     keyboard = InlineKeyboardMarkup(
         [
             [
@@ -184,7 +161,7 @@ async def forget_command(update: Update, context: Context) -> None:
             ]
         ]
     )
-    await _say(message, t("forget_confirm", lang), reply_markup=keyboard)
+    await say(message, t("forget_confirm", lang), reply_markup=keyboard)
 
 
 async def forget_callback(update: Update, context: Context) -> None:
@@ -192,7 +169,7 @@ async def forget_callback(update: Update, context: Context) -> None:
     query = update.callback_query
     if query is None or not await _admit(update, context):
         return
-    lang = _lang(update)
+    lang = user_language(update)
     message = query.message
     if message is None:
         await query.answer()
@@ -216,22 +193,22 @@ async def recall_command(update: Update, context: Context) -> None:
     message = update.effective_message
     if message is None or not await _admit(update, context):
         return
-    lang = _lang(update)
+    lang = user_language(update)
     query = " ".join(context.args or []).strip()
     if not query:
-        await _say(message, t("recall_usage", lang))
+        await say(message, t("recall_usage", lang))
         return
     if len(query) > RECALL_MAX_QUERY:
-        await _say(message, t("recall_too_long", lang, limit=RECALL_MAX_QUERY))
+        await say(message, t("recall_too_long", lang, limit=RECALL_MAX_QUERY))
         return
     matches = await memory_of(context).repo.search(message.chat_id, query, limit=RECALL_RESULTS)
     if not matches:
-        await _say(message, t("recall_none", lang, query=query))
+        await say(message, t("recall_none", lang, query=query))
         return
     text = t("recall_header", lang, query=query) + "\n\n"
     text += "\n\n".join(format_match(m) for m in matches)
     for part in split_for_telegram(text):
-        await _say(message, part)
+        await say(message, part)
 
 
 def register_memory_handlers(application: Application[Any, Any, Any, Any, Any, Any]) -> None:

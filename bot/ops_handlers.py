@@ -14,7 +14,7 @@ from telegram import BotCommand, BotCommandScopeChat, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler, filters
 
-from bot.access import is_allowed
+from bot.access import admit, say, user_allowed, user_language
 from bot.app import BOT_COMMANDS, Services, services_of
 from bot.i18n import t
 from bot.lifecycle import lifecycle_of
@@ -64,38 +64,13 @@ async def _admin_commands(application: App, services: Services) -> None:
             log.info("admin_commands_not_set", admin_id=admin_id, error=str(exc))
 
 
-def _lang(update: Update) -> str | None:
-    user = update.effective_user
-    return user.language_code if user else None
-
-
 def _is_admin(services: Services, user_id: int | None) -> bool:
     return user_id is not None and user_id in services.settings.ADMIN_USER_IDS
 
 
-def _allowed(services: Services, user_id: int | None) -> bool:
-    settings = services.settings
-    return is_allowed(user_id, settings.ALLOWED_USER_IDS, settings.ADMIN_USER_IDS)
-
-
-async def _admit(update: Update, services: Services) -> bool:
-    """Strangers get the same one line as for every other command."""
-    user = update.effective_user
-    if _allowed(services, user.id if user else None):
-        return True
-    if user is not None:
-        await _reply(update, t("not_allowed", _lang(update), user_id=user.id))
-    return False
-
-
 async def _reply(update: Update, text: str) -> None:
-    message = update.effective_message
-    if message is None:
-        return
-    try:
-        await message.reply_text(text, do_quote=False)
-    except TelegramError as exc:
-        log.warning("reply_failed", chat_id=message.chat_id, error=str(exc))
+    if update.effective_message is not None:
+        await say(update.effective_message, text)
 
 
 async def remember_language(update: Update, context: Context) -> None:
@@ -105,7 +80,7 @@ async def remember_language(update: Update, context: Context) -> None:
     if user is None or chat is None or not user.language_code:
         return
     services = services_of(context.application)
-    if not _allowed(services, user.id):
+    if not user_allowed(services.settings, user.id):
         return
     known: dict[int, str] = context.application.bot_data.setdefault(LANGUAGES_KEY, {})
     if known.get(chat.id) == user.language_code:
@@ -118,9 +93,9 @@ async def usage_command(update: Update, context: Context) -> None:
     """/usage: your own spend; admins also see everyone, and `/usage USER_ID` for one user."""
     services = services_of(context.application)
     user = update.effective_user
-    if user is None or not await _admit(update, services):
+    if user is None or not await admit(update, services.settings):
         return
-    lang = _lang(update)
+    lang = user_language(update)
     ledger = UsageLedger(services.db)
     args = context.args or []
     if args:
@@ -144,9 +119,9 @@ async def stats_command(update: Update, context: Context) -> None:
     """/stats for ADMIN_USER_IDS: memory queue, failures per model, breakers, spend today."""
     services = services_of(context.application)
     user = update.effective_user
-    if user is None or not await _admit(update, services):
+    if user is None or not await admit(update, services.settings):
         return
-    lang = _lang(update)
+    lang = user_language(update)
     if not _is_admin(services, user.id):
         await _reply(update, t("admin_only", lang))
         return
