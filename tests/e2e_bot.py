@@ -2,14 +2,21 @@
 talking HTTP to the fake providers, a real SQLite file. Nothing of ours is mocked.
 
 Used as `async with bot_under_test(tmp_path) as bot: ...`; `bot.restart()` stops and starts the
-application on the same database, like a service restart.
+application on the same database, like a service restart. The pieces are shared with the tests
+that serve the bot themselves (`FakeServers`, `fake_settings`) and with those that run
+`python -m bot` as a subprocess (`subprocess_env`, `bot_process`, `wait_until`, `query`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import socket
+import sqlite3
+import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +27,8 @@ from bot.config import Settings, load_settings
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 
-TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
+REPO = Path(__file__).resolve().parents[1]
+TESTDATA = REPO.parent / "shared" / "testdata"
 
 TOKEN = "987654:SECRET-BOT-TOKEN-e2e"
 OWNER = 100  # in ALLOWED_USER_IDS
@@ -39,6 +47,67 @@ FAST_TRANSPORT = {
     "rate_limit_cooldown": 0.05,
     "breaker_cooldown": 0.5,
 }
+
+
+class FakeServers:
+    """The fake Bot API and the three fake providers on 127.0.0.1, and the keys the bot uses."""
+
+    def __init__(self, token: str = TOKEN, keys: Mapping[str, str] = KEYS) -> None:
+        self.tg = FakeTelegram(token=token)
+        self.providers = {name: FakeProvider(name) for name in ("openai", "anthropic", "groq")}
+        self.keys = keys
+
+    @property
+    def openai(self) -> FakeProvider:
+        return self.providers["openai"]
+
+    @property
+    def anthropic(self) -> FakeProvider:
+        return self.providers["anthropic"]
+
+    @property
+    def groq(self) -> FakeProvider:
+        return self.providers["groq"]
+
+    async def __aenter__(self) -> FakeServers:
+        await self.tg.start()
+        for provider in self.providers.values():
+            await provider.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.tg.stop()
+        for provider in self.providers.values():
+            await provider.stop()
+
+    def pointing_here(self) -> dict[str, Any]:
+        """The settings that send the bot's Telegram and provider traffic to these fakes."""
+        values: dict[str, Any] = {
+            "TELEGRAM_BOT_TOKEN": self.tg.token,
+            "TELEGRAM_BASE_URL": self.tg.base_url,
+        }
+        for name, provider in self.providers.items():
+            values[f"{name.upper()}_API_KEY"] = self.keys[name]
+            values[f"{name.upper()}_API_BASE"] = provider.base_url
+        return values
+
+
+def fake_settings(fakes: FakeServers, **values: Any) -> Settings:
+    """Settings for the bot in this process against the fakes; `values` add or override."""
+    merged: dict[str, Any] = {
+        **fakes.pointing_here(),
+        "ALLOWED_USER_IDS": f"{OWNER},{FRIEND}",
+        "DEFAULT_MODEL": "gpt-5",
+        "LOG_FORMAT": "json",
+        **values,
+    }
+    return load_settings(**{k: v for k, v in merged.items() if v is not None})
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -185,33 +254,15 @@ async def bot_under_test(
     **settings: Any,
 ) -> AsyncIterator[BotUnderTest]:
     """Fakes on 127.0.0.1, settings pointing at them, the bot running (unless start=False)."""
-    async with AsyncExitStack() as stack:
-        tg = await stack.enter_async_context(FakeTelegram(token=TOKEN))
-        providers = {
-            name: await stack.enter_async_context(FakeProvider(name))
-            for name in ("openai", "anthropic", "groq")
-        }
-        values: dict[str, Any] = {
-            "TELEGRAM_BOT_TOKEN": TOKEN,
-            "TELEGRAM_BASE_URL": tg.base_url,
-            "ALLOWED_USER_IDS": f"{OWNER},{FRIEND}",
-            "DATABASE_PATH": tmp_path / "mnemobot.sqlite3",
-            "OPENAI_API_KEY": KEYS["openai"],
-            "OPENAI_API_BASE": providers["openai"].base_url,
-            "ANTHROPIC_API_KEY": KEYS["anthropic"],
-            "ANTHROPIC_API_BASE": providers["anthropic"].base_url,
-            "GROQ_API_KEY": KEYS["groq"],
-            "GROQ_API_BASE": providers["groq"].base_url,
-            "DEFAULT_MODEL": "gpt-5",
-            "CHAT_TIMEOUT": 10,
-            "LOG_FORMAT": "json",
-        }
-        values.update(settings)
-        loaded = load_settings(**{k: v for k, v in values.items() if v is not None})
+    async with FakeServers() as fakes:
+        loaded = fake_settings(
+            fakes,
+            **{"DATABASE_PATH": tmp_path / "mnemobot.sqlite3", "CHAT_TIMEOUT": 10, **settings},
+        )
         options = {**FAST_TRANSPORT, **(transport_options or {})}
         bot = BotUnderTest(
-            tg=tg,
-            providers=providers,
+            tg=fakes.tg,
+            providers=fakes.providers,
             settings=loaded,
             prepared=prepare(loaded),
             tmp_path=tmp_path,
@@ -223,3 +274,61 @@ async def bot_under_test(
             yield bot
         finally:
             await bot.stop()
+
+
+# ---- the bot as a subprocess (`python -m bot`) ------------------------------------------------
+
+
+def subprocess_env(
+    fakes: FakeServers, db_path: Path, *, user: int, **values: str
+) -> dict[str, str]:
+    """The environment of `python -m bot` against the fakes. Of this process's environment only
+    PATH, HOME, LANG and TMPDIR pass, so no real key or setting leaks in."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    env |= {
+        "PYTHONPATH": str(REPO),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_OFFLINE_MODE": "true",
+        "ALLOWED_USER_IDS": str(user),
+        "DATABASE_PATH": str(db_path),
+        "LOG_FORMAT": "json",
+        **fakes.pointing_here(),
+        **values,
+    }
+    return env
+
+
+@asynccontextmanager
+async def bot_process(
+    env: dict[str, str], *, cwd: Path, log_path: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`python -m bot` with its output appended to `log_path`; killed on exit if still running.
+    Run it in an empty `cwd`, so no stray .env is read."""
+    with log_path.open("ab") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", cwd=cwd, env=env, stdout=log, stderr=log
+        )
+        try:
+            yield proc
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 60.0) -> None:
+    for _ in range(int(limit_s / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def query(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    """Plain sqlite3, to look at the database of a bot running in another process."""
+    conn = sqlite3.connect(db_path, timeout=10)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()

@@ -11,10 +11,8 @@ import asyncio
 import json
 import os
 import signal
-import sqlite3
-import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -23,109 +21,42 @@ import pytest
 from memory.db import Database
 from memory.store import Store
 from tests.consolidation_stack import GOOD_ARGS, KEYS, WIRE, good_call
-from tests.fakes.providers import FakeProvider, Fault
-from tests.fakes.telegram import FakeTelegram
+from tests.e2e_bot import FakeServers, bot_process, query, subprocess_env, wait_until
+from tests.fakes.providers import Fault
 from tests.memory_sessions import SettableClock, oasst_multilingual, store_session
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 TOKEN = "123456:TEST-TOKEN"
 USER = 4242
 HEAD = "llama-3.3-70b-versatile"
 
 
-class Fakes:
-    def __init__(self) -> None:
-        self.tg = FakeTelegram(token=TOKEN, bot_username="mnemo_test_bot")
-        self.groq = FakeProvider("groq")
-        self.openai = FakeProvider("openai")
-        self.anthropic = FakeProvider("anthropic")
-
-    async def start(self) -> None:
-        for server in (self.tg, self.groq, self.openai, self.anthropic):
-            await server.start()
-        for provider in (self.groq, self.openai, self.anthropic):
-            provider.set_default("*", good_call())
-
-    async def stop(self) -> None:
-        for server in (self.tg, self.groq, self.openai, self.anthropic):
-            await server.stop()
-
-    def head_requests(self) -> list[Any]:
-        return [r for r in self.groq.requests if r.model == WIRE[HEAD]]
+def head_requests(fakes: FakeServers) -> list[Any]:
+    return [r for r in fakes.groq.requests if r.model == WIRE[HEAD]]
 
 
 @pytest.fixture
-async def fakes() -> AsyncIterator[Fakes]:
-    servers = Fakes()
-    await servers.start()
-    yield servers
-    await servers.stop()
+async def fakes() -> AsyncIterator[FakeServers]:
+    async with FakeServers(token=TOKEN, keys=KEYS) as servers:
+        for provider in servers.providers.values():
+            provider.set_default("*", good_call())
+        yield servers
 
 
-def bot_env(fakes: Fakes, db_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    env |= {
-        "PYTHONPATH": str(REPO),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_OFFLINE_MODE": "true",
-        "TELEGRAM_BOT_TOKEN": TOKEN,
-        "TELEGRAM_BASE_URL": fakes.tg.base_url,
-        "ALLOWED_USER_IDS": str(USER),
-        "DATABASE_PATH": str(db_path),
-        "GROQ_API_KEY": KEYS["groq"],
-        "GROQ_API_BASE": fakes.groq.base_url,
-        "OPENAI_API_KEY": KEYS["openai"],
-        "OPENAI_API_BASE": fakes.openai.base_url,
-        "ANTHROPIC_API_KEY": KEYS["anthropic"],
-        "ANTHROPIC_API_BASE": fakes.anthropic.base_url,
-        "CONSOLIDATION_TIMEOUT": "60",
-        "CONSOLIDATION_RETRY_DELAYS": "1",
-        "SHUTDOWN_GRACE_SECONDS": "1",
-        "LOG_FORMAT": "json",
-        "LOG_LEVEL": "INFO",
-    }
-    return env
-
-
-@asynccontextmanager
-async def bot_process(
-    fakes: Fakes, db_path: Path, log_path: Path
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    with log_path.open("ab") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bot",
-            cwd=db_path.parent,  # no stray .env
-            env=bot_env(fakes, db_path),
-            stdout=log,
-            stderr=log,
-        )
-        try:
-            yield proc
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-
-
-async def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 30.0) -> None:
-    for _ in range(int(limit_s / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def query(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(db_path, timeout=10)
-    conn.row_factory = sqlite3.Row
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+def run_bot(
+    fakes: FakeServers, db_path: Path, log_path: Path
+) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
+    env = subprocess_env(
+        fakes,
+        db_path,
+        user=USER,
+        CONSOLIDATION_TIMEOUT="60",
+        CONSOLIDATION_RETRY_DELAYS="1",
+        SHUTDOWN_GRACE_SECONDS="1",
+        LOG_LEVEL="INFO",
+    )
+    return bot_process(env, cwd=db_path.parent, log_path=log_path)
 
 
 def job_state(db_path: Path) -> str | None:
@@ -144,7 +75,7 @@ async def seed_session(db_path: Path) -> list[str]:
     return [m.content for m in stored]
 
 
-async def send_new(fakes: Fakes) -> None:
+async def send_new(fakes: FakeServers) -> None:
     fakes.tg.push(fakes.tg.make_text_update(USER, USER, "/new"))
     await fakes.tg.wait_for(
         lambda: any(m.text == "New session started." for m in fakes.tg.bot_messages(USER)),
@@ -157,16 +88,16 @@ def transcript_of(request: Any) -> str:
 
 
 async def test_kill_during_consolidation_then_restart_completes_once(
-    fakes: Fakes, tmp_path: Path
+    fakes: FakeServers, tmp_path: Path
 ) -> None:
     db_path = tmp_path / "bot.sqlite3"
     log_path = tmp_path / "bot.log"
     contents = await seed_session(db_path)
     fakes.groq.set_default(WIRE[HEAD], Fault("hang"))  # consolidation stays in flight
 
-    async with bot_process(fakes, db_path, log_path) as proc:
+    async with run_bot(fakes, db_path, log_path) as proc:
         await send_new(fakes)
-        await wait_until(lambda: len(fakes.head_requests()) >= 1, "the consolidation request")
+        await wait_until(lambda: len(head_requests(fakes)) >= 1, "the consolidation request")
         os.kill(proc.pid, signal.SIGKILL)
         await proc.wait()
     assert proc.returncode == -signal.SIGKILL
@@ -179,8 +110,8 @@ async def test_kill_during_consolidation_then_restart_completes_once(
     assert query(db_path, "SELECT * FROM history_entries") == []
 
     fakes.groq.set_default(WIRE[HEAD], good_call())
-    before = len(fakes.head_requests())
-    async with bot_process(fakes, db_path, log_path) as proc:
+    before = len(head_requests(fakes))
+    async with run_bot(fakes, db_path, log_path) as proc:
         await wait_until(lambda: job_state(db_path) == "done", "the resumed job", 60)
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 30)
@@ -193,7 +124,7 @@ async def test_kill_during_consolidation_then_restart_completes_once(
     assert [(m["content"], m["version"]) for m in memory] == [(GOOD_ARGS["memory_update"], 1)]
     assert query(db_path, "SELECT * FROM messages") == []
     # What was deleted had been sent to the model that saved it: all 60, in order.
-    saved_from = transcript_of(fakes.head_requests()[before])
+    saved_from = transcript_of(head_requests(fakes)[before])
     position = 0
     for content in contents:
         found = saved_from.find(content[:30], position)
@@ -206,24 +137,24 @@ async def test_kill_during_consolidation_then_restart_completes_once(
 
 
 async def test_kill_right_after_the_commit_applies_nothing_twice(
-    fakes: Fakes, tmp_path: Path
+    fakes: FakeServers, tmp_path: Path
 ) -> None:
     db_path = tmp_path / "bot.sqlite3"
     log_path = tmp_path / "bot.log"
     await seed_session(db_path)
 
-    async with bot_process(fakes, db_path, log_path) as proc:
+    async with run_bot(fakes, db_path, log_path) as proc:
         await send_new(fakes)
         await wait_until(lambda: job_state(db_path) == "done", "the commit")
         os.kill(proc.pid, signal.SIGKILL)
         await proc.wait()
 
-    requests_before = len(fakes.head_requests())
+    requests_before = len(head_requests(fakes))
     snapshot = [
         query(db_path, "SELECT entry FROM history_entries"),
         query(db_path, "SELECT content, version FROM long_term_memory"),
     ]
-    async with bot_process(fakes, db_path, log_path) as proc:
+    async with run_bot(fakes, db_path, log_path) as proc:
         await wait_until(
             lambda: any(c.method == "getUpdates" for c in fakes.tg.calls[-3:]), "polling"
         )
@@ -231,7 +162,7 @@ async def test_kill_right_after_the_commit_applies_nothing_twice(
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 30)
 
-    assert len(fakes.head_requests()) == requests_before  # no second consolidation
+    assert len(head_requests(fakes)) == requests_before  # no second consolidation
     history = query(db_path, "SELECT entry FROM history_entries")
     memory = query(db_path, "SELECT content, version FROM long_term_memory")
     assert [tuple(r) for r in history] == [tuple(r) for r in snapshot[0]]

@@ -9,27 +9,22 @@ this test process; the database is inspected with plain sqlite3 between runs.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sqlite3
-import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from memory.db import Database
 from memory.store import Store
 from tests.consolidation_stack import KEYS, good_call
-from tests.fakes.providers import FakeProvider, Fault, Reply
+from tests.e2e_bot import FakeServers, bot_process, query, subprocess_env, wait_until
+from tests.fakes.providers import Fault, Reply
 from tests.fakes.telegram import FakeTelegram
 from tests.memory_sessions import SettableClock, oasst_multilingual, store_session
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 TOKEN = "123456:SHUTDOWN-TEST-TOKEN"
 USER = 7007
 INTERRUPTED = "(interrupted: the bot restarted; please ask again)"
@@ -37,96 +32,24 @@ INTERRUPTED = "(interrupted: the bot restarted; please ask again)"
 SLOW_ANSWER = " ".join(f"word{i}" for i in range(400))
 
 
-class Fakes:
-    def __init__(self) -> None:
-        self.tg = FakeTelegram(token=TOKEN, bot_username="mnemo_test_bot")
-        self.providers = {name: FakeProvider(name) for name in ("openai", "anthropic", "groq")}
-
-    @property
-    def openai(self) -> FakeProvider:
-        return self.providers["openai"]
-
-    @property
-    def groq(self) -> FakeProvider:
-        return self.providers["groq"]
-
-    async def __aenter__(self) -> Fakes:
-        await self.tg.start()
-        for provider in self.providers.values():
-            await provider.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.tg.stop()
-        for provider in self.providers.values():
-            await provider.stop()
-
-
-def bot_env(fakes: Fakes, db_path: Path, grace: float) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    env |= {
-        "PYTHONPATH": str(REPO),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_OFFLINE_MODE": "true",
-        "TELEGRAM_BOT_TOKEN": TOKEN,
-        "TELEGRAM_BASE_URL": fakes.tg.base_url,
-        "ALLOWED_USER_IDS": str(USER),
-        "DATABASE_PATH": str(db_path),
-        "DEFAULT_MODEL": "gpt-5",
-        "CONSOLIDATION_TIMEOUT": "60",
-        "CONSOLIDATION_RETRY_DELAYS": "1",
-        "SHUTDOWN_GRACE_SECONDS": str(grace),
-        "LOG_FORMAT": "json",
-    }
-    for name, provider in fakes.providers.items():
-        env[f"{name.upper()}_API_KEY"] = KEYS[name]
-        env[f"{name.upper()}_API_BASE"] = provider.base_url
-    return env
-
-
-@asynccontextmanager
-async def bot_process(
-    fakes: Fakes, db_path: Path, *, grace: float
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    log_path = db_path.with_suffix(".log")
-    with log_path.open("ab") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bot",
-            cwd=db_path.parent,  # no stray .env
-            env=bot_env(fakes, db_path, grace),
-            stdout=log,
-            stderr=log,
-        )
-        try:
-            yield proc
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+def run_bot(
+    fakes: FakeServers, db_path: Path, *, grace: float
+) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
+    env = subprocess_env(
+        fakes,
+        db_path,
+        user=USER,
+        DEFAULT_MODEL="gpt-5",
+        CONSOLIDATION_TIMEOUT="60",
+        CONSOLIDATION_RETRY_DELAYS="1",
+        SHUTDOWN_GRACE_SECONDS=str(grace),
+    )
+    return bot_process(env, cwd=db_path.parent, log_path=db_path.with_suffix(".log"))
 
 
 async def stop_with_sigterm(proc: asyncio.subprocess.Process, signum: int = signal.SIGTERM) -> int:
     proc.send_signal(signum)
     return await asyncio.wait_for(proc.wait(), timeout=60)
-
-
-async def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 60.0) -> None:
-    for _ in range(int(limit_s / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def query(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(db_path, timeout=10)
-    conn.row_factory = sqlite3.Row
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
 
 
 def confirmed(tg: FakeTelegram, update_id: int) -> bool:
@@ -143,10 +66,10 @@ def log_events(db_path: Path) -> str:
 
 async def test_sigterm_mid_reply_ends_it_with_a_note_and_loses_no_message(tmp_path: Path) -> None:
     db_path = tmp_path / "bot.sqlite3"
-    async with Fakes() as fakes:
+    async with FakeServers(token=TOKEN, keys=KEYS) as fakes:
         tg = fakes.tg
         fakes.openai.set_default("*", Reply(SLOW_ANSWER, chunk_chars=4, chunk_delay=0.2))
-        async with bot_process(fakes, db_path, grace=1) as proc:
+        async with run_bot(fakes, db_path, grace=1) as proc:
             tg.push(tg.make_text_update(USER, USER, "Tell me a long story"))
             await wait_until(
                 lambda: any(m.text.startswith("word0") for m in tg.bot_messages(USER)),
@@ -174,7 +97,7 @@ async def test_sigterm_mid_reply_ends_it_with_a_note_and_loses_no_message(tmp_pa
 
         # Next start: the held message is answered first, once; the first is not repeated.
         fakes.openai.set_default("*", Reply("It ended well."))
-        async with bot_process(fakes, db_path, grace=1) as proc:
+        async with run_bot(fakes, db_path, grace=1) as proc:
             await wait_until(
                 lambda: any(m.text == "It ended well." for m in tg.bot_messages(USER)),
                 "the held message to be answered after the restart",
@@ -197,10 +120,10 @@ async def test_sigterm_mid_reply_ends_it_with_a_note_and_loses_no_message(tmp_pa
 async def test_sigterm_with_enough_grace_lets_the_reply_finish(tmp_path: Path, signum: int) -> None:
     db_path = tmp_path / "bot.sqlite3"
     answer = " ".join(f"piece{i}" for i in range(30))
-    async with Fakes() as fakes:
+    async with FakeServers(token=TOKEN, keys=KEYS) as fakes:
         tg = fakes.tg
         fakes.openai.set_default("*", Reply(answer, chunk_chars=6, chunk_delay=0.1))
-        async with bot_process(fakes, db_path, grace=30) as proc:
+        async with run_bot(fakes, db_path, grace=30) as proc:
             tg.push(tg.make_text_update(USER, USER, "Short story please"))
             await wait_until(
                 lambda: any(m.text.startswith("piece0") for m in tg.bot_messages(USER)),
@@ -229,10 +152,10 @@ async def test_sigterm_during_consolidation_leaves_the_job_queued_to_resume(
 ) -> None:
     db_path = tmp_path / "bot.sqlite3"
     seeded = await _seed_session(db_path, 30)
-    async with Fakes() as fakes:
+    async with FakeServers(token=TOKEN, keys=KEYS) as fakes:
         tg = fakes.tg
         fakes.groq.set_default("*", Fault("hang"))  # the consolidation model never answers
-        async with bot_process(fakes, db_path, grace=1) as proc:
+        async with run_bot(fakes, db_path, grace=1) as proc:
             tg.push(tg.make_text_update(USER, USER, "/new"))
             await wait_until(lambda: bool(fakes.groq.requests), "consolidation to start")
             assert await stop_with_sigterm(proc) == 0
@@ -246,7 +169,7 @@ async def test_sigterm_during_consolidation_leaves_the_job_queued_to_resume(
         # Next start: the job resumes and completes, once.
         fakes.groq.reset()
         fakes.groq.set_default("*", good_call())
-        async with bot_process(fakes, db_path, grace=1) as proc:
+        async with run_bot(fakes, db_path, grace=1) as proc:
             await wait_until(
                 lambda: (
                     query(db_path, "SELECT state FROM consolidation_jobs")[0]["state"] == "done"
@@ -265,11 +188,11 @@ async def test_sigterm_lets_a_running_consolidation_finish_within_the_grace(
 ) -> None:
     db_path = tmp_path / "bot.sqlite3"
     seeded = await _seed_session(db_path, 20)
-    async with Fakes() as fakes:
+    async with FakeServers(token=TOKEN, keys=KEYS) as fakes:
         tg = fakes.tg
         fakes.groq.set_default("*", good_call())
         fakes.groq.latency = 2.0  # slow but within the grace period
-        async with bot_process(fakes, db_path, grace=30) as proc:
+        async with run_bot(fakes, db_path, grace=30) as proc:
             tg.push(tg.make_text_update(USER, USER, "/new"))
             await wait_until(lambda: bool(fakes.groq.requests), "consolidation to start")
             assert await stop_with_sigterm(proc) == 0

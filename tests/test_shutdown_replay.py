@@ -5,16 +5,14 @@ stop is not replayed a third time."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from bot.app import build_application, prepare
-from bot.config import load_settings
 from bot.joiner import TELEGRAM_MESSAGE_LIMIT
 from bot.lifecycle import lifecycle_of, serve
-from tests.e2e_bot import KEYS, OWNER, TOKEN
-from tests.fakes.providers import FakeProvider, Reply
+from tests.e2e_bot import OWNER, FakeServers, fake_settings, query
+from tests.fakes.providers import Reply
 from tests.fakes.telegram import FakeTelegram
 from tests.test_joiner import _long_real_text, client_split
 
@@ -42,31 +40,19 @@ def fetched(tg: FakeTelegram, update_id: int) -> bool:
 
 
 async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path) -> None:
+    db_path = tmp_path / "bot.sqlite3"
     long_text = _long_real_text("en", TELEGRAM_MESSAGE_LIMIT + 800)
     parts = client_split(long_text, keep_space=True)
     assert len(parts) >= 2
-    async with (
-        FakeTelegram(token=TOKEN) as tg,
-        FakeProvider("openai") as openai,
-        FakeProvider("anthropic") as anthropic,
-        FakeProvider("groq") as groq,
-    ):
-        settings = load_settings(
-            TELEGRAM_BOT_TOKEN=TOKEN,
-            TELEGRAM_BASE_URL=tg.base_url,
+    async with FakeServers() as fakes:
+        tg, openai = fakes.tg, fakes.openai
+        settings = fake_settings(
+            fakes,
             ALLOWED_USER_IDS=str(OWNER),
-            DATABASE_PATH=tmp_path / "bot.sqlite3",
-            OPENAI_API_KEY=KEYS["openai"],
-            OPENAI_API_BASE=openai.base_url,
-            ANTHROPIC_API_KEY=KEYS["anthropic"],
-            ANTHROPIC_API_BASE=anthropic.base_url,
-            GROQ_API_KEY=KEYS["groq"],
-            GROQ_API_BASE=groq.base_url,
-            DEFAULT_MODEL="gpt-5",
+            DATABASE_PATH=db_path,
             SHUTDOWN_GRACE_SECONDS=0.2,
             SPLIT_MESSAGE_WINDOW=5,
             MAX_INPUT_CHARS=100_000,
-            LOG_FORMAT="json",
         )
         openai.set_default("*", Reply(SLOW, chunk_chars=4, chunk_delay=0.1))
 
@@ -81,7 +67,7 @@ async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path
         await bot.stop()
         assert tg.bot_messages(OWNER)[-1].text.endswith(INTERRUPTED)
         assert len(openai.requests) == 1
-        assert [row[0] for row in query(tmp_path, "SELECT update_id FROM held_updates")] == ids
+        assert [row[0] for row in query(db_path, "SELECT update_id FROM held_updates")] == ids
 
         # Run 2: the held parts come back as one turn; a second stop cuts its reply short.
         bot = Served(settings)
@@ -94,7 +80,7 @@ async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path
         await bot.stop()
         assert openai.requests[1].body["messages"][-1]["content"] == long_text
         assert tg.bot_messages(OWNER)[-1].text.endswith(INTERRUPTED)
-        assert query(tmp_path, "SELECT update_id FROM held_updates") == []
+        assert query(db_path, "SELECT update_id FROM held_updates") == []
 
         # Run 3: nothing is replayed again (replay happens before the first poll).
         polls = len([c for c in tg.calls if c.method == "getUpdates"])
@@ -105,13 +91,5 @@ async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path
         assert lifecycle_of(bot.application).tracker.in_progress == 0
         await bot.stop()
         assert len(openai.requests) == 2
-        users = query(tmp_path, "SELECT content FROM messages WHERE role = 'user' ORDER BY id")
+        users = query(db_path, "SELECT content FROM messages WHERE role = 'user' ORDER BY id")
         assert [row[0] for row in users] == ["first", long_text]
-
-
-def query(tmp_path: Path, sql: str) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(tmp_path / "bot.sqlite3")
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()

@@ -5,41 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from pathlib import Path
 
 import aiohttp
 
 from bot.app import build_application, prepare
-from bot.config import load_settings
 from bot.lifecycle import serve
-from tests.e2e_bot import KEYS, OWNER, TOKEN
-from tests.fakes.providers import FakeProvider
-from tests.fakes.telegram import FakeTelegram
+from tests.e2e_bot import OWNER, FakeServers, fake_settings, free_port
 
 SECRET = "whsec-3b7e0c2f9a41d8e6b5c4a3f2e1d0c9b8"
 PUBLIC_URL = "https://bot.example.org/tg/hook-7f3a"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_webhook_refuses_missing_or_wrong_secret_and_handles_the_right_one(
     tmp_path: Path,
 ) -> None:
     port, health_port = free_port(), free_port()
-    async with (
-        FakeTelegram(token=TOKEN) as tg,
-        FakeProvider("openai") as openai,
-        FakeProvider("anthropic") as anthropic,
-        FakeProvider("groq") as groq,
-    ):
-        settings = load_settings(
-            TELEGRAM_BOT_TOKEN=TOKEN,
-            TELEGRAM_BASE_URL=tg.base_url,
+    async with FakeServers() as fakes:
+        tg, openai = fakes.tg, fakes.openai
+        settings = fake_settings(
+            fakes,
             TELEGRAM_MODE="webhook",
             WEBHOOK_URL=PUBLIC_URL,
             WEBHOOK_SECRET=SECRET,
@@ -48,15 +33,7 @@ async def test_webhook_refuses_missing_or_wrong_secret_and_handles_the_right_one
             HEALTH_PORT=health_port,
             ALLOWED_USER_IDS=str(OWNER),
             DATABASE_PATH=tmp_path / "bot.sqlite3",
-            OPENAI_API_KEY=KEYS["openai"],
-            OPENAI_API_BASE=openai.base_url,
-            ANTHROPIC_API_KEY=KEYS["anthropic"],
-            ANTHROPIC_API_BASE=anthropic.base_url,
-            GROQ_API_KEY=KEYS["groq"],
-            GROQ_API_BASE=groq.base_url,
-            DEFAULT_MODEL="gpt-5",
             SHUTDOWN_GRACE_SECONDS=2,
-            LOG_FORMAT="json",
         )
         local_url = f"http://127.0.0.1:{port}/tg/hook-7f3a"
         stop = asyncio.Event()

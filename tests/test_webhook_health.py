@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import aiohttp
 
 from bot.app import build_application, prepare
-from bot.config import load_settings
 from bot.health import HealthServer
 from bot.lifecycle import serve
-from tests.e2e_bot import KEYS, OWNER, TOKEN
-from tests.fakes.providers import FakeProvider, Fault
-from tests.fakes.telegram import FakeTelegram
+from tests.e2e_bot import OWNER, FakeServers, fake_settings, free_port
+from tests.fakes.providers import Fault
 
 
 async def test_healthz_reports_figures_and_turns_503_when_stopping() -> None:
@@ -58,32 +55,17 @@ async def test_healthz_answers_503_when_figures_fail() -> None:
 
 async def test_healthz_in_polling_mode_shows_the_consolidation_backlog(tmp_path: Path) -> None:
     """The real app served by `serve()` in polling mode: the figures come from the database."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        health_port = int(probe.getsockname()[1])
-    async with (
-        FakeTelegram(token=TOKEN) as tg,
-        FakeProvider("openai") as openai,
-        FakeProvider("anthropic") as anthropic,
-        FakeProvider("groq") as groq,
-    ):
+    health_port = free_port()
+    async with FakeServers() as fakes:
+        tg, groq = fakes.tg, fakes.groq
         groq.set_default("*", Fault("hang"))  # consolidation never finishes: the job waits
-        settings = load_settings(
-            TELEGRAM_BOT_TOKEN=TOKEN,
-            TELEGRAM_BASE_URL=tg.base_url,
+        settings = fake_settings(
+            fakes,
             HEALTH_PORT=health_port,
             ALLOWED_USER_IDS=str(OWNER),
             DATABASE_PATH=tmp_path / "bot.sqlite3",
-            OPENAI_API_KEY=KEYS["openai"],
-            OPENAI_API_BASE=openai.base_url,
-            ANTHROPIC_API_KEY=KEYS["anthropic"],
-            ANTHROPIC_API_BASE=anthropic.base_url,
-            GROQ_API_KEY=KEYS["groq"],
-            GROQ_API_BASE=groq.base_url,
-            DEFAULT_MODEL="gpt-5",
             CONSOLIDATION_TIMEOUT=60,
             SHUTDOWN_GRACE_SECONDS=0.5,
-            LOG_FORMAT="json",
         )
         stop = asyncio.Event()
         app = build_application(prepare(settings))
