@@ -24,6 +24,7 @@ from typing import Any
 
 from bot.app import Prepared, Services, build_application, prepare, running, services_of
 from bot.config import Settings, load_settings
+from bot.lifecycle import lifecycle_of
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 
@@ -102,6 +103,14 @@ def fake_settings(fakes: FakeServers, **values: Any) -> Settings:
         **values,
     }
     return load_settings(**{k: v for k, v in merged.items() if v is not None})
+
+
+def confirmed(tg: FakeTelegram, update_id: int) -> bool:
+    """Telegram forgets an update once getUpdates is called with a higher offset."""
+    return any(
+        call.method == "getUpdates" and int(call.params.get("offset") or 0) > update_id
+        for call in tg.calls
+    )
 
 
 def free_port() -> int:
@@ -191,6 +200,11 @@ class BotUnderTest:
         """Until no turn of this chat runs or waits (its reply is finished)."""
         turns = self.services.turns
         await self.wait(lambda: turns.waiting(chat_id) == 0, timeout)
+
+    async def wait_handled(self, update_id: int) -> None:
+        """Until the update was fetched (confirmed by a later getUpdates) and none is in work."""
+        tracker = lifecycle_of(self._application).tracker
+        await self.wait(lambda: confirmed(self.tg, update_id) and tracker.in_progress == 0)
 
     async def ask(self, chat_id: int, text: str, **kwargs: Any) -> list[BotMessage]:
         """Send a message and wait until the bot's turn for it is over; the new messages."""

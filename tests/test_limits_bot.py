@@ -5,23 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.joiner import TELEGRAM_MESSAGE_LIMIT
-from bot.lifecycle import lifecycle_of
-from tests.e2e_bot import OWNER, BotUnderTest, bot_under_test
+from tests.e2e_bot import OWNER, bot_under_test
 from tests.test_joiner import _long_real_text, client_split
-
-
-async def _handled(bot: BotUnderTest, update_id: int) -> None:
-    """Until the update was fetched (confirmed by a later getUpdates) and nothing is in work."""
-    tracker = lifecycle_of(bot._application).tracker
-    await bot.wait(
-        lambda: (
-            any(
-                call.method == "getUpdates" and int(call.params.get("offset") or 0) > update_id
-                for call in bot.tg.calls
-            )
-            and tracker.in_progress == 0
-        )
-    )
 
 
 async def test_rate_limit_refuses_once_then_stays_silent(tmp_path: Path) -> None:
@@ -33,7 +18,7 @@ async def test_rate_limit_refuses_once_then_stays_silent(tmp_path: Path) -> None
         assert "Please wait " in refusal.text
         before = len(bot.messages(OWNER))
         fourth = bot.tg.push(bot.tg.make_text_update(OWNER, OWNER, "four"))
-        await _handled(bot, fourth)
+        await bot.wait_handled(fourth)
         assert len(bot.messages(OWNER)) == before, "only the first refusal of a burst is answered"
         assert len(bot.openai.requests) == 2
         stored = await bot.rows("SELECT content FROM messages WHERE role = 'user' ORDER BY id")
@@ -62,7 +47,7 @@ async def test_client_split_long_message_is_one_turn(tmp_path: Path) -> None:
     async with bot_under_test(tmp_path, SPLIT_MESSAGE_WINDOW=5, MAX_INPUT_CHARS=100_000) as bot:
         ids = [bot.tg.push(bot.tg.make_text_update(OWNER, OWNER, part)) for part in parts]
         await bot.wait(lambda: len(bot.openai.requests) >= 1)
-        await _handled(bot, ids[-1])
+        await bot.wait_handled(ids[-1])
         await bot.wait_idle(OWNER)
 
         [request] = bot.openai.requests

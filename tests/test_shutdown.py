@@ -18,9 +18,8 @@ import pytest
 from memory.db import Database
 from memory.store import Store
 from tests.consolidation_stack import KEYS, good_call
-from tests.e2e_bot import FakeServers, bot_process, query, subprocess_env, wait_until
+from tests.e2e_bot import FakeServers, bot_process, confirmed, query, subprocess_env, wait_until
 from tests.fakes.providers import Fault, Reply
-from tests.fakes.telegram import FakeTelegram
 from tests.memory_sessions import SettableClock, oasst_multilingual, store_session
 
 pytestmark = pytest.mark.slow
@@ -50,14 +49,6 @@ def run_bot(
 async def stop_with_sigterm(proc: asyncio.subprocess.Process, signum: int = signal.SIGTERM) -> int:
     proc.send_signal(signum)
     return await asyncio.wait_for(proc.wait(), timeout=60)
-
-
-def confirmed(tg: FakeTelegram, update_id: int) -> bool:
-    """Telegram forgets an update once getUpdates is called with a higher offset."""
-    return any(
-        call.method == "getUpdates" and int(call.params.get("offset") or 0) > update_id
-        for call in tg.calls
-    )
 
 
 def log_events(db_path: Path) -> str:

@@ -11,9 +11,8 @@ from typing import Any
 from bot.app import build_application, prepare
 from bot.joiner import TELEGRAM_MESSAGE_LIMIT
 from bot.lifecycle import lifecycle_of, serve
-from tests.e2e_bot import OWNER, FakeServers, fake_settings, query
+from tests.e2e_bot import OWNER, FakeServers, confirmed, fake_settings, query
 from tests.fakes.providers import Reply
-from tests.fakes.telegram import FakeTelegram
 from tests.test_joiner import _long_real_text, client_split
 
 INTERRUPTED = "(interrupted: the bot restarted; please ask again)"
@@ -31,12 +30,6 @@ class Served:
     async def stop(self) -> None:
         self._stop.set()
         await asyncio.wait_for(self._task, timeout=30)
-
-
-def fetched(tg: FakeTelegram, update_id: int) -> bool:
-    return any(
-        c.method == "getUpdates" and int(c.params.get("offset") or 0) > update_id for c in tg.calls
-    )
 
 
 async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path) -> None:
@@ -63,7 +56,7 @@ async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path
             lambda: any(m.text.startswith("word0") for m in tg.bot_messages(OWNER)), timeout=30
         )
         ids = [tg.push(tg.make_text_update(OWNER, OWNER, part)) for part in parts]
-        await tg.wait_for(lambda: fetched(tg, ids[-1]), timeout=30)
+        await tg.wait_for(lambda: confirmed(tg, ids[-1]), timeout=30)
         await bot.stop()
         assert tg.bot_messages(OWNER)[-1].text.endswith(INTERRUPTED)
         assert len(openai.requests) == 1

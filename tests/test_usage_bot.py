@@ -6,24 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.lifecycle import lifecycle_of
 from bot.limits import money
 from tests.consolidation_stack import good_call
 from tests.e2e_bot import FRIEND, OWNER, BotUnderTest, bot_under_test
-
-
-async def _handled(bot: BotUnderTest, update_id: int) -> None:
-    """Until the update was fetched (confirmed by a later getUpdates) and no update is in work."""
-    tracker = lifecycle_of(bot._application).tracker
-    await bot.wait(
-        lambda: (
-            any(
-                call.method == "getUpdates" and int(call.params.get("offset") or 0) > update_id
-                for call in bot.tg.calls
-            )
-            and tracker.in_progress == 0
-        )
-    )
 
 
 async def _consolidated(bot: BotUnderTest) -> None:
