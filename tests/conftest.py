@@ -10,8 +10,26 @@ os.environ["LITELLM_OFFLINE_MODE"] = "true"
 from collections.abc import AsyncIterator
 
 import pytest
+from telegram import Bot
 
 from tests.fakes.providers import FakeProvider
+from tests.fakes.telegram import FakeTelegram
+
+TG_TOKEN = "123456:TEST-TOKEN"
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    """The fake Bot API on 127.0.0.1."""
+    async with FakeTelegram(token=TG_TOKEN) as fake:
+        yield fake
+
+
+@pytest.fixture
+async def bot(tg: FakeTelegram) -> AsyncIterator[Bot]:
+    """The real PTB Bot talking to the fake Bot API."""
+    async with Bot(TG_TOKEN, base_url=tg.base_url) as real_bot:
+        yield real_bot
 
 
 @pytest.fixture

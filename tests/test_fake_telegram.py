@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,22 +17,10 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, EndPointNotFound, InvalidToken, RetryAfter
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
+from tests.conftest import TG_TOKEN as TOKEN
 from tests.fakes.telegram import NOT_MODIFIED, FakeTelegram, parse_html
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
-TOKEN = "123456:TEST-TOKEN"
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram(token=TOKEN) as fake:
-        yield fake
-
-
-@pytest.fixture
-async def bot(tg: FakeTelegram) -> AsyncIterator[Bot]:
-    async with Bot(TOKEN, base_url=tg.base_url) as real_bot:
-        yield real_bot
 
 
 async def test_get_me_identifies_the_bot(bot: Bot, tg: FakeTelegram) -> None:

@@ -10,7 +10,6 @@ import asyncio
 import itertools
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,21 +22,8 @@ from tests.fakes.telegram import NOT_MODIFIED, FakeTelegram
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
 MARKDOWN_DIR = TESTDATA / "tg-markdown" / "telegramify-markdown"
-TOKEN = "123456:TEST-TOKEN"
 CHAT = 4242
 FAST = 0.15  # edit interval for tests that are not about the 1 s limit itself
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram(token=TOKEN) as fake:
-        yield fake
-
-
-@pytest.fixture
-async def bot(tg: FakeTelegram) -> AsyncIterator[Bot]:
-    async with Bot(TOKEN, base_url=tg.base_url) as real_bot:
-        yield real_bot
 
 
 async def _stream(reply: StreamingReply, text: str, *, chunk: int, pause: float) -> None:
