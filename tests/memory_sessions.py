@@ -7,9 +7,9 @@ message's time before it is written), so transcripts carry real dates.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,9 @@ class SettableClock:
 
     def __call__(self) -> datetime:
         return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
 
 
 def _parse_time(text: str) -> datetime:
@@ -148,6 +151,14 @@ async def store_session(
             )
         )
     return stored
+
+
+# The real sessions, by name, for tests parametrized over all of them.
+REAL_SESSIONS: dict[str, Callable[[], list[SessionMessage]]] = {
+    "telegram_export": telegram_export,
+    "oasst_multilingual": oasst_multilingual,
+    "claude_code": claude_code_session,
+}
 
 
 def needles(message: StoredMessage) -> list[str]:

@@ -3,7 +3,7 @@ fake provider's recorded request) holds every message, in order, with its timest
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,20 +12,11 @@ import pytest
 from models.catalog import Catalog, load_catalog
 from tests.consolidation_stack import CHAIN, WIRE, Stack, open_stack
 from tests.memory_sessions import (
-    SessionMessage,
+    REAL_SESSIONS,
     SettableClock,
     assert_in_order,
-    claude_code_session,
-    oasst_multilingual,
     store_session,
-    telegram_export,
 )
-
-SESSIONS: dict[str, Callable[[], list[SessionMessage]]] = {
-    "telegram_export": telegram_export,
-    "oasst_multilingual": oasst_multilingual,
-    "claude_code": claude_code_session,
-}
 
 
 def small_window_catalog(window: int) -> Catalog:
@@ -43,12 +34,12 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
 async def load(stack: Stack, chat_id: int, name: str) -> list:
     clock = SettableClock()
     stack.store.clock = clock
-    stored = await store_session(stack.store, clock, chat_id, SESSIONS[name]())
+    stored = await store_session(stack.store, clock, chat_id, REAL_SESSIONS[name]())
     stack.store.clock = stack.clock
     return stored
 
 
-@pytest.mark.parametrize("name", sorted(SESSIONS))
+@pytest.mark.parametrize("name", sorted(REAL_SESSIONS))
 async def test_real_session_reaches_the_model_whole_and_in_order(stack: Stack, name: str) -> None:
     stored = await load(stack, 1, name)
     assert 60 <= len(stored) <= 150

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +22,8 @@ from memory.longterm import MemoryRepository
 from memory.store import Store, to_iso
 from models.catalog import load_catalog
 from models.types import Attempt, ChatResult, Message, Outcome, ToolCall, TransportError, Usage
-
-CHAIN = [
-    "llama-3.3-70b-versatile",
-    "qwen3-32b",
-    "llama-4-scout-17b-16e-instruct",
-    "gpt-4.1-mini",
-    "claude-haiku-4-5",
-]
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
+from tests.consolidation_stack import CHAIN
+from tests.memory_sessions import SettableClock
 
 
 def save_call(history: str, memory: str) -> ChatResult:
@@ -125,13 +108,13 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> SettableClock:
+    return SettableClock()
 
 
 def make_worker(
     db: Database,
-    clock: FakeClock,
+    clock: SettableClock,
     transport: ScriptedTransport,
     *,
     delays: tuple[float, ...] = (60, 300, 1800),
@@ -170,7 +153,7 @@ async def chat_session(store: Store, chat_id: int, texts: list[str]) -> list[int
 
 
 async def test_new_enqueues_in_its_transaction_and_skips_empty_sessions(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     store, _ = make_worker(db, clock, ScriptedTransport(remembering()))
     first = await store.start_new_session(1)  # nothing to close yet
@@ -186,7 +169,7 @@ async def test_new_enqueues_in_its_transaction_and_skips_empty_sessions(
 
 
 async def test_commit_applies_memory_history_deletion_usage_and_attempts_together(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     transport = ScriptedTransport(remembering())
     store, worker = make_worker(db, clock, transport)
@@ -215,7 +198,7 @@ async def test_commit_applies_memory_history_deletion_usage_and_attempts_togethe
 
 
 async def test_every_model_failing_keeps_messages_and_follows_the_retry_schedule(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     healthy = {"value": False}
 
@@ -258,7 +241,7 @@ def test_retry_delay_uses_the_nth_delay_then_repeats_the_last() -> None:
 
 
 async def test_two_quick_news_run_in_order_each_from_the_previous_memory(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     transport = ScriptedTransport(remembering())
     store, worker = make_worker(db, clock, transport, concurrency=4)
@@ -280,7 +263,7 @@ async def test_two_quick_news_run_in_order_each_from_the_previous_memory(
 
 
 async def test_a_later_job_waits_while_the_earlier_one_of_its_chat_waits_for_retry(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     def respond(model_id: str, messages: list[Message]) -> ChatResult:
         if "poisoned" in messages[-1]["content"]:
@@ -304,7 +287,7 @@ async def test_a_later_job_waits_while_the_earlier_one_of_its_chat_waits_for_ret
 
 
 async def test_forget_during_consolidation_is_never_overwritten(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     transport = ScriptedTransport(remembering())
     store, worker = make_worker(db, clock, transport)
@@ -333,7 +316,7 @@ async def test_forget_during_consolidation_is_never_overwritten(
 
 
 async def test_messages_that_vanished_meanwhile_are_not_claimed_by_the_commit(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     transport = ScriptedTransport(remembering())
     store, worker = make_worker(db, clock, transport)
@@ -354,7 +337,7 @@ async def test_messages_that_vanished_meanwhile_are_not_claimed_by_the_commit(
 
 
 async def test_start_resets_interrupted_jobs_and_resumes_them(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     transport = ScriptedTransport(remembering())
     store, worker = make_worker(db, clock, transport)
@@ -378,7 +361,7 @@ async def test_start_resets_interrupted_jobs_and_resumes_them(
     assert len(await MemoryRepository(db).history(2)) == 1
 
 
-async def test_stop_leaves_a_hung_job_to_resume(db: Database, clock: FakeClock) -> None:
+async def test_stop_leaves_a_hung_job_to_resume(db: Database, clock: SettableClock) -> None:
     transport = ScriptedTransport(remembering())
     transport.gate = asyncio.Event()
     store, worker = make_worker(db, clock, transport)
@@ -406,7 +389,7 @@ async def test_stop_leaves_a_hung_job_to_resume(db: Database, clock: FakeClock) 
     assert await store.messages_by_ids(ids) == []
 
 
-async def test_concurrency_is_bounded_across_chats(db: Database, clock: FakeClock) -> None:
+async def test_concurrency_is_bounded_across_chats(db: Database, clock: SettableClock) -> None:
     transport = ScriptedTransport(remembering())
     transport.gate = asyncio.Event()
     store, worker = make_worker(db, clock, transport, concurrency=2)
@@ -423,7 +406,7 @@ async def test_concurrency_is_bounded_across_chats(db: Database, clock: FakeCloc
 
 
 async def test_window_consolidates_all_but_the_recent_tail_once(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     transport = ScriptedTransport(remembering())
     store, worker = make_worker(db, clock, transport, window=6, keep_recent=3)
@@ -443,7 +426,7 @@ async def test_window_consolidates_all_but_the_recent_tail_once(
 
 
 async def test_a_session_too_big_for_one_request_is_committed_chunk_by_chunk(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     transport = ScriptedTransport(remembering())
     store, worker = make_worker(db, clock, transport, budget=60)
@@ -462,7 +445,7 @@ async def test_a_session_too_big_for_one_request_is_committed_chunk_by_chunk(
 
 
 async def test_window_never_cuts_between_a_tool_call_and_its_results(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     transport = ScriptedTransport(remembering())
     store, worker = make_worker(db, clock, transport, window=6, keep_recent=3)
@@ -478,7 +461,7 @@ async def test_window_never_cuts_between_a_tool_call_and_its_results(
 
 
 async def test_stats_show_queue_depth_failures_and_outcomes_per_model(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     healthy = {"value": False}
 
@@ -510,7 +493,7 @@ async def test_stats_show_queue_depth_failures_and_outcomes_per_model(
 
 
 async def test_the_worker_sleeps_while_a_later_job_waits_behind_a_running_one(
-    db: Database, clock: FakeClock
+    db: Database, clock: SettableClock
 ) -> None:
     transport = ScriptedTransport(remembering())
     transport.gate = asyncio.Event()

@@ -14,19 +14,12 @@ from memory.store import Store
 from memory.transcript import chunk_messages, estimate_tokens, render_message, trim_middle
 from models.catalog import load_catalog
 from tests.memory_sessions import (
+    REAL_SESSIONS,
     SettableClock,
     assert_in_order,
     claude_code_session,
-    oasst_multilingual,
     store_session,
-    telegram_export,
 )
-
-SESSIONS = {
-    "telegram_export": telegram_export,
-    "oasst_multilingual": oasst_multilingual,
-    "claude_code": claude_code_session,
-}
 
 
 @pytest.fixture
@@ -47,13 +40,13 @@ def consolidator(budget: int | None = None) -> Consolidator:
     )
 
 
-@pytest.mark.parametrize("name", sorted(SESSIONS))
+@pytest.mark.parametrize("name", sorted(REAL_SESSIONS))
 async def test_real_session_fits_the_chain_with_every_message_in_order(
     store: Store, name: str
 ) -> None:
     clock = store.clock
     assert isinstance(clock, SettableClock)
-    messages = await store_session(store, clock, 1, SESSIONS[name]())
+    messages = await store_session(store, clock, 1, REAL_SESSIONS[name]())
     assert 60 <= len(messages) <= 150
     memory = LongTermMemory(1, "- The user is called Rina.\n" * 50, 3)
     worker_side = consolidator()
