@@ -16,9 +16,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from bot.render import utf16_len
+from bot.render import TELEGRAM_TEXT_LIMIT, utf16_len
 
-TELEGRAM_MESSAGE_LIMIT = 4096
+TELEGRAM_MESSAGE_LIMIT = TELEGRAM_TEXT_LIMIT
 # A part at least this long (UTF-16 units) may have been cut by the client. Clients cut at a
 # boundary before 4096, so real parts fall a little short of the limit; a human message of this
 # length only waits `window` seconds longer, while a missed part would cost a whole extra turn.
