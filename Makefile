@@ -1,5 +1,5 @@
 # Two entry points: `make run` and `make test`. Both build .venv from the hashed lock files.
-PY ?= python3.11
+PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 export LITELLM_LOCAL_MODEL_COST_MAP := True
