@@ -112,9 +112,14 @@ class StreamingReply:
         self._dirty.set()
 
     async def restart(self, note: str) -> None:
-        """The model failed mid-stream and another one starts over: drop the shown text."""
+        """The model failed mid-stream and another one starts over: drop the shown text.
+
+        The note is kept whenever the failed model produced text, even if its first message is
+        still on its way: the user may see it land and must then learn why it was replaced.
+        """
+        had_text = bool(self._text) or bool(self._shown) or self._draft_shown
         self._text = ""
-        self._prefix = f"{note}\n\n" if self._shown or self._draft_shown else ""
+        self._prefix = f"{note}\n\n" if had_text else ""
         self._dirty.set()
 
     async def finish(self, final_markdown: str, footer: str | None = None) -> list[int]:

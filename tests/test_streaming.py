@@ -230,6 +230,22 @@ async def test_restart_discards_shown_text_and_stale_messages(bot: Bot, tg: Fake
     assert italic and italic[0]["length"] == utf16_len("answered by Claude (fallback)")
 
 
+async def test_restart_before_the_first_send_landed_still_shows_the_note(
+    bot: Bot, tg: FakeTelegram
+) -> None:
+    reply = StreamingReply(bot, CHAT, edit_interval=0.05)
+    await reply.start()
+    await reply.append("text of the model that is about to fail")
+    # No await in between lets the first sendMessage finish: the restart races it.
+    await reply.restart("⚠️ The model failed; continuing with another one.")
+    await reply.append("second model answer")
+    await tg.wait_for(lambda: any("second model answer" in m.text for m in tg.bot_messages(CHAT)))
+    streamed = [m for m in tg.bot_messages(CHAT) if "second model answer" in m.text]
+    assert streamed[0].text.startswith("⚠️ The model failed")
+    await reply.finish("second model answer")
+    assert [m.text for m in tg.bot_messages(CHAT)] == ["second model answer"]
+
+
 async def test_footer_goes_on_the_last_piece_within_the_limit(bot: Bot, tg: FakeTelegram) -> None:
     paragraph = "A reasonably long paragraph of model output. " * 20
     markdown = "\n\n".join([paragraph] * 12)
