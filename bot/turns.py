@@ -77,9 +77,14 @@ async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> N
 async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id: int) -> None:
     started = time.monotonic()
     lang = request.language
-    model = await services.chat_model(request.chat_id)
-    session = await services.store.session_messages(session_id)
-    memory_text = await services.memory_text(request.chat_id)
+    # Independent reads, queued together: each read waits its turn for the one database lock,
+    # and under load (many chats at once) three queue passes in a row were most of the time
+    # between the update and the model request.
+    model, session, memory_text = await asyncio.gather(
+        services.chat_model(request.chat_id),
+        services.store.session_messages(session_id),
+        services.memory_text(request.chat_id),
+    )
     now_text = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
     messages = build_chat_messages(session, memory_text, now_text=now_text)
 
