@@ -50,13 +50,10 @@ FAST_TRANSPORT = {
 }
 
 
-class FakeServers:
-    """The fake Bot API and the three fake providers on 127.0.0.1, and the keys the bot uses."""
+class _ProviderShortcuts:
+    """`.openai`, `.anthropic`, `.groq` for anything holding the three fake gateways."""
 
-    def __init__(self, token: str = TOKEN, keys: Mapping[str, str] = KEYS) -> None:
-        self.tg = FakeTelegram(token=token)
-        self.providers = {name: FakeProvider(name) for name in ("openai", "anthropic", "groq")}
-        self.keys = keys
+    providers: dict[str, FakeProvider]
 
     @property
     def openai(self) -> FakeProvider:
@@ -69,6 +66,15 @@ class FakeServers:
     @property
     def groq(self) -> FakeProvider:
         return self.providers["groq"]
+
+
+class FakeServers(_ProviderShortcuts):
+    """The fake Bot API and the three fake providers on 127.0.0.1, and the keys the bot uses."""
+
+    def __init__(self, token: str = TOKEN, keys: Mapping[str, str] = KEYS) -> None:
+        self.tg = FakeTelegram(token=token)
+        self.providers = {name: FakeProvider(name) for name in ("openai", "anthropic", "groq")}
+        self.keys = keys
 
     async def __aenter__(self) -> FakeServers:
         await self.tg.start()
@@ -120,7 +126,7 @@ def free_port() -> int:
 
 
 @dataclass
-class BotUnderTest:
+class BotUnderTest(_ProviderShortcuts):
     tg: FakeTelegram
     providers: dict[str, FakeProvider]
     settings: Settings
@@ -158,18 +164,6 @@ class BotUnderTest:
         return services_of(self._application)
 
     # ---- providers ----------------------------------------------------------------------
-
-    @property
-    def openai(self) -> FakeProvider:
-        return self.providers["openai"]
-
-    @property
-    def anthropic(self) -> FakeProvider:
-        return self.providers["anthropic"]
-
-    @property
-    def groq(self) -> FakeProvider:
-        return self.providers["groq"]
 
     def chat_requests(self) -> list[tuple[str, Any]]:
         """(gateway, request) of every chat request: streamed ones (consolidation never streams)."""
