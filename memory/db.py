@@ -108,11 +108,14 @@ class Database:
             try:
                 await _settle(self._conn.execute("BEGIN IMMEDIATE"))
                 yield self._conn
+                # Inside the try: a COMMIT can fail (SQLITE_BUSY, an I/O error, a full disk, a
+                # deferred constraint) and SQLite then leaves the transaction open. Rolled back
+                # here, the caller gets the error and the next write starts clean.
+                await _settle(self._conn.execute("COMMIT"))
             except BaseException:
                 if self._conn.in_transaction:
                     await _settle(self._conn.execute("ROLLBACK"))
                 raise
-            await _settle(self._conn.execute("COMMIT"))
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         async with self._lock:
