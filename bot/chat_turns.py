@@ -50,6 +50,12 @@ class ChatTurns:
         self._running[chat_id] = task
         try:
             await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we were cancelled ourselves (a stop), not just the reply
+            # Only the reply was cancelled (/cancel, /new, /forget), possibly before it began:
+            # the turn is over, not an error.
         finally:
             if self._running.get(chat_id) is task:
                 del self._running[chat_id]

@@ -68,6 +68,7 @@ class Settings(BaseSettings):
     MEMORY_WINDOW: int = Field(default=50, ge=4)
     MEMORY_KEEP_RECENT: int = Field(default=10, ge=1)
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
+    SESSION_IDLE_MINUTES: float = Field(default=360.0, ge=0)  # 0 = sessions never go idle
 
     # Gateways: any *_API_KEY may hold several comma-separated keys (rotated).
     OPENAI_API_KEY: KeyList = Field(default_factory=list)

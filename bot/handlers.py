@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from telegram import Update
+from telegram import Message, Update
 from telegram.constants import ChatType
 from telegram.error import TelegramError
 from telegram.ext import (
@@ -189,8 +189,22 @@ async def chat_message(update: Update, context: Context) -> None:
         reply_to_message_id=message.message_id if group else None,
         private=message.chat.type == ChatType.PRIVATE,
         message_thread_id=message.message_thread_id if message.is_topic_message else None,
+        quoted_text=quoted_text(message),
+        turn_key=f"tg:{bot.id}:{update.update_id}",
     )
     await run_chat_turn(_services(context), bot, request)
+
+
+def quoted_text(message: Message) -> str | None:
+    """The text the user replied to: the part they quoted (Telegram's `quote`), else the whole
+    replied-to message's text or caption. None for a plain message, and for the implicit
+    "reply" to the topic-creation message that every message in a forum topic carries."""
+    if message.quote is not None and message.quote.text:
+        return message.quote.text
+    replied = message.reply_to_message
+    if replied is None or replied.forum_topic_created is not None:
+        return None
+    return replied.text or replied.caption or None
 
 
 async def non_text_message(update: Update, context: Context) -> None:

@@ -65,12 +65,16 @@ MESSAGES: dict[str, dict[str, str]] = {
         "memory_header": "What I remember (long-term memory):",
         "memory_pending": "{count} earlier session(s) are still being saved to memory.",
         "forget_confirm": (
-            "Clear the long-term memory and the searchable history of this chat? "
+            "Clear the long-term memory, the searchable history and every stored message of "
+            "this chat (this session's too, and any being saved to memory right now)? "
             "This cannot be undone."
         ),
         "forget_yes": "Yes, forget",
         "forget_no": "Keep it",
-        "forget_done": "Done: long-term memory and history cleared.",
+        "forget_done": "Done: long-term memory, history and stored messages cleared.",
+        "idle_new_session": (
+            "New session after a quiet spell; the previous one is being saved to memory."
+        ),
         "forget_kept": "Nothing was cleared.",
         "recall_usage": "Write what to look for, e.g. /recall postgres migration",
         "recall_too_long": "That query is too long; use at most {limit} characters.",
@@ -212,12 +216,14 @@ MESSAGES["pt"] = {
     "memory_header": "O que eu lembro (memória de longo prazo):",
     "memory_pending": "{count} sessão(ões) anterior(es) ainda estão sendo salvas na memória.",
     "forget_confirm": (
-        "Apagar a memória de longo prazo e o histórico pesquisável deste chat? "
-        "Isso não pode ser desfeito."
+        "Apagar a memória de longo prazo, o histórico pesquisável e todas as mensagens "
+        "guardadas deste chat (inclusive as desta sessão e as que estão sendo salvas na "
+        "memória agora)? Isso não pode ser desfeito."
     ),
     "forget_yes": "Sim, esquecer",
     "forget_no": "Manter",
-    "forget_done": "Pronto: memória de longo prazo e histórico apagados.",
+    "forget_done": "Pronto: memória de longo prazo, histórico e mensagens guardadas apagados.",
+    "idle_new_session": "Nova sessão após um tempo parado; a anterior está sendo salva na memória.",
     "forget_kept": "Nada foi apagado.",
     "recall_usage": "Escreva o que procurar, por exemplo: /recall migração postgres",
     "recall_too_long": "Essa busca é longa demais; use no máximo {limit} caracteres.",
@@ -359,12 +365,14 @@ MESSAGES["id"] = {
     "memory_header": "Yang saya ingat (memori jangka panjang):",
     "memory_pending": "{count} sesi sebelumnya masih sedang disimpan ke memori.",
     "forget_confirm": (
-        "Hapus memori jangka panjang dan riwayat yang bisa dicari dari obrolan ini? "
+        "Hapus memori jangka panjang, riwayat yang bisa dicari, dan semua pesan tersimpan "
+        "dari obrolan ini (termasuk sesi ini dan yang sedang disimpan ke memori)? "
         "Tindakan ini tidak bisa dibatalkan."
     ),
     "forget_yes": "Ya, lupakan",
     "forget_no": "Simpan saja",
-    "forget_done": "Selesai: memori jangka panjang dan riwayat sudah dihapus.",
+    "forget_done": "Selesai: memori jangka panjang, riwayat, dan pesan tersimpan sudah dihapus.",
+    "idle_new_session": "Sesi baru setelah lama sepi; sesi sebelumnya sedang disimpan ke memori.",
     "forget_kept": "Tidak ada yang dihapus.",
     "recall_usage": "Tulis apa yang dicari, misalnya /recall migrasi postgres",
     "recall_too_long": "Kata kunci terlalu panjang; gunakan paling banyak {limit} karakter.",
@@ -510,11 +518,14 @@ MESSAGES["tr"] = {
     "memory_header": "Hatırladıklarım (uzun süreli bellek):",
     "memory_pending": "Önceki {count} oturum hâlâ belleğe kaydediliyor.",
     "forget_confirm": (
-        "Bu sohbetin uzun süreli belleği ve aranabilir geçmişi silinsin mi? Bu işlem geri alınamaz."
+        "Bu sohbetin uzun süreli belleği, aranabilir geçmişi ve saklanan tüm mesajları "
+        "(bu oturumunkiler ve şu anda belleğe kaydedilenler dahil) silinsin mi? "
+        "Bu işlem geri alınamaz."
     ),
     "forget_yes": "Evet, unut",
     "forget_no": "Kalsın",
-    "forget_done": "Tamam: uzun süreli bellek ve geçmiş silindi.",
+    "forget_done": "Tamam: uzun süreli bellek, geçmiş ve saklanan mesajlar silindi.",
+    "idle_new_session": "Uzun bir sessizlikten sonra yeni oturum; önceki belleğe kaydediliyor.",
     "forget_kept": "Hiçbir şey silinmedi.",
     "recall_usage": "Ne aradığını yaz, örneğin /recall postgres geçişi",
     "recall_too_long": "Bu sorgu çok uzun; en fazla {limit} karakter kullan.",
@@ -656,11 +667,14 @@ MESSAGES["ja"] = {
     "memory_header": "覚えていること（長期記憶）:",
     "memory_pending": "以前のセッション {count} 件を記憶に保存している最中です。",
     "forget_confirm": (
-        "このチャットの長期記憶と検索できる履歴を消去しますか？この操作は元に戻せません。"
+        "このチャットの長期記憶、検索できる履歴、保存されているすべてのメッセージ"
+        "（このセッションのものと、いま記憶に保存中のものを含む）を消去しますか？"
+        "この操作は元に戻せません。"
     ),
     "forget_yes": "はい、忘れる",
     "forget_no": "残す",
-    "forget_done": "完了: 長期記憶と履歴を消去しました。",
+    "forget_done": "完了: 長期記憶、履歴、保存されていたメッセージを消去しました。",
+    "idle_new_session": "しばらく間が空いたので新しいセッションです。前の会話は記憶に保存中です。",
     "forget_kept": "何も消去していません。",
     "recall_usage": "探したい内容を書いてください。例: /recall postgres 移行",
     "recall_too_long": "検索語が長すぎます。{limit} 文字以内にしてください。",

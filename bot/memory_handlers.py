@@ -1,10 +1,10 @@
 """The memory feature in the Telegram surface: /memory, /forget, /recall, the worker's lifecycle
 and the `export` subcommand.
 
-`attach_memory` runs in post_init, after `Services.open`: it turns on automatic consolidation in
-the store, starts the consolidation worker (which first resumes jobs a crash interrupted),
-feeds each chat's long-term memory into the chat prompt, and stops the worker before the
-database closes.
+`attach_memory` runs in post_init, after `Services.open`: it turns on automatic consolidation
+and idle sessions in the store, starts the consolidation worker (which first resumes jobs a
+crash interrupted), feeds each chat's long-term memory into the chat prompt, and stops the
+worker before the database closes.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from bot.access import admit, say, user_language
 from bot.app import BOT_COMMANDS, Services, services_of
 from bot.i18n import t
 from memory.consolidation import Consolidator
+from memory.forget import forget_chat
 from memory.jobs import ConsolidationWorker
 from memory.longterm import HistoryEntry, MemoryRepository
 from memory.store import to_iso
@@ -61,6 +63,8 @@ async def attach_memory(
     store = services.store
     store.memory_window = settings.MEMORY_WINDOW
     store.keep_recent = settings.MEMORY_KEEP_RECENT
+    idle = settings.SESSION_IDLE_MINUTES
+    store.session_idle = timedelta(minutes=idle) if idle > 0 else None
     repo = MemoryRepository(services.db)
     consolidator = Consolidator(
         services.transport,
@@ -177,8 +181,18 @@ async def forget_callback(update: Update, context: Context) -> None:
     chat_id = message.chat.id
     if query.data == FORGET_YES:
         feature = memory_of(context)
-        await feature.repo.forget(chat_id, to_iso(feature.worker.clock()))
-        log.info("memory_forgotten", chat_id=chat_id)
+        # A reply being written would store its answer (or what it showed) after the
+        # forgetting; stop it first, as /new does. Should it outlive the wait, its session is
+        # gone and the store refuses the write.
+        await services_of(context.application).turns.cancel(chat_id)
+        forgotten = await forget_chat(feature.repo.db, chat_id, to_iso(feature.worker.clock()))
+        log.info(
+            "memory_forgotten",
+            chat_id=chat_id,
+            history_entries=forgotten.history_entries,
+            messages=forgotten.messages,
+            jobs=forgotten.jobs,
+        )
         text = t("forget_done", lang)
     else:
         text = t("forget_kept", lang)

@@ -14,6 +14,8 @@ from telegram import Bot
 from bot.i18n import t
 from bot.streaming import StreamingReply
 from memory.context import build_chat_messages
+from memory.quoting import with_quote
+from memory.store import SessionClosedError, TurnStart
 from models.types import (
     ChatResult,
     Outcome,
@@ -21,6 +23,7 @@ from models.types import (
     StreamRestart,
     TextDelta,
     TransportError,
+    Usage,
 )
 
 if TYPE_CHECKING:
@@ -40,6 +43,16 @@ class TurnRequest:
     reply_to_message_id: int | None
     private: bool
     message_thread_id: int | None = None
+    # The text of the message this one replies to (or the part the user quoted), plain text.
+    quoted_text: str | None = None
+    # Identifies the input across deliveries (a replayed update); the turn runs once per key.
+    turn_key: str | None = None
+
+    def stored_text(self) -> str:
+        """What is stored and sent to the model: the text, framed with its quote if any."""
+        if self.quoted_text and self.quoted_text.strip():
+            return with_quote(self.text, self.quoted_text)
+        return self.text
 
 
 def failure_reason(error: TransportError, lang: str | None) -> str:
@@ -60,23 +73,43 @@ async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> N
     """Store the user's message, stream the model's answer into Telegram, store the answer.
 
     The user's message is written before any model is called, so an outage, a crash or a
-    /cancel never loses it. Serialised per chat; the streaming part is cancellable.
+    /cancel never loses it. Serialised per chat; the whole turn is cancellable.
     """
     # While the bot is stopping, a turn that has not started is held back (see bot/lifecycle).
     async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as admitted:
         if not admitted:
             return  # held: handled after the restart
-        stored = await services.store.add_message(
-            request.chat_id, "user", request.text, user_id=request.user_id
-        )
-        await services.turns.run_cancellable(
-            request.chat_id, _answer(services, bot, request, stored.session_id)
-        )
+        # The turn is registered as the chat's running reply *before* its question is stored.
+        # A /new or /forget from then on cancels it; one that came earlier has already closed
+        # the session, and the question goes into the new one. (Storing first left a moment in
+        # which /new found nothing to cancel, and the answer went into the closed session.)
+        await services.turns.run_cancellable(request.chat_id, _turn(services, bot, request))
 
 
-async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id: int) -> None:
+async def _turn(services: Services, bot: Bot, request: TurnRequest) -> None:
+    # One transaction: the idempotency key, the idle-session check (close, open, enqueue) and
+    # the message itself, so a restart at any point neither loses nor repeats anything.
+    started = await services.store.store_user_turn(
+        request.chat_id, request.stored_text(), user_id=request.user_id, key=request.turn_key
+    )
+    if started is None:
+        log.info("turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key)
+        return
+    if started.idle_closed_session_id is not None:
+        log.info(
+            "session_idle_closed",
+            chat_id=request.chat_id,
+            closed_session=started.idle_closed_session_id,
+            session=started.message.session_id,
+            job_id=started.job_id,
+        )
+    await _answer(services, bot, request, started)
+
+
+async def _answer(services: Services, bot: Bot, request: TurnRequest, turn: TurnStart) -> None:
     started = time.monotonic()
     lang = request.language
+    session_id = turn.message.session_id
     # Independent reads, queued together: each read waits its turn for the one database lock,
     # and under load (many chats at once) three queue passes in a row were most of the time
     # between the update and the model request.
@@ -130,38 +163,38 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
             raise TransportError("stream ended without a result", [])
         attempts = len(result.attempts)
         text = result.text or "".join(shown)
-        await services.store.add_message(
+        answer_stored = True  # stored, or refused for good: never stored twice
+        await _store_answer(
+            services,
             request.chat_id,
-            "assistant",
             text,
             model_id=result.model_id,
             usage=result.usage,
             session_id=session_id,
         )
-        answer_stored = True
         await services.store.record_usage(
             request.chat_id, request.user_id, result.model_id, "chat", result.usage
         )
-        footer = None
+        notes = []
         if result.model_id != model.id:
-            footer = t(
-                "answered_by",
-                lang,
-                label=services.label(result.model_id),
-                requested=model.label,
+            notes.append(
+                t(
+                    "answered_by",
+                    lang,
+                    label=services.label(result.model_id),
+                    requested=model.label,
+                )
             )
-        await reply.finish(text, footer=footer)
+        if turn.idle_closed_session_id is not None:
+            notes.append(t("idle_new_session", lang))
+        await reply.finish(text, footer="\n".join(notes) or None)
     except asyncio.CancelledError:
         outcome = "cancelled"
         partial = "".join(shown)
         if partial and not answer_stored:
             # Keep what the user saw, so the next turn's context matches the chat on screen.
-            await services.store.add_message(
-                request.chat_id,
-                "assistant",
-                partial,
-                model_id=answering,
-                session_id=session_id,
+            await _store_answer(
+                services, request.chat_id, partial, model_id=answering, session_id=session_id
             )
         # Cut off by a stop of the bot (after the grace period) or by the user's /cancel.
         note = "reply_interrupted" if services.lifecycle.closing else "reply_cancelled"
@@ -191,3 +224,28 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
             completion_tokens=usage.completion_tokens if usage else 0,
             cost_usd=round(usage.cost_usd, 6) if usage else 0.0,
         )
+
+
+async def _store_answer(
+    services: Services,
+    chat_id: int,
+    text: str,
+    *,
+    model_id: str,
+    session_id: int,
+    usage: Usage | None = None,
+) -> None:
+    """Store the answer next to its question, unless that session no longer takes messages.
+
+    That happens only when /new or /forget closed the session while this reply was being
+    written and the cancel did not reach it in time, and the closed session's consolidation
+    has already started (or /forget deleted it). The answer is then *not* stored: in a closed,
+    consolidated session it would never be consolidated nor forgotten, and in the new session
+    it would be an answer without its question. The user has already seen it.
+    """
+    try:
+        await services.store.add_message(
+            chat_id, "assistant", text, model_id=model_id, usage=usage, session_id=session_id
+        )
+    except SessionClosedError:
+        log.warning("answer_not_stored_session_closed", chat_id=chat_id, session_id=session_id)

@@ -272,6 +272,9 @@ class JobQueue:
                 (job.id, job.started_at),
             )
             if await cursor.fetchone() is None:
+                # Forgotten (/forget deleted the job) or reclaimed: nothing is applied, but
+                # the models were paid, so the spend is recorded.
+                await _insert_spent(conn, job, chunk, result.spent, self.store, now)
                 return CommitResult.NOT_OURS
             current = await read_memory(conn, job.chat_id)
             cursor = await conn.execute(
@@ -351,7 +354,8 @@ class JobQueue:
                 (job.id, job.started_at),
             )
             row = await cursor.fetchone()
-            if row is None:
+            if row is None:  # forgotten or reclaimed meanwhile; the spend is still real
+                await _insert_spent(conn, job, chunk, failure.spent, self.store, stamp)
                 return job.attempts, 0.0
             failed_runs = int(row["attempts"]) + 1
             delay = retry_delay(delays, failed_runs)
@@ -634,7 +638,9 @@ class ConsolidationWorker:
                     now=self.now(),
                 )
                 if outcome is CommitResult.NOT_OURS:
-                    log.warning("consolidation_job_lost_claim", job_id=job.id)
+                    # /forget deleted the job while it ran: its result is discarded, and the
+                    # job cannot run again (its row is gone).
+                    log.info("consolidation_job_discarded", job_id=job.id, chat_id=job.chat_id)
                     return
                 if outcome is CommitResult.CONFLICT:
                     conflicts += 1

@@ -103,7 +103,7 @@ def _like_pattern(query: str) -> str:
 
 
 class MemoryRepository:
-    """Reads and user-driven writes (/forget) of memory and history."""
+    """Reads of memory and history (/forget lives in memory/forget.py)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -157,15 +157,3 @@ class MemoryRepository:
                 (match, chat_id, limit),
             )
         return [_row_to_entry(r) for r in rows]
-
-    async def forget(self, chat_id: int, now: str) -> None:
-        """Clear memory and history. The version bump stops any in-flight consolidation that
-        read the old memory from committing it back."""
-        async with self.db.transaction() as conn:
-            await conn.execute(
-                "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
-                "ON CONFLICT(chat_id) DO NOTHING",
-                (chat_id, now, now),
-            )
-            await write_memory(conn, chat_id, "", over_budget=False, now=now)
-            await conn.execute("DELETE FROM history_entries WHERE chat_id = ?", (chat_id,))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import aiosqlite
 
@@ -17,6 +17,20 @@ from memory.db import Database
 from models.types import ToolCall, Usage
 
 Clock = Callable[[], datetime]
+
+# Turn keys older than this are pruned: a front end re-delivers an input within hours (Telegram
+# keeps an unconfirmed update for 24 h), never a week later.
+TURN_KEY_RETENTION = timedelta(days=7)
+
+
+class SessionClosedError(Exception):
+    """A write aimed at a session that is closed and whose consolidation has been claimed (or
+    done, or forgotten). Such a message would never be consolidated nor deleted: it is refused.
+    """
+
+    def __init__(self, session_id: int) -> None:
+        super().__init__(f"session {session_id} is closed and no longer takes messages")
+        self.session_id = session_id
 
 
 def utc_now() -> datetime:
@@ -71,6 +85,18 @@ class NewSession:
     job_id: int | None = None
 
 
+@dataclass(frozen=True)
+class TurnStart:
+    """The user's message of a new turn, stored. If the session had been idle past
+    SESSION_IDLE_MINUTES, `idle_closed_session_id` is the session that was closed (and queued
+    for consolidation as job `job_id`) in the same transaction, and the message opens a new one.
+    """
+
+    message: StoredMessage
+    idle_closed_session_id: int | None = None
+    job_id: int | None = None
+
+
 def _row_to_message(row: aiosqlite.Row) -> StoredMessage:
     calls = None
     if row["tool_calls"]:
@@ -109,6 +135,8 @@ class Store:
         self.keep_recent = keep_recent
         # Called after a transaction that queued a consolidation job (the worker's notify).
         self.on_job_enqueued: Callable[[], None] | None = None
+        # SESSION_IDLE_MINUTES: a user message after this much silence opens a new session.
+        self.session_idle: timedelta | None = None
 
     def now(self) -> str:
         return to_iso(self.clock())
@@ -224,8 +252,119 @@ class Store:
         usage: Usage | None = None,
         session_id: int | None = None,
     ) -> StoredMessage:
-        """Append a message to the chat's active session (or `session_id`) and return it."""
+        """Append a message to the chat's active session (or `session_id`) and return it.
+
+        An explicit `session_id` (a turn writing its answer next to its question) must still
+        take messages: open, or closed with its consolidation not yet started, so the job
+        picks the message up. Otherwise SessionClosedError: the message would be orphaned.
+        """
         now = self.now()
+        async with self.db.transaction() as conn:
+            if session_id is None:
+                session_id = await self._active_session(conn, chat_id, now)
+            elif not await self._takes_messages(conn, session_id):
+                raise SessionClosedError(session_id)
+            row, window_job = await self._insert_message(
+                conn,
+                chat_id,
+                session_id,
+                role,
+                content,
+                now,
+                user_id=user_id,
+                model_id=model_id,
+                tool_calls=tool_calls,
+                tool_call_id=tool_call_id,
+                usage=usage,
+            )
+        if window_job is not None:
+            self._job_enqueued()
+        return row
+
+    async def store_user_turn(
+        self, chat_id: int, content: str, *, user_id: int | None, key: str | None = None
+    ) -> TurnStart | None:
+        """Store the user's message that starts a turn; None if `key` was stored before.
+
+        One transaction does it all, so a crash or restart at any point changes nothing:
+        the idempotency key is recorded with the message; and if the active session has been
+        silent (no user or assistant message) for `session_idle`, it is closed, a new one
+        opened and the old one queued for consolidation, exactly as /new does.
+        """
+        moment = self.clock()
+        now = to_iso(moment)
+        idle_closed = job_id = None
+        async with self.db.transaction() as conn:
+            if key is not None and not await self._claim_key(conn, key, chat_id, moment):
+                return None
+            session_id = await self._active_session(conn, chat_id, now)
+            if self.session_idle is not None and await self._idle(
+                conn, session_id, moment - self.session_idle
+            ):
+                idle_closed = await self.close_active_session(conn, chat_id, now)
+                session_id = await self._active_session(conn, chat_id, now)
+                if idle_closed is not None:
+                    job_id = await self.on_session_closed(conn, chat_id, idle_closed, now)
+            message, window_job = await self._insert_message(
+                conn, chat_id, session_id, "user", content, now, user_id=user_id
+            )
+        if job_id is not None or window_job is not None:
+            self._job_enqueued()
+        return TurnStart(message, idle_closed, job_id)
+
+    @staticmethod
+    async def _claim_key(
+        conn: aiosqlite.Connection, key: str, chat_id: int, moment: datetime
+    ) -> bool:
+        """Record `key`; False if it was already recorded (the input was handled before)."""
+        await conn.execute(
+            "DELETE FROM turn_keys WHERE created_at < ?", (to_iso(moment - TURN_KEY_RETENTION),)
+        )
+        cursor = await conn.execute(
+            "INSERT INTO turn_keys(key, chat_id, created_at) VALUES (?, ?, ?) "
+            "ON CONFLICT(key) DO NOTHING RETURNING key",
+            (key, chat_id, to_iso(moment)),
+        )
+        return await cursor.fetchone() is not None
+
+    @staticmethod
+    async def _idle(conn: aiosqlite.Connection, session_id: int, since: datetime) -> bool:
+        """True if the session has messages and the last one is older than `since`."""
+        cursor = await conn.execute(
+            "SELECT MAX(created_at) AS last FROM messages WHERE session_id = ?", (session_id,)
+        )
+        row = await cursor.fetchone()
+        return row is not None and row["last"] is not None and from_iso(row["last"]) <= since
+
+    @staticmethod
+    async def _takes_messages(conn: aiosqlite.Connection, session_id: int) -> bool:
+        """Open, or closed with a consolidation that has not started (it reads the session's
+        messages when it runs, so a message written now is consolidated with the rest)."""
+        cursor = await conn.execute(
+            "SELECT s.closed_at IS NULL AS open, EXISTS(SELECT 1 FROM consolidation_jobs j "
+            "WHERE j.session_id = s.id AND j.kind = 'session_closed' AND j.state = 'pending') "
+            "AS waiting FROM sessions s WHERE s.id = ?",
+            (session_id,),
+        )
+        row = await cursor.fetchone()
+        return row is not None and bool(row["open"] or row["waiting"])
+
+    async def _insert_message(
+        self,
+        conn: aiosqlite.Connection,
+        chat_id: int,
+        session_id: int,
+        role: str,
+        content: str,
+        now: str,
+        *,
+        user_id: int | None = None,
+        model_id: str | None = None,
+        tool_calls: list[ToolCall] | None = None,
+        tool_call_id: str | None = None,
+        usage: Usage | None = None,
+    ) -> tuple[StoredMessage, int | None]:
+        """Insert one message; returns it and the automatic-consolidation job it queued."""
         calls_json = (
             json.dumps(
                 [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls],
@@ -234,44 +373,39 @@ class Store:
             if tool_calls
             else None
         )
-        async with self.db.transaction() as conn:
-            if session_id is None:
-                session_id = await self._active_session(conn, chat_id, now)
-            cursor = await conn.execute(
-                "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
-                "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
-                (
-                    session_id,
-                    chat_id,
-                    role,
-                    content,
-                    calls_json,
-                    tool_call_id,
-                    user_id,
-                    model_id,
-                    usage.prompt_tokens if usage else None,
-                    usage.completion_tokens if usage else None,
-                    now,
-                ),
-            )
-            row = await cursor.fetchone()
-            window_job = None
-            if self.memory_window is not None:
-                from memory.jobs import maybe_enqueue_window
-
-                window_job = await maybe_enqueue_window(
-                    conn,
-                    chat_id,
-                    session_id,
-                    now,
-                    window=self.memory_window,
-                    keep_recent=self.keep_recent,
-                )
-        if window_job is not None:
-            self._job_enqueued()
+        cursor = await conn.execute(
+            "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
+            "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+            (
+                session_id,
+                chat_id,
+                role,
+                content,
+                calls_json,
+                tool_call_id,
+                user_id,
+                model_id,
+                usage.prompt_tokens if usage else None,
+                usage.completion_tokens if usage else None,
+                now,
+            ),
+        )
+        row = await cursor.fetchone()
         assert row is not None
-        return _row_to_message(row)
+        window_job = None
+        if self.memory_window is not None:
+            from memory.jobs import maybe_enqueue_window
+
+            window_job = await maybe_enqueue_window(
+                conn,
+                chat_id,
+                session_id,
+                now,
+                window=self.memory_window,
+                keep_recent=self.keep_recent,
+            )
+        return _row_to_message(row), window_job
 
     async def session_messages(self, session_id: int) -> list[StoredMessage]:
         rows = await self.db.fetchall(

@@ -48,8 +48,10 @@ async def test_group_answers_only_when_mentioned_or_replied_to(tmp_path: Path) -
         [answer] = await bot.ask(GROUP, "@mnemo_test_bot what is 2+2? 🤔", **group)
         assert answer.text == "echo: what is 2+2? 🤔"
         # Replying to one of the bot's messages counts as addressing it.
+        # The model also gets the answer replied to, framed as a quote.
         [second] = await bot.ask(GROUP, "and 3+3?", reply_to_bot=True, user_id=FRIEND, **group)
-        assert second.text == "echo: and 3+3?"
+        assert second.text.startswith("echo: [The user is replying to an earlier message.")
+        assert "\necho: what is 2+2? 🤔\n" in second.text and second.text.endswith("\nand 3+3?")
         # A mention in the middle of the text, in other letter case (Telegram usernames are
         # case-insensitive), after astral characters: entity offsets count UTF-16 units.
         text = "𝔥𝔢𝔩𝔩𝔬 @Mnemo_Test_Bot, bye"
@@ -64,7 +66,8 @@ async def test_group_answers_only_when_mentioned_or_replied_to(tmp_path: Path) -
         assert third.text == "echo: 𝔥𝔢𝔩𝔩𝔬 , bye"
 
         sent = [r.body["messages"][-1]["content"] for _, r in bot.chat_requests()]
-        assert sent == ["what is 2+2? 🤔", "and 3+3?", "𝔥𝔢𝔩𝔩𝔬 , bye"]
+        assert [sent[0], sent[2]] == ["what is 2+2? 🤔", "𝔥𝔢𝔩𝔩𝔬 , bye"]
+        assert sent[1] == second.text.removeprefix("echo: ")
         stored = await bot.rows("SELECT content FROM messages WHERE role = 'user' ORDER BY id")
         assert [r["content"] for r in stored] == sent
         # In a group the bot's answers quote the message they answer.

@@ -17,6 +17,7 @@ import pytest
 
 from memory.consolidation import Consolidator
 from memory.db import Database
+from memory.forget import forget_chat
 from memory.jobs import ConsolidationWorker, JobQueue, consolidation_stats, retry_delay
 from memory.longterm import MemoryRepository
 from memory.store import Store, to_iso
@@ -286,7 +287,7 @@ async def test_a_later_job_waits_while_the_earlier_one_of_its_chat_waits_for_ret
     assert not any("second session" in m[-1]["content"] for _, m in transport.calls)
 
 
-async def test_forget_during_consolidation_is_never_overwritten(
+async def test_forget_during_consolidation_discards_it_for_good(
     db: Database, clock: SettableClock
 ) -> None:
     transport = ScriptedTransport(remembering())
@@ -302,17 +303,22 @@ async def test_forget_during_consolidation_is_never_overwritten(
     transport.gate = asyncio.Event()
     run = asyncio.create_task(worker.run_due())
     await until(lambda: len(transport.calls) >= 2)
-    await repo.forget(4, to_iso(clock.now))  # while the model is "thinking"
+    await forget_chat(db, 4, to_iso(clock.now))  # while the model is "thinking"
     transport.gate.set()
     await run
+    calls = len(transport.calls)
+    clock.advance(3600)
+    await worker.run_due()
 
-    # The run that read "old secret" was refused at commit and redone from the empty memory.
+    # The run that was in flight was refused at commit and dropped: not redone, not queued.
     memory = await repo.get(4)
-    assert "old secret" not in memory.content
-    assert "new topic" in memory.content
-    history = await repo.history(4)
-    assert len(history) == 1 and "new topic" in history[0].entry
-    assert "(empty" in transport.calls[-1][1][-1]["content"]
+    assert memory.content == "" and await repo.history(4) == []
+    assert len(transport.calls) == calls == 2
+    assert await db.fetchall("SELECT * FROM consolidation_jobs WHERE state != 'done'") == []
+    assert await db.fetchall("SELECT * FROM messages WHERE chat_id = 4") == []
+    # The model was paid for the discarded run: its spend is in the ledger.
+    spent = await db.fetchall("SELECT * FROM usage WHERE purpose = 'consolidation'")
+    assert len(spent) == 2
 
 
 async def test_messages_that_vanished_meanwhile_are_not_claimed_by_the_commit(

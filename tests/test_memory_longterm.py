@@ -12,6 +12,7 @@ import pytest
 
 from memory.db import Database
 from memory.export import export_chat
+from memory.forget import forget_chat
 from memory.longterm import MemoryRepository, fts_query, write_memory
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,7 +85,7 @@ async def test_forget_clears_memory_and_history_and_bumps_the_version(
     repo: MemoryRepository,
 ) -> None:
     before = await repo.get(1)
-    await repo.forget(1, NOW)
+    await forget_chat(repo.db, 1, NOW)
     after = await repo.get(1)
     assert after.content == "" and after.version == before.version + 1
     assert await repo.history(1) == []

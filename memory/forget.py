@@ -1,0 +1,74 @@
+"""/forget: everything the bot keeps about what a chat said, gone in one transaction.
+
+What goes: the long-term memory (including facts a chat tool wrote into it), every history
+entry, every consolidation job not yet done (pending and running), the stored messages of
+closed sessions not yet consolidated, and the current session's messages. What stays: the
+chat's settings (model, language) and the usage ledger (tokens and cost, no content).
+
+Why it cannot come back:
+- A running consolidation read messages that no longer exist and a memory version that no
+  longer holds; with its job row deleted, its commit finds no claim and is refused
+  (CommitResult.NOT_OURS), and no row is left to be retried or resumed after a restart.
+- The memory row is kept empty with its version bumped (not deleted), so nothing that read an
+  older version can pass the version guard.
+- The active session is replaced by a fresh one and the old session rows are deleted, so a
+  chat turn still writing its answer into its session is refused (SessionClosedError) instead
+  of putting a piece of the forgotten conversation back.
+- It is one transaction on the one connection: a /new (close + open + enqueue) runs entirely
+  before or entirely after it, and either way ends up empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aiosqlite
+
+from memory.db import Database
+from memory.longterm import write_memory
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What one /forget removed (for the log; the user gets one line)."""
+
+    history_entries: int
+    messages: int
+    jobs: int
+    new_session_id: int
+
+
+async def forget_chat(db: Database, chat_id: int, now: str) -> Forgotten:
+    async with db.transaction() as conn:
+        return await forget_chat_in(conn, chat_id, now)
+
+
+async def forget_chat_in(conn: aiosqlite.Connection, chat_id: int, now: str) -> Forgotten:
+    """The body of `forget_chat`, inside the caller's transaction."""
+    await conn.execute(
+        "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT(chat_id) DO NOTHING",
+        (chat_id, now, now),
+    )
+    await write_memory(conn, chat_id, "", over_budget=False, now=now)
+    history = await _count(
+        conn, "DELETE FROM history_entries WHERE chat_id = ? RETURNING id", chat_id
+    )
+    jobs = await _count(
+        conn,
+        "DELETE FROM consolidation_jobs WHERE chat_id = ? AND state != 'done' RETURNING id",
+        chat_id,
+    )
+    messages = await _count(conn, "DELETE FROM messages WHERE chat_id = ? RETURNING id", chat_id)
+    await conn.execute("DELETE FROM sessions WHERE chat_id = ?", (chat_id,))
+    cursor = await conn.execute(
+        "INSERT INTO sessions(chat_id, opened_at) VALUES (?, ?) RETURNING id", (chat_id, now)
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    return Forgotten(history, messages, jobs, int(row["id"]))
+
+
+async def _count(conn: aiosqlite.Connection, sql: str, chat_id: int) -> int:
+    cursor = await conn.execute(sql, (chat_id,))
+    return len(list(await cursor.fetchall()))
