@@ -23,7 +23,7 @@ from bot.i18n import MESSAGES, SUPPORTED_LANGUAGES, t
 from bot.lifecycle import LIFECYCLE_KEY, Lifecycle
 from bot.logging_setup import redactor
 from memory.db import Database
-from memory.store import Store
+from memory.store import Clock, Store, utc_now
 from models.catalog import Catalog, CatalogError, ModelEntry, load_catalog
 from models.gateways import Gateway
 
@@ -172,7 +172,11 @@ class Services:
 
     @classmethod
     async def open(
-        cls, prepared: Prepared, *, transport_options: dict[str, Any] | None = None
+        cls,
+        prepared: Prepared,
+        *,
+        transport_options: dict[str, Any] | None = None,
+        clock: Clock | None = None,
     ) -> Services:
         # Imported here: litellm takes seconds to import, and a configuration error should
         # be reported before that.
@@ -186,7 +190,7 @@ class Services:
             gateways=prepared.gateways,
             default_model=prepared.default_model,
             db=db,
-            store=Store(db),
+            store=Store(db, clock or utc_now),
             transport=transport,
         )
 
@@ -239,15 +243,19 @@ def build_application(
     *,
     transport_options: dict[str, Any] | None = None,
     edit_interval: float = 1.0,
+    clock: Clock | None = None,
 ) -> Application[Any, Any, Any, Any, Any, Any]:
-    """The PTB Application, handlers registered; services open in post_init."""
+    """The PTB Application, handlers registered; services open in post_init.
+
+    `clock` is the time the store (message stamps, idle sessions) and the consolidation
+    worker go by; tests move it forward instead of waiting hours."""
     from bot.handlers import register_handlers  # handlers import this module's Services
 
     settings = prepared.settings
     redactor().add(secrets_of(settings))
 
     async def post_init(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
-        services = await Services.open(prepared, transport_options=transport_options)
+        services = await Services.open(prepared, transport_options=transport_options, clock=clock)
         services.edit_interval = edit_interval
         application.bot_data[SERVICES_KEY] = services
         from bot.memory_handlers import attach_memory

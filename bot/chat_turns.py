@@ -20,6 +20,8 @@ class ChatTurns:
     def __init__(self) -> None:
         self._locks: dict[int, asyncio.Lock] = {}
         self._users: dict[int, int] = {}
+        self._gates: dict[int, asyncio.Lock] = {}
+        self._gate_users: dict[int, int] = {}
         self._running: dict[int, asyncio.Task[Any]] = {}
 
     @asynccontextmanager
@@ -40,14 +42,44 @@ class ChatTurns:
                 del self._users[chat_id]
                 del self._locks[chat_id]
 
+    @asynccontextmanager
+    async def session_gate(self, chat_id: int) -> AsyncIterator[None]:
+        """Held by a turn while it stores its question and registers its reply, and by /new
+        and /forget while they cancel that reply and change the session.
+
+        So a question is stored either before /new — and its reply is registered by then, so
+        /new cancels it, and what it showed lands in the old session before that closes — or
+        after /new, in the new session. Without it, a turn that stored its question just after
+        /new looked for a reply to cancel wrote its answer into the closed session. A turn
+        holds the gate for one database write; /new for the cancel and its transaction.
+        """
+        lock = self._gates.setdefault(chat_id, asyncio.Lock())
+        self._gate_users[chat_id] = self._gate_users.get(chat_id, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._gate_users[chat_id] -= 1
+            if self._gate_users[chat_id] == 0:
+                del self._gate_users[chat_id]
+                del self._gates[chat_id]
+
     def waiting(self, chat_id: int) -> int:
         """Turns holding or queued for the chat's lock (for tests and /stats)."""
         return self._users.get(chat_id, 0)
 
     async def run_cancellable(self, chat_id: int, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` as the chat's running reply, which /cancel and /new may cancel."""
+        await self.join(chat_id, self.begin(chat_id, work))
+
+    def begin(self, chat_id: int, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Register `work` as the chat's running reply (cancellable from now on)."""
         task = asyncio.create_task(work)
         self._running[chat_id] = task
+        return task
+
+    async def join(self, chat_id: int, task: asyncio.Task[None]) -> None:
+        """Wait for a reply started with `begin`; its cancellation ends it quietly."""
         try:
             await task
         except asyncio.CancelledError:

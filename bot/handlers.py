@@ -133,8 +133,12 @@ async def new_command(update: Update, context: Context) -> None:
     if message is None or not await _admit(update, context):
         return
     services = _services(context)
-    await services.turns.cancel(message.chat_id)
-    result = await services.store.start_new_session(message.chat_id)
+    # Under the session gate: a question stored before this point has its reply registered,
+    # so it is cancelled here (what it showed is stored in the old session before it closes);
+    # a question that comes later waits and goes into the new session.
+    async with services.turns.session_gate(message.chat_id):
+        await services.turns.cancel(message.chat_id)
+        result = await services.store.start_new_session(message.chat_id)
     log.info(
         "session_started",
         chat_id=message.chat_id,

@@ -182,10 +182,12 @@ async def forget_callback(update: Update, context: Context) -> None:
     if query.data == FORGET_YES:
         feature = memory_of(context)
         # A reply being written would store its answer (or what it showed) after the
-        # forgetting; stop it first, as /new does. Should it outlive the wait, its session is
-        # gone and the store refuses the write.
-        await services_of(context.application).turns.cancel(chat_id)
-        forgotten = await forget_chat(feature.repo.db, chat_id, to_iso(feature.worker.clock()))
+        # forgetting: stop it first, under the session gate, as /new does. Should it outlive
+        # the wait, its session is gone and the store refuses the write.
+        turns = services_of(context.application).turns
+        async with turns.session_gate(chat_id):
+            await turns.cancel(chat_id)
+            forgotten = await forget_chat(feature.repo.db, chat_id, to_iso(feature.worker.clock()))
         log.info(
             "memory_forgotten",
             chat_id=chat_id,

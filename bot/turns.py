@@ -73,54 +73,45 @@ async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> N
     """Store the user's message, stream the model's answer into Telegram, store the answer.
 
     The user's message is written before any model is called, so an outage, a crash or a
-    /cancel never loses it. Serialised per chat; the whole turn is cancellable.
+    /cancel never loses it. Serialised per chat; the streaming part is cancellable.
     """
     # While the bot is stopping, a turn that has not started is held back (see bot/lifecycle).
     async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as admitted:
         if not admitted:
             return  # held: handled after the restart
-        # The turn is registered as the chat's running reply *before* its question is stored.
-        # A /new or /forget from then on cancels it; one that came earlier has already closed
-        # the session, and the question goes into the new one. (Storing first left a moment in
-        # which /new found nothing to cancel, and the answer went into the closed session.)
-        await services.turns.run_cancellable(request.chat_id, _turn(services, bot, request))
-
-
-async def _turn(services: Services, bot: Bot, request: TurnRequest) -> None:
-    # One transaction: the idempotency key, the idle-session check (close, open, enqueue) and
-    # the message itself, so a restart at any point neither loses nor repeats anything.
-    started = await services.store.store_user_turn(
-        request.chat_id, request.stored_text(), user_id=request.user_id, key=request.turn_key
-    )
-    if started is None:
-        log.info("turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key)
-        return
-    if started.idle_closed_session_id is not None:
-        log.info(
-            "session_idle_closed",
-            chat_id=request.chat_id,
-            closed_session=started.idle_closed_session_id,
-            session=started.message.session_id,
-            job_id=started.job_id,
-        )
-    await _answer(services, bot, request, started)
+        turns = services.turns
+        # The question is stored and the reply registered (cancellable) under the session
+        # gate, which /new and /forget hold while they cancel and close: see ChatTurns.
+        async with turns.session_gate(request.chat_id):
+            # One transaction: the idempotency key, the idle-session check (close, open,
+            # enqueue) and the message, so a restart at any point loses or repeats nothing.
+            started = await services.store.store_user_turn(
+                request.chat_id,
+                request.stored_text(),
+                user_id=request.user_id,
+                key=request.turn_key,
+            )
+            if started is None:
+                log.info("turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key)
+                return
+            if started.resumed:
+                log.info("turn_resumed_unanswered", chat_id=request.chat_id, key=request.turn_key)
+            if started.idle_closed_session_id is not None:
+                log.info(
+                    "session_idle_closed",
+                    chat_id=request.chat_id,
+                    closed_session=started.idle_closed_session_id,
+                    session=started.message.session_id,
+                    job_id=started.job_id,
+                )
+            reply = turns.begin(request.chat_id, _answer(services, bot, request, started))
+        await turns.join(request.chat_id, reply)
 
 
 async def _answer(services: Services, bot: Bot, request: TurnRequest, turn: TurnStart) -> None:
     started = time.monotonic()
     lang = request.language
     session_id = turn.message.session_id
-    # Independent reads, queued together: each read waits its turn for the one database lock,
-    # and under load (many chats at once) three queue passes in a row were most of the time
-    # between the update and the model request.
-    model, session, memory_text = await asyncio.gather(
-        services.chat_model(request.chat_id),
-        services.store.session_messages(session_id),
-        services.memory_text(request.chat_id),
-    )
-    now_text = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
-    messages = build_chat_messages(session, memory_text, now_text=now_text)
-
     reply = StreamingReply(
         bot,
         request.chat_id,
@@ -129,6 +120,25 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, turn: Turn
         use_drafts=services.settings.TELEGRAM_DRAFT_STREAMING and request.private,
         message_thread_id=request.message_thread_id,
     )
+    # Independent reads, queued together: each read waits its turn for the one database lock,
+    # and under load (many chats at once) three queue passes in a row were most of the time
+    # between the update and the model request.
+    try:
+        model, session, memory_text = await asyncio.gather(
+            services.chat_model(request.chat_id),
+            services.store.session_messages(session_id),
+            services.memory_text(request.chat_id),
+        )
+    except asyncio.CancelledError:
+        # Stopped (/cancel, or /new or /forget right after the question) before any model
+        # was asked: the user still learns that this message got no answer.
+        note = "reply_interrupted" if services.lifecycle.closing else "reply_cancelled"
+        await reply.cancelled(t(note, lang))
+        log.info("turn_finished", chat_id=request.chat_id, outcome="cancelled", attempts=0)
+        return
+    now_text = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
+    messages = build_chat_messages(session, memory_text, now_text=now_text)
+
     shown: list[str] = []
     answering = model.id
     result: ChatResult | None = None

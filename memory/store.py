@@ -95,6 +95,9 @@ class TurnStart:
     message: StoredMessage
     idle_closed_session_id: int | None = None
     job_id: int | None = None
+    # The key was seen before and its message is still unanswered (a crash cut the first
+    # handling short): nothing new was stored, the turn answers the stored message.
+    resumed: bool = False
 
 
 def _row_to_message(row: aiosqlite.Row) -> StoredMessage:
@@ -284,19 +287,24 @@ class Store:
     async def store_user_turn(
         self, chat_id: int, content: str, *, user_id: int | None, key: str | None = None
     ) -> TurnStart | None:
-        """Store the user's message that starts a turn; None if `key` was stored before.
+        """Store the user's message that starts a turn.
 
         One transaction does it all, so a crash or restart at any point changes nothing:
         the idempotency key is recorded with the message; and if the active session has been
         silent (no user or assistant message) for `session_idle`, it is closed, a new one
         opened and the old one queued for consolidation, exactly as /new does.
+
+        A `key` seen before stores nothing: None (skip the turn), unless its message is still
+        the unanswered last message of the open session, which the turn then answers
+        (`resumed`).
         """
         moment = self.clock()
         now = to_iso(moment)
         idle_closed = job_id = None
         async with self.db.transaction() as conn:
             if key is not None and not await self._claim_key(conn, key, chat_id, moment):
-                return None
+                unanswered = await self._unanswered(conn, key)
+                return None if unanswered is None else TurnStart(unanswered, resumed=True)
             session_id = await self._active_session(conn, chat_id, now)
             if self.session_idle is not None and await self._idle(
                 conn, session_id, moment - self.session_idle
@@ -308,6 +316,10 @@ class Store:
             message, window_job = await self._insert_message(
                 conn, chat_id, session_id, "user", content, now, user_id=user_id
             )
+            if key is not None:
+                await conn.execute(
+                    "UPDATE turn_keys SET message_id = ? WHERE key = ?", (message.id, key)
+                )
         if job_id is not None or window_job is not None:
             self._job_enqueued()
         return TurnStart(message, idle_closed, job_id)
@@ -326,6 +338,19 @@ class Store:
             (key, chat_id, to_iso(moment)),
         )
         return await cursor.fetchone() is not None
+
+    @staticmethod
+    async def _unanswered(conn: aiosqlite.Connection, key: str) -> StoredMessage | None:
+        """The key's message if it is still the last message of an open session."""
+        cursor = await conn.execute(
+            "SELECT m.* FROM turn_keys k JOIN messages m ON m.id = k.message_id "
+            "JOIN sessions s ON s.id = m.session_id AND s.closed_at IS NULL "
+            "WHERE k.key = ? AND NOT EXISTS (SELECT 1 FROM messages later "
+            "WHERE later.session_id = m.session_id AND later.id > m.id)",
+            (key,),
+        )
+        row = await cursor.fetchone()
+        return _row_to_message(row) if row is not None else None
 
     @staticmethod
     async def _idle(conn: aiosqlite.Connection, session_id: int, since: datetime) -> bool:

@@ -19,12 +19,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from bot.app import Prepared, Services, build_application, prepare, running, services_of
 from bot.config import Settings, load_settings
 from bot.lifecycle import lifecycle_of
+from bot.memory_handlers import MEMORY_KEY, MemoryFeature
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 
@@ -134,6 +136,8 @@ class BotUnderTest(_ProviderShortcuts):
     tmp_path: Path
     transport_options: dict[str, Any] = field(default_factory=dict)
     edit_interval: float = 0.2
+    # The time the store and the consolidation worker go by (None: the wall clock).
+    clock: Callable[[], datetime] | None = None
     _stack: AsyncExitStack | None = None
     _application: Any = None
 
@@ -145,6 +149,7 @@ class BotUnderTest(_ProviderShortcuts):
             self.prepared,
             transport_options=self.transport_options,
             edit_interval=self.edit_interval,
+            clock=self.clock,
         )
         self._application = await self._stack.enter_async_context(
             running(application, poll_timeout=1)
@@ -162,6 +167,20 @@ class BotUnderTest(_ProviderShortcuts):
     @property
     def services(self) -> Services:
         return services_of(self._application)
+
+    @property
+    def memory(self) -> MemoryFeature:
+        """The memory feature: its repository and the consolidation worker."""
+        return self._application.bot_data[MEMORY_KEY]
+
+    async def consolidations_settled(self, chat_id: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+        """Until the chat has no consolidation job left open and the worker runs none."""
+        worker = self.memory.worker
+        deadline = time.monotonic() + timeout
+        while await worker.queue.open_jobs(chat_id) or worker.busy:
+            if time.monotonic() > deadline:
+                raise AssertionError("consolidation did not settle")
+            await asyncio.sleep(0.02)
 
     # ---- providers ----------------------------------------------------------------------
 
@@ -259,6 +278,7 @@ async def bot_under_test(
     *,
     start: bool = True,
     transport_options: dict[str, Any] | None = None,
+    clock: Callable[[], datetime] | None = None,
     **settings: Any,
 ) -> AsyncIterator[BotUnderTest]:
     """Fakes on 127.0.0.1, settings pointing at them, the bot running (unless start=False)."""
@@ -275,6 +295,7 @@ async def bot_under_test(
             prepared=prepare(loaded),
             tmp_path=tmp_path,
             transport_options=options,
+            clock=clock,
         )
         try:
             if start:

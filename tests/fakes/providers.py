@@ -317,6 +317,10 @@ class FakeProvider:
         self._limit_tokens = 0.0
         self._limit_updated = 0.0
         self.rate_limited = 0
+        # While set to an Event that is not set, answers wait for it (the request is already
+        # recorded): a test holds a call in flight, acts, then lets the call complete.
+        self.gate: asyncio.Event | None = None
+        self.answered = 0  # requests whose answer was sent (or failed) after the gate
 
     # lifecycle
 
@@ -433,18 +437,23 @@ class FakeProvider:
         if self._over_limit():
             limited = Fault("rate_limit_429", retry_after=1)
             return await self._fault(request, limited, body, api_key, stream)
-        step = self._next_step(model or "")
-        if step is None:
-            step = Reply(f"echo: {_last_user_text(body)}")
-        if self.latency:
-            await asyncio.sleep(self.latency)
-        if isinstance(step, Fault):
-            return await self._fault(request, step, body, api_key, stream)
-        if getattr(step, "delay", 0.0):
-            await asyncio.sleep(step.delay)  # type: ignore[union-attr]
-        if stream:
-            return await self._stream(request, step, body)
-        return self._complete(step, body)
+        if self.gate is not None:
+            await self.gate.wait()
+        try:
+            step = self._next_step(model or "")
+            if step is None:
+                step = Reply(f"echo: {_last_user_text(body)}")
+            if self.latency:
+                await asyncio.sleep(self.latency)
+            if isinstance(step, Fault):
+                return await self._fault(request, step, body, api_key, stream)
+            if getattr(step, "delay", 0.0):
+                await asyncio.sleep(step.delay)  # type: ignore[union-attr]
+            if stream:
+                return await self._stream(request, step, body)
+            return self._complete(step, body)
+        finally:
+            self.answered += 1
 
     # success bodies
 

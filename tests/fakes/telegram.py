@@ -472,8 +472,12 @@ class FakeTelegram:
         first_name: str = "Ann",
         reply_to_bot: bool = False,
         entities: list[dict[str, Any]] | None = None,
+        quote: str | None = None,
     ) -> dict[str, Any]:
-        """An update carrying a user's text message, with the entities Telegram would add."""
+        """An update carrying a user's text message, with the entities Telegram would add.
+
+        `reply_to_bot` makes it a reply to the bot's last message; `quote` (with it) the part
+        of that message the user selected, as Telegram's `quote` object (Bot API 7.0)."""
         chat = self._chat_dict(chat_id, chat_type, first_name)
         self._chats[chat_id] = chat
         message: dict[str, Any] = {
@@ -493,6 +497,15 @@ class FakeTelegram:
             message["entities"] = found
         if reply_to_bot:
             message["reply_to_message"] = self._reply_target(chat_id, chat)
+            if quote is not None:
+                replied = message["reply_to_message"]["text"]
+                if quote not in replied:
+                    raise ValueError("Telegram only quotes text of the replied-to message")
+                message["quote"] = {
+                    "text": quote,
+                    "position": utf16_units(replied[: replied.index(quote)]),
+                    "is_manual": True,
+                }
         return {"message": message}
 
     def make_callback_update(
