@@ -17,6 +17,7 @@ import structlog
 from telegram import BotCommand
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
+from bot.access import RefusalThrottle
 from bot.chat_turns import ChatTurns
 from bot.config import ConfigError, Settings
 from bot.i18n import MESSAGES, SUPPORTED_LANGUAGES, t
@@ -169,6 +170,8 @@ class Services:
     # Operations (bot/ops_handlers.attach_operations): graceful stop, limits and budgets.
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
     guard: TurnGuard | None = None
+    # Strangers are told no at most once an hour each (bot/access.py).
+    refusals: RefusalThrottle = field(default_factory=RefusalThrottle)
 
     @classmethod
     async def open(

@@ -742,6 +742,106 @@ MESSAGES["ja"] = {
 }
 
 
+# Hardening (issue 9): admin views in groups, anonymous senders, honest error replies, bad
+# input, failed sends, estimated spend.
+_HARDENING: dict[str, dict[str, str]] = {
+    "en": {
+        "admin_private_only": (
+            "Admin views are shown only in a private chat with me: send this command there."
+        ),
+        "anonymous_refused": (
+            "I can't tell who is writing: this message was sent on behalf of a group or "
+            "channel (anonymous admin). Please write as yourself."
+        ),
+        "internal_error_unsaved": (
+            "Sorry, something went wrong on my side and your message was not saved. "
+            "Please send it again."
+        ),
+        "recall_bad_query": (
+            "I can't search for that: it contains control characters. Try other words."
+        ),
+        "send_failed": "Telegram refused part of my reply, so it is missing here. Sorry.",
+        "usage_estimated_note": "* estimated: the provider reported no usage for some answers",
+    },
+    "pt": {
+        "admin_private_only": (
+            "As visões de admin só aparecem numa conversa privada comigo: envie este comando lá."
+        ),
+        "anonymous_refused": (
+            "Não sei quem está escrevendo: esta mensagem foi enviada em nome de um grupo ou "
+            "canal (admin anônimo). Por favor, escreva como você mesmo."
+        ),
+        "internal_error_unsaved": (
+            "Desculpe, algo deu errado do meu lado e sua mensagem não foi salva. "
+            "Por favor, envie de novo."
+        ),
+        "recall_bad_query": (
+            "Não consigo buscar isso: contém caracteres de controle. Tente outras palavras."
+        ),
+        "send_failed": "O Telegram recusou parte da minha resposta, por isso ela falta aqui.",
+        "usage_estimated_note": ("* estimado: o provedor não informou o uso de algumas respostas"),
+    },
+    "id": {
+        "admin_private_only": (
+            "Tampilan admin hanya ditampilkan di obrolan pribadi dengan saya: kirim perintah "
+            "ini di sana."
+        ),
+        "anonymous_refused": (
+            "Saya tidak tahu siapa yang menulis: pesan ini dikirim atas nama grup atau kanal "
+            "(admin anonim). Silakan menulis sebagai diri sendiri."
+        ),
+        "internal_error_unsaved": (
+            "Maaf, terjadi kesalahan di pihak saya dan pesan Anda tidak tersimpan. "
+            "Silakan kirim lagi."
+        ),
+        "recall_bad_query": ("Saya tidak bisa mencari itu: ada karakter kontrol. Coba kata lain."),
+        "send_failed": "Telegram menolak sebagian balasan saya, jadi bagian itu tidak ada.",
+        "usage_estimated_note": (
+            "* perkiraan: penyedia tidak melaporkan pemakaian untuk beberapa jawaban"
+        ),
+    },
+    "tr": {
+        "admin_private_only": (
+            "Yönetici görünümleri yalnızca benimle özel sohbette gösterilir: "
+            "bu komutu orada gönder."
+        ),
+        "anonymous_refused": (
+            "Kimin yazdığını bilemiyorum: bu mesaj bir grup ya da kanal adına gönderildi "
+            "(anonim yönetici). Lütfen kendi adınla yaz."
+        ),
+        "internal_error_unsaved": (
+            "Üzgünüm, benim tarafımda bir şeyler ters gitti ve mesajın kaydedilmedi. "
+            "Lütfen yeniden gönder."
+        ),
+        "recall_bad_query": (
+            "Bunu arayamıyorum: kontrol karakterleri içeriyor. Başka kelimeler dene."
+        ),
+        "send_failed": "Telegram yanıtımın bir kısmını reddetti, o kısım burada eksik.",
+        "usage_estimated_note": ("* tahmini: sağlayıcı bazı yanıtların kullanımını bildirmedi"),
+    },
+    "ja": {
+        "admin_private_only": (
+            "管理者向けの表示は私との個人チャットでのみ表示します。そちらでこのコマンドを送ってください。"
+        ),
+        "anonymous_refused": (
+            "誰が書いているのか分かりません。このメッセージはグループまたはチャンネルの名義"
+            "（匿名管理者）で送られました。ご自身として書いてください。"
+        ),
+        "internal_error_unsaved": (
+            "申し訳ありません、こちらで問題が起き、メッセージは保存されませんでした。"
+            "もう一度送ってください。"
+        ),
+        "recall_bad_query": (
+            "それは検索できません。制御文字が含まれています。別の言葉でお試しください。"
+        ),
+        "send_failed": "Telegram が返信の一部を拒否したため、その部分が欠けています。",
+        "usage_estimated_note": "* 推定: 一部の回答について提供元から使用量の報告がありません",
+    },
+}
+for _lang, _texts in _HARDENING.items():
+    MESSAGES[_lang].update(_texts)
+
+
 def normalise_language(code: str | None) -> str:
     """Telegram sends IETF tags such as 'pt-br'; keep the primary subtag if we speak it."""
     if not code:
