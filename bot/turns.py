@@ -25,7 +25,7 @@ from models.types import (
 )
 
 if TYPE_CHECKING:
-    from bot.app import Services
+    from bot.services import Services
 
 log = structlog.get_logger("bot.turns")
 
