@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import structlog
 from telegram import Bot
 
+from bot.access import mark_message_saved
 from bot.i18n import t
 from bot.streaming import StreamingReply
 from memory.context import build_chat_messages
@@ -27,7 +28,7 @@ from models.types import (
 )
 
 if TYPE_CHECKING:
-    from bot.app import Services
+    from bot.services import Services
 
 log = structlog.get_logger("bot.turns")
 
@@ -91,6 +92,7 @@ async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> N
                 user_id=request.user_id,
                 key=request.turn_key,
             )
+            mark_message_saved()  # from here on, an error reply may say the message is saved
             if started is None:
                 log.info("turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key)
                 return

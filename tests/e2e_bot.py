@@ -23,10 +23,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bot.app import Prepared, Services, build_application, prepare, running, services_of
+from bot.app import build_application, prepare, running
 from bot.config import Settings, load_settings
 from bot.lifecycle import lifecycle_of
 from bot.memory_handlers import MEMORY_KEY, MemoryFeature
+from bot.services import Prepared, Services, services_of
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 
