@@ -18,6 +18,7 @@ from bot.memory_handlers import MEMORY_KEY, MemoryFeature, split_for_telegram
 from tests.consolidation_stack import GOOD_ARGS, KEYS, good_call
 from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram
+from tests.memory_sessions import telegram_message
 
 TOKEN = "123456:TEST-TOKEN"
 USER = 5151
@@ -25,10 +26,11 @@ STRANGER = 999
 
 
 class Bot:
-    def __init__(self, tg: FakeTelegram, app: Any, chat_provider: FakeProvider) -> None:
+    def __init__(self, tg: FakeTelegram, app: Any, providers: dict[str, FakeProvider]) -> None:
         self.tg = tg
         self.app = app
-        self.chat_provider = chat_provider
+        self.providers = providers
+        self.chat_provider = providers["openai"]
 
     @property
     def memory(self) -> MemoryFeature:
@@ -80,7 +82,7 @@ async def bot(tmp_path: Path, overrides: dict[str, Any]) -> AsyncIterator[Bot]:
     app = build_application(prepare(settings), edit_interval=0.05)
     try:
         async with running(app, poll_timeout=1):
-            yield Bot(tg, app, providers["openai"])
+            yield Bot(tg, app, providers)
     finally:
         for provider in providers.values():
             await provider.stop()
@@ -117,6 +119,24 @@ async def test_new_then_memory_reaches_the_next_session_and_the_commands(bot: Bo
     assert await bot.say("/recall 東京タワー") == "Nothing in the history matches '東京タワー'."
     assert await bot.say("/recall") == "Write what to look for, e.g. /recall postgres migration"
     assert "too long" in await bot.say("/recall " + "x" * 300)
+
+
+async def test_recall_matches_fts_syntax_and_like_wildcards_literally(bot: Bot) -> None:
+    # A real message as the saved history entry: "... image nginx:stable ada maslaah ...".
+    real = telegram_message("disable-service-gcp-ingress", 269081)
+    entry = f"[{real.at:%Y-%m-%d %H:%M}] {real.content}"
+    bot.providers["groq"].set_default("*", good_call(history_entry=entry))
+    await bot.chat("Hi")
+    await bot.say("/new")
+    await consolidated(bot)
+
+    # FTS5 would read "nginx:" as a column filter and fail; it is text to find.
+    found = await bot.say("/recall nginx:stable")
+    assert found.startswith("Best matches for 'nginx:stable'") and "nginx:stable" in found
+    # As LIKE wildcards, "%" and "_" would match every entry.
+    assert await bot.say("/recall %") == "Nothing in the history matches '%'."
+    assert await bot.say("/recall _") == "Nothing in the history matches '_'."
+    assert "nginx:stable" in await bot.say("/recall ver 5 >")
 
 
 async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
