@@ -15,6 +15,7 @@ import pytest
 from bot.app import build_application, prepare, running
 from bot.config import load_settings
 from bot.memory_handlers import MEMORY_KEY, MemoryFeature, split_for_telegram
+from bot.services import services_of
 from tests.consolidation_stack import GOOD_ARGS, KEYS, good_call
 from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram
@@ -47,9 +48,12 @@ class Bot:
         return self.tg.bot_messages(user)[before].text
 
     async def chat(self, text: str) -> None:
-        """A chat turn: wait until the streamed answer is complete."""
+        """A chat turn: wait until the streamed answer is complete and the turn is over (its
+        answer is stored just after it is shown)."""
         await self.say(text)
         await self.tg.wait_for(lambda: self.texts()[-1] == "Nice to meet you.", timeout=20)
+        turns = services_of(self.app).turns
+        await self.tg.wait_for(lambda: turns.waiting(USER) == 0, timeout=20)
 
 
 @pytest.fixture
@@ -150,9 +154,18 @@ async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
     prompt = bot.tg.bot_messages(USER)[-1]
     assert (await bot.memory.repo.get(USER)).content  # asking is not doing
 
-    # A stranger pressing the button changes nothing.
-    bot.tg.push(bot.tg.make_callback_update(USER, STRANGER, "fg:y", message_id=prompt.message_id))
-    await bot.tg.wait_for(lambda: any(c.method == "answerCallbackQuery" for c in bot.tg.calls))
+    # A stranger pressing the button changes nothing: wait for the refusal of that very press.
+    press = bot.tg.make_callback_update(USER, STRANGER, "fg:y", message_id=prompt.message_id)
+    bot.tg.push(press)
+    press_id = press["callback_query"]["id"]
+    await bot.tg.wait_for(
+        lambda: any(
+            c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == press_id
+            for c in bot.tg.calls
+        )
+    )
+    [answer] = bot.tg.calls_of("answerCallbackQuery")
+    assert str(STRANGER) in answer.params["text"]  # the refusal, not a confirmation
     assert (await bot.memory.repo.get(USER)).content
 
     bot.tg.push(bot.tg.make_callback_update(USER, USER, "fg:y", message_id=prompt.message_id))
@@ -190,8 +203,6 @@ async def test_a_long_session_is_consolidated_automatically_keeping_the_tail(bot
     for turn in range(4):
         await bot.chat(f"turn {turn}: I am Rina")
         await consolidated(bot)
-    await asyncio.sleep(0.2)  # the last answer is stored just after it is shown
-    await consolidated(bot)
     store = bot.memory.worker.store
     session = await store.active_session(USER)
     kept = await store.session_messages(session)
