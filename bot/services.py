@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from telegram.ext import Application
 
+from bot.access import RefusalThrottle
 from bot.chat_turns import ChatTurns
 from bot.config import Settings
 from bot.lifecycle import Lifecycle
@@ -73,6 +74,8 @@ class Services:
     # Operations (bot/ops_handlers.attach_operations): graceful stop, limits and budgets.
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
     guard: TurnGuard | None = None
+    # Strangers are told no at most once an hour each (bot/access.py).
+    refusals: RefusalThrottle = field(default_factory=RefusalThrottle)
 
     @classmethod
     async def open(
