@@ -108,11 +108,24 @@ class Database:
             try:
                 await _settle(self._conn.execute("BEGIN IMMEDIATE"))
                 yield self._conn
-                # Inside the try: a COMMIT can fail (SQLITE_BUSY, an I/O error, a full disk, a
-                # deferred constraint) and SQLite then leaves the transaction open. Rolled back
-                # here, the caller gets the error and the next write starts clean.
-                await _settle(self._conn.execute("COMMIT"))
             except BaseException:
+                if self._conn.in_transaction:
+                    await _settle(self._conn.execute("ROLLBACK"))
+                raise
+            try:
+                await _settle(self._conn.execute("COMMIT"))
+            except asyncio.CancelledError:
+                if self._conn.in_transaction:
+                    await _settle(self._conn.execute("ROLLBACK"))
+                    raise
+                # The COMMIT landed while the caller was being cancelled: the write happened,
+                # so the caller gets its result (a turn must know its message is stored) and
+                # the cancellation lands at its next await instead.
+                _cancel_at_next_await()
+            except BaseException:
+                # A COMMIT can fail (SQLITE_BUSY, an I/O error, a full disk, a deferred
+                # constraint) and SQLite then leaves the transaction open: roll it back, so the
+                # caller gets the error and the next write starts clean.
                 if self._conn.in_transaction:
                     await _settle(self._conn.execute("ROLLBACK"))
                 raise
@@ -140,6 +153,13 @@ class Database:
 
     async def close(self) -> None:
         await self._conn.close()
+
+
+def _cancel_at_next_await() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+        task.cancel()
 
 
 async def _settle(awaitable: Awaitable[object]) -> None:
