@@ -28,6 +28,7 @@ from models.catalog import Catalog, CatalogError, ModelEntry, load_catalog
 from models.gateways import Gateway
 
 if TYPE_CHECKING:
+    from agent.loop import AgentLoop
     from bot.limits import TurnGuard
     from models.transport import Transport
 
@@ -169,6 +170,8 @@ class Services:
     # Operations (bot/ops_handlers.attach_operations): graceful stop, limits and budgets.
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
     guard: TurnGuard | None = None
+    # The chat turn's agent loop (agent/), built in `open`.
+    agent: AgentLoop | None = None
 
     @classmethod
     async def open(
@@ -176,19 +179,34 @@ class Services:
     ) -> Services:
         # Imported here: litellm takes seconds to import, and a configuration error should
         # be reported before that.
+        from agent.loop import AgentLoop
+        from memory.chat_tools import ChatTools
         from models.transport import Transport
 
-        db = await Database.open(prepared.settings.DATABASE_PATH)
+        settings = prepared.settings
+        db = await Database.open(settings.DATABASE_PATH)
         transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
-        return cls(
-            settings=prepared.settings,
+        store = Store(db)
+        services = cls(
+            settings=settings,
             catalog=prepared.catalog,
             gateways=prepared.gateways,
             default_model=prepared.default_model,
             db=db,
-            store=Store(db),
+            store=store,
             transport=transport,
         )
+        services.agent = AgentLoop(
+            store=store,
+            transport=transport,
+            catalog=prepared.catalog,
+            tools=ChatTools(db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock),
+            # Looked up per call: the memory feature replaces `memory_text` after opening.
+            memory_text=lambda chat_id: services.memory_text(chat_id),
+            max_steps=settings.AGENT_MAX_STEPS,
+            timeout=settings.CHAT_TIMEOUT,
+        )
+        return services
 
     def available_models(self) -> list[ModelEntry]:
         return available_models(self.catalog, self.gateways)

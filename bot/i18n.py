@@ -43,6 +43,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "cancelled": "Stopped.",
         "reply_cancelled": "(stopped)",
         "answered_by": "Answered by {label} (fallback for {requested}).",
+        "receipt_remembered": "🧠 Remembered: {fact}",
+        "receipt_forgotten": "🗑 Forgotten: {fact}",
+        "agent_no_answer": "Sorry, I could not put an answer together. Please ask again.",
         "model_restarted": "{from_label} stopped answering; continuing with {to_label}.",
         "all_models_failed": (
             "Sorry, no model could answer right now ({reason}). Your message is saved; "
@@ -191,6 +194,9 @@ MESSAGES["pt"] = {
     "cancelled": "Parado.",
     "reply_cancelled": "(interrompido)",
     "answered_by": "Respondido por {label} (no lugar de {requested}).",
+    "receipt_remembered": "🧠 Memorizado: {fact}",
+    "receipt_forgotten": "🗑 Esquecido: {fact}",
+    "agent_no_answer": "Desculpe, não consegui montar uma resposta. Pergunte de novo, por favor.",
     "model_restarted": "{from_label} parou de responder; continuando com {to_label}.",
     "all_models_failed": (
         "Desculpe, nenhum modelo conseguiu responder agora ({reason}). Sua mensagem foi "
@@ -338,6 +344,9 @@ MESSAGES["id"] = {
     "cancelled": "Dihentikan.",
     "reply_cancelled": "(dihentikan)",
     "answered_by": "Dijawab oleh {label} (pengganti {requested}).",
+    "receipt_remembered": "🧠 Diingat: {fact}",
+    "receipt_forgotten": "🗑 Dilupakan: {fact}",
+    "agent_no_answer": "Maaf, saya tidak bisa menyusun jawaban. Silakan tanyakan lagi.",
     "model_restarted": "{from_label} berhenti menjawab; dilanjutkan dengan {to_label}.",
     "all_models_failed": (
         "Maaf, saat ini tidak ada model yang bisa menjawab ({reason}). Pesan Anda sudah "
@@ -489,6 +498,9 @@ MESSAGES["tr"] = {
     "cancelled": "Durduruldu.",
     "reply_cancelled": "(durduruldu)",
     "answered_by": "{label} yanıtladı ({requested} yerine).",
+    "receipt_remembered": "🧠 Hatırlandı: {fact}",
+    "receipt_forgotten": "🗑 Unutuldu: {fact}",
+    "agent_no_answer": "Üzgünüm, bir yanıt oluşturamadım. Lütfen tekrar sor.",
     "model_restarted": "{from_label} yanıt vermeyi bıraktı; {to_label} ile devam ediliyor.",
     "all_models_failed": (
         "Üzgünüm, şu anda hiçbir model yanıt veremedi ({reason}). Mesajın kaydedildi; "
@@ -633,6 +645,9 @@ MESSAGES["ja"] = {
     "cancelled": "止めました。",
     "reply_cancelled": "（中止しました）",
     "answered_by": "{label} が回答しました（{requested} の代わり）。",
+    "receipt_remembered": "🧠 記憶しました: {fact}",
+    "receipt_forgotten": "🗑 忘れました: {fact}",
+    "agent_no_answer": "すみません、回答をまとめられませんでした。もう一度質問してください。",
     "model_restarted": "{from_label} が応答しなくなったため、{to_label} で続けます。",
     "all_models_failed": (
         "申し訳ありません、今はどのモデルも回答できませんでした（{reason}）。メッセージは"
