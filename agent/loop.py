@@ -105,6 +105,7 @@ class AgentLoop:
         attempts = 0
         steps = 0
         display: list[str] = []  # what the user sees now, across rounds
+        shown_rounds: list[str] = []  # the text of each finished round since the last restart
         while True:
             entry = self.catalog.get(model_id)
             offer = self.max_steps > 0 and entry.tools
@@ -146,6 +147,7 @@ class AgentLoop:
                         answering = event.to_model
                         round_text.clear()
                         display.clear()
+                        shown_rounds.clear()
                         separate = False
                         yield event
                     elif isinstance(event, StreamDone):
@@ -171,6 +173,7 @@ class AgentLoop:
             model_id = result.model_id  # later rounds stay on the model that answered
             calls = result.tool_calls if tools and not last_round else []
             text = result.text or "".join(round_text)
+            shown_rounds.append("".join(round_text).strip())
             if not calls:
                 await self.store.add_message(
                     turn.chat_id,
@@ -182,7 +185,7 @@ class AgentLoop:
                 )
                 await self._record_usage(turn, result)
                 yield AgentDone(
-                    text="".join(display) or text,
+                    text="\n\n".join(part for part in shown_rounds if part) or text,
                     model_id=result.model_id,
                     requested_model_id=turn.model_id,
                     receipts=tuple(receipts),

@@ -92,6 +92,7 @@ class ToolCallReply:
     headers: dict[str, str] | None = None
     also: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
     chunk_chars: int = 8
+    delay: float = 0.0
 
     @property
     def arguments_text(self) -> str:
