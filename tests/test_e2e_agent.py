@@ -121,7 +121,7 @@ async def test_recall_finds_a_history_entry_of_an_earlier_session_in_cjk(tmp_pat
         assert query in shown.text and "Found it:" in shown.text
         # The tool result was framed as data, with the nonce the system prompt announces.
         tag = unframed(result["content"]) and result["content"].split("\n")[0]
-        assert f"between {tag} and </{tag[1:]}" in requests[1].system_text()
+        assert f"inside a pair of tags named {tag[1:-1]}:" in requests[1].system_text()
 
 
 async def test_recall_reads_a_closed_session_not_consolidated_yet(tmp_path: Path) -> None:
