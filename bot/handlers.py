@@ -29,9 +29,10 @@ from bot.access import (
     strip_bot_mentions,
     user_language,
 )
-from bot.app import BOT_COMMANDS, Services, services_of
+from bot.commands import BOT_COMMANDS
 from bot.i18n import t
 from bot.keyboards import is_model_callback, model_keyboard, resolve_model_callback
+from bot.services import Services, services_of
 from bot.turns import TurnRequest, run_chat_turn
 
 log = structlog.get_logger("bot.handlers")

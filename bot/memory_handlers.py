@@ -21,8 +21,9 @@ from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
 
 from bot.access import admit, say, user_language
-from bot.app import BOT_COMMANDS, Services, services_of
+from bot.commands import BOT_COMMANDS
 from bot.i18n import t
+from bot.services import Services, services_of
 from memory.consolidation import Consolidator
 from memory.jobs import ConsolidationWorker
 from memory.longterm import HistoryEntry, MemoryRepository

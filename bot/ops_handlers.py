@@ -1,5 +1,5 @@
 """Operations in the bot: /usage, /stats, the turn guard, the chat's remembered language, and
-the graceful-stop wiring (see bot/lifecycle.py).
+the graceful-stop wiring (see bot/runner.py and bot/lifecycle.py).
 
 `attach_operations` runs in post_init after the services open; `register_operations_handlers`
 adds the commands when the application is built.
@@ -15,10 +15,11 @@ from telegram.error import TelegramError
 from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler, filters
 
 from bot.access import admit, say, user_allowed, user_language
-from bot.app import BOT_COMMANDS, Services, services_of
+from bot.commands import BOT_COMMANDS
 from bot.i18n import t
 from bot.lifecycle import lifecycle_of
 from bot.limits import TurnGuard
+from bot.services import Services, services_of
 from bot.stats import build_stats_text, everyone_text, usage_text
 from memory.usage import Budgets, UsageLedger
 

@@ -19,7 +19,7 @@ from models.catalog import ModelEntry
 from models.types import Outcome, StreamRestart, TextDelta, TransportError
 
 if TYPE_CHECKING:
-    from bot.app import Services
+    from bot.services import Services
 
 log = structlog.get_logger("bot.turns")
 

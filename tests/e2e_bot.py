@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.app import Prepared, Services, build_application, prepare, running, services_of
+from bot.app import build_application, prepare, running
 from bot.config import Settings, load_settings
 from bot.lifecycle import lifecycle_of
+from bot.services import Prepared, Services, services_of
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 
