@@ -210,4 +210,11 @@ def _worker_of(application: App) -> Any:
 
 def run_bot(application: App, settings: Settings) -> None:
     """The main job (`python -m bot`): serve until SIGTERM/SIGINT, then stop gracefully."""
-    asyncio.run(serve(application, settings))
+    from bot.logging_setup import loop_exception_handler
+
+    async def main() -> None:
+        # Exceptions the loop only reports go through the same scrubbing as every log line.
+        asyncio.get_running_loop().set_exception_handler(loop_exception_handler)
+        await serve(application, settings)
+
+    asyncio.run(main())

@@ -15,6 +15,7 @@ import structlog
 from telegram.ext import Application
 
 from agent.loop import AgentLoop
+from bot.access import RefusalThrottle
 from bot.chat_turns import ChatTurns
 from bot.config import Settings
 from bot.lifecycle import Lifecycle
@@ -75,6 +76,8 @@ class Services:
     # Operations (bot/ops_handlers.attach_operations): graceful stop, limits and budgets.
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
     guard: TurnGuard | None = None
+    # Strangers are told no at most once an hour each (bot/access.py).
+    refusals: RefusalThrottle = field(default_factory=RefusalThrottle)
     # The chat turn's agent loop (agent/), built in `open`.
     agent: AgentLoop | None = None
 

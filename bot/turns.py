@@ -13,6 +13,7 @@ from telegram import Bot
 
 from agent.events import AgentDone, Receipt, ToolRound
 from agent.loop import AgentTurn
+from bot.access import mark_message_saved
 from bot.i18n import t
 from bot.streaming import StreamingReply
 from models.catalog import ModelEntry
@@ -64,6 +65,7 @@ async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> N
         stored = await services.store.add_message(
             request.chat_id, "user", request.text, user_id=request.user_id
         )
+        mark_message_saved()  # from here on, an error reply may say the message is saved
         await services.turns.run_cancellable(
             request.chat_id, _answer(services, bot, request, stored.session_id)
         )

@@ -42,6 +42,9 @@ TABLE: dict[str, tuple[Outcome, int | None, float | None]] = {
     "throttling_in_200": (Outcome.RATE_LIMIT, 200, None),
     "arrearage_in_200": (Outcome.QUOTA, 200, None),
     "gemini_429": (Outcome.RATE_LIMIT, 429, 26.0),
+    "groq_tpm_429": (Outcome.RATE_LIMIT, 429, 2.0),  # retry-after header, billing link inside
+    "groq_tpd_429": (Outcome.QUOTA, 429, 758.0),  # a daily cap: fall back, do not retry
+    "groq_413": (Outcome.BAD_REQUEST, 413, None),  # too large for TPM: no wait helps
     "empty_200": (Outcome.EMPTY, 200, None),
     "disconnect": (Outcome.UNAVAILABLE, None, None),
 }

@@ -14,7 +14,8 @@ import pytest
 
 from bot.app import build_application, prepare, running
 from bot.config import load_settings
-from bot.memory_handlers import MEMORY_KEY, MemoryFeature, split_for_telegram
+from bot.memory_handlers import MEMORY_KEY, MemoryFeature
+from bot.render import split_plain, utf16_len
 from tests.consolidation_stack import GOOD_ARGS, KEYS, good_call
 from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram
@@ -160,9 +161,9 @@ async def test_strangers_get_no_memory(bot: Bot) -> None:
 
 def test_long_memory_is_split_on_lines_under_the_limit() -> None:
     text = "\n".join(f"- fact {i} " + "ü" * 50 for i in range(300))
-    parts = split_for_telegram(text)
-    assert len(parts) > 1 and all(len(p) <= 4000 for p in parts)
-    assert "".join(parts) == text
+    parts = split_plain(text)
+    assert len(parts) > 1 and all(utf16_len(p) <= 4096 for p in parts)
+    assert "\n".join(parts) == text  # cut at line ends only
 
 
 @pytest.mark.parametrize("overrides", [{"MEMORY_WINDOW": 4, "MEMORY_KEEP_RECENT": 2}])

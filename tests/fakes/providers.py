@@ -55,6 +55,9 @@ FAULT_KINDS = (
     "throttling_in_200",
     "arrearage_in_200",
     "gemini_429",
+    "groq_tpm_429",
+    "groq_tpd_429",
+    "groq_413",
     "empty_200",
     "hang",
     "disconnect",
@@ -350,6 +353,39 @@ _GEMINI_429 = {
         ],
     }
 }
+
+# Groq, verbatim shapes from the design brief (note the billing link inside a rate limit).
+_GROQ_UPGRADE = (
+    " Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing"
+)
+
+
+def _groq_tokens_error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "tokens", "code": "rate_limit_exceeded"}}
+
+
+def _groq_tpm_429(model: str) -> dict[str, Any]:
+    return _groq_tokens_error(
+        f"Rate limit reached for model `{model}` in organization `org_x` service tier "
+        "`on_demand` on tokens per minute (TPM): Limit 12000, Used 11000, Requested 2000. "
+        "Please try again in 1.5s." + _GROQ_UPGRADE
+    )
+
+
+def _groq_tpd_429(model: str) -> dict[str, Any]:
+    return _groq_tokens_error(
+        f"Rate limit reached for model `{model}` in organization `org_x` service tier "
+        "`on_demand` on tokens per day (TPD): Limit 200000, Used 197277, Requested 4476. "
+        "Please try again in 12m37.296s." + _GROQ_UPGRADE
+    )
+
+
+def _groq_413(model: str) -> dict[str, Any]:
+    return _groq_tokens_error(
+        f"Request too large for model `{model}` in organization `org_x` service tier "
+        "`on_demand` on tokens per minute (TPM): Limit 6000, Requested 15041, please reduce "
+        "your message size and try again." + _GROQ_UPGRADE
+    )
 
 
 def _unauthorized_body(kind: str, api_key: str | None) -> dict[str, Any]:
@@ -916,6 +952,15 @@ class FakeProvider:
             return _json_response(_ARREARAGE_IN_200, status=200, headers=headers)
         if kind == "gemini_429":
             return _json_response(_GEMINI_429, status=429, headers=headers)
+        model = str(body.get("model", ""))
+        if kind == "groq_tpm_429":  # Groq rounds the wait up into its retry-after header
+            headers.setdefault("retry-after", "2")
+            return _json_response(_groq_tpm_429(model), status=429, headers=headers)
+        if kind == "groq_tpd_429":
+            headers.setdefault("retry-after", "758")
+            return _json_response(_groq_tpd_429(model), status=429, headers=headers)
+        if kind == "groq_413":
+            return _json_response(_groq_413(model), status=413, headers=headers)
         if kind == "empty_200":
             return await self._empty(request, body, stream, headers)
         if kind == "hang":
