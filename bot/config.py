@@ -69,6 +69,7 @@ class Settings(BaseSettings):
     MEMORY_KEEP_RECENT: int = Field(default=10, ge=1)
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
     SESSION_IDLE_MINUTES: float = Field(default=360.0, ge=0)  # 0 = sessions never go idle
+    AGENT_MAX_STEPS: int = Field(default=4, ge=0, le=20)
 
     # Gateways: any *_API_KEY may hold several comma-separated keys (rotated).
     OPENAI_API_KEY: KeyList = Field(default_factory=list)

@@ -4,28 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import aclosing
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import structlog
 from telegram import Bot
 
+from agent.events import AgentDone, Receipt, ToolRound
+from agent.loop import AgentTurn
 from bot.access import mark_message_saved
 from bot.i18n import t
 from bot.streaming import StreamingReply
-from memory.context import build_chat_messages
 from memory.quoting import with_quote
-from memory.store import SessionClosedError, TurnStart
-from models.types import (
-    ChatResult,
-    Outcome,
-    StreamDone,
-    StreamRestart,
-    TextDelta,
-    TransportError,
-    Usage,
-)
+from memory.store import TurnStart
+from models.catalog import ModelEntry
+from models.types import Outcome, StreamRestart, TextDelta, TransportError
 
 if TYPE_CHECKING:
     from bot.services import Services
@@ -110,10 +104,12 @@ async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> N
         await turns.join(request.chat_id, reply)
 
 
-async def _answer(services: Services, bot: Bot, request: TurnRequest, turn: TurnStart) -> None:
+async def _answer(services: Services, bot: Bot, request: TurnRequest, start: TurnStart) -> None:
+    """Turn what the agent loop yields into Telegram messages: streamed text, restart notes,
+    and at the end the formatted answer with one receipt line per memory write."""
     started = time.monotonic()
     lang = request.language
-    session_id = turn.message.session_id
+    session_id = start.message.session_id
     reply = StreamingReply(
         bot,
         request.chat_id,
@@ -122,15 +118,8 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, turn: Turn
         use_drafts=services.settings.TELEGRAM_DRAFT_STREAMING and request.private,
         message_thread_id=request.message_thread_id,
     )
-    # Independent reads, queued together: each read waits its turn for the one database lock,
-    # and under load (many chats at once) three queue passes in a row were most of the time
-    # between the update and the model request.
     try:
-        model, session, memory_text = await asyncio.gather(
-            services.chat_model(request.chat_id),
-            services.store.session_messages(session_id),
-            services.memory_text(request.chat_id),
-        )
+        model = await services.chat_model(request.chat_id)
     except asyncio.CancelledError:
         # Stopped (/cancel, or /new or /forget right after the question) before any model
         # was asked: the user still learns that this message got no answer.
@@ -138,77 +127,49 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, turn: Turn
         await reply.cancelled(t(note, lang))
         log.info("turn_finished", chat_id=request.chat_id, outcome="cancelled", attempts=0)
         return
-    now_text = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
-    messages = build_chat_messages(session, memory_text, now_text=now_text)
-
-    shown: list[str] = []
-    answering = model.id
-    result: ChatResult | None = None
+    agent = services.agent
+    assert agent is not None, "Services.open builds the agent loop"
+    done: AgentDone | None = None
     outcome = "ok"
     attempts = 0
-    answer_stored = False
     restarts = 0
+    steps = 0
     try:
         await reply.start()
-        stream = services.transport.stream(
-            model.id, messages, timeout=services.settings.CHAT_TIMEOUT
-        )
-        async for event in stream:
-            if isinstance(event, TextDelta):
-                shown.append(event.text)
-                await reply.append(event.text)
-            elif isinstance(event, StreamRestart):
-                shown.clear()
-                restarts += 1
-                answering = event.to_model
-                await reply.restart(
-                    t(
-                        "model_restarted",
-                        lang,
-                        from_label=services.label(event.from_model),
-                        to_label=services.label(event.to_model),
+        turn = AgentTurn(request.chat_id, request.user_id, session_id, model.id)
+        # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
+        # what the user saw of the round.
+        async with aclosing(agent.run(turn)) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    await reply.append(event.text)
+                elif isinstance(event, StreamRestart):
+                    restarts += 1
+                    await reply.restart(
+                        t(
+                            "model_restarted",
+                            lang,
+                            from_label=services.label(event.from_model),
+                            to_label=services.label(event.to_model),
+                        )
                     )
-                )
-            elif isinstance(event, StreamDone):
-                result = event.result
-        if result is None:  # the transport always ends with StreamDone; be safe anyway
-            raise TransportError("stream ended without a result", [])
-        attempts = len(result.attempts)
-        text = result.text or "".join(shown)
-        answer_stored = True  # stored, or refused for good: never stored twice
-        await _store_answer(
-            services,
-            request.chat_id,
-            text,
-            model_id=result.model_id,
-            usage=result.usage,
-            session_id=session_id,
-        )
-        await services.store.record_usage(
-            request.chat_id, request.user_id, result.model_id, "chat", result.usage
-        )
-        notes = []
-        if result.model_id != model.id:
-            notes.append(
-                t(
-                    "answered_by",
-                    lang,
-                    label=services.label(result.model_id),
-                    requested=model.label,
-                )
-            )
-        if turn.idle_closed_session_id is not None:
-            notes.append(t("idle_new_session", lang))
-        await reply.finish(text, footer="\n".join(notes) or None)
+                elif isinstance(event, ToolRound):
+                    steps = event.step
+                elif isinstance(event, AgentDone):
+                    done = event
+        if done is None:  # the loop always ends with AgentDone; be safe anyway
+            raise TransportError("the agent loop ended without an answer", [])
+        attempts = done.attempts
+        text = done.text.strip() or t("agent_no_answer", lang)
+        footer = _footer(services, done, model, lang)
+        if start.idle_closed_session_id is not None:
+            idle = t("idle_new_session", lang)
+            footer = f"{footer}\n{idle}" if footer else idle
+        await reply.finish(text, footer=footer)
     except asyncio.CancelledError:
         outcome = "cancelled"
-        partial = "".join(shown)
-        if partial and not answer_stored:
-            # Keep what the user saw, so the next turn's context matches the chat on screen.
-            await _store_answer(
-                services, request.chat_id, partial, model_id=answering, session_id=session_id
-            )
-        # Cut off by a stop of the bot (after the grace period) or by the user's /cancel.
+        # Cut off by a stop of the bot (after the grace period) or by the user's /cancel; the
+        # loop has stored what the user saw.
         note = "reply_interrupted" if services.lifecycle.closing else "reply_cancelled"
         await reply.cancelled(t(note, lang))
     except TransportError as exc:
@@ -222,15 +183,16 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, turn: Turn
         )
         await reply.fail(t("all_models_failed", lang, reason=failure_reason(exc, lang)))
     finally:
-        usage = result.usage if result else None
+        usage = done.usage if done else None
         log.info(
             "turn_finished",
             chat_id=request.chat_id,
             outcome=outcome,
             model_requested=model.id,
-            model_answered=result.model_id if result else None,
+            model_answered=done.model_id if done else None,
             attempts=attempts,
             restarts=restarts,
+            tool_rounds=done.steps if done else steps,
             latency_ms=round((time.monotonic() - started) * 1000),
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
@@ -238,26 +200,17 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, turn: Turn
         )
 
 
-async def _store_answer(
-    services: Services,
-    chat_id: int,
-    text: str,
-    *,
-    model_id: str,
-    session_id: int,
-    usage: Usage | None = None,
-) -> None:
-    """Store the answer next to its question, unless that session no longer takes messages.
+def receipt_line(receipt: Receipt, lang: str | None) -> str:
+    """The bot's own words for a memory write, from the executed tool call."""
+    key = "receipt_remembered" if receipt.kind == "remembered" else "receipt_forgotten"
+    fact = receipt.text if len(receipt.text) <= 300 else receipt.text[:299] + "…"
+    return t(key, lang, fact=fact)
 
-    That happens only when /new or /forget closed the session while this reply was being
-    written and the cancel did not reach it in time, and the closed session's consolidation
-    has already started (or /forget deleted it). The answer is then *not* stored: in a closed,
-    consolidated session it would never be consolidated nor forgotten, and in the new session
-    it would be an answer without its question. The user has already seen it.
-    """
-    try:
-        await services.store.add_message(
-            chat_id, "assistant", text, model_id=model_id, usage=usage, session_id=session_id
+
+def _footer(services: Services, done: AgentDone, model: ModelEntry, lang: str | None) -> str | None:
+    lines = [receipt_line(r, lang) for r in done.receipts]
+    if done.model_id != model.id:
+        lines.append(
+            t("answered_by", lang, label=services.label(done.model_id), requested=model.label)
         )
-    except SessionClosedError:
-        log.warning("answer_not_stored_session_closed", chat_id=chat_id, session_id=session_id)
+    return "\n".join(lines) or None

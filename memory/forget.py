@@ -1,9 +1,10 @@
 """/forget: everything the bot keeps about what a chat said, gone in one transaction.
 
-What goes: the long-term memory (including facts a chat tool wrote into it), every history
-entry, every consolidation job not yet done (pending and running), the stored messages of
-closed sessions not yet consolidated, and the current session's messages. What stays: the
-chat's settings (model, language) and the usage ledger (tokens and cost, no content).
+What goes: the long-term memory (including facts a chat tool wrote into it, and the
+`memory_edits` log of those writes), every history entry, every consolidation job not yet
+done (pending and running), the stored messages of closed sessions not yet consolidated, and
+the current session's messages. What stays: the chat's settings (model, language) and the
+usage ledger (tokens and cost, no content).
 
 Why it cannot come back:
 - A running consolidation read messages that no longer exist and a memory version that no
@@ -54,6 +55,8 @@ async def forget_chat_in(conn: aiosqlite.Connection, chat_id: int, now: str) -> 
     history = await _count(
         conn, "DELETE FROM history_entries WHERE chat_id = ? RETURNING id", chat_id
     )
+    # Facts the chat tools wrote or removed, kept for a consolidation to replay: gone too.
+    await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
     jobs = await _count(
         conn,
         "DELETE FROM consolidation_jobs WHERE chat_id = ? AND state != 'done' RETURNING id",
