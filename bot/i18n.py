@@ -755,3 +755,230 @@ def t(key: str, lang: str | None = None, **values: object) -> str:
     language = normalise_language(lang)
     template = MESSAGES.get(language, {}).get(key) or MESSAGES["en"][key]
     return template.format(**values) if values else template
+
+
+# Media: voice notes, photos, documents (issue 11). Kept together so the keys travel as one.
+_MEDIA_MESSAGES: dict[str, dict[str, str]] = {
+    "en": {
+        "usage_purpose_transcription": "transcription",
+        "voice_too_long": (
+            "This recording is {seconds} s long; I transcribe up to {limit} s. "
+            "Please send a shorter one."
+        ),
+        "file_too_big": "This file is {size}; I can read files up to {limit}.",
+        "transcript_heading": "🎙 Transcript:",
+        "transcript_empty": "I could not make out any words in this recording.",
+        "transcription_failed": (
+            "I could not transcribe this recording ({reason}). It is kept: tap Retry, "
+            "or send it again later."
+        ),
+        "retry_button": "Retry",
+        "retry_gone": "This recording was already handled or is no longer available.",
+        "download_failed": "I could not download this file from Telegram. Please send it again.",
+        "vision_unsupported": (
+            "{label} cannot see images. Models that can: {models}. Tap one below to switch, "
+            "then send the photo again."
+        ),
+        "vision_none": "None of the available models can see images, so I cannot read photos.",
+        "document_unsupported": (
+            "I cannot read this kind of file ({name}). I read PDF, plain text, markdown, code "
+            "and CSV files."
+        ),
+        "document_no_text": (
+            "This PDF has no text layer (it looks like scanned pages or images), so there is "
+            "nothing I can read in it. Send the text itself, or photos of the pages."
+        ),
+        "document_unreadable": "I could not read this PDF: it is damaged or password-protected.",
+        "document_binary": "This file does not look like text, so I cannot read it.",
+        "document_empty": "This file is empty.",
+        "document_trimmed": (
+            "Note: {name} is long. I read about {kept} of its {total} tokens; "
+            "the middle part was cut."
+        ),
+        "text_only": (
+            "Sorry, I cannot read this kind of message. I read text, voice messages, photos "
+            "and documents (PDF, text, code, CSV)."
+        ),
+    },
+    "pt": {
+        "usage_purpose_transcription": "transcrição",
+        "voice_too_long": (
+            "Esta gravação tem {seconds} s; eu transcrevo até {limit} s. "
+            "Envie uma mais curta, por favor."
+        ),
+        "file_too_big": "Este arquivo tem {size}; consigo ler arquivos de até {limit}.",
+        "transcript_heading": "🎙 Transcrição:",
+        "transcript_empty": "Não consegui distinguir nenhuma palavra nesta gravação.",
+        "transcription_failed": (
+            "Não consegui transcrever esta gravação ({reason}). Ela foi guardada: toque em "
+            "Tentar de novo, ou envie-a novamente mais tarde."
+        ),
+        "retry_button": "Tentar de novo",
+        "retry_gone": "Esta gravação já foi tratada ou não está mais disponível.",
+        "download_failed": "Não consegui baixar este arquivo do Telegram. Envie-o novamente.",
+        "vision_unsupported": (
+            "{label} não consegue ver imagens. Modelos que conseguem: {models}. Toque em um "
+            "abaixo para trocar e envie a foto de novo."
+        ),
+        "vision_none": "Nenhum dos modelos disponíveis vê imagens, então não consigo ler fotos.",
+        "document_unsupported": (
+            "Não consigo ler este tipo de arquivo ({name}). Leio PDF, texto simples, markdown, "
+            "código e CSV."
+        ),
+        "document_no_text": (
+            "Este PDF não tem camada de texto (parecem páginas digitalizadas ou imagens), então "
+            "não há nada que eu possa ler nele. Envie o próprio texto ou fotos das páginas."
+        ),
+        "document_unreadable": (
+            "Não consegui ler este PDF: ele está danificado ou protegido por senha."
+        ),
+        "document_binary": "Este arquivo não parece ser texto, então não consigo lê-lo.",
+        "document_empty": "Este arquivo está vazio.",
+        "document_trimmed": (
+            "Observação: {name} é longo. Li cerca de {kept} dos seus {total} tokens; "
+            "a parte do meio foi cortada."
+        ),
+        "text_only": (
+            "Desculpe, não consigo ler este tipo de mensagem. Leio texto, mensagens de voz, "
+            "fotos e documentos (PDF, texto, código, CSV)."
+        ),
+    },
+    "id": {
+        "usage_purpose_transcription": "transkripsi",
+        "voice_too_long": (
+            "Rekaman ini berdurasi {seconds} dtk; saya mentranskripsi hingga {limit} dtk. "
+            "Silakan kirim yang lebih pendek."
+        ),
+        "file_too_big": "Ukuran file ini {size}; saya bisa membaca file hingga {limit}.",
+        "transcript_heading": "🎙 Transkrip:",
+        "transcript_empty": "Saya tidak dapat menangkap kata apa pun dalam rekaman ini.",
+        "transcription_failed": (
+            "Saya tidak dapat mentranskripsi rekaman ini ({reason}). Rekaman disimpan: ketuk "
+            "Coba lagi, atau kirim ulang nanti."
+        ),
+        "retry_button": "Coba lagi",
+        "retry_gone": "Rekaman ini sudah ditangani atau tidak tersedia lagi.",
+        "download_failed": (
+            "Saya tidak dapat mengunduh file ini dari Telegram. Silakan kirim ulang."
+        ),
+        "vision_unsupported": (
+            "{label} tidak dapat melihat gambar. Model yang bisa: {models}. Ketuk salah satu di "
+            "bawah untuk beralih, lalu kirim fotonya lagi."
+        ),
+        "vision_none": (
+            "Tidak ada model tersedia yang dapat melihat gambar, jadi saya tidak bisa membaca foto."
+        ),
+        "document_unsupported": (
+            "Saya tidak dapat membaca jenis file ini ({name}). Saya membaca PDF, teks biasa, "
+            "markdown, kode, dan CSV."
+        ),
+        "document_no_text": (
+            "PDF ini tidak memiliki lapisan teks (tampaknya hasil pindaian atau gambar), jadi "
+            "tidak ada yang bisa saya baca. Kirim teksnya langsung, atau foto halamannya."
+        ),
+        "document_unreadable": (
+            "Saya tidak dapat membaca PDF ini: file rusak atau dilindungi kata sandi."
+        ),
+        "document_binary": "File ini tidak tampak seperti teks, jadi saya tidak bisa membacanya.",
+        "document_empty": "File ini kosong.",
+        "document_trimmed": (
+            "Catatan: {name} panjang. Saya membaca sekitar {kept} dari {total} token; "
+            "bagian tengahnya dipotong."
+        ),
+        "text_only": (
+            "Maaf, saya tidak dapat membaca jenis pesan ini. Saya membaca teks, pesan suara, "
+            "foto, dan dokumen (PDF, teks, kode, CSV)."
+        ),
+    },
+    "tr": {
+        "usage_purpose_transcription": "yazıya dökme",
+        "voice_too_long": (
+            "Bu kayıt {seconds} sn uzunluğunda; en fazla {limit} sn yazıya dökebiliyorum. "
+            "Lütfen daha kısa bir kayıt gönderin."
+        ),
+        "file_too_big": "Bu dosya {size}; en fazla {limit} boyutundaki dosyaları okuyabilirim.",
+        "transcript_heading": "🎙 Döküm:",
+        "transcript_empty": "Bu kayıtta hiçbir kelime seçemedim.",
+        "transcription_failed": (
+            "Bu kaydı yazıya dökemedim ({reason}). Kayıt saklandı: Tekrar dene'ye dokunun "
+            "ya da daha sonra yeniden gönderin."
+        ),
+        "retry_button": "Tekrar dene",
+        "retry_gone": "Bu kayıt zaten işlendi ya da artık mevcut değil.",
+        "download_failed": "Bu dosyayı Telegram'dan indiremedim. Lütfen yeniden gönderin.",
+        "vision_unsupported": (
+            "{label} görüntüleri göremez. Görebilen modeller: {models}. Geçmek için aşağıdan "
+            "birine dokunun, sonra fotoğrafı yeniden gönderin."
+        ),
+        "vision_none": (
+            "Mevcut modellerin hiçbiri görüntü göremiyor, bu yüzden fotoğrafları okuyamıyorum."
+        ),
+        "document_unsupported": (
+            "Bu tür bir dosyayı okuyamıyorum ({name}). PDF, düz metin, markdown, kod ve CSV "
+            "dosyalarını okurum."
+        ),
+        "document_no_text": (
+            "Bu PDF'in metin katmanı yok (taranmış sayfalar ya da görüntüler gibi görünüyor), "
+            "bu yüzden okuyabileceğim bir şey yok. Metnin kendisini ya da sayfaların "
+            "fotoğraflarını gönderin."
+        ),
+        "document_unreadable": "Bu PDF'i okuyamadım: dosya bozuk ya da parola korumalı.",
+        "document_binary": "Bu dosya metne benzemiyor, bu yüzden okuyamıyorum.",
+        "document_empty": "Bu dosya boş.",
+        "document_trimmed": (
+            "Not: {name} uzun. {total} token'ın yaklaşık {kept} kadarını okudum; "
+            "orta kısım kesildi."
+        ),
+        "text_only": (
+            "Üzgünüm, bu tür bir mesajı okuyamıyorum. Metin, sesli mesaj, fotoğraf ve belge "
+            "(PDF, metin, kod, CSV) okurum."
+        ),
+    },
+    "ja": {
+        "usage_purpose_transcription": "文字起こし",
+        "voice_too_long": (
+            "この録音は {seconds} 秒あります。文字起こしできるのは {limit} 秒までです。"
+            "もっと短いものを送ってください。"
+        ),
+        "file_too_big": "このファイルは {size} です。読めるのは {limit} までのファイルです。",
+        "transcript_heading": "🎙 文字起こし:",
+        "transcript_empty": "この録音からは言葉を聞き取れませんでした。",
+        "transcription_failed": (
+            "この録音を文字起こしできませんでした（{reason}）。録音は保存してあります。"
+            "「再試行」を押すか、あとでもう一度送ってください。"
+        ),
+        "retry_button": "再試行",
+        "retry_gone": "この録音はすでに処理済みか、もう利用できません。",
+        "download_failed": (
+            "Telegram からこのファイルをダウンロードできませんでした。もう一度送ってください。"
+        ),
+        "vision_unsupported": (
+            "{label} は画像を見られません。画像を見られるモデル: {models}。下のボタンで"
+            "切り替えてから、写真をもう一度送ってください。"
+        ),
+        "vision_none": "利用できるモデルはどれも画像を見られないため、写真は読めません。",
+        "document_unsupported": (
+            "この種類のファイル（{name}）は読めません。読めるのは PDF、テキスト、Markdown、"
+            "コード、CSV です。"
+        ),
+        "document_no_text": (
+            "この PDF にはテキストレイヤーがありません（スキャンしたページや画像のようです）。"
+            "読める内容がないため、テキストそのものか、ページの写真を送ってください。"
+        ),
+        "document_unreadable": (
+            "この PDF は読めませんでした。壊れているか、パスワードで保護されています。"
+        ),
+        "document_binary": "このファイルはテキストではないようなので、読めません。",
+        "document_empty": "このファイルは空です。",
+        "document_trimmed": (
+            "注: {name} は長いため、{total} トークンのうち約 {kept} トークンを読みました。"
+            "中間部分は省略しています。"
+        ),
+        "text_only": (
+            "すみません、この種類のメッセージは読めません。読めるのはテキスト、"
+            "ボイスメッセージ、写真、文書（PDF、テキスト、コード、CSV）です。"
+        ),
+    },
+}
+for _lang, _texts in _MEDIA_MESSAGES.items():
+    MESSAGES[_lang].update(_texts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -14,8 +15,10 @@ from telegram import Bot
 from bot.i18n import t
 from bot.streaming import StreamingReply
 from memory.context import build_chat_messages
+from memory.store import StoredMessage
 from models.types import (
     ChatResult,
+    Message,
     Outcome,
     StreamDone,
     StreamRestart,
@@ -40,6 +43,28 @@ class TurnRequest:
     reply_to_message_id: int | None
     private: bool
     message_thread_id: int | None = None
+    # How the message came if not as text (kind, Telegram file id, caption): stored with it.
+    media: dict[str, object] | None = None
+    # A photo for this turn only, as a data URL: sent as an image part, never stored.
+    image_url: str | None = None
+
+
+Prepare = Callable[[TurnRequest], Awaitable[TurnRequest | None]]
+OnStored = Callable[[StoredMessage], Awaitable[None]]
+
+
+def with_image(messages: list[Message], image_url: str) -> list[Message]:
+    """The prompt with the last user message carrying the photo as an image part."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.get("role") == "user":
+            text = message.get("content") or ""
+            parts = [
+                {"type": "text", "text": text},
+                {"type": "image_url", "image_url": {"url": image_url}},
+            ]
+            return [*messages[:index], {**message, "content": parts}, *messages[index + 1 :]]
+    return messages
 
 
 def failure_reason(error: TransportError, lang: str | None) -> str:
@@ -56,19 +81,42 @@ def failure_reason(error: TransportError, lang: str | None) -> str:
     return t(known.get(outcome, "reason_other"), lang) if outcome else t("reason_other", lang)
 
 
-async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> None:
+async def run_chat_turn(
+    services: Services,
+    bot: Bot,
+    request: TurnRequest,
+    *,
+    prepare: Prepare | None = None,
+    on_stored: OnStored | None = None,
+) -> None:
     """Store the user's message, stream the model's answer into Telegram, store the answer.
 
     The user's message is written before any model is called, so an outage, a crash or a
     /cancel never loses it. Serialised per chat; the streaming part is cancellable.
+
+    `prepare` runs inside the chat's turn, before anything is stored: a voice note is
+    transcribed there, so it is answered in the order it was sent. It returns the request to
+    store and answer, or None when there is nothing to answer (it has told the user why).
+    `on_stored` is told the stored user message (a voice note's inbox row points at it).
     """
     # While the bot is stopping, a turn that has not started is held back (see bot/lifecycle).
     async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as admitted:
         if not admitted:
             return  # held: handled after the restart
+        if prepare is not None:
+            prepared = await prepare(request)
+            if prepared is None:
+                return
+            request = prepared
         stored = await services.store.add_message(
-            request.chat_id, "user", request.text, user_id=request.user_id
+            request.chat_id,
+            "user",
+            request.text,
+            user_id=request.user_id,
+            media=request.media,
         )
+        if on_stored is not None:
+            await on_stored(stored)
         await services.turns.run_cancellable(
             request.chat_id, _answer(services, bot, request, stored.session_id)
         )
@@ -87,6 +135,8 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
     )
     now_text = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
     messages = build_chat_messages(session, memory_text, now_text=now_text)
+    if request.image_url is not None:
+        messages = with_image(messages, request.image_url)
 
     reply = StreamingReply(
         bot,
