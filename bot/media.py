@@ -31,10 +31,18 @@ from telegram.constants import ChatType, ParseMode
 from telegram.error import TelegramError
 from telegram.ext import ContextTypes
 
-from bot.access import admit, is_addressed_to_bot, is_group, say, strip_bot_mentions, user_language
-from bot.app import Services, services_of
+from bot.access import (
+    admit,
+    clean_text,
+    is_addressed_to_bot,
+    is_group,
+    say,
+    strip_bot_mentions,
+    user_language,
+)
 from bot.i18n import t
 from bot.keyboards import model_keyboard
+from bot.services import Services, services_of
 from bot.turns import TurnRequest, failure_reason, run_chat_turn
 from memory.documents import DocumentError, document_kind, extract_text
 from memory.media_inbox import InboxItem, MediaInbox
@@ -126,7 +134,7 @@ async def media_message(update: Update, context: Context) -> None:
     if group and not is_addressed_to_bot(message, bot.username, bot.id):
         return
     services = _services(context)
-    if not await admit(update, services.settings):
+    if not await admit(update, services.settings, refusals=services.refusals):
         return
     lang = user_language(update)
     incoming = incoming_media(message)
@@ -149,6 +157,7 @@ async def media_message(update: Update, context: Context) -> None:
     caption = message.caption or ""
     if group and caption:
         caption = strip_bot_mentions(message, bot.username, bot.id)
+    caption = clean_text(caption)
     request = TurnRequest(
         chat_id=message.chat_id,
         user_id=user.id,
@@ -372,7 +381,9 @@ async def retry_callback(update: Update, context: Context) -> None:
     """The Retry button of a failed transcription: the same checks, then the same turn."""
     query = update.callback_query
     services = _services(context)
-    if query is None or not await admit(update, services.settings, addressed=False):
+    if query is None or not await admit(
+        update, services.settings, addressed=False, refusals=services.refusals
+    ):
         return
     lang = user_language(update)
     message = query.message

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import structlog
 from telegram import Bot
 
+from bot.access import mark_message_saved
 from bot.i18n import t
 from bot.streaming import StreamingReply
 from memory.context import build_chat_messages
@@ -27,7 +28,7 @@ from models.types import (
 )
 
 if TYPE_CHECKING:
-    from bot.app import Services
+    from bot.services import Services
 
 log = structlog.get_logger("bot.turns")
 
@@ -115,6 +116,7 @@ async def run_chat_turn(
             user_id=request.user_id,
             media=request.media,
         )
+        mark_message_saved()  # from here on, an error reply may say the message is saved
         if on_stored is not None:
             await on_stored(stored)
         await services.turns.run_cancellable(

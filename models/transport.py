@@ -585,6 +585,7 @@ class _CallPlan:
             result.status_code,
             latency_s=round(self.t._clock() - slot.started, 4),
             retry_after_s=result.retry_after_s,
+            refused_param=result.refused_param,
         )
         self.attempts.append(attempt)
         log.warning(
@@ -618,6 +619,25 @@ class _CallPlan:
             if self._other_key_usable(state, entry):
                 return
             self._advance()
+            return
+        if outcome is Outcome.QUOTA and result.per_model:
+            # A daily cap of this model (Groq's TPD): the key serves the gateway's other models
+            # meanwhile; this one rests until the provider says it resets.
+            rest = (
+                result.retry_after_s if result.retry_after_s is not None else self.t.quota_cooldown
+            )
+            if state.keys.cool(slot.key_index, rest, "daily_limit", model=entry.wire_name):
+                log.warning(
+                    "api_key_model_daily_limit",
+                    gateway=entry.gateway,
+                    model=entry.id,
+                    key_position=slot.key_index,
+                    detail=result.detail,
+                    cooldown_s=round(rest, 1),
+                )
+            self.excluded_keys.add(slot.key_index)
+            if not self._other_key_usable(state, entry):
+                self._advance()
             return
         if outcome is Outcome.QUOTA:
             if state.keys.cool(slot.key_index, self.t.quota_cooldown, "quota"):
