@@ -50,7 +50,7 @@ class InboxItem:
 
 
 class MediaInbox:
-    """The `media_inbox` table (see migrations/0005_media.sql)."""
+    """The `media_inbox` table (see migrations/0006_media.sql)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db

@@ -46,6 +46,8 @@ class ModelEntry:
     input_price_per_mtok: float = 0.0
     output_price_per_mtok: float = 0.0
     context_window: int = 128_000
+    # False: the model cannot call tools; chat turns offer it none (memory tools included).
+    tools: bool = True
     vision: bool = False
     kind: str = "chat"
     price_per_second: float = 0.0
@@ -192,6 +194,8 @@ class Catalog:
                 )
             if entry.input_price_per_mtok < 0 or entry.output_price_per_mtok < 0:
                 raise CatalogError(f"model {entry.id!r}: prices must not be negative")
+            if not isinstance(entry.tools, bool):
+                raise CatalogError(f"model {entry.id!r}: tools must be true or false")
             if entry.context_window <= 0:
                 raise CatalogError(f"model {entry.id!r}: context_window must be positive")
             if entry.price_per_second < 0:

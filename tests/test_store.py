@@ -225,8 +225,8 @@ def test_a_failed_open_does_not_keep_the_process_alive(tmp_path: Path) -> None:
 
 
 async def test_media_migration_keeps_usage_rows_and_adds_transcription(tmp_path: Path) -> None:
-    """0005 rebuilds `usage` (a CHECK cannot be altered in place): rows written before it stay,
-    with their ids, and the new purpose and audio seconds are accepted after it."""
+    """The media migration rebuilds `usage` (a CHECK cannot be altered in place): rows written
+    before it stay, with their ids, and the new purpose and audio seconds are accepted after."""
     folder = tmp_path / "migrations"
     folder.mkdir()
     numbered = discover_migrations()
@@ -237,7 +237,7 @@ async def test_media_migration_keeps_usage_rows_and_adds_transcription(tmp_path:
     path = tmp_path / "old.sqlite3"
     old = await Database.open(path, migrations=folder)
     try:
-        async with old.transaction() as conn:  # a row as the code before 0005 wrote it
+        async with old.transaction() as conn:  # a row as the code before it wrote it
             await conn.execute(
                 "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
                 "completion_tokens, cost_usd, created_at) "
@@ -246,7 +246,7 @@ async def test_media_migration_keeps_usage_rows_and_adds_transcription(tmp_path:
     finally:
         await old.close()
 
-    db = await Database.open(path)  # every migration, 0005 included
+    db = await Database.open(path)  # every migration, the media one included
     try:
         await _check_media_schema(db)
     finally:

@@ -1,4 +1,4 @@
--- 0005: media (voice notes, photos, documents). Never edit once landed; add a new numbered file.
+-- 0006: media (voice notes, photos, documents). Never edit once landed; add a new numbered file.
 
 -- What a user message was sent as, when it was not plain text: JSON such as
 -- {"kind": "voice", "file_id": ..., "file_unique_id": ..., "duration": 7} or
