@@ -15,7 +15,8 @@ costs what it really cost. A cancel keeps the text the user saw of the current r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -24,7 +25,7 @@ import structlog
 
 from agent.events import AgentDone, AgentEvent, ToolRound
 from memory.chat_tools import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
-from memory.context import Framing, build_prompt
+from memory.context import Framing, build_prompt, with_image
 from memory.store import SessionClosedError, Store
 from models.catalog import Catalog
 from models.types import (
@@ -55,7 +56,7 @@ class StreamingClient(Protocol):
         timeout: float,
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
-    ) -> AsyncIterator[StreamEvent]: ...
+    ) -> AsyncGenerator[StreamEvent, None]: ...
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class AgentTurn:
     user_id: int | None
     session_id: int
     model_id: str
+    # A photo sent with this turn's message (data URL): an image part of that message in every
+    # round's prompt; never stored, later turns see the stored "[photo: caption]".
+    image_url: str | None = None
 
 
 class AgentLoop:
@@ -122,6 +126,9 @@ class AgentLoop:
                 tools=tools,
                 context_window=self.context_window(model_id),
             )
+            messages = prompt.messages
+            if turn.image_url is not None:
+                messages = with_image(messages, turn.image_url)
             round_text: list[str] = []
             separate = bool(display)
             result: ChatResult | None = None
@@ -129,29 +136,32 @@ class AgentLoop:
             try:
                 stream = self.transport.stream(
                     model_id,
-                    prompt.messages,
+                    messages,
                     timeout=self.timeout,
                     tools=tools,
                     tool_choice="none" if tools and last_round else None,
                 )
-                async for event in stream:
-                    if isinstance(event, TextDelta):
-                        if separate:
+                # aclosing: when we are closed at a yield, the transport's stream is closed
+                # right away too (its request ends now, not at garbage collection).
+                async with aclosing(stream):
+                    async for event in stream:
+                        if isinstance(event, TextDelta):
+                            if separate:
+                                separate = False
+                                display.append("\n\n")
+                                yield TextDelta("\n\n")
+                            round_text.append(event.text)
+                            display.append(event.text)
+                            yield event
+                        elif isinstance(event, StreamRestart):
+                            answering = event.to_model
+                            round_text.clear()
+                            display.clear()
+                            shown_rounds.clear()
                             separate = False
-                            display.append("\n\n")
-                            yield TextDelta("\n\n")
-                        round_text.append(event.text)
-                        display.append(event.text)
-                        yield event
-                    elif isinstance(event, StreamRestart):
-                        answering = event.to_model
-                        round_text.clear()
-                        display.clear()
-                        shown_rounds.clear()
-                        separate = False
-                        yield event
-                    elif isinstance(event, StreamDone):
-                        result = event.result
+                            yield event
+                        elif isinstance(event, StreamDone):
+                            result = event.result
             except (asyncio.CancelledError, GeneratorExit):
                 # Cancelled inside the stream, or closed by the caller (cancelled while it
                 # handled a piece we yielded): either way the round ends here.

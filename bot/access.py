@@ -233,3 +233,15 @@ def strip_bot_mentions(message: Message, bot_username: str, bot_id: int) -> str:
 def _utf16_slice(text: str, offset: int, length: int) -> str:
     units = text.encode("utf-16-le")
     return units[offset * 2 : (offset + length) * 2].decode("utf-16-le", errors="replace")
+
+
+def quoted_text(message: Message) -> str | None:
+    """The text the user replied to: the part they quoted (Telegram's `quote`), else the whole
+    replied-to message's text or caption. None for a plain message, and for the implicit
+    "reply" to the topic-creation message that every message in a forum topic carries."""
+    if message.quote is not None and message.quote.text:
+        return message.quote.text
+    replied = message.reply_to_message
+    if replied is None or replied.forum_topic_created is not None:
+        return None
+    return replied.text or replied.caption or None

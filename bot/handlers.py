@@ -1,4 +1,4 @@
-"""Telegram handlers: commands, chat text, non-text messages, /model callbacks.
+"""Telegram handlers: commands, chat text, /model callbacks; media lives in bot/media.py.
 
 Every handler runs the access check first, so a stranger costs no model call and leaves no row
 in the database. Handlers only translate updates into calls on `Services` and `bot.turns`.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from telegram import Message, Update
+from telegram import Update
 from telegram.constants import ChatType
 from telegram.error import TelegramError
 from telegram.ext import (
@@ -27,6 +27,7 @@ from bot.access import (
     is_addressed_to_bot,
     is_group,
     message_saved,
+    quoted_text,
     say,
     strip_bot_mentions,
     user_language,
@@ -34,6 +35,7 @@ from bot.access import (
 from bot.commands import BOT_COMMANDS
 from bot.i18n import t
 from bot.keyboards import is_model_callback, model_keyboard, resolve_model_callback
+from bot.media import RETRY_PREFIX, media_message, retry_callback
 from bot.services import Services, services_of
 from bot.turns import TurnRequest, run_chat_turn
 
@@ -204,18 +206,6 @@ async def chat_message(update: Update, context: Context) -> None:
     await run_chat_turn(_services(context), bot, request)
 
 
-def quoted_text(message: Message) -> str | None:
-    """The text the user replied to: the part they quoted (Telegram's `quote`), else the whole
-    replied-to message's text or caption. None for a plain message, and for the implicit
-    "reply" to the topic-creation message that every message in a forum topic carries."""
-    if message.quote is not None and message.quote.text:
-        return message.quote.text
-    replied = message.reply_to_message
-    if replied is None or replied.forum_topic_created is not None:
-        return None
-    return replied.text or replied.caption or None
-
-
 def _continues_split_message(update: Update, context: Context) -> bool:
     """A later part of a client-split message: only the first part carries the @mention, so
     in a group a part is ours when the same user's first part addressed the bot and its
@@ -225,19 +215,6 @@ def _continues_split_message(update: Update, context: Context) -> bool:
     if message is None or user is None or guard is None:
         return False
     return guard.joiner.leader_ref((message.chat_id, user.id)) is not None
-
-
-async def non_text_message(update: Update, context: Context) -> None:
-    """Photos, stickers, voice, documents…: say politely that only text is read."""
-    message = update.effective_message
-    if message is None:
-        return
-    bot = context.bot
-    if is_group(message) and not is_addressed_to_bot(message, bot.username, bot.id):
-        return
-    if not await _admit(update, context):
-        return
-    await say(message, t("text_only", user_language(update)))
 
 
 def _known_commands(application: Application[Any, Any, Any, Any, Any, Any]) -> set[str]:
@@ -300,11 +277,14 @@ def register_handlers(application: Application[Any, Any, Any, Any, Any, Any]) ->
     application.add_handler(
         MessageHandler(new_messages & filters.COMMAND, unknown_command), group=UNKNOWN_GROUP
     )
-    # Anything else a user can send (service messages such as "X joined" are not answered).
+    # Anything else a user can send (service messages such as "X joined" are not answered):
+    # voice, audio, video notes, photos and documents are read (bot/media.py); the rest get a
+    # polite line saying what the bot reads.
     application.add_handler(
         MessageHandler(
             new_messages & ~filters.TEXT & ~filters.StatusUpdate.ALL,
-            non_text_message,
+            media_message,
         )
     )
+    application.add_handler(CallbackQueryHandler(retry_callback, pattern=f"^{RETRY_PREFIX}"))
     application.add_error_handler(on_error)

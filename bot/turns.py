@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ from bot.access import mark_message_saved
 from bot.i18n import t
 from bot.streaming import StreamingReply
 from memory.quoting import with_quote
-from memory.store import TurnStart
+from memory.store import StoredMessage, TurnStart
 from models.catalog import ModelEntry
 from models.types import Outcome, StreamRestart, TextDelta, TransportError
 
@@ -38,6 +39,10 @@ class TurnRequest:
     reply_to_message_id: int | None
     private: bool
     message_thread_id: int | None = None
+    # How the message came if not as text (kind, Telegram file id, caption): stored with it.
+    media: dict[str, object] | None = None
+    # A photo for this turn only, as a data URL: sent as an image part, never stored.
+    image_url: str | None = None
     # The text of the message this one replies to (or the part the user quoted), plain text.
     quoted_text: str | None = None
     # Identifies the input across deliveries (a replayed update); the turn runs once per key.
@@ -48,6 +53,10 @@ class TurnRequest:
         if self.quoted_text and self.quoted_text.strip():
             return with_quote(self.text, self.quoted_text)
         return self.text
+
+
+Prepare = Callable[[TurnRequest], Awaitable[TurnRequest | None]]
+OnStored = Callable[[StoredMessage], Awaitable[None]]
 
 
 def failure_reason(error: TransportError, lang: str | None) -> str:
@@ -64,27 +73,50 @@ def failure_reason(error: TransportError, lang: str | None) -> str:
     return t(known.get(outcome, "reason_other"), lang) if outcome else t("reason_other", lang)
 
 
-async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> None:
+async def run_chat_turn(
+    services: Services,
+    bot: Bot,
+    request: TurnRequest,
+    *,
+    prepare: Prepare | None = None,
+    on_stored: OnStored | None = None,
+) -> None:
     """Store the user's message, stream the model's answer into Telegram, store the answer.
 
     The user's message is written before any model is called, so an outage, a crash or a
     /cancel never loses it. Serialised per chat; the streaming part is cancellable.
+
+    `prepare` runs inside the chat's turn, before anything is stored: a voice note is
+    transcribed there, so it is answered in the order it was sent. It returns the request to
+    store and answer, or None when there is nothing to answer (it has told the user why).
+    `on_stored` is told the stored user message (a voice note's inbox row points at it).
     """
     # While the bot is stopping, a turn that has not started is held back (see bot/lifecycle).
     async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as admitted:
         if not admitted:
             return  # held: handled after the restart
-        turns = services.turns
+        store, turns = services.store, services.turns
+        if request.turn_key is not None and await store.turn_answered(request.turn_key):
+            # Handled before (a held update Telegram sent again): not transcribed, stored,
+            # answered or billed a second time.
+            log.info("turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key)
+            return
+        if prepare is not None:
+            prepared = await prepare(request)
+            if prepared is None:
+                return
+            request = prepared
         # The question is stored and the reply registered (cancellable) under the session
         # gate, which /new and /forget hold while they cancel and close: see ChatTurns.
         async with turns.session_gate(request.chat_id):
             # One transaction: the idempotency key, the idle-session check (close, open,
             # enqueue) and the message, so a restart at any point loses or repeats nothing.
-            started = await services.store.store_user_turn(
+            started = await store.store_user_turn(
                 request.chat_id,
                 request.stored_text(),
                 user_id=request.user_id,
                 key=request.turn_key,
+                media=request.media,
             )
             mark_message_saved()  # from here on, an error reply may say the message is saved
             if started is None:
@@ -100,6 +132,8 @@ async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> N
                     session=started.message.session_id,
                     job_id=started.job_id,
                 )
+            if on_stored is not None:
+                await on_stored(started.message)
             reply = turns.begin(request.chat_id, _answer(services, bot, request, started))
         await turns.join(request.chat_id, reply)
 
@@ -136,7 +170,9 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
     steps = 0
     try:
         await reply.start()
-        turn = AgentTurn(request.chat_id, request.user_id, session_id, model.id)
+        turn = AgentTurn(
+            request.chat_id, request.user_id, session_id, model.id, image_url=request.image_url
+        )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.
         async with aclosing(agent.run(turn)) as events:

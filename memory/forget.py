@@ -2,9 +2,9 @@
 
 What goes: the long-term memory (including facts a chat tool wrote into it, and the
 `memory_edits` log of those writes), every history entry, every consolidation job not yet
-done (pending and running), the stored messages of closed sessions not yet consolidated, and
-the current session's messages. What stays: the chat's settings (model, language) and the
-usage ledger (tokens and cost, no content).
+done (pending and running), the stored messages of closed sessions not yet consolidated, the
+current session's messages, and voice notes waiting for a transcript (`media_inbox`). What
+stays: the chat's settings (model, language) and the usage ledger (tokens and cost, no text).
 
 Why it cannot come back:
 - A running consolidation read messages that no longer exist and a memory version that no
@@ -57,6 +57,8 @@ async def forget_chat_in(conn: aiosqlite.Connection, chat_id: int, now: str) -> 
     )
     # Facts the chat tools wrote or removed, kept for a consolidation to replay: gone too.
     await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
+    # Voice notes waiting for (or failed at) transcription: file ids and captions are content.
+    await conn.execute("DELETE FROM media_inbox WHERE chat_id = ?", (chat_id,))
     jobs = await _count(
         conn,
         "DELETE FROM consolidation_jobs WHERE chat_id = ? AND state != 'done' RETURNING id",

@@ -59,6 +59,7 @@ class StoredMessage:
     tool_call_id: str | None = None
     user_id: int | None = None
     model_id: str | None = None
+    media: dict[str, object] | None = None  # how it was sent, if not as text (file id, kind…)
 
     def as_prompt_message(self) -> dict[str, object]:
         """OpenAI-format message for the model's context."""
@@ -118,6 +119,7 @@ def _row_to_message(row: aiosqlite.Row) -> StoredMessage:
         tool_call_id=row["tool_call_id"],
         user_id=row["user_id"],
         model_id=row["model_id"],
+        media=json.loads(row["media"]) if row["media"] else None,
     )
 
 
@@ -252,12 +254,15 @@ class Store:
         tool_call_id: str | None = None,
         usage: Usage | None = None,
         session_id: int | None = None,
+        media: dict[str, object] | None = None,
     ) -> StoredMessage:
         """Append a message to the chat's active session (or `session_id`) and return it.
 
         An explicit `session_id` (a turn writing its answer next to its question) must still
         take messages: open, or closed with its consolidation not yet started, so the job
         picks the message up. Otherwise SessionClosedError: the message would be orphaned.
+        `media` records how a user message came (voice note, photo, document: kind, Telegram
+        file id, caption, file name); `content` is always the text models read.
         """
         now = self.now()
         async with self.db.transaction() as conn:
@@ -277,13 +282,20 @@ class Store:
                 tool_calls=tool_calls,
                 tool_call_id=tool_call_id,
                 usage=usage,
+                media=media,
             )
         if window_job is not None:
             self._job_enqueued()
         return row
 
     async def store_user_turn(
-        self, chat_id: int, content: str, *, user_id: int | None, key: str | None = None
+        self,
+        chat_id: int,
+        content: str,
+        *,
+        user_id: int | None,
+        key: str | None = None,
+        media: dict[str, object] | None = None,
     ) -> TurnStart | None:
         """Store the user's message that starts a turn.
 
@@ -312,7 +324,7 @@ class Store:
                 if idle_closed is not None:
                     job_id = await self.on_session_closed(conn, chat_id, idle_closed, now)
             message, window_job = await self._insert_message(
-                conn, chat_id, session_id, "user", content, now, user_id=user_id
+                conn, chat_id, session_id, "user", content, now, user_id=user_id, media=media
             )
             if key is not None:
                 await conn.execute(
@@ -336,6 +348,16 @@ class Store:
             (key, chat_id, to_iso(moment)),
         )
         return await cursor.fetchone() is not None
+
+    async def turn_answered(self, key: str) -> bool:
+        """True if `key` was handled before and needs no answer now (see store_user_turn): a
+        turn checks this before work that costs money (a transcription), not only at the store.
+        """
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute("SELECT 1 FROM turn_keys WHERE key = ?", (key,))
+            if await cursor.fetchone() is None:
+                return False
+            return await self._unanswered(conn, key) is None
 
     @staticmethod
     async def _unanswered(conn: aiosqlite.Connection, key: str) -> StoredMessage | None:
@@ -386,6 +408,7 @@ class Store:
         tool_calls: list[ToolCall] | None = None,
         tool_call_id: str | None = None,
         usage: Usage | None = None,
+        media: dict[str, object] | None = None,
     ) -> tuple[StoredMessage, int | None]:
         """Insert one message; returns it and the automatic-consolidation job it queued."""
         calls_json = (
@@ -398,8 +421,8 @@ class Store:
         )
         cursor = await conn.execute(
             "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
-            "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+            "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
+            "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
             (
                 session_id,
                 chat_id,
@@ -412,6 +435,7 @@ class Store:
                 usage.prompt_tokens if usage else None,
                 usage.completion_tokens if usage else None,
                 now,
+                json.dumps(media, ensure_ascii=False) if media else None,
             ),
         )
         row = await cursor.fetchone()
@@ -529,7 +553,8 @@ class Store:
     ) -> None:
         await conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
-            "completion_tokens, cost_usd, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "completion_tokens, cost_usd, created_at, audio_seconds) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 chat_id,
                 user_id,
@@ -539,5 +564,6 @@ class Store:
                 usage.completion_tokens,
                 usage.cost_usd,
                 now,
+                usage.audio_seconds,
             ),
         )
