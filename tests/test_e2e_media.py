@@ -342,11 +342,13 @@ async def test_in_a_group_only_voice_notes_replying_to_the_bot_are_read(tmp_path
         bot.send_media(group, bot.voice(VOICE, duration=3), chat_type="supergroup")
         await bot.ask(group, "@mnemo_test_bot hi", chat_type="supergroup")
         assert bot.downloads_and_file_calls() == ([], [])
-        # A voice note replying to the bot is addressed to it: transcribed, answered as a reply.
+        # A voice note replying to the bot is addressed to it: transcribed, answered as a reply,
+        # with the bot's message it replies to given to the model as a quote.
         update_id = bot.send_media(
             group, bot.voice(VOICE, duration=3), chat_type="supergroup", reply_to_bot=True
         )
-        await bot.wait(lambda: answered(bot, group, f"echo: {SPOKEN}"))
+        await bot.wait(lambda: answered(bot, group, "echo: [The user is replying"))
+        assert bot.texts(group)[-1].endswith(f"\n{SPOKEN}")
         await bot.wait_handled(update_id)
         assert [g for g, _ in bot.transcription_requests()] == ["groq"]
         replies = [m.reply_to_message_id for m in bot.messages(group)[-2:]]
