@@ -80,6 +80,25 @@ async def test_a_fact_forgotten_during_a_consolidation_does_not_come_back(
         await job
         memory = await stack.repo.get(CHAT)
         assert memory.content == "- Name: Rina"
+        # The words the user asked to forget are not kept anywhere for the replay either.
+        assert await stack.db.fetchall("SELECT id FROM memory_edits") == []
+    finally:
+        await stack.close()
+
+
+async def test_edits_are_kept_only_while_a_consolidation_runs(tmp_path: Path) -> None:
+    stack = await open_stack(tmp_path / "db.sqlite3")
+    try:
+        tools = ChatTools(stack.db, memory_max_chars=6000)
+        await tools.run(CHAT, call("remember", fact="Lives in Porto"))
+        await tools.run(CHAT, call("forget_fact", fact="Lives in Porto"))
+        assert await stack.db.fetchall("SELECT id FROM memory_edits") == []
+        job = await _start_slow_job(stack, "- Name: Rina")
+        await tools.run(CHAT, call("remember", fact="Has a cat"))
+        rows = await stack.db.fetchall("SELECT kind, fact FROM memory_edits")
+        assert [(r["kind"], r["fact"]) for r in rows] == [("remember", "Has a cat")]
+        await job
+        assert await stack.db.fetchall("SELECT id FROM memory_edits") == []
     finally:
         await stack.close()
 
