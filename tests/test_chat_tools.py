@@ -176,7 +176,10 @@ async def test_multiline_facts_become_one_line(tmp_path: Path) -> None:
 def test_query_terms_cut_cjk_at_particles_and_drop_function_words() -> None:
     assert query_terms("What did we decide about the trips to Porto?") == ["trip", "porto"]
     assert query_terms("東京の旅行予算は？") == ["東京", "旅行", "行予", "予算"]
-    assert query_terms("我们讨论了北京") == ["我们", "们讨", "讨论", "论了", "了北", "北京"]
+    assert query_terms("我们讨论了北京") == ["们讨", "论了", "了北", "北京"]
+    # Other languages keep their endings; the question's own words are not search terms.
+    assert query_terms("kemarin kita bahas Honjou ya?") == ["honjou"]
+    assert query_terms("lembra do que falamos sobre Lisboa?") == ["lisboa"]
     assert query_terms("2023 年に 42 人") == ["2023", "42"]
 
 
