@@ -179,7 +179,10 @@ class AgentLoop:
             text = result.text or "".join(round_text)
             shown_rounds.append("".join(round_text).strip())
             if not calls:
-                await self._store_answer(turn, text, model_id=result.model_id, usage=result.usage)
+                if text.strip():  # an empty answer is not stored: providers refuse it later
+                    await self._store_answer(
+                        turn, text, model_id=result.model_id, usage=result.usage
+                    )
                 await self._record_usage(turn, result)
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part) or text,
