@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ from bot.access import mark_message_saved
 from bot.i18n import t
 from bot.streaming import StreamingReply
 from memory.context import build_chat_messages
+from memory.usage import SpendRecorder
 from models.types import (
     ChatResult,
     Outcome,
@@ -105,29 +107,36 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
     attempts = 0
     answer_stored = False
     restarts = 0
+    # Every attempt that cost money is recorded, on every path: the answer, a model that broke
+    # after text (restart onto the fallback), a /cancel, a stop of the bot.
+    spending = SpendRecorder(services.store, request.chat_id, request.user_id, "chat")
     try:
         await reply.start()
         stream = services.transport.stream(
-            model.id, messages, timeout=services.settings.CHAT_TIMEOUT
+            model.id, messages, timeout=services.settings.CHAT_TIMEOUT, on_spend=spending.add
         )
-        async for event in stream:
-            if isinstance(event, TextDelta):
-                shown.append(event.text)
-                await reply.append(event.text)
-            elif isinstance(event, StreamRestart):
-                shown.clear()
-                restarts += 1
-                answering = event.to_model
-                await reply.restart(
-                    t(
-                        "model_restarted",
-                        lang,
-                        from_label=services.label(event.from_model),
-                        to_label=services.label(event.to_model),
+        # aclosing: a cancellation while we were busy with Telegram still closes the stream
+        # here, and the transport reports what the cut-off attempt cost.
+        async with aclosing(stream):
+            async for event in stream:
+                if isinstance(event, TextDelta):
+                    shown.append(event.text)
+                    await reply.append(event.text)
+                elif isinstance(event, StreamRestart):
+                    shown.clear()
+                    restarts += 1
+                    answering = event.to_model
+                    await spending.flush()
+                    await reply.restart(
+                        t(
+                            "model_restarted",
+                            lang,
+                            from_label=services.label(event.from_model),
+                            to_label=services.label(event.to_model),
+                        )
                     )
-                )
-            elif isinstance(event, StreamDone):
-                result = event.result
+                elif isinstance(event, StreamDone):
+                    result = event.result
         if result is None:  # the transport always ends with StreamDone; be safe anyway
             raise TransportError("stream ended without a result", [])
         attempts = len(result.attempts)
@@ -141,9 +150,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
             session_id=session_id,
         )
         answer_stored = True
-        await services.store.record_usage(
-            request.chat_id, request.user_id, result.model_id, "chat", result.usage
-        )
+        await spending.flush()
         footer = None
         if result.model_id != model.id:
             footer = t(
@@ -165,6 +172,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
                 model_id=answering,
                 session_id=session_id,
             )
+        await spending.flush()
         # Cut off by a stop of the bot (after the grace period) or by the user's /cancel.
         note = "reply_interrupted" if services.lifecycle.closing else "reply_cancelled"
         await reply.cancelled(t(note, lang))
@@ -177,9 +185,14 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
             model_requested=model.id,
             attempts=[f"{a.model_id}@{a.gateway}:{a.outcome}" for a in exc.attempts],
         )
+        await spending.flush()
         await reply.fail(t("all_models_failed", lang, reason=failure_reason(exc, lang)))
     finally:
-        usage = result.usage if result else None
+        try:  # whatever broke the turn, what the providers billed is on the books
+            await spending.flush()
+        except Exception:
+            log.exception("usage_not_recorded", chat_id=request.chat_id)
+        usage = spending.total if spending.spends else None
         log.info(
             "turn_finished",
             chat_id=request.chat_id,
@@ -192,4 +205,5 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             cost_usd=round(usage.cost_usd, 6) if usage else 0.0,
+            usage_estimated=usage.estimated if usage else False,
         )
