@@ -422,6 +422,10 @@ class ConsolidationWorker:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
+        # Completed looks at the queue, and how long the last one decided to sleep: what
+        # shows (to /healthz-style probes and tests) that the worker has looked, and rests.
+        self.passes = 0
+        self.last_idle_s: float | None = None
 
     def now(self) -> str:
         return to_iso(self.clock())
@@ -464,12 +468,17 @@ class ConsolidationWorker:
     async def _loop(self) -> None:
         while not self._stopping:
             self._wake.clear()
+            launched: list[asyncio.Task[None]] = []
             try:
-                await self._launch_due()
+                launched = await self._launch_due()
                 idle = await self._idle_seconds()
             except Exception:
                 log.exception("consolidation_worker_error")
                 idle = self.idle_poll_seconds
+            self.passes += 1
+            self.last_idle_s = idle
+            if self.passes == 1:
+                log.info("consolidation_worker_ready", launched=len(launched))
             try:
                 await asyncio.wait_for(self._wake.wait(), idle)
             except TimeoutError:

@@ -49,6 +49,9 @@ class Classified:
     status_code: int | None = None
     retry_after_s: float | None = None
     per_model: bool = False
+    # A request parameter a 400 refused, as one of our own names (never the provider's words):
+    # "tool_choice" lets consolidation retry with automatic choice (see _refused_param).
+    refused_param: str | None = None
 
 
 @dataclass
@@ -333,6 +336,27 @@ def _body_messages(ev: Evidence) -> list[str]:
     return out
 
 
+def _refused_param(ev: Evidence, lowered_codes: set[str]) -> str | None:
+    """ "tool_choice" when a 400 refuses the tool choice itself, else None.
+
+    Providers say so in different ways (real bodies in tests/fakes/providers.py): OpenAI names
+    the parameter in `param`; Anthropic ("Thinking may not be enabled when tool_choice forces
+    tool use."), Groq, DeepSeek and Qwen only in the message. Only the fixed name leaves here,
+    never the message. Groq's `tool_use_failed` ("Tool choice is required, but model did not
+    call a tool") is not a refusal: the choice was accepted and the model failed it.
+    """
+    if "tool_use_failed" in lowered_codes:
+        return None
+    for body in ev.bodies:
+        for obj in _error_objects(body):
+            if obj.get("param") == "tool_choice":
+                return "tool_choice"
+            message = obj.get("message")
+            if isinstance(message, str) and re.search(r"tool[_ ]choice", message, re.IGNORECASE):
+                return "tool_choice"
+    return None
+
+
 def _html_title(text: str) -> str:
     match = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
     if not match:
@@ -356,7 +380,8 @@ def classify(ev: Evidence) -> Classified:
 
     def make(outcome: Outcome, what: str) -> Classified:
         detail = " ".join(part for part in (prefix, what) if part)
-        return Classified(outcome, detail[:120], status, retry_after)
+        refused = _refused_param(ev, lowered) if outcome is Outcome.BAD_REQUEST else None
+        return Classified(outcome, detail[:120], status, retry_after, refused_param=refused)
 
     throttled = any(c.startswith("throttling") for c in lowered)
     # Free text is read last and without its links: Groq's per-minute 429 ends with "Upgrade

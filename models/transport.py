@@ -550,6 +550,7 @@ class _CallPlan:
             result.status_code,
             latency_s=round(self.t._clock() - slot.started, 4),
             retry_after_s=result.retry_after_s,
+            refused_param=result.refused_param,
         )
         self.attempts.append(attempt)
         log.warning(

@@ -171,6 +171,12 @@ class BotUnderTest(_ProviderShortcuts):
         found = [(name, r) for name, fp in self.providers.items() for r in fp.requests if r.stream]
         return sorted(found, key=lambda pair: pair[1].at)
 
+    def model_requests(self) -> list[tuple[str, Any]]:
+        """(gateway, request) of every request to any provider, streamed or not: what a test
+        that claims "no model call" must look at (chat_requests() sees streamed ones only)."""
+        found = [(name, r) for name, fp in self.providers.items() for r in fp.requests]
+        return sorted(found, key=lambda pair: pair[1].at)
+
     # ---- Telegram side ------------------------------------------------------------------
 
     def say(self, chat_id: int, text: str, *, user_id: int = OWNER, **kwargs: Any) -> int:

@@ -173,6 +173,48 @@ async def test_a_401_on_the_groq_gateway_moves_to_openai_and_leaks_no_key(
     assert "gsk_test_groq_key_0001" not in text and "0001" not in text
 
 
+FORCED = {"type": "function", "function": {"name": "save_memory"}}
+
+
+@pytest.mark.parametrize("refusal", ["groq_value", "qwen_thinking", "openai_param"])
+async def test_a_refused_forced_tool_choice_is_retried_with_auto_on_the_same_model(
+    stack: Stack, refusal: str
+) -> None:
+    # The provider's real 400 (tests/fakes/providers.py TOOL_CHOICE_REFUSALS) for every
+    # forced request; the same model then saves with automatic choice, nothing fails.
+    stack.groq.refuse_forced_tool_choice[WIRE[HEAD]] = refusal
+    logs, saved_by = await consolidate_once(stack)
+    assert saved_by == HEAD
+    assert failures(logs) == []
+    assert [r.body["tool_choice"] for r in stack.requests_for(HEAD)] == [FORCED, "auto"]
+    assert any(e["event"] == "consolidation_tool_choice_rejected" for e in logs)
+    assert stack.requests_for(CHAIN[1]) == []
+
+
+async def test_anthropic_refusing_forced_tool_use_is_retried_with_auto(tmp_path: Path) -> None:
+    stack = await open_stack(
+        tmp_path / "a.sqlite3", catalog=anthropic_first_catalog(), head="claude-haiku-4-5"
+    )
+    try:
+        stack.anthropic.refuse_forced_tool_choice["claude-haiku-4-5"] = "anthropic_thinking"
+        logs, saved_by = await consolidate_once(stack)
+        choices = [r.body["tool_choice"] for r in stack.requests_for("claude-haiku-4-5")]
+    finally:
+        await stack.close()
+    assert saved_by == "claude-haiku-4-5"
+    assert failures(logs) == []
+    assert choices == [{"type": "tool", "name": "save_memory"}, {"type": "auto"}]
+
+
+async def test_a_model_failing_the_forced_call_is_not_asked_again_with_auto(stack: Stack) -> None:
+    # Groq's tool_use_failed means the choice was accepted and the model failed it: the
+    # chain moves on rather than asking the same model to answer freely.
+    stack.groq.set_default(WIRE[HEAD], Fault("tool_use_failed_400"))
+    _, saved_by = await consolidate_once(stack)
+    assert saved_by == CHAIN[1]
+    assert [r.body["tool_choice"] for r in stack.requests_for(HEAD)] == [FORCED]
+
+
 async def test_two_task_failures_then_a_transport_failure_then_saved(stack: Stack) -> None:
     """The seed's production log: three models fail three different ways, the fourth saves."""
     stack.groq.set_default(WIRE[CHAIN[0]], Fault("tool_use_failed_400"))

@@ -273,6 +273,64 @@ def _groq_413(model: str) -> dict[str, Any]:
     )
 
 
+# What providers really answer when a request forces a tool and the model or mode cannot be
+# forced (found in public issue threads; the fake sends them verbatim, ids aside):
+TOOL_CHOICE_REFUSALS: dict[str, dict[str, Any]] = {
+    # Anthropic with extended thinking and tool_choice {"type": "tool"|"any"}: the message in
+    # mastra-ai/mastra#7507, usestrix/strix#503, can1357/oh-my-pi#341 (HTTP 400).
+    "anthropic_thinking": {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "Thinking may not be enabled when tool_choice forces tool use.",
+        },
+        "request_id": "req_011CFAKEtoolchoice",
+    },
+    # OpenAI names the refused parameter in `param` (body quoted in OpenHands' FAQ and in
+    # several SDK comments: "Invalid value for 'tool_choice': ..."; HTTP 400).
+    "openai_param": {
+        "error": {
+            "message": (
+                "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
+                "are specified."
+            ),
+            "type": "invalid_request_error",
+            "param": "tool_choice",
+            "code": None,
+        }
+    },
+    # Groq refusing a tool_choice value (brianpetro/obsidian-smart-connections#942; HTTP 400).
+    "groq_value": {
+        "error": {
+            "message": "Only allowed string values for 'tool_choice' are none, auto, and required",
+            "type": "invalid_request_error",
+        }
+    },
+    # Qwen3 in thinking mode behind an OpenAI-compatible API (cloudwego/eino#994; HTTP 400).
+    "qwen_thinking": {
+        "error": {
+            "message": (
+                "<400> InternalError.Algo.InvalidParameter: The tool_choice parameter does not "
+                "support being set to required or object in thinking mode"
+            ),
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_parameter_error",
+        },
+        "id": "chatcmpl-5bf78562-fake-9de2-8d10-5429ef761b7e",
+        "request_id": "5bf78562-fake-9de2-8d10-5429ef761b7e",
+    },
+}
+
+
+def _forces_a_tool(body: dict[str, Any]) -> bool:
+    """tool_choice naming a tool or requiring one, in either wire format."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        return choice.get("type") in ("function", "tool", "any")
+    return choice == "required"
+
+
 def _unauthorized_body(kind: str, api_key: str | None) -> dict[str, Any]:
     if kind == "anthropic":
         return {
@@ -354,6 +412,9 @@ class FakeProvider:
         self._limit_tokens = 0.0
         self._limit_updated = 0.0
         self.rate_limited = 0
+        # Wire model -> TOOL_CHOICE_REFUSALS key: that model answers every request that forces
+        # a tool with the refusal (HTTP 400), as a provider does; automatic choice works.
+        self.refuse_forced_tool_choice: dict[str, str] = {}
 
     # lifecycle
 
@@ -438,6 +499,7 @@ class FakeProvider:
         self.invalid_keys.clear()
         self._limit = None
         self.rate_limited = 0
+        self.refuse_forced_tool_choice.clear()
 
     def _next_step(self, model: str) -> Step | None:
         for key in (model, "*"):
@@ -470,6 +532,9 @@ class FakeProvider:
         if self._over_limit():
             limited = Fault("rate_limit_429", retry_after=1)
             return await self._fault(request, limited, body, api_key, stream)
+        refusal = self.refuse_forced_tool_choice.get(model or "")
+        if refusal is not None and _forces_a_tool(body):
+            return _json_response(TOOL_CHOICE_REFUSALS[refusal], status=400)
         step = self._next_step(model or "")
         if step is None:
             step = Reply(f"echo: {_last_user_text(body)}")
