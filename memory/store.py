@@ -269,6 +269,53 @@ class Store:
         assert row is not None
         return _row_to_message(row)
 
+    async def add_tool_round(
+        self,
+        chat_id: int,
+        session_id: int,
+        *,
+        text: str,
+        calls: list[ToolCall],
+        results: list[tuple[str, str]],
+        model_id: str,
+        usage: Usage | None = None,
+    ) -> list[StoredMessage]:
+        """Store one tool round of a chat turn in ONE transaction: the assistant message that
+        called the tools and every (call id, result) — never a call without its results, which
+        the next request's provider would refuse. No window consolidation is queued here: the
+        turn is still running, and the final answer's `add_message` queues it."""
+        now = self.now()
+        calls_json = json.dumps(
+            [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+            ensure_ascii=False,
+        )
+        rows = [("assistant", text, calls_json, None, model_id, usage)]
+        rows += [("tool", content, None, call_id, None, None) for call_id, content in results]
+        stored: list[StoredMessage] = []
+        async with self.db.transaction() as conn:
+            for role, content, tool_calls, tool_call_id, model, spent in rows:
+                cursor = await conn.execute(
+                    "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
+                    "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, "
+                    "created_at) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?) RETURNING *",
+                    (
+                        session_id,
+                        chat_id,
+                        role,
+                        content,
+                        tool_calls,
+                        tool_call_id,
+                        model,
+                        spent.prompt_tokens if spent else None,
+                        spent.completion_tokens if spent else None,
+                        now,
+                    ),
+                )
+                row = await cursor.fetchone()
+                assert row is not None
+                stored.append(_row_to_message(row))
+        return stored
+
     async def session_messages(self, session_id: int) -> list[StoredMessage]:
         rows = await self.db.fetchall(
             "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)

@@ -41,6 +41,7 @@ from models.gateways import Gateway
 from models.keys import KeyRing
 from models.limits import BreakerChange, CircuitBreaker, RetryBudget, TokenBucket
 from models.streamtext import WholeCharacters
+from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
     Attempt,
     ChatResult,
@@ -193,11 +194,9 @@ class Transport:
         plan = _CallPlan(self, model_id, walk_chain)
         while (slot := await plan.next_slot()) is not None:
             try:
-                kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
-                if tools:
-                    kwargs["tools"] = tools
-                if tool_choice is not None:
-                    kwargs["tool_choice"] = tool_choice
+                kwargs = self._request_kwargs(
+                    slot, messages, timeout, max_tokens, tools=tools, tool_choice=tool_choice
+                )
                 wire = start_record()
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
@@ -232,13 +231,18 @@ class Transport:
         timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
         walk_chain: bool = True,
         max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
         on_spend: SpendCallback | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
 
         A failure before any text was shown falls through silently to the next attempt. After
         text was shown the reply cannot be taken back, so the next model's text is preceded by
-        a StreamRestart telling the caller to clear what it showed.
+        a StreamRestart telling the caller to clear what it showed. Streamed tool calls are
+        assembled (all three protocols arrive through litellm in the OpenAI delta shape) and
+        returned whole in the StreamDone result; a model whose catalog entry has `tools=False`
+        is sent neither the tools nor tool-shaped messages.
 
         `on_spend` hears what every attempt cost as soon as it ends (see `Spend`), also when
         the caller is cancelled or stops iterating: close the generator (`aclosing`) so a
@@ -253,14 +257,16 @@ class Transport:
                 if shown_model is not None:
                     yield StreamRestart(shown_model, slot.entry.id, restart_reason)
                     shown_model = None
-                kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
+                kwargs = self._request_kwargs(
+                    slot, messages, timeout, max_tokens, tools=tools, tool_choice=tool_choice
+                )
                 kwargs["stream"] = True
                 kwargs["stream_options"] = {"include_usage": True}
                 assembler = WholeCharacters()
                 pieces: list[str] = []
                 usage: Any = None
                 finish_reason: str | None = None
-                saw_tool_call = False
+                calls = ToolCallAssembler()
                 headers: Mapping[str, str] = {}
                 response: Any = None
                 failure: Classified | None = None
@@ -281,7 +287,7 @@ class Transport:
                                     finish_reason = choice.finish_reason
                                 delta = choice.delta
                                 if getattr(delta, "tool_calls", None):
-                                    saw_tool_call = True
+                                    calls.feed(delta.tool_calls)
                                 piece = getattr(delta, "content", None) or ""
                                 if not piece:
                                     continue
@@ -318,19 +324,21 @@ class Transport:
                         _tell(on_spend, slot.entry, messages, "".join(pieces), usage, "cancelled")
                         raise
                 text = "".join(pieces)
-                if not text.strip() and not saw_tool_call:
+                if not text.strip() and not calls:
                     if usage is not None:
                         _tell(on_spend, slot.entry, messages, text, usage, "failed")
                     await plan.report(slot, _classify_empty(wire, "200 empty stream"))
                     continue
                 spent = _usage(usage, slot.entry) if usage else None
-                spent = spent or estimate_usage(slot.entry, messages, text)
+                answered = text + "".join(c.arguments for c in calls.calls())
+                spent = spent or estimate_usage(slot.entry, messages, answered)
                 _tell(on_spend, slot.entry, messages, text, spent, "success")
                 plan.report_success(slot, headers)
                 yield StreamDone(
                     ChatResult(
                         model_id=slot.entry.id,
                         text=text,
+                        tool_calls=calls.calls(),
                         finish_reason=finish_reason,
                         usage=spent,
                         attempts=plan.attempts,
@@ -396,9 +404,21 @@ class Transport:
         return self._gateways.get(name)
 
     def _request_kwargs(
-        self, slot: _Slot, messages: list[Message], timeout: float, max_tokens: int | None
+        self,
+        slot: _Slot,
+        messages: list[Message],
+        timeout: float,
+        max_tokens: int | None,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         gateway = slot.state.gateway
+        if not slot.entry.tools:
+            # No tool support: no tools offered, and earlier tool exchanges become text.
+            tools, tool_choice = None, None
+            if any(m.get("role") == "tool" or m.get("tool_calls") for m in messages):
+                messages = flatten_tool_messages(messages)
         kwargs: dict[str, Any] = {
             "model": gateway.litellm_model(slot.entry),
             "messages": messages,
@@ -410,6 +430,10 @@ class Transport:
         }
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
         return kwargs
 
 

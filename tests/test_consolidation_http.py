@@ -176,34 +176,39 @@ async def test_a_401_on_the_groq_gateway_moves_to_openai_and_leaks_no_key(
 FORCED = {"type": "function", "function": {"name": "save_memory"}}
 
 
-@pytest.mark.parametrize("refusal", ["groq_value", "qwen_thinking", "openai_param"])
+@pytest.mark.parametrize(
+    ("model", "refusal", "forced", "auto"),
+    [
+        ("llama-3.3-70b-versatile", "groq_value", FORCED, "auto"),
+        ("gpt-4.1-mini", "openai_param", FORCED, "auto"),
+        (
+            "claude-haiku-4-5",
+            "anthropic_thinking",
+            {"type": "tool", "name": "save_memory"},
+            {"type": "auto"},
+        ),
+    ],
+)
 async def test_a_refused_forced_tool_choice_is_retried_with_auto_on_the_same_model(
-    stack: Stack, refusal: str
+    tmp_path: Path, model: str, refusal: str, forced: Any, auto: Any
 ) -> None:
-    # The provider's real 400 (tests/fakes/providers.py TOOL_CHOICE_REFUSALS) for every
-    # forced request; the same model then saves with automatic choice, nothing fails.
-    stack.groq.refuse_forced_tool_choice[WIRE[HEAD]] = refusal
-    logs, saved_by = await consolidate_once(stack)
-    assert saved_by == HEAD
-    assert failures(logs) == []
-    assert [r.body["tool_choice"] for r in stack.requests_for(HEAD)] == [FORCED, "auto"]
-    assert any(e["event"] == "consolidation_tool_choice_rejected" for e in logs)
-    assert stack.requests_for(CHAIN[1]) == []
-
-
-async def test_anthropic_refusing_forced_tool_use_is_retried_with_auto(tmp_path: Path) -> None:
-    stack = await open_stack(
-        tmp_path / "a.sqlite3", catalog=anthropic_first_catalog(), head="claude-haiku-4-5"
-    )
+    # Each gateway answers every forced request with its real refusal (tests/fakes/providers.py
+    # TOOL_CHOICE_REFUSALS); the same model then saves with automatic choice, nothing fails.
+    stack = await open_stack(tmp_path / "c.sqlite3", head=model)
     try:
-        stack.anthropic.refuse_forced_tool_choice["claude-haiku-4-5"] = "anthropic_thinking"
+        gateway = stack.consolidator.catalog.get(model).gateway
+        provider = {"groq": stack.groq, "openai": stack.openai, "anthropic": stack.anthropic}
+        provider[gateway].refuse_forced_tool_choice[WIRE[model]] = refusal
         logs, saved_by = await consolidate_once(stack)
-        choices = [r.body["tool_choice"] for r in stack.requests_for("claude-haiku-4-5")]
+        choices = [r.body["tool_choice"] for r in stack.requests_for(model)]
+        others = [r for p in stack.providers for r in p.requests if r.model != WIRE[model]]
     finally:
         await stack.close()
-    assert saved_by == "claude-haiku-4-5"
+    assert saved_by == model
     assert failures(logs) == []
-    assert choices == [{"type": "tool", "name": "save_memory"}, {"type": "auto"}]
+    assert choices == [forced, auto]
+    assert any(e["event"] == "consolidation_tool_choice_rejected" for e in logs)
+    assert others == []  # the chain did not move on
 
 
 async def test_a_model_failing_the_forced_call_is_not_asked_again_with_auto(stack: Stack) -> None:

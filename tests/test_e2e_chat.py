@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -183,9 +182,8 @@ async def test_many_chats_at_once_each_get_their_own_answer(tmp_path: Path) -> N
         for chat in chats:
             bot.say(chat, f"question from {chat}")
         await bot.wait(lambda: all(len(bot.messages(c)) == 1 for c in chats), timeout=30)
-        await asyncio.sleep(0.3)
         for chat in chats:
-            await bot.wait_idle(chat)
+            await bot.wait_idle(chat)  # the turn is over: no second message can follow
             assert bot.texts(chat) == [f"echo: question from {chat}"]
 
 
