@@ -17,7 +17,7 @@ the current round.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -61,7 +61,7 @@ class StreamingClient(Protocol):
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
         on_spend: SpendCallback | None = None,
-    ) -> AsyncIterator[StreamEvent]: ...
+    ) -> AsyncGenerator[StreamEvent, None]: ...
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,9 @@ class AgentLoop:
                     tool_choice="none" if tools and last_round else None,
                     on_spend=spending.add,
                 )
-                # aclosing: closed with us, so the transport reports a cut-off attempt's spend.
+                # aclosing: when we are closed at a yield, the transport's stream is closed
+                # right away too (its request ends now, not at garbage collection), and it
+                # reports what the cut-off attempt cost.
                 async with aclosing(stream):
                     async for event in stream:
                         if isinstance(event, TextDelta):

@@ -331,3 +331,50 @@ async def test_a_session_over_the_context_budget_is_still_answered(tmp_path: Pat
         # Nothing was deleted.
         rows = await bot.rows("SELECT COUNT(*) AS n FROM messages")
         assert rows[0]["n"] == len(history) + 2
+
+
+async def test_a_fallback_without_tools_reads_the_tool_round_as_text(tmp_path: Path) -> None:
+    """GPT-5 saves a fact, then breaks; its fallback takes no tools (catalog `tools: false`):
+    it is sent neither tools nor tool-shaped messages, yet what the round did reaches it."""
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"models": [{"id": "gpt-5-mini", "tools": False}]}))
+    async with bot_under_test(tmp_path, MODEL_CATALOG_FILE=catalog) as bot:
+        bot.openai.script(
+            "gpt-5",
+            ToolCallReply("remember", {"fact": "Allergic to peanuts"}),
+            *[Fault("server_500")] * 4,
+        )
+        bot.openai.script("gpt-5-mini", Reply("Noted, no peanuts."))
+        [shown] = await bot.ask(CHAT, "Remember I am allergic to peanuts")
+        [request] = openai_chat(bot, "gpt-5-mini")
+        assert "tools" not in request.body and "tool_choice" not in request.body
+        roles = [m["role"] for m in request.body["messages"]]
+        assert "tool" not in roles
+        assert not any(m.get("tool_calls") for m in request.body["messages"])
+        as_text = json.dumps(request.body["messages"], ensure_ascii=False)
+        assert "[called tool remember" in as_text and "saved to long-term memory" in as_text
+        assert "- Allergic to peanuts" in request.system_text()
+        assert "🧠 Remembered: Allergic to peanuts" in shown.text
+
+
+async def test_cancel_in_the_middle_of_the_loop_keeps_the_round_and_what_was_shown(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        bot.openai.script(
+            "gpt-5",
+            ToolCallReply("recall", {"query": "holiday"}),
+            Reply("word " * 400, chunk_chars=5, chunk_delay=0.02),
+        )
+        bot.say(CHAT, "tell me everything about the holiday")
+        await bot.wait(lambda: len(bot.messages(CHAT)) == 1 and "word" in bot.texts(CHAT)[0])
+        bot.say(CHAT, "/cancel")
+        await bot.wait_idle(CHAT)
+        await bot.wait(lambda: len(openai_chat(bot)) == 2)
+        rows = await bot.rows("SELECT role, content, tool_calls FROM messages ORDER BY id")
+        assert [r["role"] for r in rows] == ["user", "assistant", "tool", "assistant"]
+        assert json.loads(rows[1]["tool_calls"])[0]["name"] == "recall"
+        assert 0 < rows[3]["content"].count("word") < 400
+        # The tool round's spend was recorded when it ended.
+        usage = await bot.rows("SELECT model_id FROM usage WHERE purpose = 'chat'")
+        assert [u["model_id"] for u in usage][:1] == ["gpt-5"]

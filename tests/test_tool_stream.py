@@ -126,3 +126,42 @@ async def test_tool_choice_none_gets_words_from_the_fake(transport, fake_openai)
     )
     assert text == "Plain answer." and result.tool_calls == []
     assert fake_openai.requests[-1].tool_choice() == "none"
+
+
+def test_assembler_handles_pieces_without_index_and_repeated_ids() -> None:
+    """Shapes gateways send besides OpenAI's own: no index (calls keyed by id, or following
+    the last call), the id repeated on every piece, the whole call in one delta."""
+    from models.toolstream import ToolCallAssembler
+
+    calls = ToolCallAssembler()
+    calls.feed([{"id": "a", "function": {"name": "recall", "arguments": '{"qu'}}])
+    calls.feed([{"id": "a", "function": {"arguments": 'ery": "x"}'}}])
+    calls.feed([{"function": {"name": "remember", "arguments": ""}}])
+    calls.feed([{"function": {"arguments": '{"fact": "y"}'}}])
+    calls.feed([{"index": 5, "id": "c", "function": {"name": "forget_fact", "arguments": "{}"}}])
+    assert [(c.id, c.name, c.arguments) for c in calls.calls()] == [
+        ("a", "recall", '{"query": "x"}'),
+        ("call_1", "remember", '{"fact": "y"}'),
+        ("c", "forget_fact", "{}"),
+    ]
+
+
+def test_flatten_keeps_every_call_and_result_as_text() -> None:
+    from models.toolstream import flatten_tool_messages
+
+    function = {"name": "remember", "arguments": '{"fact": "x"}'}
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "remember x"},
+        {
+            "role": "assistant",
+            "content": "ok",
+            "tool_calls": [{"id": "c1", "type": "function", "function": function}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "saved"},
+    ]
+    flat = flatten_tool_messages(messages)
+    assert [m["role"] for m in flat] == ["system", "user", "assistant", "user"]
+    assert all("tool_calls" not in m and "tool_call_id" not in m for m in flat)
+    assert flat[2]["content"] == 'ok\n[called tool remember (c1) with {"fact": "x"}]'
+    assert flat[3]["content"] == "[tool result c1]\nsaved"
