@@ -27,7 +27,7 @@ import structlog
 
 from agent.events import AgentDone, AgentEvent, ToolRound
 from memory.chat_tools import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
-from memory.context import Framing, build_prompt
+from memory.context import Framing, build_prompt, with_image
 from memory.store import Store
 from memory.usage import SpendRecorder
 from models.catalog import Catalog
@@ -72,6 +72,9 @@ class AgentTurn:
     user_id: int | None
     session_id: int
     model_id: str
+    # A photo sent with this turn's message (data URL): an image part of that message in every
+    # round's prompt; never stored, later turns see the stored "[photo: caption]".
+    image_url: str | None = None
 
 
 class AgentLoop:
@@ -143,6 +146,9 @@ class AgentLoop:
                 tools=tools,
                 context_window=self.context_window(model_id),
             )
+            messages = prompt.messages
+            if turn.image_url is not None:
+                messages = with_image(messages, turn.image_url)
             round_text: list[str] = []
             separate = bool(display)
             result: ChatResult | None = None
@@ -150,7 +156,7 @@ class AgentLoop:
             try:
                 stream = self.transport.stream(
                     model_id,
-                    prompt.messages,
+                    messages,
                     timeout=self.timeout,
                     tools=tools,
                     tool_choice="none" if tools and last_round else None,

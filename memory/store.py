@@ -45,6 +45,7 @@ class StoredMessage:
     tool_call_id: str | None = None
     user_id: int | None = None
     model_id: str | None = None
+    media: dict[str, object] | None = None  # how it was sent, if not as text (file id, kind…)
 
     def as_prompt_message(self) -> dict[str, object]:
         """OpenAI-format message for the model's context."""
@@ -89,6 +90,7 @@ def _row_to_message(row: aiosqlite.Row) -> StoredMessage:
         tool_call_id=row["tool_call_id"],
         user_id=row["user_id"],
         model_id=row["model_id"],
+        media=json.loads(row["media"]) if row["media"] else None,
     )
 
 
@@ -221,8 +223,13 @@ class Store:
         tool_call_id: str | None = None,
         usage: Usage | None = None,
         session_id: int | None = None,
+        media: dict[str, object] | None = None,
     ) -> StoredMessage:
-        """Append a message to the chat's active session (or `session_id`) and return it."""
+        """Append a message to the chat's active session (or `session_id`) and return it.
+
+        `media` records how a user message came (voice note, photo, document: kind, Telegram
+        file id, caption, file name); `content` is always the text models read.
+        """
         now = self.now()
         calls_json = (
             json.dumps(
@@ -237,8 +244,8 @@ class Store:
                 session_id = await self._active_session(conn, chat_id, now)
             cursor = await conn.execute(
                 "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
-                "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
+                "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
                 (
                     session_id,
                     chat_id,
@@ -251,6 +258,7 @@ class Store:
                     usage.prompt_tokens if usage else None,
                     usage.completion_tokens if usage else None,
                     now,
+                    json.dumps(media, ensure_ascii=False) if media else None,
                 ),
             )
             row = await cursor.fetchone()
@@ -368,8 +376,8 @@ class Store:
     ) -> None:
         await conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
-            "completion_tokens, cost_usd, created_at, estimated) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "completion_tokens, cost_usd, created_at, estimated, audio_seconds) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 chat_id,
                 user_id,
@@ -380,5 +388,6 @@ class Store:
                 usage.cost_usd,
                 now,
                 int(usage.estimated),
+                usage.audio_seconds,
             ),
         )

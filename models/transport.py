@@ -54,6 +54,7 @@ from models.types import (
     StreamRestart,
     TextDelta,
     ToolCall,
+    Transcription,
     TransportError,
     Usage,
 )
@@ -349,6 +350,74 @@ class Transport:
             finally:
                 slot.state.in_flight -= 1
         raise plan.failure()
+
+    async def transcribe(
+        self,
+        model_id: str,
+        audio: bytes,
+        *,
+        filename: str,
+        mime_type: str,
+        duration_s: float,
+        timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
+        walk_chain: bool = True,
+    ) -> Transcription:
+        """Speech to text through `litellm.atranscription`, with the same retry, fallback, key,
+        bucket and breaker rules as chat (the same `_CallPlan`).
+
+        An empty transcript is a success (the note may hold no words); a 200 whose body is an
+        error object is classified from that body. Cost is the catalog's price per second times
+        `duration_s` (the length Telegram announced). A timed-out attempt is billed too: the
+        provider may have transcribed the audio before we gave up.
+        """
+        plan = _CallPlan(self, model_id, walk_chain)
+        billed: list[tuple[str, Usage]] = []
+        while (slot := await plan.next_slot()) is not None:
+            try:
+                gateway = slot.state.gateway
+                kwargs: dict[str, Any] = {
+                    "model": gateway.litellm_model(slot.entry),
+                    "file": (filename, audio, mime_type),
+                    "api_base": gateway.api_base,
+                    "api_key": slot.key,
+                    "client": self._clients.sdk_client_for(gateway, slot.key_index, slot.key),
+                    "max_retries": 0,
+                    "timeout": timeout,
+                }
+                cost = Usage(
+                    cost_usd=slot.entry.audio_cost_usd(duration_s), audio_seconds=duration_s
+                )
+                wire = start_record()
+                try:
+                    async with asyncio.timeout(timeout + self.timeout_grace):
+                        response = await litellm.atranscription(**kwargs)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failure = _classify_failure(exc, wire)
+                    if failure.outcome is Outcome.TIMEOUT:
+                        billed.append((slot.entry.id, cost))
+                    await plan.report(slot, failure)
+                    continue
+                text = getattr(response, "text", None)
+                if not isinstance(text, str) or wire.has_error_body:
+                    await plan.report(slot, _classify_empty(wire, "200 without a transcript"))
+                    continue
+                plan.report_success(slot, wire.headers or _success_headers(response))
+                billed.append((slot.entry.id, cost))
+                return Transcription(
+                    model_id=slot.entry.id,
+                    text=text.strip(),
+                    usage=cost,
+                    attempts=plan.attempts,
+                    requested_model_id=model_id,
+                    billed=billed,
+                )
+            finally:
+                slot.state.in_flight -= 1
+        error = plan.failure()
+        error.billed = billed
+        raise error
 
     def status(self) -> dict[str, Any]:
         """Breaker, key and bucket state for /stats and logs. Key positions only, never keys;
