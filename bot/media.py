@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,6 +43,7 @@ from bot.access import (
 )
 from bot.i18n import t
 from bot.keyboards import model_keyboard
+from bot.render import utf16_len
 from bot.services import Services, services_of
 from bot.turns import TurnRequest, failure_reason, run_chat_turn
 from memory.documents import DocumentError, document_kind, extract_text
@@ -58,8 +60,9 @@ TELEGRAM_DOWNLOAD_LIMIT = 20 * 1024 * 1024
 RETRY_PREFIX = "mr:"
 # A transcript longer than this is shown collapsed (expandable blockquote).
 EXPAND_AFTER_CHARS = 300
-# What the transcript message may show; the whole transcript is stored and answered anyway.
-SHOWN_TRANSCRIPT_CHARS = 3500
+# What the transcript message may show (UTF-16 units, under Telegram's 4096); the whole
+# transcript is stored and answered anyway.
+SHOWN_TRANSCRIPT_UNITS = 4000
 VOICE_KINDS = ("voice", "audio", "video_note")
 IMAGE_MIME_TYPES = ("image/jpeg", "image/png", "image/webp", "image/gif")
 
@@ -175,19 +178,22 @@ async def media_message(update: Update, context: Context) -> None:
         duration=incoming.duration,
     )
     if incoming.kind in VOICE_KINDS:
-        item = await MediaInbox(services.db).add(
-            chat_id=message.chat_id,
-            user_id=user.id,
-            kind=incoming.kind,
-            file_id=incoming.file_id,
-            file_unique_id=incoming.file_unique_id,
-            duration=incoming.duration,
-            file_size=incoming.file_size,
-            mime_type=incoming.mime_type,
-            file_name=incoming.file_name,
-            caption=caption or None,
-        )
-        await transcribe_and_answer(services, bot, request, item)
+
+        async def new_item() -> InboxItem:
+            return await MediaInbox(services.db).add(
+                chat_id=message.chat_id,
+                user_id=user.id,
+                kind=incoming.kind,
+                file_id=incoming.file_id,
+                file_unique_id=incoming.file_unique_id,
+                duration=incoming.duration,
+                file_size=incoming.file_size,
+                mime_type=incoming.mime_type,
+                file_name=incoming.file_name,
+                caption=caption or None,
+            )
+
+        await transcribe_and_answer(services, bot, request, new_item)
     elif incoming.kind == "photo":
         await _answer_photo(services, bot, request, incoming, caption)
     else:
@@ -251,15 +257,26 @@ async def download(bot: Any, file_id: str, limit: int) -> bytes | None:
 
 
 async def transcribe_and_answer(
-    services: Services, bot: Any, request: TurnRequest, item: InboxItem
+    services: Services,
+    bot: Any,
+    request: TurnRequest,
+    item: InboxItem | Callable[[], Awaitable[InboxItem]],
 ) -> None:
-    """Inside the chat's turn: download, transcribe, show the transcript, answer it."""
+    """Inside the chat's turn: download, transcribe, show the transcript, answer it.
+
+    `item` is the inbox row (a retry), or makes it: a new note's row is written inside the
+    turn, before any download, so an update held back by a stop (and replayed after the
+    restart) does not leave a second, orphaned row behind.
+    """
+    current: list[InboxItem] = []
 
     async def prepare(turn: TurnRequest) -> TurnRequest | None:
-        return await _transcribe(services, bot, turn, item)
+        row = item if isinstance(item, InboxItem) else await item()
+        current.append(row)
+        return await _transcribe(services, bot, turn, row)
 
     async def stored(message: StoredMessage) -> None:
-        await MediaInbox(services.db).mark_done(item.id, message.id)
+        await MediaInbox(services.db).mark_done(current[-1].id, message.id)
 
     await run_chat_turn(services, bot, request, prepare=prepare, on_stored=stored)
 
@@ -340,10 +357,17 @@ async def _record_transcription_spend(
 
 
 def transcript_html(heading: str, transcript: str) -> str:
-    """The heading and the transcript quoted; collapsed (expandable) when long."""
+    """The heading and the transcript quoted; collapsed (expandable) when long.
+
+    Telegram counts a message's length in UTF-16 units after parsing; a transcript longer than
+    SHOWN_TRANSCRIPT_UNITS is shown cut (with "…"): it is stored and answered whole anyway.
+    """
     shown = transcript
-    if len(shown) > SHOWN_TRANSCRIPT_CHARS:
-        shown = shown[:SHOWN_TRANSCRIPT_CHARS].rstrip() + " …"
+    if utf16_len(heading) + utf16_len(shown) + 1 > SHOWN_TRANSCRIPT_UNITS:
+        budget = SHOWN_TRANSCRIPT_UNITS - utf16_len(heading) - 3
+        while utf16_len(shown) > budget:
+            shown = shown[: max(0, len(shown) - max(1, (utf16_len(shown) - budget) // 2))]
+        shown = shown.rstrip() + " …"
     tag = "blockquote expandable" if len(transcript) > EXPAND_AFTER_CHARS else "blockquote"
     return f"{html.escape(heading)}\n<{tag}>{html.escape(shown, quote=False)}</blockquote>"
 

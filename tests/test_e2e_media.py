@@ -332,3 +332,22 @@ async def test_voice_note_over_the_budget_is_not_downloaded(tmp_path: Path) -> N
         assert bot.texts(OWNER) == [t("budget_user_daily", limit="$0.0100")]
         assert bot.downloads_and_file_calls() == ([], [])
         assert not bot.transcription_requests()
+
+
+async def test_in_a_group_only_voice_notes_replying_to_the_bot_are_read(tmp_path: Path) -> None:
+    group = -1001
+    async with bot_under_test(tmp_path) as bot:
+        bot.groq.hears(VOICE, SPOKEN)
+        # Group chatter: not for the bot, so not downloaded.
+        bot.send_media(group, bot.voice(VOICE, duration=3), chat_type="supergroup")
+        await bot.ask(group, "@mnemo_test_bot hi", chat_type="supergroup")
+        assert bot.downloads_and_file_calls() == ([], [])
+        # A voice note replying to the bot is addressed to it: transcribed, answered as a reply.
+        update_id = bot.send_media(
+            group, bot.voice(VOICE, duration=3), chat_type="supergroup", reply_to_bot=True
+        )
+        await bot.wait(lambda: answered(bot, group, f"echo: {SPOKEN}"))
+        await bot.wait_handled(update_id)
+        assert [g for g, _ in bot.transcription_requests()] == ["groq"]
+        replies = [m.reply_to_message_id for m in bot.messages(group)[-2:]]
+        assert all(r is not None for r in replies)

@@ -64,3 +64,12 @@ def test_consolidation_sees_photo_captions_and_spoken_words_never_bytes() -> Non
 def test_file_base_url_drops_the_bot_suffix() -> None:
     assert file_base_url("https://api.telegram.org/bot") == "https://api.telegram.org/file/bot"
     assert file_base_url("http://127.0.0.1:8081/bot/") == "http://127.0.0.1:8081/file/bot"
+
+
+def test_a_very_long_transcript_is_shown_cut_within_telegrams_limit() -> None:
+    # Emoji count two UTF-16 units each: a character cut would overflow 4096 units.
+    spoken = ("😀 speech " * 1200).strip()
+    text, entities = parse_html(transcript_html("🎙 Transcript:", spoken))
+    assert len(text.encode("utf-16-le")) // 2 <= 4096
+    assert text.endswith(" …") and text.removeprefix("🎙 Transcript:\n")[:-2] in spoken
+    assert [e["type"] for e in entities] == ["expandable_blockquote"]
