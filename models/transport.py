@@ -43,6 +43,7 @@ from models.limits import BreakerChange, CircuitBreaker, RetryBudget, TokenBucke
 from models.streamtext import WholeCharacters
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
+    NO_KEY,
     Attempt,
     ChatResult,
     Message,
@@ -547,7 +548,7 @@ class _CallPlan:
             entry = self.chain[self.position]
             state = self.t.gateway_state(entry.gateway)
             if state is None or not len(state.keys):
-                self._skip(entry, "no key configured")
+                self._skip(entry, NO_KEY)
                 continue
             allowed, change = state.breaker.allow()
             log_breaker_change(change)
