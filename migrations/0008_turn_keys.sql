@@ -1,4 +1,4 @@
--- 0007: chat turns are idempotent. Never edit once landed; add a new numbered file.
+-- 0008: chat turns are idempotent. Never edit once landed; add a new numbered file.
 -- A front end may deliver one input twice (a Telegram update replayed from held_updates after a
 -- restart and sent again by Telegram because the last confirming getUpdates failed). It passes
 -- a key with the user's message; the key is written in the transaction that stores the message,
