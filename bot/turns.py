@@ -105,8 +105,10 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
     restarts = 0
     try:
         await reply.start()
+        # Waits its turn in the gateway's fair queue (typing stays on meanwhile); the user id
+        # keeps one user's many chats from pushing other users back.
         stream = services.transport.stream(
-            model.id, messages, timeout=services.settings.CHAT_TIMEOUT
+            model.id, messages, timeout=services.settings.CHAT_TIMEOUT, user_key=request.user_id
         )
         async for event in stream:
             if isinstance(event, TextDelta):
@@ -187,6 +189,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
             attempts=attempts,
             restarts=restarts,
             latency_ms=round((time.monotonic() - started) * 1000),
+            queued_ms=round(result.queued_s * 1000) if result else None,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             cost_usd=round(usage.cost_usd, 6) if usage else 0.0,

@@ -9,7 +9,10 @@ retry, fallback, key choice and wait is decided in this module:
   retryable outcomes; phase 2 walks the fallback chain, each model once, each on its own gateway;
 - a key that is rejected or out of quota cools down and the others carry the load; a rate limit
   rests only that key for that model (providers count rate limits per model, quota per account);
-- each gateway has a token bucket with a bounded wait: past it the request falls back;
+- each gateway has a fair queue (models/pacing.py): a request waits for its turn, chat before
+  consolidation and round robin over users, paced just under the limits the provider reports
+  in its headers (and under an optional ceiling); waiting never counts as a model failure, and
+  only a wait longer than the attempt's timeout gives up on the gateway, like a timeout;
 - circuit breakers per model and per gateway skip what keeps failing, with half-open probes;
 - one global retry budget bounds how much extra traffic an outage can make us send.
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +42,9 @@ from models.errors import (
 )
 from models.gateways import Gateway
 from models.keys import KeyRing
-from models.limits import BreakerChange, CircuitBreaker, RetryBudget, TokenBucket
+from models.limits import BreakerChange, CircuitBreaker, RetryBudget
+from models.pacing import GatewayPacer, Priority, Ticket
+from models.ratelimits import read_windows
 from models.streamtext import WholeCharacters
 from models.types import (
     Attempt,
@@ -71,7 +76,7 @@ _HEALTH_FAILURES = (Outcome.RATE_LIMIT, Outcome.UNAVAILABLE, Outcome.TIMEOUT, Ou
 class _GatewayState:
     gateway: Gateway
     keys: KeyRing
-    bucket: TokenBucket
+    pacer: GatewayPacer
     breaker: CircuitBreaker
     in_flight: int = 0
 
@@ -84,7 +89,16 @@ class _Slot:
     state: _GatewayState
     key_index: int
     key: str = field(repr=False)
+    ticket: Ticket
     started: float = 0.0
+
+    def learn(self, headers: Mapping[str, str]) -> None:
+        """Tell the gateway's pacer what the provider said about its limits (even nothing)."""
+        self.state.pacer.settle(self.ticket, read_windows(self.state.gateway.protocol, headers))
+
+    def close(self) -> None:
+        self.state.in_flight -= 1
+        self.state.pacer.release(self.ticket)
 
 
 class Transport:
@@ -95,9 +109,9 @@ class Transport:
     - `backoff`: waits before phase-1 retries of the requested model; its length is the
       number of retries. `retry_after_cap`: a provider's Retry-After up to this is waited
       for; beyond it the request falls back at once (the key still rests as asked).
-    - `bucket_wait`, `bucket_burst`: per-gateway token bucket at `Gateway.requests_per_second`
-      (burst defaults to a quarter second's worth); a request whose turn would come later
-      than `bucket_wait` falls back instead of queueing.
+    - `bucket_burst`: burst of the optional per-gateway ceiling `Gateway.requests_per_second`
+      (default: a quarter second's worth). Requests wait for their turn in the gateway's fair
+      queue (models/pacing.py) at most the attempt's `timeout`.
     - `breaker_threshold`, `gateway_breaker_threshold`, `breaker_cooldown`: consecutive
       failures that open a model's / a gateway's breaker, and how long it stays open before
       one probe is let through.
@@ -117,7 +131,6 @@ class Transport:
         *,
         backoff: Sequence[float] = (1.0, 2.0, 4.0),
         retry_after_cap: float = 20.0,
-        bucket_wait: float = 2.0,
         bucket_burst: float | None = None,
         breaker_threshold: int = 5,
         gateway_breaker_threshold: int = 10,
@@ -137,7 +150,6 @@ class Transport:
         self.catalog = catalog
         self.backoff = tuple(backoff)
         self.retry_after_cap = retry_after_cap
-        self.bucket_wait = bucket_wait
         self.breaker_threshold = breaker_threshold
         self.breaker_cooldown = breaker_cooldown
         self.rate_limit_cooldown = rate_limit_cooldown
@@ -149,12 +161,16 @@ class Transport:
         self._clock = clock
         self._gateways: dict[str, _GatewayState] = {}
         for name, gateway in gateways.items():
-            rate = gateway.requests_per_second
-            burst = bucket_burst if bucket_burst is not None else max(1.0, rate / 4)
             self._gateways[name] = _GatewayState(
                 gateway=gateway,
                 keys=KeyRing(name, gateway.keys, clock),
-                bucket=TokenBucket(rate, burst, clock, sleep),
+                pacer=GatewayPacer(
+                    name,
+                    ceiling_rps=gateway.requests_per_second,
+                    burst=bucket_burst,
+                    clock=clock,
+                    sleep=sleep,
+                ),
                 breaker=CircuitBreaker(
                     f"gateway:{name}", gateway_breaker_threshold, breaker_cooldown, clock
                 ),
@@ -181,8 +197,12 @@ class Transport:
         tool_choice: str | dict[str, Any] | None = None,
         walk_chain: bool = True,
         max_tokens: int | None = None,
+        user_key: Hashable | None = None,
+        priority: Priority = Priority.CHAT,
     ) -> ChatResult:
-        plan = _CallPlan(self, model_id, walk_chain)
+        """One answer. `user_key` (e.g. the Telegram user id) is who waits in the gateways'
+        fair queues; `priority` puts background work behind chat."""
+        plan = _CallPlan(self, model_id, walk_chain, messages, timeout, user_key, priority)
         while (slot := await plan.next_slot()) is not None:
             try:
                 kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
@@ -197,17 +217,22 @@ class Transport:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # classified below; nothing escapes unclassified
+                    if wire.headers:
+                        slot.learn(wire.headers)
                     await plan.report(slot, _classify_failure(exc, wire))
                     continue
+                headers = wire.headers or _success_headers(response)
+                slot.learn(headers)
                 result = _result_from_response(response, slot.entry, model_id)
                 if not result.text.strip() and not result.tool_calls:
                     await plan.report(slot, _classify_empty(wire, "200 empty completion"))
                     continue
-                plan.report_success(slot, wire.headers or _success_headers(response))
+                plan.report_success(slot, headers)
                 result.attempts = plan.attempts
+                result.queued_s = plan.queued_s
                 return result
             finally:
-                slot.state.in_flight -= 1
+                slot.close()
         raise plan.failure()
 
     async def stream(
@@ -218,14 +243,17 @@ class Transport:
         timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
         walk_chain: bool = True,
         max_tokens: int | None = None,
+        user_key: Hashable | None = None,
+        priority: Priority = Priority.CHAT,
     ) -> AsyncIterator[StreamEvent]:
         """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
 
         A failure before any text was shown falls through silently to the next attempt. After
         text was shown the reply cannot be taken back, so the next model's text is preceded by
-        a StreamRestart telling the caller to clear what it showed.
+        a StreamRestart telling the caller to clear what it showed. `user_key` and `priority`
+        as for `complete`.
         """
-        plan = _CallPlan(self, model_id, walk_chain)
+        plan = _CallPlan(self, model_id, walk_chain, messages, timeout, user_key, priority)
         shown_model: str | None = None  # whose text the caller currently shows
         restart_reason = ""
         while (slot := await plan.next_slot()) is not None:
@@ -251,6 +279,7 @@ class Transport:
                     async with asyncio.timeout(timeout + self.timeout_grace) as silence:
                         response = await litellm.acompletion(**kwargs)
                         headers = wire.headers or _success_headers(response)
+                        slot.learn(headers)
                         async for chunk in response:
                             loop_now = asyncio.get_running_loop().time()
                             silence.reschedule(loop_now + timeout + self.timeout_grace)
@@ -273,6 +302,8 @@ class Transport:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
+                    if response is None and wire.headers:
+                        slot.learn(wire.headers)
                     failure = _classify_failure(exc, wire)
                 finally:
                     if response is not None and hasattr(response, "aclose"):
@@ -301,11 +332,12 @@ class Transport:
                         usage=_usage(usage, slot.entry),
                         attempts=plan.attempts,
                         requested_model_id=model_id,
+                        queued_s=plan.queued_s,
                     )
                 )
                 return
             finally:
-                slot.state.in_flight -= 1
+                slot.close()
         raise plan.failure()
 
     def status(self) -> dict[str, Any]:
@@ -320,11 +352,7 @@ class Transport:
                     "open_for_s": round(gs.breaker.remaining_open_s(), 1),
                     "keys": gs.keys.status(),
                     "in_flight": gs.in_flight,
-                    "bucket": {
-                        "rate_per_s": gs.bucket.rate,
-                        "burst": gs.bucket.burst,
-                        "tokens": round(gs.bucket.tokens, 2),
-                    },
+                    "queue": gs.pacer.status(),
                 }
                 for name, gs in self._gateways.items()
             },
@@ -399,9 +427,22 @@ class _CallPlan:
     bucket, breaker and budget rules.
     """
 
-    def __init__(self, transport: Transport, model_id: str, walk_chain: bool) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        model_id: str,
+        walk_chain: bool,
+        messages: list[Message],
+        timeout: float,
+        user_key: Hashable | None,
+        priority: Priority,
+    ) -> None:
         self.t = transport
         self.requested = model_id
+        self.timeout = timeout  # also the longest wait for a gateway's queue, per attempt
+        self.user_key = user_key if user_key is not None else object()
+        self.priority = priority
+        self.cost_tokens = _estimate_tokens(messages)
         head = transport.catalog.get(model_id)
         self.chain = list(transport.catalog.chain(model_id)) if walk_chain else [head]
         self.position = 0
@@ -409,6 +450,9 @@ class _CallPlan:
         self.excluded_keys: set[int] = set()  # keys rejected during this call
         self.pending_delay = 0.0
         self.attempts: list[Attempt] = []
+        self.queued_s = 0.0  # time spent waiting for turns in gateway queues
+        self._waiting_for = -1  # chain position whose wait bound `_wait_until` is
+        self._wait_until = 0.0
 
     # choosing
 
@@ -418,6 +462,11 @@ class _CallPlan:
             await self.t._sleep(delay)
         while self.position < len(self.chain):
             entry = self.chain[self.position]
+            # Our own limits make a request wait, never fail: at most `timeout` per model.
+            if self._waiting_for != self.position:
+                self._waiting_for = self.position
+                self._wait_until = self.t._clock() + self.timeout
+            wait_until = self._wait_until
             state = self.t.gateway_state(entry.gateway)
             if state is None or not len(state.keys):
                 self._skip(entry, "no key configured")
@@ -440,18 +489,36 @@ class _CallPlan:
                 self._release(entry, state)
                 self._skip(entry, f"gateway busy ({state.in_flight} in flight)")
                 continue
-            picked = state.keys.pick(entry.wire_name, exclude=self.excluded_keys)
-            if picked is None:
+            if not self._other_key_usable(state, entry):
+                # Resting keys: a spent window whose reset comes in time is waited out like
+                # any other turn; a refusal (429, quota, rejected key) or a late reset is not.
+                rest = state.keys.window_rest_s(entry.wire_name, exclude=self.excluded_keys)
                 self._release(entry, state)
-                self._skip(entry, "all keys cooling down")
+                if rest is None or self.t._clock() + rest > wait_until:
+                    self._skip(entry, "all keys cooling down")
+                    continue
+                await self.t._sleep(rest)
+                continue  # look again: breakers and keys may have changed meanwhile
+            ticket = await state.pacer.acquire(
+                entry.wire_name,
+                user=self.user_key,
+                priority=self.priority,
+                max_wait=max(0.0, wait_until - self.t._clock()),
+                cost_tokens=self.cost_tokens,
+            )
+            if ticket is None:
+                self._release(entry, state)
+                self._skip(entry, f"no turn on the gateway within {self.timeout:g}s")
                 continue
-            if not await state.bucket.acquire(self.t.bucket_wait):
+            picked = state.keys.pick(entry.wire_name, exclude=self.excluded_keys)
+            if picked is None:  # a key went to rest while we waited: look again
+                state.pacer.release(ticket)
                 self._release(entry, state)
-                self._skip(entry, "gateway request budget full")
                 continue
             index, key = picked
             state.in_flight += 1  # the caller decrements when the attempt ends, however
-            return _Slot(entry, state, index, key, started=self.t._clock())
+            self.queued_s += ticket.waited_s
+            return _Slot(entry, state, index, key, ticket, started=self.t._clock())
         return None
 
     def _release(self, entry: ModelEntry, state: _GatewayState) -> None:
@@ -497,8 +564,8 @@ class _CallPlan:
         log_breaker_change(state.breaker.record_success())
         log_breaker_change(self.t.model_breaker(slot.entry.id).record_success())
         self.t.retry_budget.record_success()
-        spent = exhausted_until_reset(headers)
-        if spent:  # the x-ratelimit-* windows are the model's, not the account's
+        spent = _spent_until_reset(state.gateway.protocol, headers)
+        if spent:  # remaining = 0: this key waits for the reset (for this model only)
             state.keys.cool(
                 slot.key_index, spent, "rate_limit_window_spent", model=slot.entry.wire_name
             )
@@ -637,6 +704,28 @@ def _success_headers(response: Any) -> Mapping[str, str]:
     for name, value in headers.items():
         out[str(name).lower().removeprefix("llm_provider-")] = str(value)
     return out
+
+
+def _spent_until_reset(protocol: str, headers: Mapping[str, str]) -> float | None:
+    """Seconds until the latest reset of a window the provider says is spent (remaining 0)."""
+    waits = [w.reset_s for w in read_windows(protocol, headers) if w.remaining <= 0]
+    partial = exhausted_until_reset(headers)  # remaining and reset without a limit
+    if partial is not None:
+        waits.append(partial)
+    return max(waits) if waits else None
+
+
+def _estimate_tokens(messages: list[Message]) -> float:
+    """Roughly what a request costs against a token limit: ~4 characters per token."""
+    chars = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            parts = [part for part in content if isinstance(part, dict)]
+            chars += sum(len(str(part.get("text", ""))) for part in parts)
+    return chars / 4
 
 
 def _usage(usage: Any, entry: ModelEntry) -> Usage:

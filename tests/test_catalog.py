@@ -37,7 +37,7 @@ def test_hidden_consolidation_chain_is_the_seed_chain() -> None:
 def test_visible_models_fall_back_inside_their_family() -> None:
     catalog = load_catalog()
     visible = catalog.visible()
-    assert {e.gateway for e in visible} == {"openai", "anthropic"}
+    assert {e.gateway for e in visible} == {"openai", "anthropic", "groq"}
     for entry in visible:
         for member in catalog.chain(entry.id):
             assert member.gateway == entry.gateway, (entry.id, member.id)
