@@ -42,7 +42,9 @@ class TokenBucket:
     def available_in(self) -> float:
         """Seconds until a token is there (0.0: now), without taking it."""
         self._refill()
-        return 0.0 if self._tokens >= 1 else (1 - self._tokens) / self.rate
+        if self._tokens >= 1 - 1e-9:  # float slack: a wait of 1e-16 s would never end
+            return 0.0
+        return (1 - self._tokens) / self.rate
 
     def try_take(self) -> float:
         """0.0 when a token was taken; otherwise seconds until one will be there."""

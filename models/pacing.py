@@ -48,6 +48,9 @@ Sleep = Callable[[float], Awaitable[Any]]
 
 # Pace at this share of what the provider allows: "just under" its limits.
 PACE_SHARE = 0.9
+# Float slack, and the shortest nap of the dispatcher (a wait of 1e-16 s would never end).
+_EPSILON = 1e-9
+_MIN_NAP_S = 0.001
 # How long /stats remembers the longest wait.
 WAIT_MEMORY_S = 15 * 60.0
 
@@ -115,7 +118,7 @@ class ModelLimits:
         spent_since = self.sent[window.unit] - track.sent_mark
         refilled = window.limit if now >= track.reset_at else (now - track.read_at) * rate
         available = min(window.limit, window.remaining + refilled) - spent_since
-        if available >= need:
+        if available >= need - _EPSILON:
             return 0.0
         until_reset = max(0.0, track.reset_at - now)
         return min(until_reset, (need - available) / rate) if rate > 0 else until_reset
@@ -139,7 +142,7 @@ class ModelLimits:
             if old is not None and old.sent_mark > mark:
                 continue  # a newer response already spoke for this window
             self.tracks[window.name] = _Track(window, now, now + window.reset_s, mark)
-            if window.name == "requests" and window.period_s <= MINUTE:
+            if window.unit == "requests" and window.period_s <= MINUTE:
                 rate = window.rate_per_s * PACE_SHARE
                 burst = max(1.0, rate / 4)
                 if self.pace is None:
@@ -392,7 +395,7 @@ class GatewayPacer:
                 continue
             if self._idle():
                 return
-            await self._nap(soonest)
+            await self._nap(max(soonest, _MIN_NAP_S))
 
     async def _nap(self, seconds: float) -> None:
         """Sleep until `seconds` pass or something changes (a new waiter, news on limits)."""

@@ -12,13 +12,19 @@ response, so the transport paces itself by what they say rather than by a guess 
 
 A window is a bucket the provider refills evenly over its period (``limit`` per ``period_s``);
 ``remaining`` = 0 means nothing more until the reset.
+
+Groq does not send its per-minute request limit in headers at all; its 429 says it in words
+("on requests per minute (RPM): Limit 30, ..."), as OpenAI's does ("requests per min (RPM)").
+`refusal_windows` reads those, so one refusal sets the pace for the requests after it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from models.errors import parse_duration
 
@@ -64,6 +70,38 @@ def read_windows(
         if window is not None:
             windows.append(window)
     return windows
+
+
+_REFUSAL = re.compile(
+    r"on (requests|tokens) per (min(?:ute)?|day) \((?:RPM|TPM|RPD|TPD)\): limit (\d+)",
+    re.IGNORECASE,
+)
+
+
+def refusal_windows(body: Any, retry_after_s: float | None) -> list[Window]:
+    """Windows named in a 429's message ("... on requests per minute (RPM): Limit 30 ..."),
+    spent until `retry_after_s`."""
+    windows = []
+    for message in _messages(body):
+        for unit, per, limit in _REFUSAL.findall(message):
+            period = DAY if per.lower() == "day" else MINUTE
+            unit = unit.lower()
+            name = unit if unit == "tokens" and period == MINUTE else f"{unit}-per-{per[:3]}"
+            reset = retry_after_s if retry_after_s is not None else period / float(limit)
+            windows.append(Window(name, unit, float(limit), 0.0, reset, period))
+    return windows
+
+
+def _messages(body: Any) -> Iterator[str]:
+    if isinstance(body, dict):
+        for key, value in body.items():
+            if key == "message" and isinstance(value, str):
+                yield value
+            else:
+                yield from _messages(value)
+    elif isinstance(body, list):
+        for item in body:
+            yield from _messages(item)
 
 
 def _anthropic(lowered: Mapping[str, str], now: datetime) -> list[Window]:

@@ -44,7 +44,7 @@ from models.gateways import Gateway
 from models.keys import KeyRing
 from models.limits import BreakerChange, CircuitBreaker, RetryBudget
 from models.pacing import GatewayPacer, Priority, Ticket
-from models.ratelimits import read_windows
+from models.ratelimits import read_windows, refusal_windows
 from models.streamtext import WholeCharacters
 from models.types import (
     Attempt,
@@ -92,9 +92,15 @@ class _Slot:
     ticket: Ticket
     started: float = 0.0
 
-    def learn(self, headers: Mapping[str, str]) -> None:
-        """Tell the gateway's pacer what the provider said about its limits (even nothing)."""
-        self.state.pacer.settle(self.ticket, read_windows(self.state.gateway.protocol, headers))
+    def learn(
+        self, headers: Mapping[str, str], refusal: Classified | None = None, body: Any = None
+    ) -> None:
+        """Tell the gateway's pacer what the provider said about its limits (even nothing):
+        the headers, and a rate-limit refusal's own words about the limit it hit."""
+        windows = read_windows(self.state.gateway.protocol, headers)
+        if refusal is not None and refusal.outcome is Outcome.RATE_LIMIT:
+            windows += refusal_windows(body, refusal.retry_after_s)
+        self.state.pacer.settle(self.ticket, windows)
 
     def close(self) -> None:
         self.state.in_flight -= 1
@@ -217,9 +223,10 @@ class Transport:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # classified below; nothing escapes unclassified
+                    failure = _classify_failure(exc, wire)
                     if wire.headers:
-                        slot.learn(wire.headers)
-                    await plan.report(slot, _classify_failure(exc, wire))
+                        slot.learn(wire.headers, failure, wire.error_body)
+                    await plan.report(slot, failure)
                     continue
                 headers = wire.headers or _success_headers(response)
                 slot.learn(headers)
@@ -302,9 +309,9 @@ class Transport:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    if response is None and wire.headers:
-                        slot.learn(wire.headers)
                     failure = _classify_failure(exc, wire)
+                    if response is None and wire.headers:
+                        slot.learn(wire.headers, failure, wire.error_body)
                 finally:
                     if response is not None and hasattr(response, "aclose"):
                         try:
