@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import structlog
 from telegram import Bot
 
+from bot.access import mark_message_saved
 from bot.i18n import t
 from bot.streaming import StreamingReply
 from memory.context import build_chat_messages
@@ -24,7 +25,7 @@ from models.types import (
 )
 
 if TYPE_CHECKING:
-    from bot.app import Services
+    from bot.services import Services
 
 log = structlog.get_logger("bot.turns")
 
@@ -69,6 +70,7 @@ async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> N
         stored = await services.store.add_message(
             request.chat_id, "user", request.text, user_id=request.user_id
         )
+        mark_message_saved()  # from here on, an error reply may say the message is saved
         await services.turns.run_cancellable(
             request.chat_id, _answer(services, bot, request, stored.session_id)
         )

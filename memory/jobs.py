@@ -76,86 +76,6 @@ class Job:
         )
 
 
-# --- enqueueing (called inside the store's transactions) ---------------------------------------
-
-
-async def enqueue_consolidation(
-    conn: aiosqlite.Connection,
-    chat_id: int,
-    session_id: int,
-    now: str,
-    *,
-    kind: str = "session_closed",
-    upto_message_id: int | None = None,
-) -> int | None:
-    """Queue consolidation of a session's messages; None if it has nothing to consolidate."""
-    cursor = await conn.execute(
-        "SELECT EXISTS(SELECT 1 FROM messages WHERE session_id = ? "
-        "AND (? IS NULL OR id <= ?)) AS has",
-        (session_id, upto_message_id, upto_message_id),
-    )
-    row = await cursor.fetchone()
-    if row is None or not row["has"]:
-        return None
-    cursor = await conn.execute(
-        "INSERT INTO consolidation_jobs(chat_id, session_id, kind, upto_message_id, "
-        "next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (chat_id, session_id, kind, upto_message_id, now, now, now),
-    )
-    return cursor.lastrowid
-
-
-async def maybe_enqueue_window(
-    conn: aiosqlite.Connection,
-    chat_id: int,
-    session_id: int,
-    now: str,
-    *,
-    window: int,
-    keep_recent: int,
-) -> int | None:
-    """Automatic consolidation: past `window` messages, queue all but the last `keep_recent`.
-
-    At most one window job per session is open at a time; the next one is queued when the
-    session passes the window again after that job removed its messages.
-    """
-    cursor = await conn.execute(
-        "SELECT COUNT(*) AS n FROM messages WHERE session_id = ?", (session_id,)
-    )
-    row = await cursor.fetchone()
-    count = int(row["n"]) if row else 0
-    if count <= window:
-        return None
-    cursor = await conn.execute(
-        "SELECT 1 FROM consolidation_jobs WHERE session_id = ? AND kind = 'window' "
-        "AND state != 'done' LIMIT 1",
-        (session_id,),
-    )
-    if await cursor.fetchone() is not None:
-        return None
-    cursor = await conn.execute(
-        "SELECT id FROM messages WHERE session_id = ? ORDER BY id LIMIT 1 OFFSET ?",
-        (session_id, count - keep_recent - 1),
-    )
-    last = await cursor.fetchone()
-    if last is None:
-        return None
-    upto = int(last["id"])
-    # Never split a tool call from its results: a kept tail starting with a tool result would
-    # be refused by the providers. Take the results along.
-    cursor = await conn.execute(
-        "SELECT id, role FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
-        (session_id, upto),
-    )
-    for row in await cursor.fetchall():
-        if row["role"] != "tool":
-            break
-        upto = int(row["id"])
-    return await enqueue_consolidation(
-        conn, chat_id, session_id, now, kind="window", upto_message_id=upto
-    )
-
-
 # --- the queue ---------------------------------------------------------------------------------
 
 
@@ -502,6 +422,10 @@ class ConsolidationWorker:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
+        # Completed looks at the queue, and how long the last one decided to sleep: what
+        # shows (to /healthz-style probes and tests) that the worker has looked, and rests.
+        self.passes = 0
+        self.last_idle_s: float | None = None
 
     def now(self) -> str:
         return to_iso(self.clock())
@@ -544,12 +468,17 @@ class ConsolidationWorker:
     async def _loop(self) -> None:
         while not self._stopping:
             self._wake.clear()
+            launched: list[asyncio.Task[None]] = []
             try:
-                await self._launch_due()
+                launched = await self._launch_due()
                 idle = await self._idle_seconds()
             except Exception:
                 log.exception("consolidation_worker_error")
                 idle = self.idle_poll_seconds
+            self.passes += 1
+            self.last_idle_s = idle
+            if self.passes == 1:
+                log.info("consolidation_worker_ready", launched=len(launched))
             try:
                 await asyncio.wait_for(self._wake.wait(), idle)
             except TimeoutError:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import aiosqlite
 
 from memory.db import Database
+from memory.queue import enqueue_consolidation, maybe_enqueue_window
 from models.types import ToolCall, Usage
 
 Clock = Callable[[], datetime]
@@ -204,9 +205,6 @@ class Store:
         self, conn: aiosqlite.Connection, chat_id: int, session_id: int, now: str
     ) -> int | None:
         """Hook inside /new's transaction: queue consolidation of the closed session."""
-        # memory.jobs builds on this module, so it is imported here rather than at the top.
-        from memory.jobs import enqueue_consolidation
-
         return await enqueue_consolidation(conn, chat_id, session_id, now)
 
     # messages ----------------------------------------------------------------------------
@@ -258,8 +256,6 @@ class Store:
             row = await cursor.fetchone()
             window_job = None
             if self.memory_window is not None:
-                from memory.jobs import maybe_enqueue_window
-
                 window_job = await maybe_enqueue_window(
                     conn,
                     chat_id,

@@ -20,8 +20,10 @@ Pace (all must allow a request):
 - per model, what the provider itself reported in its rate-limit headers (`models/ratelimits`):
   a request pace just under its per-minute request limit, and every window's `remaining`
   counted down by our own sends since, refilled at just under the provider's rate;
-- per model, until the first response says what the limits are, one request at a time (a
-  burst into an unknown limit is exactly what a provider answers with 429s).
+- per model, while no per-minute request limit is known (before the first answer; Groq, whose
+  headers give only a per-day request limit; servers that send no headers), a slow start: one
+  request in flight, one more for every answer, as TCP does (a burst into an unknown limit is
+  exactly what a provider answers with 429s, and the first such 429 names the limit).
 
 A window at remaining = 0 and a provider's 429 with retry-after rest the key for that model
 (models/keys.py) until the reset / for the retry-after, which wins over all of this; the
@@ -51,6 +53,9 @@ PACE_SHARE = 0.9
 # Float slack, and the shortest nap of the dispatcher (a wait of 1e-16 s would never end).
 _EPSILON = 1e-9
 _MIN_NAP_S = 0.001
+# Queue only when the predicted turn comes within this share of the bound: a turn predicted
+# just inside it is missed by the slightest slowdown, and then the whole wait was for nothing.
+_ETA_SHARE = 0.8
 # How long /stats remembers the longest wait.
 WAIT_MEMORY_S = 15 * 60.0
 
@@ -68,7 +73,6 @@ class Ticket:
 
     model: str
     waited_s: float
-    probe: bool
     sent_marks: dict[str, float] = field(default_factory=dict)  # our sends, counted at dispatch
 
 
@@ -89,15 +93,16 @@ class ModelLimits:
         self.model = model
         self._clock = clock
         self.known = False  # a response said what the limits are (possibly: none sent)
-        self.probing = False
+        self.in_flight = 0
+        self.window = 1.0  # slow start: requests in flight while no request pace is known
         self.tracks: dict[str, _Track] = {}
         self.pace: TokenBucket | None = None  # from a per-minute request limit
         self.sent: dict[str, float] = {"requests": 0.0, "tokens": 0.0}
 
     def ready_in(self, cost_tokens: float) -> float:
         """Seconds until a request costing `cost_tokens` may go (inf: wait for news)."""
-        if not self.known:
-            return math.inf if self.probing else 0.0
+        if self.pace is None and self.in_flight >= self.window:
+            return math.inf  # the next answer opens the window further
         now = self._clock()
         wait = self.pace.available_in() if self.pace is not None else 0.0
         for track in self.tracks.values():
@@ -124,18 +129,21 @@ class ModelLimits:
         return min(until_reset, (need - available) / rate) if rate > 0 else until_reset
 
     def take(self, cost_tokens: float) -> dict[str, float]:
-        if not self.known:
-            self.probing = True
+        self.in_flight += 1
         if self.pace is not None:
             self.pace.try_take()
         self.sent["requests"] += 1
         self.sent["tokens"] += cost_tokens
         return dict(self.sent)
 
-    def learn(self, windows: list[Window], sent_marks: dict[str, float]) -> None:
+    def learn(self, windows: list[Window], sent_marks: dict[str, float], *, refused: bool) -> None:
         """A response arrived; `sent_marks` are our send counters when its request left."""
         now = self._clock()
         self.known = True
+        if refused:
+            self.window = max(1.0, self.window / 2)
+        else:
+            self.window += 1.0
         for window in windows:
             mark = sent_marks.get(window.unit, 0.0)
             old = self.tracks.get(window.name)
@@ -154,6 +162,8 @@ class ModelLimits:
         now = self._clock()
         return {
             "learned": self.known and bool(self.tracks),
+            "in_flight": self.in_flight,
+            "slow_start_window": None if self.pace is not None else self.window,
             "pace_per_s": round(self.pace.rate, 2) if self.pace is not None else None,
             "windows": {
                 name: {
@@ -232,7 +242,7 @@ class GatewayPacer:
         A turn that the current pace puts beyond `max_wait` is not waited for: that wait
         could only end in a timeout, so the caller hears it at once.
         """
-        if self._eta(model, user, priority) > max_wait:
+        if self._eta(model, user, priority) > max_wait * _ETA_SHARE:
             self.refused += 1
             return None
         if self._idle() and self._ready_in(model, cost_tokens) == 0.0:
@@ -260,21 +270,16 @@ class GatewayPacer:
             self._poke()  # the dispatcher drops the cancelled waiter and serves the next
             raise
 
-    def settle(self, ticket: Ticket, windows: list[Window]) -> None:
-        """The response to `ticket`'s request came (headers or none): learn from it."""
-        limits = self.limits(ticket.model)
-        limits.learn(windows, ticket.sent_marks)
-        if ticket.probe:
-            limits.probing = False
+    def settle(self, ticket: Ticket, windows: list[Window], *, refused: bool = False) -> None:
+        """The response to `ticket`'s request came (headers or none; `refused`: a rate limit):
+        learn from it."""
+        self.limits(ticket.model).learn(windows, ticket.sent_marks, refused=refused)
         self._poke()
 
     def release(self, ticket: Ticket) -> None:
-        """The request is over; a probe that learned nothing lets the next one probe."""
-        if ticket.probe:
-            limits = self.limits(ticket.model)
-            if limits.probing:
-                limits.probing = False
-                self._poke()
+        """The request is over, however it ended (call once per ticket)."""
+        self.limits(ticket.model).in_flight -= 1
+        self._poke()
 
     def waiting(self, priority: Priority | None = None) -> int:
         queues = self._queues if priority is None else (self._queues[priority],)
@@ -329,13 +334,12 @@ class GatewayPacer:
 
     def _dispatch_to(self, model: str, cost_tokens: float, *, waited: float) -> Ticket:
         limits = self.limits(model)
-        probe = not limits.known
         if self.ceiling is not None:
             self.ceiling.try_take()
         marks = limits.take(cost_tokens)
         self.served += 1
         self._note_wait(waited)
-        return Ticket(model, waited, probe, marks)
+        return Ticket(model, waited, marks)
 
     def _note_wait(self, waited: float) -> None:
         minute = math.floor(self._clock() / 60.0)

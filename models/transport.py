@@ -98,9 +98,10 @@ class _Slot:
         """Tell the gateway's pacer what the provider said about its limits (even nothing):
         the headers, and a rate-limit refusal's own words about the limit it hit."""
         windows = read_windows(self.state.gateway.protocol, headers)
-        if refusal is not None and refusal.outcome is Outcome.RATE_LIMIT:
+        refused = refusal is not None and refusal.outcome is Outcome.RATE_LIMIT
+        if refused:
             windows += refusal_windows(body, refusal.retry_after_s)
-        self.state.pacer.settle(self.ticket, windows)
+        self.state.pacer.settle(self.ticket, windows, refused=refused)
 
     def close(self) -> None:
         self.state.in_flight -= 1
@@ -497,9 +498,10 @@ class _CallPlan:
                 self._skip(entry, f"gateway busy ({state.in_flight} in flight)")
                 continue
             if not self._other_key_usable(state, entry):
-                # Resting keys: a spent window whose reset comes in time is waited out like
-                # any other turn; a refusal (429, quota, rejected key) or a late reset is not.
-                rest = state.keys.window_rest_s(entry.wire_name, exclude=self.excluded_keys)
+                # Resting keys: a rate limit (another request's 429, a spent window) that ends
+                # in time is waited out like any other turn, since this request was refused
+                # by no one; a refusal of the account (quota, rejected key) or a late end is not.
+                rest = state.keys.rate_rest_s(entry.wire_name, exclude=self.excluded_keys)
                 self._release(entry, state)
                 if rest is None or self.t._clock() + rest > wait_until:
                     self._skip(entry, "all keys cooling down")
@@ -590,6 +592,7 @@ class _CallPlan:
             result.status_code,
             latency_s=round(self.t._clock() - slot.started, 4),
             retry_after_s=result.retry_after_s,
+            refused_param=result.refused_param,
         )
         self.attempts.append(attempt)
         log.warning(
@@ -623,6 +626,25 @@ class _CallPlan:
             if self._other_key_usable(state, entry):
                 return
             self._advance()
+            return
+        if outcome is Outcome.QUOTA and result.per_model:
+            # A daily cap of this model (Groq's TPD): the key serves the gateway's other models
+            # meanwhile; this one rests until the provider says it resets.
+            rest = (
+                result.retry_after_s if result.retry_after_s is not None else self.t.quota_cooldown
+            )
+            if state.keys.cool(slot.key_index, rest, "daily_limit", model=entry.wire_name):
+                log.warning(
+                    "api_key_model_daily_limit",
+                    gateway=entry.gateway,
+                    model=entry.id,
+                    key_position=slot.key_index,
+                    detail=result.detail,
+                    cooldown_s=round(rest, 1),
+                )
+            self.excluded_keys.add(slot.key_index)
+            if not self._other_key_usable(state, entry):
+                self._advance()
             return
         if outcome is Outcome.QUOTA:
             if state.keys.cool(slot.key_index, self.t.quota_cooldown, "quota"):

@@ -64,6 +64,32 @@ def telegram_export(slug: str = "coorporate-speak", limit: int = 150) -> list[Se
     return out
 
 
+def telegram_message(slug: str, message_id: int) -> SessionMessage:
+    """One message of a real Telegram Desktop export, its text flattened from its entities."""
+    data = json.loads((TESTDATA / "tg-export-tgif" / f"{slug}.exported.json").read_text("utf-8"))
+    for raw in data["messages"]:
+        if raw.get("id") == message_id:
+            text = raw.get("text")
+            if isinstance(text, list):
+                text = "".join(p if isinstance(p, str) else p.get("text", "") for p in text)
+            return SessionMessage("user", text, _parse_time(raw["date"]))
+    raise KeyError(f"{slug}: no message {message_id}")
+
+
+def oasst_messages(lang: str, contains: str = "") -> Iterator[SessionMessage]:
+    """Real OpenAssistant messages in `lang` (prompts and replies, file order), optionally
+    only those containing `contains`."""
+    with (TESTDATA / "oasst2" / "oasst2_filtered.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            stack = [json.loads(line)["prompt"]]
+            while stack:
+                node = stack.pop(0)
+                stack.extend(node.get("replies") or [])
+                if node.get("lang") == lang and contains in node["text"]:
+                    role = "user" if node["role"] == "prompter" else "assistant"
+                    yield SessionMessage(role, node["text"], _parse_time(node["created_date"]))
+
+
 def _oasst_path(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     while node:
         yield node

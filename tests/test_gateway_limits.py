@@ -52,14 +52,14 @@ async def test_a_turn_beyond_the_timeout_is_not_waited_for(
     timeout would, and that is never recorded against the model's or gateway's health."""
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": 1.0})
     t = Transport(load_catalog(), gateways, backoff=(), bucket_burst=1.0)
-    results = await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=2.5) for _ in range(5)))
+    results = await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=3) for _ in range(5)))
     on_groq = [r for r in results if r.model_id == "qwen3-32b"]
     moved = [r for r in results if r.model_id != "qwen3-32b"]
-    # One now, then one a second: two more fit within 2.5 s; the last two would not.
+    # One now, then one a second: two more come within 3 s (with 20 % to spare); two not.
     assert len(on_groq) == 3 and len(moved) == 2
     for result in moved:
         skipped = [a for a in result.attempts if a.outcome is Outcome.SKIPPED]
-        assert skipped[0].detail == "no turn on the gateway within 2.5s"
+        assert skipped[0].detail == "no turn on the gateway within 3s"
         assert result.model_id == "gpt-4.1-mini"  # the first model on another gateway
     status = t.status()
     assert status["gateways"]["groq"]["breaker"] == "closed"

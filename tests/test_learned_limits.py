@@ -132,17 +132,16 @@ async def test_a_reset_later_than_the_timeout_moves_on_at_once(
 async def test_consolidation_yields_to_chat_and_catches_up_when_chat_is_idle(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
-    fake_groq.enforce_rate_limit(4.0, burst=1.0)
+    fake_openai.enforce_rate_limit(4.0, burst=1.0)
     t = _transport(fake_openai, fake_groq, fake_anthropic)
-    await t.complete("qwen3-32b", [{"role": "user", "content": "warm-up"}], timeout=10)
+    await t.complete("gpt-4.1", [{"role": "user", "content": "warm-up"}], timeout=10)
 
     def ask(text: str, priority: Priority) -> asyncio.Task:
         return asyncio.create_task(
             t.complete(
-                "qwen3-32b",
+                "gpt-4.1",
                 [{"role": "user", "content": text}],
                 timeout=30,
-                walk_chain=False,
                 user_key=text,
                 priority=priority,
             )
@@ -151,12 +150,34 @@ async def test_consolidation_yields_to_chat_and_catches_up_when_chat_is_idle(
     jobs = [ask(f"job {n}", Priority.BACKGROUND) for n in range(5)]
     await asyncio.sleep(0.05)  # the jobs are queued first
     chats = [ask(f"chat {n}", Priority.CHAT) for n in range(5)]
-    await asyncio.gather(*jobs, *chats)
-    order = [r.body["messages"][-1]["content"] for r in fake_groq.requests][1:]
+    results = await asyncio.gather(*jobs, *chats)
+    assert {r.model_id for r in results} == {"gpt-4.1"}
+    order = [r.body["messages"][-1]["content"] for r in fake_openai.requests][1:]
     # The first job may have gone before any chat arrived; then every chat went first.
     first_chat = min(i for i, text in enumerate(order) if text.startswith("chat"))
     assert first_chat <= 1
     assert all(text.startswith("chat") for text in order[first_chat : first_chat + 5])
     assert sorted(order) == sorted([f"job {n}" for n in range(5)] + [f"chat {n}" for n in range(5)])
-    assert fake_groq.rate_limited == 0
+    assert fake_openai.rate_limited == 0
+    await t.aclose()
+
+
+async def test_groqs_refusal_names_its_per_minute_limit_and_sets_the_pace(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    """Groq's headers give requests per DAY only; its 429 says the per-minute limit in words.
+    After that one refusal the transport paces by it: the retries and the rest get through."""
+    fake_groq.enforce_rate_limit(4.0, burst=1.0)
+    t = _transport(
+        fake_openai, fake_groq, fake_anthropic, backoff=(0.05, 0.1, 0.2), retry_after_cap=2.0
+    )
+    results = await asyncio.gather(
+        *(t.complete("qwen3-32b", HI, timeout=20, walk_chain=False) for _ in range(12))
+    )
+    assert [r.model_id for r in results] == ["qwen3-32b"] * 12
+    learned = t.status()["gateways"]["groq"]["queue"]["models"]["qwen/qwen3-32b"]
+    assert learned["pace_per_s"] == pytest.approx(0.9 * 4.0)  # from "(RPM): Limit 240"
+    assert learned["windows"]["requests"]["per_s"] == 86_400  # the header's per-day limit
+    # The slow start lets few go before the limit is known: most never saw a refusal.
+    assert fake_groq.rate_limited <= 3
     await t.aclose()

@@ -24,7 +24,9 @@ def _pacer(clock: FakeClock, rps: float | None = 10.0, burst: float = 1.0) -> Ga
         await asyncio.sleep(0)
 
     pacer = GatewayPacer("g", ceiling_rps=rps, burst=burst, clock=clock, sleep=sleep)
-    pacer.settle(Ticket("m", 0.0, probe=True), [])  # limits known: the provider sends none
+    # The provider's limit is far above the ceiling: only the ceiling paces here.
+    roomy = {"x-ratelimit-limit-requests": "1000000", "x-ratelimit-remaining-requests": "999999"}
+    pacer.settle(Ticket("m", 0.0), read_windows("openai", roomy))
     return pacer
 
 
@@ -83,7 +85,7 @@ async def test_unknown_limits_let_one_probe_go_and_the_rest_wait_for_its_answer(
     clock = FakeClock()
     pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=clock)
     probe = await pacer.acquire("m", user="a", max_wait=30)
-    assert probe is not None and probe.probe
+    assert probe is not None
     second = asyncio.create_task(pacer.acquire("m", user="b", max_wait=30))
     await asyncio.sleep(0.05)
     assert not second.done()  # nothing is known yet about m's limits
@@ -97,7 +99,7 @@ async def test_unknown_limits_let_one_probe_go_and_the_rest_wait_for_its_answer(
     )
     pacer.settle(probe, window)
     ticket = await asyncio.wait_for(second, 5)
-    assert ticket is not None and not ticket.probe
+    assert ticket is not None
     assert pacer.status()["models"]["m"]["pace_per_s"] == pytest.approx(9.0)  # 0.9 x 600/min
 
 
@@ -128,6 +130,35 @@ async def test_a_learned_limit_paces_below_it_and_counts_our_own_sends() -> None
     # Paced at 0.9 x 2/s = 1.8/s: never closer than the pace once the burst is spent.
     assert all(gap >= 1 / 1.8 - 1e-9 for gap in gaps[1:])
     assert moments[-1] >= 3 / 1.8
+
+
+async def test_without_a_request_limit_a_slow_start_opens_one_more_per_answer() -> None:
+    """Groq states no per-minute request limit in its headers: until a refusal names it,
+    requests go one more at a time per answer, and a refusal halves the window."""
+    pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=FakeClock())
+    groq_headers = {
+        "x-ratelimit-limit-requests": "14400",
+        "x-ratelimit-remaining-requests": "14399",
+        "x-ratelimit-reset-requests": "6s",
+    }
+    waiting = [asyncio.create_task(pacer.acquire("m", user=n, max_wait=30)) for n in range(8)]
+    await asyncio.sleep(0.01)
+    assert sum(t.done() for t in waiting) == 1
+    first = waiting[0].result()
+    pacer.settle(first, read_windows("groq", groq_headers))
+    await asyncio.sleep(0.01)
+    assert sum(t.done() for t in waiting) == 2  # window 2, one still in flight
+    pacer.release(first)
+    await asyncio.sleep(0.01)
+    assert sum(t.done() for t in waiting) == 3
+    second = waiting[1].result()
+    pacer.settle(second, [], refused=True)  # a 429 without words: the window halves
+    pacer.release(second)
+    await asyncio.sleep(0.01)
+    assert sum(t.done() for t in waiting) == 3  # window 1, the third in flight
+    assert pacer.status()["models"]["m"]["slow_start_window"] == 1.0
+    for task in waiting:
+        task.cancel()
 
 
 def test_openai_headers_go_durations_and_per_minute_limits() -> None:

@@ -51,6 +51,9 @@ FAULT_KINDS = (
     "throttling_in_200",
     "arrearage_in_200",
     "gemini_429",
+    "groq_tpm_429",
+    "groq_tpd_429",
+    "groq_413",
     "empty_200",
     "hang",
     "disconnect",
@@ -330,6 +333,97 @@ _GEMINI_429 = {
     }
 }
 
+# Groq, verbatim shapes from the design brief (note the billing link inside a rate limit).
+_GROQ_UPGRADE = (
+    " Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing"
+)
+
+
+def _groq_tokens_error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "tokens", "code": "rate_limit_exceeded"}}
+
+
+def _groq_tpm_429(model: str) -> dict[str, Any]:
+    return _groq_tokens_error(
+        f"Rate limit reached for model `{model}` in organization `org_x` service tier "
+        "`on_demand` on tokens per minute (TPM): Limit 12000, Used 11000, Requested 2000. "
+        "Please try again in 1.5s." + _GROQ_UPGRADE
+    )
+
+
+def _groq_tpd_429(model: str) -> dict[str, Any]:
+    return _groq_tokens_error(
+        f"Rate limit reached for model `{model}` in organization `org_x` service tier "
+        "`on_demand` on tokens per day (TPD): Limit 200000, Used 197277, Requested 4476. "
+        "Please try again in 12m37.296s." + _GROQ_UPGRADE
+    )
+
+
+def _groq_413(model: str) -> dict[str, Any]:
+    return _groq_tokens_error(
+        f"Request too large for model `{model}` in organization `org_x` service tier "
+        "`on_demand` on tokens per minute (TPM): Limit 6000, Requested 15041, please reduce "
+        "your message size and try again." + _GROQ_UPGRADE
+    )
+
+
+# What providers really answer when a request forces a tool and the model or mode cannot be
+# forced (found in public issue threads; the fake sends them verbatim, ids aside):
+TOOL_CHOICE_REFUSALS: dict[str, dict[str, Any]] = {
+    # Anthropic with extended thinking and tool_choice {"type": "tool"|"any"}: the message in
+    # mastra-ai/mastra#7507, usestrix/strix#503, can1357/oh-my-pi#341 (HTTP 400).
+    "anthropic_thinking": {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "Thinking may not be enabled when tool_choice forces tool use.",
+        },
+        "request_id": "req_011CFAKEtoolchoice",
+    },
+    # OpenAI names the refused parameter in `param` (body quoted in OpenHands' FAQ and in
+    # several SDK comments: "Invalid value for 'tool_choice': ..."; HTTP 400).
+    "openai_param": {
+        "error": {
+            "message": (
+                "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
+                "are specified."
+            ),
+            "type": "invalid_request_error",
+            "param": "tool_choice",
+            "code": None,
+        }
+    },
+    # Groq refusing a tool_choice value (brianpetro/obsidian-smart-connections#942; HTTP 400).
+    "groq_value": {
+        "error": {
+            "message": "Only allowed string values for 'tool_choice' are none, auto, and required",
+            "type": "invalid_request_error",
+        }
+    },
+    # Qwen3 in thinking mode behind an OpenAI-compatible API (cloudwego/eino#994; HTTP 400).
+    "qwen_thinking": {
+        "error": {
+            "message": (
+                "<400> InternalError.Algo.InvalidParameter: The tool_choice parameter does not "
+                "support being set to required or object in thinking mode"
+            ),
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_parameter_error",
+        },
+        "id": "chatcmpl-5bf78562-fake-9de2-8d10-5429ef761b7e",
+        "request_id": "5bf78562-fake-9de2-8d10-5429ef761b7e",
+    },
+}
+
+
+def _forces_a_tool(body: dict[str, Any]) -> bool:
+    """tool_choice naming a tool or requiring one, in either wire format."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        return choice.get("type") in ("function", "tool", "any")
+    return choice == "required"
+
 
 def _rate_limit_body(kind: str, model: str, limit: ProviderLimit, wait_s: float) -> Any:
     """Each provider's own 429 body for a request over its per-minute request limit."""
@@ -458,6 +552,9 @@ class FakeProvider:
         # Optional provider-side rate limit (see enforce_rate_limit); rejections are counted.
         self.limit: ProviderLimit | None = None
         self.rate_limited = 0
+        # Wire model -> TOOL_CHOICE_REFUSALS key: that model answers every request that forces
+        # a tool with the refusal (HTTP 400), as a provider does; automatic choice works.
+        self.refuse_forced_tool_choice: dict[str, str] = {}
 
     # lifecycle
 
@@ -554,6 +651,7 @@ class FakeProvider:
         self.invalid_keys.clear()
         self.limit = None
         self.rate_limited = 0
+        self.refuse_forced_tool_choice.clear()
 
     def _next_step(self, model: str) -> Step | None:
         for key in (model, "*"):
@@ -587,6 +685,9 @@ class FakeProvider:
         if limited is not None:
             return limited
         limit_headers = self._limit_headers()
+        refusal = self.refuse_forced_tool_choice.get(model or "")
+        if refusal is not None and _forces_a_tool(body):
+            return _json_response(TOOL_CHOICE_REFUSALS[refusal], status=400)
         step = self._next_step(model or "")
         if step is None:
             step = Reply(f"echo: {_last_user_text(body)}")
@@ -979,6 +1080,15 @@ class FakeProvider:
             return _json_response(_ARREARAGE_IN_200, status=200, headers=headers)
         if kind == "gemini_429":
             return _json_response(_GEMINI_429, status=429, headers=headers)
+        model = str(body.get("model", ""))
+        if kind == "groq_tpm_429":  # Groq rounds the wait up into its retry-after header
+            headers.setdefault("retry-after", "2")
+            return _json_response(_groq_tpm_429(model), status=429, headers=headers)
+        if kind == "groq_tpd_429":
+            headers.setdefault("retry-after", "758")
+            return _json_response(_groq_tpd_429(model), status=429, headers=headers)
+        if kind == "groq_413":
+            return _json_response(_groq_413(model), status=413, headers=headers)
         if kind == "empty_200":
             return await self._empty(request, body, stream, headers)
         if kind == "hang":
