@@ -74,6 +74,7 @@ class Ticket:
     model: str
     waited_s: float
     sent_marks: dict[str, float] = field(default_factory=dict)  # our sends, counted at dispatch
+    sent_at: float | None = None  # our clock at dispatch
 
 
 @dataclass
@@ -81,7 +82,7 @@ class _Track:
     """One window of one model as we last heard it, and what we sent since."""
 
     window: Window
-    read_at: float  # our clock when the response carrying it arrived
+    read_at: float  # our estimate of when the provider counted: refills start from there
     reset_at: float
     sent_mark: float  # our cumulative sends (unit) when the request it answers was sent
 
@@ -136,9 +137,21 @@ class ModelLimits:
         self.sent["tokens"] += cost_tokens
         return dict(self.sent)
 
-    def learn(self, windows: list[Window], sent_marks: dict[str, float], *, refused: bool) -> None:
-        """A response arrived; `sent_marks` are our send counters when its request left."""
+    def learn(
+        self,
+        windows: list[Window],
+        sent_marks: dict[str, float],
+        *,
+        refused: bool,
+        sent_at: float | None = None,
+    ) -> None:
+        """A response arrived; `sent_marks` are our send counters when its request left.
+
+        Providers count a request when it arrives and state the headers then, however long
+        the answer takes after: refills are reckoned from `sent_at`, so a provider that takes a
+        second to answer does not halve our pace (our own sends since are subtracted)."""
         now = self._clock()
+        counted_at = now if sent_at is None else sent_at
         self.known = True
         if refused:
             self.window = max(1.0, self.window / 2)
@@ -149,7 +162,7 @@ class ModelLimits:
             old = self.tracks.get(window.name)
             if old is not None and old.sent_mark > mark:
                 continue  # a newer response already spoke for this window
-            self.tracks[window.name] = _Track(window, now, now + window.reset_s, mark)
+            self.tracks[window.name] = _Track(window, counted_at, now + window.reset_s, mark)
             if window.unit == "requests" and window.period_s <= MINUTE:
                 rate = window.rate_per_s * PACE_SHARE
                 burst = max(1.0, rate / 4)
@@ -273,7 +286,9 @@ class GatewayPacer:
     def settle(self, ticket: Ticket, windows: list[Window], *, refused: bool = False) -> None:
         """The response to `ticket`'s request came (headers or none; `refused`: a rate limit):
         learn from it."""
-        self.limits(ticket.model).learn(windows, ticket.sent_marks, refused=refused)
+        self.limits(ticket.model).learn(
+            windows, ticket.sent_marks, refused=refused, sent_at=ticket.sent_at
+        )
         self._poke()
 
     def release(self, ticket: Ticket) -> None:
@@ -339,7 +354,7 @@ class GatewayPacer:
         marks = limits.take(cost_tokens)
         self.served += 1
         self._note_wait(waited)
-        return Ticket(model, waited, marks)
+        return Ticket(model, waited, marks, self._clock())
 
     def _note_wait(self, waited: float) -> None:
         minute = math.floor(self._clock() / 60.0)
@@ -396,6 +411,9 @@ class GatewayPacer:
                 if served:
                     break
             if served:
+                # Let the request just admitted leave before the next one is admitted, so
+                # requests reach the provider one by one, in the pace they were given.
+                await asyncio.sleep(0)
                 continue
             if self._idle():
                 return

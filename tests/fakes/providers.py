@@ -550,8 +550,10 @@ class FakeProvider:
         # Keys this gateway rejects with its real 401 body, whatever the script says.
         self.invalid_keys: set[str] = set()
         # Optional provider-side rate limit (see enforce_rate_limit); rejections are counted.
-        self.limit: ProviderLimit | None = None
+        self._limit_terms: tuple[float, float, float, float] | None = None
+        self.limits: dict[str, ProviderLimit] = {}  # per model, as providers count them
         self.rate_limited = 0
+        self.rate_limited_at: list[float] = []
         # Wire model -> TOOL_CHOICE_REFUSALS key: that model answers every request that forces
         # a tool with the refusal (HTTP 400), as a provider does; automatic choice works.
         self.refuse_forced_tool_choice: dict[str, str] = {}
@@ -618,28 +620,39 @@ class FakeProvider:
         tokens_per_minute: float = 1_000_000.0,
         requests_per_day: float = 14_400.0,
     ) -> None:
-        """Limit this provider as a real one is (see `ProviderLimit`): every answer carries the
-        rate-limit headers, and a request past the limit gets the provider's real 429 body with
-        retry-after. None turns the limit (and the headers) off."""
-        self.limit = (
-            None if rps is None else ProviderLimit(rps, burst, tokens_per_minute, requests_per_day)
+        """Limit each model of this provider as a real one is (see `ProviderLimit`; providers
+        count per model): every answer carries the rate-limit headers, and a request past the
+        limit gets the provider's real 429 body with retry-after. None turns it off."""
+        self.limits.clear()
+        self._limit_terms = (
+            None if rps is None else (rps, burst, tokens_per_minute, requests_per_day)
         )
 
-    def _limit_headers(self) -> dict[str, str]:
-        return self.limit.headers(self.kind) if self.limit is not None else {}
+    def _limit(self, model: str) -> ProviderLimit | None:
+        if self._limit_terms is None:
+            return None
+        if model not in self.limits:
+            self.limits[model] = ProviderLimit(*self._limit_terms)
+        return self.limits[model]
+
+    def _limit_headers(self, model: str) -> dict[str, str]:
+        limit = self._limit(model)
+        return limit.headers(self.kind) if limit is not None else {}
 
     def _over_limit(self, model: str, body: dict[str, Any]) -> web.Response | None:
-        if self.limit is None:
+        limit = self._limit(model)
+        if limit is None:
             return None
-        wait = self.limit.admit(_prompt_tokens(body))
+        wait = limit.admit(_prompt_tokens(body))
         if wait is None:
             return None
         self.rate_limited += 1
-        headers = {"retry-after": str(max(1, math.ceil(wait))), **self._limit_headers()}
+        self.rate_limited_at.append(time.monotonic())
+        headers = {"retry-after": str(max(1, math.ceil(wait))), **self._limit_headers(model)}
         if self.kind == "groq":
             headers["x-ratelimit-reset-requests"] = go_duration(wait)
         return _json_response(
-            _rate_limit_body(self.kind, model, self.limit, wait), status=429, headers=headers
+            _rate_limit_body(self.kind, model, limit, wait), status=429, headers=headers
         )
 
     def reset(self) -> None:
@@ -649,7 +662,8 @@ class FakeProvider:
         self._failure_rate = 0.0
         self._failure_kinds = []
         self.invalid_keys.clear()
-        self.limit = None
+        self._limit_terms = None
+        self.limits.clear()
         self.rate_limited = 0
         self.refuse_forced_tool_choice.clear()
 
@@ -684,7 +698,7 @@ class FakeProvider:
         limited = self._over_limit(model or "", body)
         if limited is not None:
             return limited
-        limit_headers = self._limit_headers()
+        limit_headers = self._limit_headers(model or "")
         refusal = self.refuse_forced_tool_choice.get(model or "")
         if refusal is not None and _forces_a_tool(body):
             return _json_response(TOOL_CHOICE_REFUSALS[refusal], status=400)
