@@ -1,7 +1,9 @@
 """Burst: 300 users write within one second to a bot whose provider allows 25 requests/s.
 
 The bot runs as a real process (`python -m bot`, production settings, no *_RPS ceiling) against
-the fake Bot API and a fake OpenAI gateway in this process on 127.0.0.1. The fake enforces 25
+the fake Bot API (in this process) and a fake OpenAI gateway in a child process of its own (so
+the fake Telegram's work for 300 chats cannot delay the provider's clock and bunch arrivals
+that the bot sent evenly), all on 127.0.0.1. The fake enforces 25
 requests/s (bursts of 5) the way OpenAI does, says so in its real `x-ratelimit-*` headers and
 answers its real 429 past the limit. Every user sends one message; the answer streams after
 `--latency` seconds.
@@ -28,6 +30,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import aiohttp
+from aiohttp import web
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
@@ -68,6 +73,73 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     return 1 - 6 * d2 / (n * (n * n - 1))
 
 
+class Provider:
+    """The fake OpenAI gateway in a child process, with a small control API: GET /info,
+    GET /stats (request times and texts, refusals)."""
+
+    def __init__(self) -> None:
+        self.base_url = ""
+        self.requests: list[tuple[float, str, bool]] = []  # (at, last user text, stream)
+        self.rate_limited = 0
+        self.rate_limited_at: list[float] = []
+        self._proc: asyncio.subprocess.Process | None = None
+        self._control = ""
+
+    async def start(self, rps: float, burst: float, latency: float) -> None:
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--serve-provider", "--rps", str(rps),
+            "--burst", str(burst), "--latency", str(latency), stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert self._proc.stdout is not None
+        port = int((await self._proc.stdout.readline()).decode().strip())
+        self._control = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession() as http, http.get(f"{self._control}/info") as resp:
+            self.base_url = (await resp.json())["base_url"]
+
+    async def collect(self) -> None:
+        async with aiohttp.ClientSession() as http, http.get(f"{self._control}/stats") as resp:
+            stats = await resp.json()
+        self.requests = [tuple(r) for r in stats["requests"]]
+        self.rate_limited = stats["rate_limited"]
+        self.rate_limited_at = stats["rate_limited_at"]
+
+    async def stop(self) -> None:
+        if self._proc is not None and self._proc.returncode is None:
+            self._proc.terminate()
+            await self._proc.wait()
+
+
+async def serve_provider(rps: float, burst: float, latency: float) -> None:
+    """Child process: the fake gateway and its control API; prints the control port."""
+    fake = FakeProvider("openai", latency=latency)
+    await fake.start()
+    fake.set_default("*", Reply(ANSWER, chunk_chars=16, chunk_delay=0.02))
+    fake.enforce_rate_limit(rps, burst)
+
+    async def info(_: web.Request) -> web.Response:
+        return web.json_response({"base_url": fake.base_url})
+
+    async def stats(_: web.Request) -> web.Response:
+        requests = [(r.at, str(r.body["messages"][-1]["content"]), r.stream) for r in fake.requests]
+        return web.json_response(
+            {
+                "requests": requests,
+                "rate_limited": fake.rate_limited,
+                "rate_limited_at": fake.rate_limited_at,
+            }
+        )
+
+    app = web.Application()
+    app.router.add_get("/info", info)
+    app.router.add_get("/stats", stats)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    print(site._server.sockets[0].getsockname()[1], flush=True)  # type: ignore[union-attr]
+    await asyncio.Event().wait()
+
+
 def turn_logs(stderr: str) -> dict[int, dict]:
     """The bot's `turn_finished` events by chat id (JSON log lines)."""
     found: dict[int, dict] = {}
@@ -80,12 +152,9 @@ def turn_logs(stderr: str) -> dict[int, dict]:
 
 
 async def main(users: int, rps: float, burst: float, latency: float, bot_repo: Path) -> None:
-    async with (
-        FakeTelegram(token=TOKEN) as tg,
-        FakeProvider("openai", latency=latency) as openai,
-    ):
-        openai.set_default("*", Reply(ANSWER, chunk_chars=16, chunk_delay=0.02))
-        openai.enforce_rate_limit(rps, burst)
+    openai = Provider()
+    await openai.start(rps, burst, latency)
+    async with FakeTelegram(token=TOKEN) as tg:
         ids = [FIRST_USER + n for n in range(users)]
         workdir = Path(tempfile.mkdtemp(prefix="mnemobot-burst-"))
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
@@ -142,6 +211,8 @@ async def main(users: int, rps: float, burst: float, latency: float, bot_repo: P
             except TimeoutError:
                 process.kill()
                 await process.wait()
+            await openai.collect()
+            await openai.stop()
         stderr = stderr_path.read_text(encoding="utf-8", errors="replace")
 
     answered = sum(1 for u in ids if (final(u) or "").startswith(ANSWER))
@@ -152,13 +223,12 @@ async def main(users: int, rps: float, burst: float, latency: float, bot_repo: P
     has_queue_figures = any("queued_ms" in e for e in logs.values())
     # From the provider's side: when each user's first request arrived after the user wrote.
     first_request: dict[int, float] = {}
-    for request in openai.requests:
-        user = int(str(request.body["messages"][-1]["content"]).rsplit(" ", 1)[-1])
-        first_request.setdefault(user, request.at)
+    for at, text, _ in openai.requests:
+        first_request.setdefault(int(text.rsplit(" ", 1)[-1]), at)
     to_provider = [(first_request[u] - pushed[u]) * 1000 for u in ids if u in first_request]
     served = [u for u in ids if u in first_request]
     order = spearman([pushed[u] for u in served], [first_request[u] for u in served])
-    times = sorted(r.at for r in openai.requests)
+    times = sorted(at for at, _, _ in openai.requests)
     span = (times[-1] - times[0]) if len(times) > 1 else 0.0
 
     def peak(window_s: float) -> int:
@@ -221,5 +291,9 @@ if __name__ == "__main__":
     parser.add_argument("--burst", type=float, default=5.0, help="provider's burst")
     parser.add_argument("--latency", type=float, default=1.0, help="provider's first byte (s)")
     parser.add_argument("--bot-repo", type=Path, default=REPO, help="checkout whose bot runs")
+    parser.add_argument("--serve-provider", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_provider:
+        asyncio.run(serve_provider(args.rps, args.burst, args.latency))
+        sys.exit(0)
     asyncio.run(main(args.users, args.rps, args.burst, args.latency, args.bot_repo.resolve()))

@@ -94,18 +94,23 @@ class KeyRing:
     def record_success(self, index: int) -> None:
         self.states[index].failures = 0
 
-    def rate_rest_s(
+    def window_rest_s(
         self, model: str, exclude: set[int] | frozenset[int] = frozenset()
     ) -> float | None:
-        """Seconds until a key resting only for `model`'s rate limit (a 429's retry-after, or
-        a window the headers said was spent) is usable again; None when every key (not
-        excluded) is out for the account (quota, billing, rejected key)."""
+        """Seconds until a key that rests only because `model`'s window is spent (remaining
+        = 0 in the provider's headers: wait for the reset) is usable again; None when no key
+        rests only for that. A key resting after a refusal (a 429, quota, a rejected key) is
+        no candidate: a refusal moves requests on, a spent window is waited out."""
         now = self._clock()
-        waits = [
-            max(0.0, state.rest_for(model) - now)
-            for state in self.states
-            if state.index not in exclude and state.cool_until <= now
-        ]
+        waits = []
+        for state in self.states:
+            if state.index in exclude or state.cool_until > now:
+                continue
+            rest = state.model_rests.get(model)
+            if rest is None or rest.until <= now:
+                waits.append(0.0)
+            elif rest.reason == "rate_limit_window_spent":
+                waits.append(rest.until - now)
         return min(waits) if waits else None
 
     def soonest_available_s(self, model: str | None = None) -> float:

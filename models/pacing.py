@@ -99,6 +99,7 @@ class ModelLimits:
         self.tracks: dict[str, _Track] = {}
         self.pace: TokenBucket | None = None  # from a per-minute request limit
         self.sent: dict[str, float] = {"requests": 0.0, "tokens": 0.0}
+        self.spacer: TokenBucket | None = None  # the pace again, at the moment of sending
 
     def ready_in(self, cost_tokens: float) -> float:
         """Seconds until a request costing `cost_tokens` may go (inf: wait for news)."""
@@ -168,8 +169,11 @@ class ModelLimits:
                 burst = max(1.0, rate / 4)
                 if self.pace is None:
                     self.pace = TokenBucket(rate, burst, self._clock)
+                    self.spacer = TokenBucket(rate, min(burst, 2.0), self._clock)
                 else:
                     self.pace.retune(rate, burst)
+                    assert self.spacer is not None
+                    self.spacer.retune(rate, min(burst, 2.0))
 
     def status(self) -> dict[str, Any]:
         now = self._clock()
@@ -290,6 +294,16 @@ class GatewayPacer:
             windows, ticket.sent_marks, refused=refused, sent_at=ticket.sent_at
         )
         self._poke()
+
+    async def before_send(self, ticket: Ticket) -> None:
+        """Right before the request leaves: keep the learned pace at the moment of sending too.
+        Between admission and sending litellm sets the request up (in threads, under the GIL):
+        requests admitted evenly can leave in a bunch, and a provider counts arrivals."""
+        spacer = self.limits(ticket.model).spacer
+        if spacer is not None:
+            while (wait := spacer.try_take()) > 0.0:
+                await self._sleep(wait)
+        ticket.sent_at = self._clock()  # what the provider counts from
 
     def release(self, ticket: Ticket) -> None:
         """The request is over, however it ended (call once per ticket)."""

@@ -103,6 +103,9 @@ class _Slot:
             windows += refusal_windows(body, refusal.retry_after_s)
         self.state.pacer.settle(self.ticket, windows, refused=refused)
 
+    async def before_send(self) -> None:
+        await self.state.pacer.before_send(self.ticket)
+
     def close(self) -> None:
         self.state.in_flight -= 1
         self.state.pacer.release(self.ticket)
@@ -218,6 +221,7 @@ class Transport:
                 if tool_choice is not None:
                     kwargs["tool_choice"] = tool_choice
                 wire = start_record()
+                wire.before_send = slot.before_send
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
                         response = await litellm.acompletion(**kwargs)
@@ -281,6 +285,7 @@ class Transport:
                 response: Any = None
                 failure: Classified | None = None
                 wire = start_record()
+                wire.before_send = slot.before_send
                 try:
                     # A guard on silence, not on length: a long answer may stream for
                     # minutes, but no chunk for `timeout` seconds means the provider is gone.
@@ -498,10 +503,10 @@ class _CallPlan:
                 self._skip(entry, f"gateway busy ({state.in_flight} in flight)")
                 continue
             if not self._other_key_usable(state, entry):
-                # Resting keys: a rate limit (another request's 429, a spent window) that ends
-                # in time is waited out like any other turn, since this request was refused
-                # by no one; a refusal of the account (quota, rejected key) or a late end is not.
-                rest = state.keys.rate_rest_s(entry.wire_name, exclude=self.excluded_keys)
+                # Resting keys: a spent window (remaining = 0) whose reset comes in time is
+                # waited out like any other turn; a provider's refusal (429, quota, rejected
+                # key) moves the request on, and so does a reset later than the timeout.
+                rest = state.keys.window_rest_s(entry.wire_name, exclude=self.excluded_keys)
                 self._release(entry, state)
                 if rest is None or self.t._clock() + rest > wait_until:
                     self._skip(entry, "all keys cooling down")

@@ -166,18 +166,15 @@ async def test_groqs_refusal_names_its_per_minute_limit_and_sets_the_pace(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
     """Groq's headers give requests per DAY only; its 429 says the per-minute limit in words.
-    After that one refusal the transport paces by it: the retries and the rest get through."""
+    The slow start lets few requests go before that is known; the refusal then sets the pace,
+    and every request is answered (a refused one by the next model of its chain)."""
     fake_groq.enforce_rate_limit(4.0, burst=1.0)
-    t = _transport(
-        fake_openai, fake_groq, fake_anthropic, backoff=(0.05, 0.1, 0.2), retry_after_cap=2.0
-    )
-    results = await asyncio.gather(
-        *(t.complete("qwen3-32b", HI, timeout=20, walk_chain=False) for _ in range(12))
-    )
-    assert [r.model_id for r in results] == ["qwen3-32b"] * 12
+    t = _transport(fake_openai, fake_groq, fake_anthropic, backoff=(0.05,), retry_after_cap=2.0)
+    results = await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=20) for _ in range(12)))
+    assert len(results) == 12 and all(r.text for r in results)  # everyone answered
     learned = t.status()["gateways"]["groq"]["queue"]["models"]["qwen/qwen3-32b"]
     assert learned["pace_per_s"] == pytest.approx(0.9 * 4.0)  # from "(RPM): Limit 240"
     assert learned["windows"]["requests"]["per_s"] == 86_400  # the header's per-day limit
-    # The slow start lets few go before the limit is known: most never saw a refusal.
-    assert fake_groq.rate_limited <= 3
+    # The slow start: few ever met a refusal (one or two per model before its limit was known).
+    assert fake_groq.rate_limited <= 4
     await t.aclose()
