@@ -3,10 +3,10 @@
 The bot runs as a real process (`python -m bot`, production settings, no *_RPS ceiling) against
 the fake Bot API (in this process) and a fake OpenAI gateway in a child process of its own (so
 the fake Telegram's work for 300 chats cannot delay the provider's clock and bunch arrivals
-that the bot sent evenly), all on 127.0.0.1. The fake enforces 25
-requests/s (bursts of 5) the way OpenAI does, says so in its real `x-ratelimit-*` headers and
-answers its real 429 past the limit. Every user sends one message; the answer streams after
-`--latency` seconds.
+that the bot sent evenly), all on 127.0.0.1. The fake enforces 25 requests/s the way OpenAI
+does (its per-minute limit, 1,500, enforced in one-second slices), says so in its real
+`x-ratelimit-*` headers and answers its real 429 past the limit. Every user sends one message;
+the answer streams after `--latency` seconds.
 
 Printed: answered / failed turns, the provider's 429s, the wait for a slot (the bot's own
 `queued_ms` per turn: time spent waiting for a turn in the gateway's queue) at p50/p99/max, its
@@ -288,12 +288,15 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=300)
     parser.add_argument("--rps", type=float, default=25.0, help="provider's requests per second")
-    parser.add_argument("--burst", type=float, default=5.0, help="provider's burst")
+    parser.add_argument(
+        "--burst", type=float, default=None, help="provider's burst (default: one second's worth)"
+    )
     parser.add_argument("--latency", type=float, default=1.0, help="provider's first byte (s)")
     parser.add_argument("--bot-repo", type=Path, default=REPO, help="checkout whose bot runs")
     parser.add_argument("--serve-provider", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_provider:
-        asyncio.run(serve_provider(args.rps, args.burst, args.latency))
+        asyncio.run(serve_provider(args.rps, args.burst or args.rps, args.latency))
         sys.exit(0)
-    asyncio.run(main(args.users, args.rps, args.burst, args.latency, args.bot_repo.resolve()))
+    burst = args.burst if args.burst is not None else args.rps
+    asyncio.run(main(args.users, args.rps, burst, args.latency, args.bot_repo.resolve()))

@@ -74,7 +74,7 @@ class Ticket:
     model: str
     waited_s: float
     sent_marks: dict[str, float] = field(default_factory=dict)  # our sends, counted at dispatch
-    sent_at: float | None = None  # our clock at dispatch
+    sent_at: float | None = None  # our clock when it left (at dispatch until then)
 
 
 @dataclass
