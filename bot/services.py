@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from telegram.ext import Application
 
+from agent.loop import AgentLoop
 from bot.access import RefusalThrottle
 from bot.chat_turns import ChatTurns
 from bot.config import Settings
 from bot.lifecycle import Lifecycle
+from memory.chat_tools import ChatTools
 from memory.db import Database
 from memory.store import Store
 from models.catalog import Catalog, ModelEntry
@@ -76,6 +78,8 @@ class Services:
     guard: TurnGuard | None = None
     # Strangers are told no at most once an hour each (bot/access.py).
     refusals: RefusalThrottle = field(default_factory=RefusalThrottle)
+    # The chat turn's agent loop (agent/), built in `open`.
+    agent: AgentLoop | None = None
 
     @classmethod
     async def open(
@@ -85,17 +89,30 @@ class Services:
         # be reported before that.
         from models.transport import Transport
 
-        db = await Database.open(prepared.settings.DATABASE_PATH)
+        settings = prepared.settings
+        db = await Database.open(settings.DATABASE_PATH)
         transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
-        return cls(
-            settings=prepared.settings,
+        store = Store(db)
+        services = cls(
+            settings=settings,
             catalog=prepared.catalog,
             gateways=prepared.gateways,
             default_model=prepared.default_model,
             db=db,
-            store=Store(db),
+            store=store,
             transport=transport,
         )
+        services.agent = AgentLoop(
+            store=store,
+            transport=transport,
+            catalog=prepared.catalog,
+            tools=ChatTools(db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock),
+            # Looked up per call: the memory feature replaces `memory_text` after opening.
+            memory_text=lambda chat_id: services.memory_text(chat_id),
+            max_steps=settings.AGENT_MAX_STEPS,
+            timeout=settings.CHAT_TIMEOUT,
+        )
+        return services
 
     def available_models(self) -> list[ModelEntry]:
         return available_models(self.catalog, self.gateways)

@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import structlog
 from telegram import Bot
 
+from agent.events import AgentDone, Receipt, ToolRound
+from agent.loop import AgentTurn
 from bot.access import mark_message_saved
 from bot.i18n import t
 from bot.streaming import StreamingReply
-from memory.context import build_chat_messages
-from models.types import (
-    ChatResult,
-    Outcome,
-    StreamDone,
-    StreamRestart,
-    TextDelta,
-    TransportError,
-)
+from memory.store import StoredMessage
+from models.catalog import ModelEntry
+from models.types import Outcome, StreamRestart, TextDelta, TransportError
 
 if TYPE_CHECKING:
     from bot.services import Services
@@ -41,6 +38,14 @@ class TurnRequest:
     reply_to_message_id: int | None
     private: bool
     message_thread_id: int | None = None
+    # How the message came if not as text (kind, Telegram file id, caption): stored with it.
+    media: dict[str, object] | None = None
+    # A photo for this turn only, as a data URL: sent as an image part, never stored.
+    image_url: str | None = None
+
+
+Prepare = Callable[[TurnRequest], Awaitable[TurnRequest | None]]
+OnStored = Callable[[StoredMessage], Awaitable[None]]
 
 
 def failure_reason(error: TransportError, lang: str | None) -> str:
@@ -57,39 +62,56 @@ def failure_reason(error: TransportError, lang: str | None) -> str:
     return t(known.get(outcome, "reason_other"), lang) if outcome else t("reason_other", lang)
 
 
-async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> None:
+async def run_chat_turn(
+    services: Services,
+    bot: Bot,
+    request: TurnRequest,
+    *,
+    prepare: Prepare | None = None,
+    on_stored: OnStored | None = None,
+) -> None:
     """Store the user's message, stream the model's answer into Telegram, store the answer.
 
     The user's message is written before any model is called, so an outage, a crash or a
     /cancel never loses it. Serialised per chat; the streaming part is cancellable.
+
+    `prepare` runs inside the chat's turn, before anything is stored: a voice note is
+    transcribed there, so it is answered in the order it was sent. It returns the request to
+    store and answer, or None when there is nothing to answer (it has told the user why).
+    `on_stored` is told the stored user message (a voice note's inbox row points at it).
     """
     # While the bot is stopping, a turn that has not started is held back (see bot/lifecycle).
     async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as admitted:
         if not admitted:
             return  # held: handled after the restart
+        if prepare is not None:
+            prepared = await prepare(request)
+            if prepared is None:
+                return
+            request = prepared
         stored = await services.store.add_message(
-            request.chat_id, "user", request.text, user_id=request.user_id
+            request.chat_id,
+            "user",
+            request.text,
+            user_id=request.user_id,
+            media=request.media,
         )
         mark_message_saved()  # from here on, an error reply may say the message is saved
+        if on_stored is not None:
+            await on_stored(stored)
         await services.turns.run_cancellable(
             request.chat_id, _answer(services, bot, request, stored.session_id)
         )
 
 
 async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id: int) -> None:
+    """Turn what the agent loop yields into Telegram messages: streamed text, restart notes,
+    and at the end the formatted answer with one receipt line per memory write."""
     started = time.monotonic()
     lang = request.language
-    # Independent reads, queued together: each read waits its turn for the one database lock,
-    # and under load (many chats at once) three queue passes in a row were most of the time
-    # between the update and the model request.
-    model, session, memory_text = await asyncio.gather(
-        services.chat_model(request.chat_id),
-        services.store.session_messages(session_id),
-        services.memory_text(request.chat_id),
-    )
-    now_text = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
-    messages = build_chat_messages(session, memory_text, now_text=now_text)
-
+    model = await services.chat_model(request.chat_id)
+    agent = services.agent
+    assert agent is not None, "Services.open builds the agent loop"
     reply = StreamingReply(
         bot,
         request.chat_id,
@@ -98,76 +120,45 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
         use_drafts=services.settings.TELEGRAM_DRAFT_STREAMING and request.private,
         message_thread_id=request.message_thread_id,
     )
-    shown: list[str] = []
-    answering = model.id
-    result: ChatResult | None = None
+    done: AgentDone | None = None
     outcome = "ok"
     attempts = 0
-    answer_stored = False
     restarts = 0
+    steps = 0
     try:
         await reply.start()
-        # Waits its turn in the gateway's fair queue (typing stays on meanwhile); the user id
-        # keeps one user's many chats from pushing other users back.
-        stream = services.transport.stream(
-            model.id, messages, timeout=services.settings.CHAT_TIMEOUT, user_key=request.user_id
+        turn = AgentTurn(
+            request.chat_id, request.user_id, session_id, model.id, image_url=request.image_url
         )
-        async for event in stream:
-            if isinstance(event, TextDelta):
-                shown.append(event.text)
-                await reply.append(event.text)
-            elif isinstance(event, StreamRestart):
-                shown.clear()
-                restarts += 1
-                answering = event.to_model
-                await reply.restart(
-                    t(
-                        "model_restarted",
-                        lang,
-                        from_label=services.label(event.from_model),
-                        to_label=services.label(event.to_model),
+        # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
+        # what the user saw of the round.
+        async with aclosing(agent.run(turn)) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    await reply.append(event.text)
+                elif isinstance(event, StreamRestart):
+                    restarts += 1
+                    await reply.restart(
+                        t(
+                            "model_restarted",
+                            lang,
+                            from_label=services.label(event.from_model),
+                            to_label=services.label(event.to_model),
+                        )
                     )
-                )
-            elif isinstance(event, StreamDone):
-                result = event.result
-        if result is None:  # the transport always ends with StreamDone; be safe anyway
-            raise TransportError("stream ended without a result", [])
-        attempts = len(result.attempts)
-        text = result.text or "".join(shown)
-        await services.store.add_message(
-            request.chat_id,
-            "assistant",
-            text,
-            model_id=result.model_id,
-            usage=result.usage,
-            session_id=session_id,
-        )
-        answer_stored = True
-        await services.store.record_usage(
-            request.chat_id, request.user_id, result.model_id, "chat", result.usage
-        )
-        footer = None
-        if result.model_id != model.id:
-            footer = t(
-                "answered_by",
-                lang,
-                label=services.label(result.model_id),
-                requested=model.label,
-            )
-        await reply.finish(text, footer=footer)
+                elif isinstance(event, ToolRound):
+                    steps = event.step
+                elif isinstance(event, AgentDone):
+                    done = event
+        if done is None:  # the loop always ends with AgentDone; be safe anyway
+            raise TransportError("the agent loop ended without an answer", [])
+        attempts = done.attempts
+        text = done.text.strip() or t("agent_no_answer", lang)
+        await reply.finish(text, footer=_footer(services, done, model, lang))
     except asyncio.CancelledError:
         outcome = "cancelled"
-        partial = "".join(shown)
-        if partial and not answer_stored:
-            # Keep what the user saw, so the next turn's context matches the chat on screen.
-            await services.store.add_message(
-                request.chat_id,
-                "assistant",
-                partial,
-                model_id=answering,
-                session_id=session_id,
-            )
-        # Cut off by a stop of the bot (after the grace period) or by the user's /cancel.
+        # Cut off by a stop of the bot (after the grace period) or by the user's /cancel; the
+        # loop has stored what the user saw.
         note = "reply_interrupted" if services.lifecycle.closing else "reply_cancelled"
         await reply.cancelled(t(note, lang))
     except TransportError as exc:
@@ -181,18 +172,35 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
         )
         await reply.fail(t("all_models_failed", lang, reason=failure_reason(exc, lang)))
     finally:
-        usage = result.usage if result else None
+        usage = done.usage if done else None
         log.info(
             "turn_finished",
             chat_id=request.chat_id,
             outcome=outcome,
             model_requested=model.id,
-            model_answered=result.model_id if result else None,
+            model_answered=done.model_id if done else None,
             attempts=attempts,
             restarts=restarts,
+            tool_rounds=done.steps if done else steps,
             latency_ms=round((time.monotonic() - started) * 1000),
-            queued_ms=round(result.queued_s * 1000) if result else None,
+            queued_ms=round(done.queued_s * 1000) if done else None,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             cost_usd=round(usage.cost_usd, 6) if usage else 0.0,
         )
+
+
+def receipt_line(receipt: Receipt, lang: str | None) -> str:
+    """The bot's own words for a memory write, from the executed tool call."""
+    key = "receipt_remembered" if receipt.kind == "remembered" else "receipt_forgotten"
+    fact = receipt.text if len(receipt.text) <= 300 else receipt.text[:299] + "…"
+    return t(key, lang, fact=fact)
+
+
+def _footer(services: Services, done: AgentDone, model: ModelEntry, lang: str | None) -> str | None:
+    lines = [receipt_line(r, lang) for r in done.receipts]
+    if done.model_id != model.id:
+        lines.append(
+            t("answered_by", lang, label=services.label(done.model_id), requested=model.label)
+        )
+    return "\n".join(lines) or None

@@ -12,6 +12,7 @@ reset to pending at start-up); after it, the job is done and cannot run again.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,6 +29,7 @@ from memory.consolidation import (
     summarise_attempts,
 )
 from memory.db import Database
+from memory.facts import Edit, replay
 from memory.longterm import LongTermMemory, read_memory, write_memory
 from memory.store import Store, StoredMessage, from_iso, to_iso, utc_now
 from memory.transcript import DEFAULT_MAX_MESSAGE_CHARS, Chunk, chunk_messages
@@ -171,6 +173,7 @@ class JobQueue:
                 "WHERE id = ? AND state = 'running' AND started_at = ?",
                 (now, now, job.id, job.started_at),
             )
+            await _drop_edits(conn, job.chat_id)
 
     async def commit(
         self,
@@ -199,6 +202,15 @@ class JobQueue:
             )
             row = await cursor.fetchone()
             present = int(row["n"]) if row else 0
+            memory_update = result.memory_update
+            if current.version != memory.version and present == len(ids):
+                # The chat model's remember/forget_fact since we read the memory are replayed
+                # on our result; any other write (a /forget, another job) means run again.
+                edits = await _edits_since(conn, job.chat_id, memory.version)
+                if len(edits) == current.version - memory.version:
+                    memory_update = replay(memory_update, edits)
+                    log.info("consolidation_replayed_edits", job_id=job.id, edits=len(edits))
+                    memory = current
             if current.version != memory.version or present != len(ids):
                 await _insert_attempts(conn, job, result.attempts, now)
                 await _insert_spent(conn, job, chunk, result.spent, self.store, now)
@@ -206,10 +218,11 @@ class JobQueue:
             await write_memory(
                 conn,
                 job.chat_id,
-                result.memory_update,
-                over_budget=len(result.memory_update) > memory_max_chars,
+                memory_update,
+                over_budget=len(memory_update) > memory_max_chars,
                 now=now,
             )
+            await _drop_edits(conn, job.chat_id)
             first, last = chunk.messages[0], chunk.messages[-1]
             await conn.execute(
                 "INSERT INTO history_entries(chat_id, session_id, job_id, entry, model_id, "
@@ -289,6 +302,7 @@ class JobQueue:
             )
             await _insert_attempts(conn, job, failure.attempts, stamp)
             await _insert_spent(conn, job, chunk, failure.spent, self.store, stamp)
+            await _drop_edits(conn, job.chat_id)
         return failed_runs, delay
 
     async def release(self, job: Job, now: str, *, retry_at: str, reason: str) -> None:
@@ -300,6 +314,27 @@ class JobQueue:
                 "WHERE id = ? AND state = 'running' AND started_at = ?",
                 (retry_at, reason, now, job.id, job.started_at),
             )
+            await _drop_edits(conn, job.chat_id)
+
+
+async def _drop_edits(conn: aiosqlite.Connection, chat_id: int) -> None:
+    """The job stops running: its next run (or the chat's next job) reads the memory afresh,
+    so the tool edits kept for its replay are of no use any more — and hold the very words
+    a user asked to forget."""
+    await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
+
+
+async def _edits_since(conn: aiosqlite.Connection, chat_id: int, version: int) -> list[Edit]:
+    """Tool edits (remember / forget_fact) that produced the versions after `version`."""
+    cursor = await conn.execute(
+        "SELECT kind, fact, lines FROM memory_edits WHERE chat_id = ? AND version > ? "
+        "ORDER BY version",
+        (chat_id, version),
+    )
+    return [
+        Edit(row["kind"], row["fact"], tuple(json.loads(row["lines"])))
+        for row in await cursor.fetchall()
+    ]
 
 
 async def _insert_attempts(

@@ -178,3 +178,5 @@ class MemoryRepository:
             )
             await write_memory(conn, chat_id, "", over_budget=False, now=now)
             await conn.execute("DELETE FROM history_entries WHERE chat_id = ?", (chat_id,))
+            # Facts the chat tools wrote or removed are kept for replay; they go too.
+            await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))

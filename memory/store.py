@@ -45,6 +45,7 @@ class StoredMessage:
     tool_call_id: str | None = None
     user_id: int | None = None
     model_id: str | None = None
+    media: dict[str, object] | None = None  # how it was sent, if not as text (file id, kind…)
 
     def as_prompt_message(self) -> dict[str, object]:
         """OpenAI-format message for the model's context."""
@@ -89,6 +90,7 @@ def _row_to_message(row: aiosqlite.Row) -> StoredMessage:
         tool_call_id=row["tool_call_id"],
         user_id=row["user_id"],
         model_id=row["model_id"],
+        media=json.loads(row["media"]) if row["media"] else None,
     )
 
 
@@ -221,8 +223,13 @@ class Store:
         tool_call_id: str | None = None,
         usage: Usage | None = None,
         session_id: int | None = None,
+        media: dict[str, object] | None = None,
     ) -> StoredMessage:
-        """Append a message to the chat's active session (or `session_id`) and return it."""
+        """Append a message to the chat's active session (or `session_id`) and return it.
+
+        `media` records how a user message came (voice note, photo, document: kind, Telegram
+        file id, caption, file name); `content` is always the text models read.
+        """
         now = self.now()
         calls_json = (
             json.dumps(
@@ -237,8 +244,8 @@ class Store:
                 session_id = await self._active_session(conn, chat_id, now)
             cursor = await conn.execute(
                 "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
-                "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
+                "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
                 (
                     session_id,
                     chat_id,
@@ -251,6 +258,7 @@ class Store:
                     usage.prompt_tokens if usage else None,
                     usage.completion_tokens if usage else None,
                     now,
+                    json.dumps(media, ensure_ascii=False) if media else None,
                 ),
             )
             row = await cursor.fetchone()
@@ -268,6 +276,53 @@ class Store:
             self._job_enqueued()
         assert row is not None
         return _row_to_message(row)
+
+    async def add_tool_round(
+        self,
+        chat_id: int,
+        session_id: int,
+        *,
+        text: str,
+        calls: list[ToolCall],
+        results: list[tuple[str, str]],
+        model_id: str,
+        usage: Usage | None = None,
+    ) -> list[StoredMessage]:
+        """Store one tool round of a chat turn in ONE transaction: the assistant message that
+        called the tools and every (call id, result) — never a call without its results, which
+        the next request's provider would refuse. No window consolidation is queued here: the
+        turn is still running, and the final answer's `add_message` queues it."""
+        now = self.now()
+        calls_json = json.dumps(
+            [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+            ensure_ascii=False,
+        )
+        rows = [("assistant", text, calls_json, None, model_id, usage)]
+        rows += [("tool", content, None, call_id, None, None) for call_id, content in results]
+        stored: list[StoredMessage] = []
+        async with self.db.transaction() as conn:
+            for role, content, tool_calls, tool_call_id, model, spent in rows:
+                cursor = await conn.execute(
+                    "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
+                    "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, "
+                    "created_at) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?) RETURNING *",
+                    (
+                        session_id,
+                        chat_id,
+                        role,
+                        content,
+                        tool_calls,
+                        tool_call_id,
+                        model,
+                        spent.prompt_tokens if spent else None,
+                        spent.completion_tokens if spent else None,
+                        now,
+                    ),
+                )
+                row = await cursor.fetchone()
+                assert row is not None
+                stored.append(_row_to_message(row))
+        return stored
 
     async def session_messages(self, session_id: int) -> list[StoredMessage]:
         rows = await self.db.fetchall(
@@ -321,7 +376,8 @@ class Store:
     ) -> None:
         await conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
-            "completion_tokens, cost_usd, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "completion_tokens, cost_usd, created_at, audio_seconds) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 chat_id,
                 user_id,
@@ -331,5 +387,6 @@ class Store:
                 usage.completion_tokens,
                 usage.cost_usd,
                 now,
+                usage.audio_seconds,
             ),
         )

@@ -46,6 +46,7 @@ from models.limits import BreakerChange, CircuitBreaker, RetryBudget
 from models.pacing import GatewayPacer, Priority, Ticket
 from models.ratelimits import read_windows, refusal_windows
 from models.streamtext import WholeCharacters
+from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
     Attempt,
     ChatResult,
@@ -56,6 +57,7 @@ from models.types import (
     StreamRestart,
     TextDelta,
     ToolCall,
+    Transcription,
     TransportError,
     Usage,
 )
@@ -215,11 +217,9 @@ class Transport:
         plan = _CallPlan(self, model_id, walk_chain, messages, timeout, user_key, priority)
         while (slot := await plan.next_slot()) is not None:
             try:
-                kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
-                if tools:
-                    kwargs["tools"] = tools
-                if tool_choice is not None:
-                    kwargs["tool_choice"] = tool_choice
+                kwargs = self._request_kwargs(
+                    slot, messages, timeout, max_tokens, tools=tools, tool_choice=tool_choice
+                )
                 wire = start_record()
                 wire.before_send = slot.before_send
                 try:
@@ -255,6 +255,8 @@ class Transport:
         timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
         walk_chain: bool = True,
         max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
         user_key: Hashable | None = None,
         priority: Priority = Priority.CHAT,
     ) -> AsyncIterator[StreamEvent]:
@@ -262,8 +264,11 @@ class Transport:
 
         A failure before any text was shown falls through silently to the next attempt. After
         text was shown the reply cannot be taken back, so the next model's text is preceded by
-        a StreamRestart telling the caller to clear what it showed. `user_key` and `priority`
-        as for `complete`.
+        a StreamRestart telling the caller to clear what it showed. Streamed tool calls are
+        assembled (all three protocols arrive through litellm in the OpenAI delta shape) and
+        returned whole in the StreamDone result; a model whose catalog entry has `tools=False`
+        is sent neither the tools nor tool-shaped messages. `user_key` and `priority` as for
+        `complete`.
         """
         plan = _CallPlan(self, model_id, walk_chain, messages, timeout, user_key, priority)
         shown_model: str | None = None  # whose text the caller currently shows
@@ -273,14 +278,16 @@ class Transport:
                 if shown_model is not None:
                     yield StreamRestart(shown_model, slot.entry.id, restart_reason)
                     shown_model = None
-                kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
+                kwargs = self._request_kwargs(
+                    slot, messages, timeout, max_tokens, tools=tools, tool_choice=tool_choice
+                )
                 kwargs["stream"] = True
                 kwargs["stream_options"] = {"include_usage": True}
                 assembler = WholeCharacters()
                 pieces: list[str] = []
                 usage: Any = None
                 finish_reason: str | None = None
-                saw_tool_call = False
+                calls = ToolCallAssembler()
                 headers: Mapping[str, str] = {}
                 response: Any = None
                 failure: Classified | None = None
@@ -303,7 +310,7 @@ class Transport:
                                     finish_reason = choice.finish_reason
                                 delta = choice.delta
                                 if getattr(delta, "tool_calls", None):
-                                    saw_tool_call = True
+                                    calls.feed(delta.tool_calls)
                                 piece = getattr(delta, "content", None) or ""
                                 if not piece:
                                     continue
@@ -333,7 +340,7 @@ class Transport:
                     shown_model = slot.entry.id
                     yield TextDelta(tail)
                 text = "".join(pieces)
-                if not text.strip() and not saw_tool_call:
+                if not text.strip() and not calls:
                     await plan.report(slot, _classify_empty(wire, "200 empty stream"))
                     continue
                 plan.report_success(slot, headers)
@@ -341,6 +348,7 @@ class Transport:
                     ChatResult(
                         model_id=slot.entry.id,
                         text=text,
+                        tool_calls=calls.calls(),
                         finish_reason=finish_reason,
                         usage=_usage(usage, slot.entry),
                         attempts=plan.attempts,
@@ -352,6 +360,80 @@ class Transport:
             finally:
                 slot.close()
         raise plan.failure()
+
+    async def transcribe(
+        self,
+        model_id: str,
+        audio: bytes,
+        *,
+        filename: str,
+        mime_type: str,
+        duration_s: float,
+        timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
+        walk_chain: bool = True,
+        user_key: Hashable | None = None,
+        priority: Priority = Priority.CHAT,
+    ) -> Transcription:
+        """Speech to text through `litellm.atranscription`, with the same retry, fallback, key,
+        bucket and breaker rules as chat (the same `_CallPlan`).
+
+        An empty transcript is a success (the note may hold no words); a 200 whose body is an
+        error object is classified from that body. Cost is the catalog's price per second times
+        `duration_s` (the length Telegram announced). A timed-out attempt is billed too: the
+        provider may have transcribed the audio before we gave up.
+        """
+        plan = _CallPlan(self, model_id, walk_chain, [], timeout, user_key, priority)
+        billed: list[tuple[str, Usage]] = []
+        while (slot := await plan.next_slot()) is not None:
+            try:
+                gateway = slot.state.gateway
+                kwargs: dict[str, Any] = {
+                    "model": gateway.litellm_model(slot.entry),
+                    "file": (filename, audio, mime_type),
+                    "api_base": gateway.api_base,
+                    "api_key": slot.key,
+                    "client": self._clients.sdk_client_for(gateway, slot.key_index, slot.key),
+                    "max_retries": 0,
+                    "timeout": timeout,
+                }
+                cost = Usage(
+                    cost_usd=slot.entry.audio_cost_usd(duration_s), audio_seconds=duration_s
+                )
+                wire = start_record()
+                wire.before_send = slot.before_send
+                try:
+                    async with asyncio.timeout(timeout + self.timeout_grace):
+                        response = await litellm.atranscription(**kwargs)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failure = _classify_failure(exc, wire)
+                    if wire.headers:
+                        slot.learn(wire.headers, failure, wire.error_body)
+                    if failure.outcome is Outcome.TIMEOUT:
+                        billed.append((slot.entry.id, cost))
+                    await plan.report(slot, failure)
+                    continue
+                slot.learn(wire.headers or _success_headers(response))
+                text = getattr(response, "text", None)
+                if not isinstance(text, str) or wire.has_error_body:
+                    await plan.report(slot, _classify_empty(wire, "200 without a transcript"))
+                    continue
+                plan.report_success(slot, wire.headers or _success_headers(response))
+                billed.append((slot.entry.id, cost))
+                return Transcription(
+                    model_id=slot.entry.id,
+                    text=text.strip(),
+                    usage=cost,
+                    attempts=plan.attempts,
+                    requested_model_id=model_id,
+                    billed=billed,
+                )
+            finally:
+                slot.close()
+        error = plan.failure()
+        error.billed = billed
+        raise error
 
     def status(self) -> dict[str, Any]:
         """Breaker, key and bucket state for /stats and logs. Key positions only, never keys;
@@ -403,9 +485,21 @@ class Transport:
         return self._gateways.get(name)
 
     def _request_kwargs(
-        self, slot: _Slot, messages: list[Message], timeout: float, max_tokens: int | None
+        self,
+        slot: _Slot,
+        messages: list[Message],
+        timeout: float,
+        max_tokens: int | None,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         gateway = slot.state.gateway
+        if not slot.entry.tools:
+            # No tool support: no tools offered, and earlier tool exchanges become text.
+            tools, tool_choice = None, None
+            if any(m.get("role") == "tool" or m.get("tool_calls") for m in messages):
+                messages = flatten_tool_messages(messages)
         kwargs: dict[str, Any] = {
             "model": gateway.litellm_model(slot.entry),
             "messages": messages,
@@ -417,6 +511,10 @@ class Transport:
         }
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
         return kwargs
 
 

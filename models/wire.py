@@ -56,6 +56,8 @@ def _looks_like_completion(payload: Any) -> bool:
         return False
     if payload.get("choices"):
         return True
+    if isinstance(payload.get("text"), str) and "error" not in payload:
+        return True  # a transcription: {"text": ...} (plus duration/segments/usage)
     return payload.get("type") == "message" and "content" in payload
 
 
@@ -93,6 +95,8 @@ class ClientPool:
 
     The OpenAI SDK client binds a key, so openai-protocol gateways get one client per key;
     litellm's own handler (Groq, Anthropic) takes the key per call and is shared per gateway.
+    Transcription goes through the OpenAI SDK on every gateway (litellm 1.110.2 sends
+    `groq/` audio through it too), so `sdk_client_for` gives an SDK client per key anywhere.
     """
 
     def __init__(self) -> None:
@@ -113,6 +117,22 @@ class ClientPool:
                 )
             else:
                 client = AsyncHTTPHandler(event_hooks=hooks)
+            self._clients[slot] = client
+        return client
+
+    def sdk_client_for(self, gateway: Gateway, key_index: int, key: str) -> Any:
+        """An OpenAI SDK client for `gateway` bound to `key` (transcription requests)."""
+        if gateway.protocol == "openai":
+            return self.client_for(gateway, key_index, key)
+        slot = (f"{gateway.name}:sdk", gateway.api_base, key)
+        client = self._clients.get(slot)
+        if client is None:
+            client = AsyncOpenAI(
+                api_key=key,
+                base_url=gateway.api_base,
+                max_retries=0,
+                http_client=httpx.AsyncClient(event_hooks={"response": [_on_response]}),
+            )
             self._clients[slot] = client
         return client
 

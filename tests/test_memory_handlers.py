@@ -111,7 +111,7 @@ async def test_new_then_memory_reaches_the_next_session_and_the_commands(bot: Bo
 
     await bot.chat("What do you remember about me?")
     system = str(bot.chat_provider.requests[-1].body["messages"][0]["content"])
-    assert "<long_term_memory>" in system and GOOD_ARGS["memory_update"] in system
+    assert "<long_term_memory_" in system and GOOD_ARGS["memory_update"] in system
 
     shown = await bot.say("/memory")
     assert shown.startswith("What I remember") and GOOD_ARGS["memory_update"] in shown

@@ -11,6 +11,13 @@ its real 429 body with retry-after, counted in `fp.rate_limited`) and a `headers
 Reply/ToolCallReply/Fault (extra response headers), for key-rotation and pacing tests and the
 retry-storm and burst benchmarks.
 
+Chat tools: `ToolCallReply` answers with one tool call (or several, `also=[...]`), streaming or
+not, in the provider's own format; `Respond(fn)` computes the step from the request body (a
+summarising consolidation model, a model that reads its tool results). A ToolCallReply sent to a
+request that offers no tools, or says `tool_choice: none`, is answered with its `text` instead
+(as a real model then must). Each recorded request exposes `system_text()`, `tool_results()`,
+`tool_names()` and `tool_choice()` in one shape whatever the protocol.
+
 Usage::
 
     async with FakeProvider("groq") as fp:
@@ -22,12 +29,14 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import random
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -77,7 +86,11 @@ class Reply:
 
 @dataclass
 class ToolCallReply:
-    """A tool call; a str `arguments` is sent verbatim (it may be invalid JSON on purpose)."""
+    """A tool call; a str `arguments` is sent verbatim (it may be invalid JSON on purpose).
+
+    `also` adds further calls to the same answer (parallel tool calls), each a (name, arguments)
+    pair. `text` is said before the calls, or alone when the request allows no tool call.
+    """
 
     name: str = "save_memory"
     arguments: dict[str, Any] | str = field(default_factory=dict)
@@ -85,12 +98,25 @@ class ToolCallReply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     headers: dict[str, str] | None = None
+    also: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    chunk_chars: int = 8
+    delay: float = 0.0
 
     @property
     def arguments_text(self) -> str:
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(self.arguments, ensure_ascii=False)
+        return _arguments_text(self.arguments)
+
+    def calls(self) -> list[tuple[str, str]]:
+        """(name, arguments JSON text) of every call in this answer."""
+        return [(self.name, self.arguments_text)] + [
+            (name, _arguments_text(args)) for name, args in self.also
+        ]
+
+
+def _arguments_text(arguments: dict[str, Any] | str) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
 
 
 @dataclass
@@ -107,7 +133,14 @@ class Fault:
             raise ValueError(f"unknown fault kind {self.kind!r}")
 
 
-Step = Reply | ToolCallReply | Fault
+@dataclass
+class Respond:
+    """A step computed from the request body when the request arrives."""
+
+    fn: Callable[[RecordedRequest], Reply | ToolCallReply | Fault]
+
+
+Step = Reply | ToolCallReply | Fault | Respond
 
 
 @dataclass
@@ -118,6 +151,120 @@ class RecordedRequest:
     body: dict[str, Any]
     stream: bool
     at: float
+
+    @property
+    def is_transcription(self) -> bool:
+        return self.path.endswith("/audio/transcriptions")
+
+    def image_parts(self) -> list[dict[str, str]]:
+        """Every image the request carried: {"media_type", "data"} (base64), in order.
+
+        OpenAI sends `{"type": "image_url", "image_url": {"url": "data:<type>;base64,<b64>"}}`;
+        Anthropic `{"type": "image", "source": {"type": "base64", "media_type", "data"}}`.
+        """
+        found: list[dict[str, str]] = []
+        for message in self.body.get("messages") or []:
+            content = message.get("content")
+            if not isinstance(content, list):
+                continue
+            for part in content:
+                if not isinstance(part, dict):
+                    continue
+                if part.get("type") == "image_url":
+                    url = (part.get("image_url") or {}).get("url", "")
+                    head, _, data = url.partition(",")
+                    media_type = head.removeprefix("data:").removesuffix(";base64")
+                    found.append({"media_type": media_type, "data": data})
+                elif part.get("type") == "image":
+                    source = part.get("source") or {}
+                    found.append(
+                        {"media_type": source.get("media_type", ""), "data": source.get("data", "")}
+                    )
+        return found
+
+    def system_text(self) -> str:
+        """The system prompt, whether sent as a message (OpenAI, Groq) or `system` (Anthropic)."""
+        system = self.body.get("system")
+        if system is not None:
+            return _text_of(system)
+        return "\n".join(
+            _text_of(m.get("content"))
+            for m in self.body.get("messages") or []
+            if m.get("role") == "system"
+        )
+
+    def tool_names(self) -> list[str]:
+        """Names of the tools offered (OpenAI `function.name`, Anthropic `name`)."""
+        names = []
+        for tool in self.body.get("tools") or []:
+            function = tool.get("function")
+            names.append(function.get("name") if isinstance(function, dict) else tool.get("name"))
+        return [n for n in names if n]
+
+    def tool_choice(self) -> Any:
+        return self.body.get("tool_choice")
+
+    def allows_tool_call(self) -> bool:
+        choice = self.tool_choice()
+        if choice == "none" or (isinstance(choice, dict) and choice.get("type") == "none"):
+            return False
+        return bool(self.tool_names())
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """Tool calls of earlier assistant turns in the request: {id, name, arguments}."""
+        found = []
+        for message in self.body.get("messages") or []:
+            if message.get("role") != "assistant":
+                continue
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                found.append(
+                    {
+                        "id": call.get("id"),
+                        "name": function.get("name"),
+                        "arguments": json.loads(function.get("arguments") or "{}"),
+                    }
+                )
+            content = message.get("content")
+            if isinstance(content, list):
+                for block in content:
+                    if isinstance(block, dict) and block.get("type") == "tool_use":
+                        found.append(
+                            {"id": block.get("id"), "name": block.get("name"),
+                             "arguments": block.get("input")}
+                        )  # fmt: skip
+        return found
+
+    def tool_results(self) -> list[dict[str, Any]]:
+        """Tool results the client sent back: {id, content} (OpenAI `role: tool` messages,
+        Anthropic `tool_result` blocks in a user turn)."""
+        found = []
+        for message in self.body.get("messages") or []:
+            if message.get("role") == "tool":
+                found.append(
+                    {"id": message.get("tool_call_id"), "content": _text_of(message.get("content"))}
+                )
+            content = message.get("content")
+            if message.get("role") == "user" and isinstance(content, list):
+                for block in content:
+                    if isinstance(block, dict) and block.get("type") == "tool_result":
+                        found.append(
+                            {"id": block.get("tool_use_id"),
+                             "content": _text_of(block.get("content"))}
+                        )  # fmt: skip
+        return found
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") if isinstance(part, dict) else str(part) for part in content
+        )
+    return str(content)
 
 
 @dataclass
@@ -549,6 +696,8 @@ class FakeProvider:
         self._port: int | None = None
         # Keys this gateway rejects with its real 401 body, whatever the script says.
         self.invalid_keys: set[str] = set()
+        # What the fake "hears" in uploaded audio: sha256 of the file -> transcript.
+        self.speech: dict[str, str] = {}
         # Optional provider-side rate limit (see enforce_rate_limit); rejections are counted.
         self._limit_terms: tuple[float, float, float, float] | None = None
         self.limits: dict[str, ProviderLimit] = {}  # per model, as providers count them
@@ -564,6 +713,9 @@ class FakeProvider:
         app = web.Application()
         path = "/v1/messages" if self.kind == "anthropic" else self._chat_path
         app.router.add_post(path, self._handle)
+        if self.kind != "anthropic":  # Anthropic has no transcription endpoint
+            audio_path = self._chat_path.replace("/chat/completions", "/audio/transcriptions")
+            app.router.add_post(audio_path, self._handle_transcription)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0, shutdown_timeout=0.5)
@@ -690,9 +842,8 @@ class FakeProvider:
             api_key = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
         model = body.get("model")
         stream = bool(body.get("stream"))
-        self.requests.append(
-            RecordedRequest(request.path, api_key, model, body, stream, time.monotonic())
-        )
+        recorded = RecordedRequest(request.path, api_key, model, body, stream, time.monotonic())
+        self.requests.append(recorded)
         if api_key in self.invalid_keys:
             return await self._fault(request, Fault("unauthorized_401"), body, api_key, stream)
         limited = self._over_limit(model or "", body)
@@ -703,8 +854,14 @@ class FakeProvider:
         if refusal is not None and _forces_a_tool(body):
             return _json_response(TOOL_CHOICE_REFUSALS[refusal], status=400)
         step = self._next_step(model or "")
+        if isinstance(step, Respond):
+            step = step.fn(recorded)
         if step is None:
             step = Reply(f"echo: {_last_user_text(body)}")
+        if isinstance(step, ToolCallReply) and not recorded.allows_tool_call():
+            # No tools offered, or tool_choice none: a real model must answer in words.
+            words = step.text or f"echo: {_last_user_text(body)}"
+            step = Reply(words, chunk_chars=step.chunk_chars)
         if self.latency:
             await asyncio.sleep(self.latency)
         if isinstance(step, Fault):
@@ -716,6 +873,101 @@ class FakeProvider:
         if stream:
             return await self._stream(request, step, body)
         return self._complete(step, body)
+
+    def hears(self, audio: bytes, transcript: str) -> None:
+        """Answer transcription requests uploading exactly `audio` with `transcript`."""
+        self.speech[hashlib.sha256(audio).hexdigest()] = transcript
+
+    def transcription_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.is_transcription]
+
+    async def _handle_transcription(self, request: web.Request) -> web.StreamResponse:
+        """POST .../audio/transcriptions (multipart): OpenAI's and Groq's transcription API."""
+        auth = request.headers.get("Authorization", "")
+        api_key = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+        fields: dict[str, Any] = {}
+        audio = b""
+        if request.content_type != "multipart/form-data":
+            return _json_response(
+                {"error": {"message": "request Content-Type isn't multipart/form-data"}},
+                status=400,
+            )
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if part.filename is not None:  # type: ignore[union-attr]
+                audio = await part.read()  # type: ignore[union-attr]
+                fields["file"] = {
+                    "filename": part.filename,  # type: ignore[union-attr]
+                    "content_type": part.headers.get("Content-Type", ""),
+                    "size": len(audio),
+                    "sha256": hashlib.sha256(audio).hexdigest(),
+                }
+            elif part.name:
+                fields[part.name] = await part.text()  # type: ignore[union-attr]
+        model = fields.get("model")
+        self.requests.append(
+            RecordedRequest(request.path, api_key, model, fields, False, time.monotonic())
+        )
+        if api_key in self.invalid_keys:
+            return await self._fault(request, Fault("unauthorized_401"), fields, api_key, False)
+        if self._over_limit():
+            limited = Fault("rate_limit_429", retry_after=1)
+            return await self._fault(request, limited, fields, api_key, False)
+        step = self._next_step(model or "")
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if isinstance(step, Fault):
+            return await self._fault(request, step, fields, api_key, False)
+        if isinstance(step, Reply):
+            if step.delay:
+                await asyncio.sleep(step.delay)
+            text = step.text
+        else:
+            digest = fields.get("file", {}).get("sha256", "")
+            text = self.speech.get(digest, f"[fake transcript of {len(audio)} bytes]")
+        return _json_response(self._transcription_body(model or "", fields, text))
+
+    def _transcription_body(self, model: str, fields: dict[str, Any], text: str) -> dict[str, Any]:
+        """The provider's own success shape for the response format asked for."""
+        if self.kind == "groq":
+            body: dict[str, Any] = {"text": text, "x_groq": {"id": _id("req_")}}
+            if fields.get("response_format") == "verbose_json":
+                body = {"task": "transcribe", "language": "English", "duration": 1.0, **body}
+            return body
+        if fields.get("response_format") == "verbose_json":  # whisper-1 through litellm
+            return {
+                "task": "transcribe",
+                "language": "english",
+                "duration": 1.0,
+                "text": text,
+                "segments": [
+                    {
+                        "id": 0,
+                        "seek": 0,
+                        "start": 0.0,
+                        "end": 1.0,
+                        "text": text,
+                        "tokens": [50364, 50414],
+                        "temperature": 0.0,
+                        "avg_logprob": -0.2,
+                        "compression_ratio": 1.1,
+                        "no_speech_prob": 0.01,
+                    }
+                ],
+                "usage": {"type": "duration", "seconds": 1},
+            }
+        # gpt-4o(-mini)-transcribe: text plus token usage
+        tokens = max(1, len(text) // 4)
+        return {
+            "text": text,
+            "usage": {
+                "type": "tokens",
+                "input_tokens": 50,
+                "input_token_details": {"text_tokens": 0, "audio_tokens": 50},
+                "output_tokens": tokens,
+                "total_tokens": 50 + tokens,
+            },
+        }
 
     # success bodies
 
@@ -733,7 +985,7 @@ class FakeProvider:
     def _complete(self, step: Reply | ToolCallReply, body: dict[str, Any]) -> web.Response:
         model = body.get("model", "")
         text = step.text
-        tool_args = step.arguments_text if isinstance(step, ToolCallReply) else ""
+        tool_args = "".join(a for _, a in step.calls()) if isinstance(step, ToolCallReply) else ""
         prompt, completion = self._usage(step, body, text + tool_args)
         headers = dict(step.headers or {})
         if self.kind == "anthropic":
@@ -742,18 +994,15 @@ class FakeProvider:
                 content.append({"type": "text", "text": text})
             stop_reason = "end_turn"
             if isinstance(step, ToolCallReply):
-                try:
-                    tool_input = json.loads(tool_args)
-                except json.JSONDecodeError:
-                    tool_input = tool_args  # not an object: the client must notice
-                content.append(
-                    {
-                        "type": "tool_use",
-                        "id": _id("toolu_"),
-                        "name": step.name,
-                        "input": tool_input,
-                    }
-                )
+                for name, arguments in step.calls():
+                    try:
+                        tool_input = json.loads(arguments)
+                    except json.JSONDecodeError:
+                        tool_input = arguments  # not an object: the client must notice
+                    content.append(
+                        {"type": "tool_use", "id": _id("toolu_"), "name": name,
+                         "input": tool_input}
+                    )  # fmt: skip
                 stop_reason = "tool_use"
             payload: dict[str, Any] = {
                 "id": _id("msg_"),
@@ -770,12 +1019,10 @@ class FakeProvider:
         finish = "stop"
         if isinstance(step, ToolCallReply):
             message["tool_calls"] = [
-                {
-                    "id": _id("call_"),
-                    "type": "function",
-                    "function": {"name": step.name, "arguments": tool_args},
-                }
-            ]
+                {"id": _id("call_"), "type": "function",
+                 "function": {"name": name, "arguments": arguments}}
+                for name, arguments in step.calls()
+            ]  # fmt: skip
             finish = "tool_calls"
         elif not text:
             message["content"] = ""
@@ -891,30 +1138,19 @@ class FakeProvider:
         events += [chunk({"content": piece}) for piece in pieces]
         finish = "stop"
         if isinstance(step, ToolCallReply):
-            events.append(
-                chunk(
-                    {
-                        "tool_calls": [
-                            {
-                                "index": 0,
-                                "id": _id("call_"),
-                                "type": "function",
-                                "function": {"name": step.name, "arguments": ""},
-                            }
-                        ]
-                    }
-                )
-            )
-            for i in range(0, len(tool_args), 16):
-                events.append(
-                    chunk(
-                        {
-                            "tool_calls": [
-                                {"index": 0, "function": {"arguments": tool_args[i : i + 16]}}
-                            ]
-                        }
-                    )
-                )
+            # OpenAI's shape: the first delta of each call has index, id, type and name with
+            # empty arguments; the arguments follow in pieces under the same index.
+            for index, (name, arguments) in enumerate(step.calls()):
+                opening = {
+                    "index": index,
+                    "id": _id("call_"),
+                    "type": "function",
+                    "function": {"name": name, "arguments": ""},
+                }
+                events.append(chunk({"tool_calls": [opening]}))
+                for i in range(0, len(arguments), 16):
+                    piece = {"index": index, "function": {"arguments": arguments[i : i + 16]}}
+                    events.append(chunk({"tool_calls": [piece]}))
             finish = "tool_calls"
         last_extra = {"x_groq": {"id": _id("req_"), "usage": usage}} if self.kind == "groq" else {}
         events.append(chunk({}, finish, **last_extra))
@@ -992,38 +1228,26 @@ class FakeProvider:
             index = 1
         stop_reason = "end_turn"
         if isinstance(step, ToolCallReply):
-            events.append(
-                event(
-                    "content_block_start",
-                    {
-                        "type": "content_block_start",
-                        "index": index,
-                        "content_block": {
-                            "type": "tool_use",
-                            "id": _id("toolu_"),
-                            "name": step.name,
-                            "input": {},
-                        },
-                    },
-                )
-            )
-            for i in range(0, len(tool_args), 16):
+            for name, arguments in step.calls():
+                block = {"type": "tool_use", "id": _id("toolu_"), "name": name, "input": {}}
                 events.append(
                     event(
-                        "content_block_delta",
-                        {
-                            "type": "content_block_delta",
-                            "index": index,
-                            "delta": {
-                                "type": "input_json_delta",
-                                "partial_json": tool_args[i : i + 16],
-                            },
-                        },
+                        "content_block_start",
+                        {"type": "content_block_start", "index": index, "content_block": block},
                     )
                 )
-            events.append(
-                event("content_block_stop", {"type": "content_block_stop", "index": index})
-            )
+                for i in range(0, len(arguments), 16):
+                    delta = {"type": "input_json_delta", "partial_json": arguments[i : i + 16]}
+                    events.append(
+                        event(
+                            "content_block_delta",
+                            {"type": "content_block_delta", "index": index, "delta": delta},
+                        )
+                    )
+                events.append(
+                    event("content_block_stop", {"type": "content_block_stop", "index": index})
+                )
+                index += 1
             stop_reason = "tool_use"
         events.append(
             event(
