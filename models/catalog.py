@@ -123,12 +123,14 @@ DEFAULT_ENTRIES: tuple[ModelEntry, ...] = (
         vision=True,
     ),
     # Visible on Groq, so an owner whose only key is Groq's (its free tier) can chat; each falls
-    # back inside Groq. Prices: Groq's published on-demand prices per million tokens.
+    # back inside Groq (the fallbacks read no photos). Prices: Groq's on-demand prices per
+    # million tokens, as for the hidden entries of the same models.
     ModelEntry(
-        "gpt-oss-120b", "GPT-OSS 120B (Groq)", "open",
-        "OpenAI's open-weight reasoning model, served fast by Groq.",
-        "groq", "openai/gpt-oss-120b", fallback="llama-3.3-70b",
-        input_price_per_mtok=0.15, output_price_per_mtok=0.60, context_window=131_072,
+        "llama-4-scout", "Llama 4 Scout (Groq)", "open",
+        "Meta's multimodal Llama 4 on Groq: fast answers, reads photos too.",
+        "groq", "meta-llama/llama-4-scout-17b-16e-instruct", fallback="llama-3.3-70b",
+        input_price_per_mtok=0.11, output_price_per_mtok=0.34, context_window=131_072,
+        vision=True,
     ),
     ModelEntry(
         "llama-3.3-70b", "Llama 3.3 70B (Groq)", "open",

@@ -169,8 +169,9 @@ async def test_a_dotenv_with_only_a_groq_key_starts_and_chats(tmp_path: Path) ->
             for line in log_path.read_text(encoding="utf-8").splitlines()
             if line.startswith("{") and '"bot_started"' in line
         ]
-        assert started and started[0]["default_model"] == "gpt-oss-120b"
-        assert set(started[0]["models"]) == {"gpt-oss-120b", "llama-3.3-70b", "llama-3.1-8b"}
-        assert [r.model for r in fakes.groq.requests] == ["openai/gpt-oss-120b"]
+        assert started and started[0]["default_model"] == "llama-4-scout"
+        assert set(started[0]["models"]) == {"llama-4-scout", "llama-3.3-70b", "llama-3.1-8b"}
+        chat = [r.model for r in fakes.groq.requests if r.stream]
+        assert chat == ["meta-llama/llama-4-scout-17b-16e-instruct"]
         assert fakes.openai.requests == [] and fakes.anthropic.requests == []
         assert KEYS["groq"] not in log_path.read_text(encoding="utf-8")

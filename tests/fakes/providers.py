@@ -910,9 +910,9 @@ class FakeProvider:
         )
         if api_key in self.invalid_keys:
             return await self._fault(request, Fault("unauthorized_401"), fields, api_key, False)
-        if self._over_limit():
-            limited = Fault("rate_limit_429", retry_after=1)
-            return await self._fault(request, limited, fields, api_key, False)
+        limited = self._over_limit(model or "", {"messages": []})
+        if limited is not None:
+            return limited
         step = self._next_step(model or "")
         if self.latency:
             await asyncio.sleep(self.latency)
