@@ -191,14 +191,15 @@ class AgentLoop:
             text = result.text or "".join(round_text)
             shown_rounds.append("".join(round_text).strip())
             if not calls:
-                await self.store.add_message(
-                    turn.chat_id,
-                    "assistant",
-                    text,
-                    model_id=result.model_id,
-                    usage=result.usage,
-                    session_id=turn.session_id,
-                )
+                if text.strip():  # an empty answer is not stored: providers refuse it later
+                    await self.store.add_message(
+                        turn.chat_id,
+                        "assistant",
+                        text,
+                        model_id=result.model_id,
+                        usage=result.usage,
+                        session_id=turn.session_id,
+                    )
                 await self._record_usage(turn, result)
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part) or text,

@@ -49,7 +49,7 @@ from bot.turns import TurnRequest, failure_reason, run_chat_turn
 from memory.documents import DocumentError, document_kind, extract_text
 from memory.media_inbox import InboxItem, MediaInbox
 from memory.store import StoredMessage
-from models.types import TransportError, Usage
+from models.types import NO_KEY, TransportError, Usage
 
 log = structlog.get_logger("bot.media")
 
@@ -305,6 +305,11 @@ async def _transcribe(
     except TransportError as exc:
         await _record_transcription_spend(services, request, exc.billed)
         await inbox.mark_failed(item.id)
+        if exc.attempts and all(a.detail == NO_KEY for a in exc.attempts):
+            # Not a passing failure: no transcription model has a key. A retry cannot help.
+            log.warning("transcription_unconfigured", chat_id=request.chat_id)
+            await _send(bot, request, t("transcription_unavailable", lang))
+            return None
         log.warning(
             "transcription_failed",
             chat_id=request.chat_id,

@@ -170,6 +170,8 @@ def _consistent(session: Sequence[StoredMessage]) -> list[StoredMessage]:
                 )
                 if not message.content.strip():
                     continue
+        if message.role == "assistant" and not message.tool_calls and not message.content.strip():
+            continue  # an empty answer: providers refuse empty assistant text
         out.append(message)
     return out
 

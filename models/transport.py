@@ -48,6 +48,7 @@ from models.ratelimits import read_windows, refusal_windows
 from models.streamtext import WholeCharacters
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
+    NO_KEY,
     Attempt,
     ChatResult,
     Message,
@@ -580,7 +581,7 @@ class _CallPlan:
             wait_until = self._wait_until
             state = self.t.gateway_state(entry.gateway)
             if state is None or not len(state.keys):
-                self._skip(entry, "no key configured")
+                self._skip(entry, NO_KEY)
                 continue
             allowed, change = state.breaker.allow()
             log_breaker_change(change)

@@ -8,6 +8,10 @@ from typing import Any
 
 Message = dict[str, Any]  # OpenAI-format chat message: {"role": ..., "content": ..., ...}
 
+# Why a model was skipped when its gateway has no key: callers tell "not configured" apart
+# from a passing failure (a voice note with no transcription key at all gets its own answer).
+NO_KEY = "no key configured"
+
 
 class Outcome(StrEnum):
     """What one provider attempt amounted to, whatever the HTTP status said."""

@@ -351,3 +351,17 @@ async def test_in_a_group_only_voice_notes_replying_to_the_bot_are_read(tmp_path
         assert [g for g, _ in bot.transcription_requests()] == ["groq"]
         replies = [m.reply_to_message_id for m in bot.messages(group)[-2:]]
         assert all(r is not None for r in replies)
+
+
+async def test_without_any_transcription_key_the_user_is_told_plainly(tmp_path: Path) -> None:
+    # Only an Anthropic key: chat works, but no transcription model has a key.
+    async with bot_under_test(
+        tmp_path, OPENAI_API_KEY="", GROQ_API_KEY="", DEFAULT_MODEL="claude-sonnet-4-5"
+    ) as bot:
+        bot.send_media(OWNER, bot.voice(VOICE, duration=3))
+        await bot.wait(lambda: t("transcription_unavailable") in bot.texts(OWNER))
+        await bot.wait(lambda: bot.services.turns.waiting(OWNER) == 0)
+        assert not bot.transcription_requests() and not bot.chat_requests()
+        [line] = bot.messages(OWNER)
+        assert line.reply_markup is None  # no Retry: it could not help
+        assert await bot.rows("SELECT * FROM messages") == []
