@@ -376,8 +376,8 @@ class Store:
     ) -> None:
         await conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
-            "completion_tokens, cost_usd, created_at, audio_seconds) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "completion_tokens, cost_usd, created_at, estimated, audio_seconds) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 chat_id,
                 user_id,
@@ -387,6 +387,7 @@ class Store:
                 usage.completion_tokens,
                 usage.cost_usd,
                 now,
+                int(usage.estimated),
                 usage.audio_seconds,
             ),
         )
