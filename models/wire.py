@@ -13,6 +13,7 @@ Streamed (SSE) bodies are never read here: only JSON bodies, which litellm reads
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ class WireRecord:
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     error_body: Any = None  # parsed JSON body when it is not a completion
+    # Awaited right before the request leaves (the gateway's send spacing, models/pacing.py).
+    before_send: Callable[[], Awaitable[None]] | None = None
 
     @property
     def has_error_body(self) -> bool:
@@ -56,6 +59,16 @@ def _looks_like_completion(payload: Any) -> bool:
     if isinstance(payload.get("text"), str) and "error" not in payload:
         return True  # a transcription: {"text": ...} (plus duration/segments/usage)
     return payload.get("type") == "message" and "content" in payload
+
+
+async def _on_request(request: httpx.Request) -> None:
+    """The last moment before a request leaves: wait for the gateway's send spacing, so
+    requests admitted in pace but delayed by litellm's set-up do not arrive in a bunch."""
+    record = _current.get()
+    if record is None or record.before_send is None:
+        return
+    gate, record.before_send = record.before_send, None
+    await gate()
 
 
 async def _on_response(response: httpx.Response) -> None:
@@ -94,7 +107,7 @@ class ClientPool:
         slot = (gateway.name, gateway.api_base, key if gateway.protocol == "openai" else "")
         client = self._clients.get(slot)
         if client is None:
-            hooks = {"response": [_on_response]}
+            hooks = {"request": [_on_request], "response": [_on_response]}
             if gateway.protocol == "openai":
                 client = AsyncOpenAI(
                     api_key=key,
