@@ -128,20 +128,19 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
                 result = event.result
         if result is None:  # the transport always ends with StreamDone; be safe anyway
             raise TransportError("stream ended without a result", [])
+        reply.ended()  # no more partial updates while the answer is stored and formatted
         attempts = len(result.attempts)
         text = result.text or "".join(shown)
-        await services.store.add_message(
+        # The answer and its usage in one transaction: one wait for the writer, not two.
+        await services.store.add_answer(
             request.chat_id,
-            "assistant",
+            request.user_id,
             text,
             model_id=result.model_id,
             usage=result.usage,
             session_id=session_id,
         )
         answer_stored = True
-        await services.store.record_usage(
-            request.chat_id, request.user_id, result.model_id, "chat", result.usage
-        )
         footer = None
         if result.model_id != model.id:
             footer = t(
