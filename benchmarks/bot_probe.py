@@ -7,6 +7,8 @@
   call) shows up here as lag, whatever caused it. For wake-ups later than 50 ms it also records
   how much CPU the loop's thread used meanwhile: the rest of such a stall the thread was not
   running (another thread held the GIL, or the machine's cores were busy elsewhere).
+- The same lag on the loop litellm runs on, if the bot has one (models/offloop.py).
+- Garbage collections: how long each took, per generation.
 - Database waits: the time from asking `Database` for a write transaction until it is open
   (waiting for the writer, then BEGIN IMMEDIATE), how long it is then held, and the time a
   read (`fetchone`/`fetchall`) takes from call to rows, queueing included.
@@ -19,9 +21,11 @@ Measurement only: nothing here runs in production.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import runpy
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -39,18 +43,21 @@ class _Recorder:
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._lines: list[str] = []
+        self._lock = threading.Lock()  # the provider loop's monitor writes from its thread
 
     def add(self, kind: str, at: float, value_s: float) -> None:
-        self._lines.append(f"{kind} {at:.6f} {value_s * 1000:.3f}\n")
+        with self._lock:
+            self._lines.append(f"{kind} {at:.6f} {value_s * 1000:.3f}\n")
 
     def flush(self) -> None:
-        if self._lines:
-            self._out.write("".join(self._lines))
+        with self._lock:
+            lines, self._lines = self._lines, []
+        if lines:
+            self._out.write("".join(lines))
             self._out.flush()
-            self._lines.clear()
 
 
-async def _monitor_lag(recorder: _Recorder) -> None:
+async def _monitor_lag(recorder: _Recorder, kind: str = "lag") -> None:
     loop = asyncio.get_running_loop()
     flushed = loop.time()
     while True:
@@ -58,12 +65,12 @@ async def _monitor_lag(recorder: _Recorder) -> None:
         await asyncio.sleep(LAG_PERIOD_S)
         now = loop.time()
         lag = max(0.0, now - before - LAG_PERIOD_S)
-        recorder.add("lag", now, lag)
-        if lag >= SLOW_S:
+        recorder.add(kind, now, lag)
+        if kind == "lag" and lag >= SLOW_S:
             # How much of a late wake-up the loop spent computing (the rest it was not
             # running at all: another thread held the GIL, or the machine was busy).
             recorder.add("lag_busy", now, min(lag, time.thread_time() - cpu_before))
-        if now - flushed >= FLUSH_EVERY_S:
+        if kind == "lag" and now - flushed >= FLUSH_EVERY_S:
             recorder.flush()
             flushed = now
 
@@ -75,6 +82,8 @@ def _install_lag_monitor(recorder: _Recorder) -> None:
     class Policy(asyncio.DefaultEventLoopPolicy):
         def new_event_loop(self) -> asyncio.AbstractEventLoop:
             loop = super().new_event_loop()
+            if threading.current_thread() is not threading.main_thread():
+                return loop  # e.g. the provider loop: monitored on its own
 
             def start() -> None:
                 task = loop.create_task(_monitor_lag(recorder))
@@ -123,6 +132,29 @@ def _install_db_probe(recorder: _Recorder) -> None:
     Database.fetchall = fetchall  # type: ignore[method-assign]
 
 
+def _install_provider_lag_monitor(recorder: _Recorder) -> None:
+    """The same monitor on the loop litellm runs on, where the code has one (models/offloop)."""
+    try:
+        from models.offloop import PROVIDERS
+    except ImportError:
+        return
+    asyncio.run_coroutine_threadsafe(_monitor_lag(recorder, "provider_lag"), PROVIDERS.loop())
+
+
+def _install_gc_probe(recorder: _Recorder) -> None:
+    """Time every garbage collection: a full one stops every thread of the process."""
+    started: list[float] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(time.monotonic())
+        elif started:
+            now = time.monotonic()
+            recorder.add(f"gc{info['generation']}", now, now - started.pop())
+
+    gc.callbacks.append(callback)
+
+
 def main() -> None:
     out_path, bot_args = sys.argv[1], sys.argv[2:]
     sys.path.insert(0, str(REPO))
@@ -132,6 +164,8 @@ def main() -> None:
     recorder = _Recorder(out)
     _install_lag_monitor(recorder)
     _install_db_probe(recorder)
+    _install_provider_lag_monitor(recorder)
+    _install_gc_probe(recorder)
     sys.argv = ["python -m bot", *bot_args]
     try:
         runpy.run_module("bot", run_name="__main__", alter_sys=True)

@@ -94,6 +94,12 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) the process used so far, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
@@ -162,6 +168,7 @@ class Phase:
     started: float
     ended: float
     rss: float
+    cpu: float  # CPU seconds the bot used during the phase
 
     @property
     def wall(self) -> float:
@@ -213,9 +220,13 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
         mean = statistics.fmean(values)
         print(f"  {label:40s} p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   mean {mean:7.1f} ms")
     print(f"  provider time per turn (fixed): {stream_seconds() * 1000:.0f} ms")
+    print(f"  bot CPU per turn (all threads): {phase.cpu * 1000 / len(turns):.1f} ms")
     for label, kind in (
         ("event-loop lag (10 ms sleep, late by)", "lag"),
         ("  stalls ≥ 50 ms: loop thread's own CPU", "lag_busy"),
+        ("provider loop lag (models/offloop.py)", "provider_lag"),
+        ("garbage collection, generation 2", "gc2"),
+        ("garbage collection, generations 0-1", "gc1"),
         ("db: wait for the write transaction", "db_write_wait"),
         ("db: write transaction held", "db_write_hold"),
         ("db: read (call → rows)", "db_read"),
@@ -240,11 +251,13 @@ async def run_phase(
     rounds: list[list[Turn]],
 ) -> Phase:  # fmt: skip
     started = time.monotonic()
+    cpu_before = cpu_seconds(process.pid)
     turns: list[Turn] = []
     for batch in rounds:
         await run_turns(tg, openai, batch)
         turns.extend(batch)
-    return Phase(name, turns, started, time.monotonic(), rss_mib(process.pid))
+    cpu = cpu_seconds(process.pid) - cpu_before
+    return Phase(name, turns, started, time.monotonic(), rss_mib(process.pid), cpu)
 
 
 async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:

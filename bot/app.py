@@ -8,6 +8,7 @@ parts (memory worker, webhook, health) hook into the same lifecycle through `Ser
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -178,8 +179,11 @@ class Services:
         # be reported before that.
         from models.transport import Transport
 
-        db = await Database.open(prepared.settings.DATABASE_PATH)
         transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
+        # litellm's first-request loading runs in a thread meanwhile, not in the first turns.
+        db, _ = await asyncio.gather(
+            Database.open(prepared.settings.DATABASE_PATH), transport.warm_up()
+        )
         return cls(
             settings=prepared.settings,
             catalog=prepared.catalog,

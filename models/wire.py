@@ -25,6 +25,16 @@ from models.gateways import Gateway
 
 _MAX_BODY_CHARS = 20_000
 
+# Connection pools. httpx keeps 20 idle connections of at most 100 per client by default: past
+# 100 concurrent streams requests queue inside the pool, and after every burst all but 20
+# connections are closed and reopened (TCP and TLS set-up, a thread for the DNS lookup each).
+# But one big pool is no answer either: httpcore scans every connection of a pool whenever a
+# request starts or ends (a socket check per idle one, and a quadratic count of idle ones), which
+# at 500 connections was a third of the provider loop's CPU. So each gateway (and key) gets
+# POOL_SHARDS small clients used in turn.
+POOL_SHARDS = 8
+SHARD_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=30.0)
+
 
 @dataclass
 class WireRecord:
@@ -78,16 +88,25 @@ async def _on_response(response: httpx.Response) -> None:
 class ClientPool:
     """HTTP clients handed to litellm (`client=`), all carrying the wire hook.
 
-    The OpenAI SDK client binds a key, so openai-protocol gateways get one client per key;
+    The OpenAI SDK client binds a key, so openai-protocol gateways get clients per key;
     litellm's own handler (Groq, Anthropic) takes the key per call and is shared per gateway.
+    Each of those has POOL_SHARDS clients, handed out in turn (see SHARD_LIMITS).
     """
 
     def __init__(self) -> None:
-        self._clients: dict[tuple[str, str, str], Any] = {}
+        self._clients: dict[tuple[str, str, str, int], Any] = {}
+        self._http: list[httpx.AsyncClient] = []  # ours to close (handed to litellm's handler)
+        self._turn = 0
 
     def client_for(self, gateway: Gateway, key_index: int, key: str) -> Any:
         # The OpenAI SDK client carries its key; litellm's handler gets the key per call.
-        slot = (gateway.name, gateway.api_base, key if gateway.protocol == "openai" else "")
+        self._turn = (self._turn + 1) % POOL_SHARDS
+        slot = (
+            gateway.name,
+            gateway.api_base,
+            key if gateway.protocol == "openai" else "",
+            self._turn,
+        )
         client = self._clients.get(slot)
         if client is None:
             hooks = {"response": [_on_response]}
@@ -96,17 +115,24 @@ class ClientPool:
                     api_key=key,
                     base_url=gateway.api_base,
                     max_retries=0,
-                    http_client=httpx.AsyncClient(event_hooks=hooks),
+                    http_client=httpx.AsyncClient(event_hooks=hooks, limits=SHARD_LIMITS),
                 )
             else:
                 client = AsyncHTTPHandler(event_hooks=hooks)
+                # litellm's handler builds its client with httpx's default pool; give it ours.
+                http = httpx.AsyncClient(
+                    event_hooks=hooks, limits=SHARD_LIMITS, follow_redirects=True
+                )
+                self._http.append(http)
+                client.client = http
             self._clients[slot] = client
         return client
 
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
+        http, self._http = self._http, []
+        for client in [*clients, *http]:
             try:
-                await client.close()
+                await (client.aclose() if isinstance(client, httpx.AsyncClient) else client.close())
             except Exception:  # closing must not fail shutdown
                 pass
