@@ -37,6 +37,7 @@ bench: $(BIN)/.dev
 	$(BIN)/python benchmarks/turn_overhead.py
 	$(BIN)/python benchmarks/consolidation.py
 	$(BIN)/python benchmarks/retry_storm.py
+	$(BIN)/python benchmarks/memory_recall.py
 
 clean:
 	rm -rf $(VENV)

@@ -16,6 +16,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
 EXIT_CONFIG = 2
+EXIT_CRASH = 1
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -69,15 +70,32 @@ SUBCOMMANDS.append(_add_backup)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a subcommand. Nothing escapes unscrubbed: a configuration error is one line, any
+    other failure is logged through the redacting pipeline and summed up in one line."""
     from bot.config import ConfigError
+    from bot.logging_setup import install_exception_hooks, log_crash, scrubbed_line
     from models.catalog import CatalogError
 
+    install_exception_hooks()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except (ConfigError, CatalogError) as exc:
         print(f"mnemobot: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except Exception as exc:
+        from telegram.error import InvalidToken
+
+        if isinstance(exc, InvalidToken):
+            print(
+                "mnemobot: TELEGRAM_BOT_TOKEN: rejected by the Bot API at TELEGRAM_BASE_URL "
+                "(check the token, and that the URL ends in /bot)",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG
+        log_crash("bot_crashed", exc)
+        print(f"mnemobot: stopped by an error: {scrubbed_line(exc)}", file=sys.stderr)
+        return EXIT_CRASH
 
 
 if __name__ == "__main__":

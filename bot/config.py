@@ -68,6 +68,7 @@ class Settings(BaseSettings):
     MEMORY_WINDOW: int = Field(default=50, ge=4)
     MEMORY_KEEP_RECENT: int = Field(default=10, ge=1)
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
+    AGENT_MAX_STEPS: int = Field(default=4, ge=0, le=20)
 
     # Gateways: any *_API_KEY may hold several comma-separated keys (rotated).
     OPENAI_API_KEY: KeyList = Field(default_factory=list)

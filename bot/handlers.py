@@ -23,15 +23,18 @@ from telegram.ext import (
 
 from bot.access import (
     admit,
+    clean_text,
     is_addressed_to_bot,
     is_group,
+    message_saved,
     say,
     strip_bot_mentions,
     user_language,
 )
-from bot.app import BOT_COMMANDS, Services, services_of
+from bot.commands import BOT_COMMANDS
 from bot.i18n import t
 from bot.keyboards import is_model_callback, model_keyboard, resolve_model_callback
+from bot.services import Services, services_of
 from bot.turns import TurnRequest, run_chat_turn
 
 log = structlog.get_logger("bot.handlers")
@@ -45,7 +48,8 @@ def _services(context: Context) -> Services:
 
 
 async def _admit(update: Update, context: Context, *, addressed: bool = True) -> bool:
-    return await admit(update, _services(context).settings, addressed=addressed)
+    services = _services(context)
+    return await admit(update, services.settings, addressed=addressed, refusals=services.refusals)
 
 
 def _commands_text(lang: str | None) -> str:
@@ -158,12 +162,13 @@ async def chat_message(update: Update, context: Context) -> None:
     if message is None or message.text is None:
         return
     bot = context.bot
-    text = message.text
+    text = clean_text(message.text)
     group = is_group(message)
     if group:
-        if not is_addressed_to_bot(message, bot.username, bot.id):
+        if is_addressed_to_bot(message, bot.username, bot.id):
+            text = strip_bot_mentions(message, bot.username, bot.id)
+        elif not _continues_split_message(update, context):
             return
-        text = strip_bot_mentions(message, bot.username, bot.id)
     if not await _admit(update, context):
         return
     lang = user_language(update)
@@ -191,6 +196,17 @@ async def chat_message(update: Update, context: Context) -> None:
         message_thread_id=message.message_thread_id if message.is_topic_message else None,
     )
     await run_chat_turn(_services(context), bot, request)
+
+
+def _continues_split_message(update: Update, context: Context) -> bool:
+    """A later part of a client-split message: only the first part carries the @mention, so
+    in a group a part is ours when the same user's first part addressed the bot and its
+    group is still open in the joiner."""
+    message, user = update.effective_message, update.effective_user
+    guard = _services(context).guard
+    if message is None or user is None or guard is None:
+        return False
+    return guard.joiner.leader_ref((message.chat_id, user.id)) is not None
 
 
 async def non_text_message(update: Update, context: Context) -> None:
@@ -238,13 +254,16 @@ async def unknown_command(update: Update, context: Context) -> None:
 
 
 async def on_error(update: object, context: Context) -> None:
-    """Log handler errors with the chat id; the user's message is already stored."""
+    """Log handler errors with the chat id, and tell the user whether their message was
+    stored (the chat turn marks it) — never claim it was when it was not."""
     chat_id = None
     if isinstance(update, Update) and update.effective_chat is not None:
         chat_id = update.effective_chat.id
-    log.error("handler_error", chat_id=chat_id, exc_info=context.error)
+    saved = message_saved()
+    log.error("handler_error", chat_id=chat_id, message_saved=saved, exc_info=context.error)
     if isinstance(update, Update) and update.effective_message is not None:
-        await say(update.effective_message, t("internal_error", user_language(update)))
+        key = "internal_error" if saved else "internal_error_unsaved"
+        await say(update.effective_message, t(key, user_language(update)))
 
 
 def register_handlers(application: Application[Any, Any, Any, Any, Any, Any]) -> None:

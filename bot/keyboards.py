@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
-from bot.i18n import MESSAGES, t
+from bot.i18n import has_text, t
 from models.catalog import ModelEntry
 
 MODEL_PREFIX = "m:"
@@ -42,7 +42,7 @@ def resolve_model_callback(data: str, available: Sequence[ModelEntry]) -> ModelE
 
 def tier_label(tier: str, lang: str | None) -> str:
     key = f"tier_{tier}"
-    return t(key, lang) if key in MESSAGES["en"] else tier
+    return t(key, lang) if has_text(key, "en") else tier
 
 
 def model_keyboard(

@@ -73,6 +73,7 @@ class SecretRedactor:
 
 
 _redactor = SecretRedactor()
+_configured = False  # set once configure_logging has routed everything through the redactor
 
 
 def redactor() -> SecretRedactor:
@@ -100,8 +101,10 @@ def configure_logging(
     `fmt` is "json" or "console"; None picks console on a TTY and JSON otherwise (a service
     manager or container collects JSON lines).
     """
+    global _configured
     stream = stream if stream is not None else sys.stderr
     _redactor.add(secrets)
+    _configured = True
     if fmt is None:
         fmt = "console" if getattr(stream, "isatty", lambda: False)() else "json"
     renderer: Any = (
@@ -145,3 +148,72 @@ def configure_logging(
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
+
+
+# --- uncaught exceptions ------------------------------------------------------------------------
+#
+# A traceback that escapes to stderr bypasses the pipeline above: PTB's InvalidToken names the
+# token ("The token `123:ABC` was rejected by the server."), and journald or Docker keep stderr.
+# So every way an exception can end up on stderr without us is routed through the redactor:
+# the main thread (sys.excepthook), other threads (threading.excepthook), and exceptions the
+# event loop only reports (its exception handler).
+
+
+def scrubbed_traceback(exc: BaseException) -> str:
+    """The traceback text of `exc` with every registered secret replaced."""
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return str(_redactor.scrub(text))
+
+
+def scrubbed_line(exc: BaseException) -> str:
+    """One line naming the exception, secrets replaced (for the self-hoster's console)."""
+    return str(_redactor.scrub(f"{type(exc).__name__}: {exc}"))
+
+
+def log_crash(event: str, exc: BaseException | None, **fields: Any) -> None:
+    """Log an exception nobody handled. Before `configure_logging` ran, structlog's default
+    pipeline has no redactor, so the scrubbed traceback is written to stderr directly."""
+    if _configured:
+        try:
+            structlog.get_logger("bot.crash").critical(event, exc_info=exc, **fields)
+            return
+        except Exception:  # logging itself broke: still never write the raw text
+            pass
+    text = scrubbed_traceback(exc) if exc is not None else ""
+    sys.stderr.write(f"{event} {_redactor.scrub(str(fields)) if fields else ''}\n{text}")
+
+
+_log_uncaught = log_crash
+
+
+def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+    if issubclass(exc_type, KeyboardInterrupt):
+        sys.__excepthook__(exc_type, exc, tb)
+        return
+    _log_uncaught("uncaught_exception", exc.with_traceback(tb))
+
+
+def _thread_excepthook(args: Any) -> None:
+    if args.exc_type is SystemExit:
+        return
+    exc = args.exc_value if args.exc_value is not None else args.exc_type()
+    thread = getattr(args.thread, "name", None)
+    _log_uncaught("uncaught_thread_exception", exc, thread=thread)
+
+
+def loop_exception_handler(loop: Any, context: dict[str, Any]) -> None:
+    """asyncio's handler for exceptions nobody awaited (e.g. a failed background task)."""
+    exc = context.get("exception")
+    message = context.get("message", "")
+    _log_uncaught("event_loop_exception", exc, detail=str(message))
+
+
+def install_exception_hooks() -> None:
+    """Route uncaught exceptions of every thread through the scrubbing pipeline. Idempotent;
+    the event loop's handler is installed by whoever runs the loop (`loop_exception_handler`)."""
+    import threading
+
+    sys.excepthook = _excepthook
+    threading.excepthook = _thread_excepthook

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,11 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
 
-from bot.access import admit, say, user_language
-from bot.app import BOT_COMMANDS, Services, services_of
+from bot.access import admit, clean_text, say, user_language
+from bot.commands import BOT_COMMANDS
 from bot.i18n import t
+from bot.render import split_plain
+from bot.services import Services, services_of
 from memory.consolidation import Consolidator
 from memory.jobs import ConsolidationWorker
 from memory.longterm import HistoryEntry, MemoryRepository
@@ -35,7 +38,9 @@ FORGET_YES = "fg:y"
 FORGET_NO = "fg:n"
 RECALL_MAX_QUERY = 200
 RECALL_RESULTS = 5
-TELEGRAM_TEXT_LIMIT = 4000  # under 4096 UTF-16 units with room for surrogate pairs
+
+# Control characters are no search terms (a NUL even breaks SQLite's FTS5 parse).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 MEMORY_COMMANDS = [("memory", "cmd_memory"), ("forget", "cmd_forget"), ("recall", "cmd_recall")]
 
@@ -93,26 +98,6 @@ async def attach_memory(
 # --- text helpers ------------------------------------------------------------------------------
 
 
-def split_for_telegram(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
-    """Cut on line boundaries (hard-cut only a single over-long line)."""
-    parts: list[str] = []
-    current = ""
-    for line in text.splitlines(keepends=True):
-        while len(line) > limit:
-            if current:
-                parts.append(current)
-                current = ""
-            parts.append(line[:limit])
-            line = line[limit:]
-        if len(current) + len(line) > limit:
-            parts.append(current)
-            current = ""
-        current += line
-    if current.strip():
-        parts.append(current)
-    return parts or [""]
-
-
 def format_match(entry: HistoryEntry) -> str:
     """'• 2026-03-01 09:00 — summary': our own timestamp, the model's stamp removed."""
     moment = (entry.first_message_at or entry.created_at)[:16].replace("T", " ")
@@ -126,7 +111,8 @@ def format_match(entry: HistoryEntry) -> str:
 
 
 async def _admit(update: Update, context: Context) -> bool:
-    return await admit(update, services_of(context.application).settings)
+    services = services_of(context.application)
+    return await admit(update, services.settings, refusals=services.refusals)
 
 
 async def memory_command(update: Update, context: Context) -> None:
@@ -144,8 +130,9 @@ async def memory_command(update: Update, context: Context) -> None:
         lines.append(t("memory_empty", lang))
     if pending:
         lines.append(t("memory_pending", lang, count=pending))
-    for part in split_for_telegram("\n\n".join(lines)):
-        await say(message, part)
+    for part in split_plain("\n\n".join(lines)):
+        if not await say(message, part):
+            break  # say() told the user; the rest would arrive out of context
 
 
 async def forget_command(update: Update, context: Context) -> None:
@@ -194,9 +181,12 @@ async def recall_command(update: Update, context: Context) -> None:
     if message is None or not await _admit(update, context):
         return
     lang = user_language(update)
-    query = " ".join(context.args or []).strip()
+    query = clean_text(" ".join(context.args or [])).strip()
     if not query:
         await say(message, t("recall_usage", lang))
+        return
+    if _CONTROL.search(query):
+        await say(message, t("recall_bad_query", lang))
         return
     if len(query) > RECALL_MAX_QUERY:
         await say(message, t("recall_too_long", lang, limit=RECALL_MAX_QUERY))
@@ -207,8 +197,9 @@ async def recall_command(update: Update, context: Context) -> None:
         return
     text = t("recall_header", lang, query=query) + "\n\n"
     text += "\n\n".join(format_match(m) for m in matches)
-    for part in split_for_telegram(text):
-        await say(message, part)
+    for part in split_plain(text):
+        if not await say(message, part):
+            break
 
 
 def register_memory_handlers(application: Application[Any, Any, Any, Any, Any, Any]) -> None:

@@ -1,5 +1,5 @@
 """Operations in the bot: /usage, /stats, the turn guard, the chat's remembered language, and
-the graceful-stop wiring (see bot/lifecycle.py).
+the graceful-stop wiring (see bot/runner.py and bot/lifecycle.py).
 
 `attach_operations` runs in post_init after the services open; `register_operations_handlers`
 adds the commands when the application is built.
@@ -7,6 +7,7 @@ adds the commands when the application is built.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import structlog
@@ -14,11 +15,12 @@ from telegram import BotCommand, BotCommandScopeChat, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler, filters
 
-from bot.access import admit, say, user_allowed, user_language
-from bot.app import BOT_COMMANDS, Services, services_of
+from bot.access import admit, is_group, say, user_allowed, user_language
+from bot.commands import BOT_COMMANDS
 from bot.i18n import t
 from bot.lifecycle import lifecycle_of
 from bot.limits import TurnGuard
+from bot.services import Services, services_of
 from bot.stats import build_stats_text, everyone_text, usage_text
 from memory.usage import Budgets, UsageLedger
 
@@ -89,41 +91,65 @@ async def remember_language(update: Update, context: Context) -> None:
     known[chat.id] = user.language_code
 
 
+def _private(update: Update) -> bool:
+    """Admin views (everyone's spend, /stats) are for the admin's eyes: every member of a group
+    would see them there."""
+    message = update.effective_message
+    return message is not None and not is_group(message)
+
+
+# A Telegram user id: ASCII digits only ("²".isdigit() is true, int("²") raises), and within
+# SQLite's 64-bit integers.
+_USER_ID = re.compile(r"-?[0-9]{1,18}")
+
+
 async def usage_command(update: Update, context: Context) -> None:
-    """/usage: your own spend; admins also see everyone, and `/usage USER_ID` for one user."""
+    """/usage: your own spend; admins also see everyone, and `/usage USER_ID` for one user —
+    those two only in a private chat."""
     services = services_of(context.application)
     user = update.effective_user
-    if user is None or not await admit(update, services.settings):
+    if user is None or not await admit(update, services.settings, refusals=services.refusals):
         return
     lang = user_language(update)
     ledger = UsageLedger(services.db)
     args = context.args or []
+    admin = _is_admin(services, user.id)
     if args:
-        if not _is_admin(services, user.id):
+        if not admin:
             await _reply(update, t("usage_admin_only", lang))
             return
-        if not args[0].lstrip("-").isdigit():
+        if not _private(update):
+            await _reply(update, t("admin_private_only", lang))
+            return
+        if not _USER_ID.fullmatch(args[0]):
             await _reply(update, t("usage_bad_args", lang))
             return
         other = int(args[0])
         await _reply(update, usage_text(await ledger.report(other), lang, own=False))
         return
     text = usage_text(await ledger.report(user.id), lang)
-    if _is_admin(services, user.id):
-        everyone = everyone_text(await ledger.per_user(), await ledger.report(None), lang)
-        text = f"{text}\n\n{everyone}"
+    if admin:
+        if _private(update):
+            everyone = everyone_text(await ledger.per_user(), await ledger.report(None), lang)
+            text = f"{text}\n\n{everyone}"
+        else:
+            text = f"{text}\n\n{t('admin_private_only', lang)}"
     await _reply(update, text)
 
 
 async def stats_command(update: Update, context: Context) -> None:
-    """/stats for ADMIN_USER_IDS: memory queue, failures per model, breakers, spend today."""
+    """/stats for ADMIN_USER_IDS, in a private chat: memory queue, failures per model,
+    breakers, spend today."""
     services = services_of(context.application)
     user = update.effective_user
-    if user is None or not await admit(update, services.settings):
+    if user is None or not await admit(update, services.settings, refusals=services.refusals):
         return
     lang = user_language(update)
     if not _is_admin(services, user.id):
         await _reply(update, t("admin_only", lang))
+        return
+    if not _private(update):
+        await _reply(update, t("admin_private_only", lang))
         return
     text = await build_stats_text(
         services.db,

@@ -115,6 +115,18 @@ def split_for_telegram(markdown: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[
     return [piece.strip("\n") for piece in pieces if piece.strip()]
 
 
+def split_plain(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
+    """Plain-text pieces of at most `limit` UTF-16 units (what Telegram counts), for replies
+    sent without formatting. The same line packing and grapheme-safe cuts as the markdown
+    splitter, measured on the text itself (no markup to render away)."""
+    if limit < 64:
+        raise ValueError("limit too small")
+    if not text.strip():
+        return []
+    parts = _split_lines(text, lambda piece: utf16_len(piece) <= limit)
+    return [part.strip("\n") for part in parts if part.strip()]
+
+
 # --------------------------------------------------------------------------------------------
 # Blocks: paragraphs (with their trailing blank lines) and fenced code blocks
 # --------------------------------------------------------------------------------------------

@@ -117,6 +117,11 @@ class StreamingReply:
         self._typing = asyncio.create_task(self._keep_typing())
         self._flusher = asyncio.create_task(self._flush_loop())
 
+    @property
+    def typing(self) -> bool:
+        """Whether "typing…" is still being repeated (it stops at the first text)."""
+        return self._typing is not None and not self._typing.done()
+
     async def append(self, text_piece: str) -> None:
         """Add streamed text; it appears with the next allowed edit."""
         if not text_piece or self._done:

@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import aclosing
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import structlog
 from telegram import Bot
 
+from agent.events import AgentDone, Receipt, ToolRound
+from agent.loop import AgentTurn
+from bot.access import mark_message_saved
 from bot.i18n import t
 from bot.streaming import StreamingReply
-from memory.context import build_chat_messages
-from models.types import (
-    ChatResult,
-    Outcome,
-    StreamDone,
-    StreamRestart,
-    TextDelta,
-    TransportError,
-)
+from models.catalog import ModelEntry
+from models.types import Outcome, StreamRestart, TextDelta, TransportError
 
 if TYPE_CHECKING:
-    from bot.app import Services
+    from bot.services import Services
 
 log = structlog.get_logger("bot.turns")
 
@@ -69,25 +65,20 @@ async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> N
         stored = await services.store.add_message(
             request.chat_id, "user", request.text, user_id=request.user_id
         )
+        mark_message_saved()  # from here on, an error reply may say the message is saved
         await services.turns.run_cancellable(
             request.chat_id, _answer(services, bot, request, stored.session_id)
         )
 
 
 async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id: int) -> None:
+    """Turn what the agent loop yields into Telegram messages: streamed text, restart notes,
+    and at the end the formatted answer with one receipt line per memory write."""
     started = time.monotonic()
     lang = request.language
-    # Independent reads, queued together: each read waits its turn for the one database lock,
-    # and under load (many chats at once) three queue passes in a row were most of the time
-    # between the update and the model request.
-    model, session, memory_text = await asyncio.gather(
-        services.chat_model(request.chat_id),
-        services.store.session_messages(session_id),
-        services.memory_text(request.chat_id),
-    )
-    now_text = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
-    messages = build_chat_messages(session, memory_text, now_text=now_text)
-
+    model = await services.chat_model(request.chat_id)
+    agent = services.agent
+    assert agent is not None, "Services.open builds the agent loop"
     reply = StreamingReply(
         bot,
         request.chat_id,
@@ -96,73 +87,44 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
         use_drafts=services.settings.TELEGRAM_DRAFT_STREAMING and request.private,
         message_thread_id=request.message_thread_id,
     )
-    shown: list[str] = []
-    answering = model.id
-    result: ChatResult | None = None
+    done: AgentDone | None = None
     outcome = "ok"
     attempts = 0
-    answer_stored = False
     restarts = 0
+    steps = 0
     try:
         await reply.start()
-        stream = services.transport.stream(
-            model.id, messages, timeout=services.settings.CHAT_TIMEOUT
-        )
-        async for event in stream:
-            if isinstance(event, TextDelta):
-                shown.append(event.text)
-                await reply.append(event.text)
-            elif isinstance(event, StreamRestart):
-                shown.clear()
-                restarts += 1
-                answering = event.to_model
-                await reply.restart(
-                    t(
-                        "model_restarted",
-                        lang,
-                        from_label=services.label(event.from_model),
-                        to_label=services.label(event.to_model),
+        turn = AgentTurn(request.chat_id, request.user_id, session_id, model.id)
+        # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
+        # what the user saw of the round.
+        async with aclosing(agent.run(turn)) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    await reply.append(event.text)
+                elif isinstance(event, StreamRestart):
+                    restarts += 1
+                    await reply.restart(
+                        t(
+                            "model_restarted",
+                            lang,
+                            from_label=services.label(event.from_model),
+                            to_label=services.label(event.to_model),
+                        )
                     )
-                )
-            elif isinstance(event, StreamDone):
-                result = event.result
-        if result is None:  # the transport always ends with StreamDone; be safe anyway
-            raise TransportError("stream ended without a result", [])
-        reply.ended()  # no more partial updates while the answer is stored and formatted
-        attempts = len(result.attempts)
-        text = result.text or "".join(shown)
-        # The answer and its usage in one transaction: one wait for the writer, not two.
-        await services.store.add_answer(
-            request.chat_id,
-            request.user_id,
-            text,
-            model_id=result.model_id,
-            usage=result.usage,
-            session_id=session_id,
-        )
-        answer_stored = True
-        footer = None
-        if result.model_id != model.id:
-            footer = t(
-                "answered_by",
-                lang,
-                label=services.label(result.model_id),
-                requested=model.label,
-            )
-        await reply.finish(text, footer=footer)
+                elif isinstance(event, ToolRound):
+                    steps = event.step
+                elif isinstance(event, AgentDone):
+                    done = event
+        if done is None:  # the loop always ends with AgentDone; be safe anyway
+            raise TransportError("the agent loop ended without an answer", [])
+        reply.ended()  # no partial update now: the formatted answer follows at once
+        attempts = done.attempts
+        text = done.text.strip() or t("agent_no_answer", lang)
+        await reply.finish(text, footer=_footer(services, done, model, lang))
     except asyncio.CancelledError:
         outcome = "cancelled"
-        partial = "".join(shown)
-        if partial and not answer_stored:
-            # Keep what the user saw, so the next turn's context matches the chat on screen.
-            await services.store.add_message(
-                request.chat_id,
-                "assistant",
-                partial,
-                model_id=answering,
-                session_id=session_id,
-            )
-        # Cut off by a stop of the bot (after the grace period) or by the user's /cancel.
+        # Cut off by a stop of the bot (after the grace period) or by the user's /cancel; the
+        # loop has stored what the user saw.
         note = "reply_interrupted" if services.lifecycle.closing else "reply_cancelled"
         await reply.cancelled(t(note, lang))
     except TransportError as exc:
@@ -176,17 +138,34 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
         )
         await reply.fail(t("all_models_failed", lang, reason=failure_reason(exc, lang)))
     finally:
-        usage = result.usage if result else None
+        usage = done.usage if done else None
         log.info(
             "turn_finished",
             chat_id=request.chat_id,
             outcome=outcome,
             model_requested=model.id,
-            model_answered=result.model_id if result else None,
+            model_answered=done.model_id if done else None,
             attempts=attempts,
             restarts=restarts,
+            tool_rounds=done.steps if done else steps,
             latency_ms=round((time.monotonic() - started) * 1000),
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             cost_usd=round(usage.cost_usd, 6) if usage else 0.0,
         )
+
+
+def receipt_line(receipt: Receipt, lang: str | None) -> str:
+    """The bot's own words for a memory write, from the executed tool call."""
+    key = "receipt_remembered" if receipt.kind == "remembered" else "receipt_forgotten"
+    fact = receipt.text if len(receipt.text) <= 300 else receipt.text[:299] + "…"
+    return t(key, lang, fact=fact)
+
+
+def _footer(services: Services, done: AgentDone, model: ModelEntry, lang: str | None) -> str | None:
+    lines = [receipt_line(r, lang) for r in done.receipts]
+    if done.model_id != model.id:
+        lines.append(
+            t("answered_by", lang, label=services.label(done.model_id), requested=model.label)
+        )
+    return "\n".join(lines) or None

@@ -175,10 +175,13 @@ def _transport_failure(exc: TransportError) -> tuple[str, str]:
 
 
 def _rejects_forced_choice(exc: TransportError) -> bool:
+    """The provider refused the forced choice itself (not the model failing to follow it).
+
+    Read from the classifier's `refused_param`: the attempt's `detail` is built from status and
+    error code only, which never name the parameter.
+    """
     return any(
-        a.outcome == Outcome.BAD_REQUEST
-        and ("tool_choice" in a.detail.lower() or "tool choice" in a.detail.lower())
-        for a in exc.attempts
+        a.outcome == Outcome.BAD_REQUEST and a.refused_param == "tool_choice" for a in exc.attempts
     )
 
 

@@ -147,7 +147,15 @@ class Database:
                 if self._conn.in_transaction:
                     await _settle(self._conn.execute("ROLLBACK"))
                 raise
-            await _settle(self._conn.execute("COMMIT"))
+            try:
+                await _settle(self._conn.execute("COMMIT"))
+            except asyncio.CancelledError:
+                if self._conn.in_transaction:
+                    raise
+                # The COMMIT landed while the caller was being cancelled: the write happened,
+                # so the caller gets its result (a turn must know its message is stored) and
+                # the cancellation lands at its next await instead.
+                _cancel_at_next_await()
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         """Rows of one query, from a read connection (never waits for a write)."""
@@ -191,6 +199,13 @@ async def _connect(path: Path, opened: list[aiosqlite.Connection]) -> aiosqlite.
     conn.row_factory = sqlite3.Row
     await conn.execute("PRAGMA busy_timeout=10000")
     return conn
+
+
+def _cancel_at_next_await() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+        task.cancel()
 
 
 async def _settle(awaitable: Awaitable[object]) -> None:

@@ -12,6 +12,7 @@ reset to pending at start-up); after it, the job is done and cannot run again.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,6 +29,7 @@ from memory.consolidation import (
     summarise_attempts,
 )
 from memory.db import Database
+from memory.facts import Edit, replay
 from memory.longterm import LongTermMemory, read_memory, write_memory
 from memory.store import Store, StoredMessage, from_iso, to_iso, utc_now
 from memory.transcript import DEFAULT_MAX_MESSAGE_CHARS, Chunk, chunk_messages
@@ -74,86 +76,6 @@ class Job:
             created_at=row["created_at"],
             started_at=row["started_at"],
         )
-
-
-# --- enqueueing (called inside the store's transactions) ---------------------------------------
-
-
-async def enqueue_consolidation(
-    conn: aiosqlite.Connection,
-    chat_id: int,
-    session_id: int,
-    now: str,
-    *,
-    kind: str = "session_closed",
-    upto_message_id: int | None = None,
-) -> int | None:
-    """Queue consolidation of a session's messages; None if it has nothing to consolidate."""
-    cursor = await conn.execute(
-        "SELECT EXISTS(SELECT 1 FROM messages WHERE session_id = ? "
-        "AND (? IS NULL OR id <= ?)) AS has",
-        (session_id, upto_message_id, upto_message_id),
-    )
-    row = await cursor.fetchone()
-    if row is None or not row["has"]:
-        return None
-    cursor = await conn.execute(
-        "INSERT INTO consolidation_jobs(chat_id, session_id, kind, upto_message_id, "
-        "next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (chat_id, session_id, kind, upto_message_id, now, now, now),
-    )
-    return cursor.lastrowid
-
-
-async def maybe_enqueue_window(
-    conn: aiosqlite.Connection,
-    chat_id: int,
-    session_id: int,
-    now: str,
-    *,
-    window: int,
-    keep_recent: int,
-) -> int | None:
-    """Automatic consolidation: past `window` messages, queue all but the last `keep_recent`.
-
-    At most one window job per session is open at a time; the next one is queued when the
-    session passes the window again after that job removed its messages.
-    """
-    # Runs inside every add_message: one round trip (each waits for a turn of the event loop).
-    rows = await conn.execute_fetchall(
-        "SELECT COUNT(*) AS n FROM messages WHERE session_id = ?", (session_id,)
-    )
-    count = int(next(iter(rows))["n"])
-    if count <= window:
-        return None
-    cursor = await conn.execute(
-        "SELECT 1 FROM consolidation_jobs WHERE session_id = ? AND kind = 'window' "
-        "AND state != 'done' LIMIT 1",
-        (session_id,),
-    )
-    if await cursor.fetchone() is not None:
-        return None
-    cursor = await conn.execute(
-        "SELECT id FROM messages WHERE session_id = ? ORDER BY id LIMIT 1 OFFSET ?",
-        (session_id, count - keep_recent - 1),
-    )
-    last = await cursor.fetchone()
-    if last is None:
-        return None
-    upto = int(last["id"])
-    # Never split a tool call from its results: a kept tail starting with a tool result would
-    # be refused by the providers. Take the results along.
-    cursor = await conn.execute(
-        "SELECT id, role FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
-        (session_id, upto),
-    )
-    for row in await cursor.fetchall():
-        if row["role"] != "tool":
-            break
-        upto = int(row["id"])
-    return await enqueue_consolidation(
-        conn, chat_id, session_id, now, kind="window", upto_message_id=upto
-    )
 
 
 # --- the queue ---------------------------------------------------------------------------------
@@ -279,6 +201,15 @@ class JobQueue:
             )
             row = await cursor.fetchone()
             present = int(row["n"]) if row else 0
+            memory_update = result.memory_update
+            if current.version != memory.version and present == len(ids):
+                # The chat model's remember/forget_fact since we read the memory are replayed
+                # on our result; any other write (a /forget, another job) means run again.
+                edits = await _edits_since(conn, job.chat_id, memory.version)
+                if len(edits) == current.version - memory.version:
+                    memory_update = replay(memory_update, edits)
+                    log.info("consolidation_replayed_edits", job_id=job.id, edits=len(edits))
+                    memory = current
             if current.version != memory.version or present != len(ids):
                 await _insert_attempts(conn, job, result.attempts, now)
                 await _insert_spent(conn, job, chunk, result.spent, self.store, now)
@@ -286,10 +217,12 @@ class JobQueue:
             await write_memory(
                 conn,
                 job.chat_id,
-                result.memory_update,
-                over_budget=len(result.memory_update) > memory_max_chars,
+                memory_update,
+                over_budget=len(memory_update) > memory_max_chars,
                 now=now,
             )
+            # No job of this chat runs after this one started from an older version.
+            await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (job.chat_id,))
             first, last = chunk.messages[0], chunk.messages[-1]
             await conn.execute(
                 "INSERT INTO history_entries(chat_id, session_id, job_id, entry, model_id, "
@@ -380,6 +313,19 @@ class JobQueue:
                 "WHERE id = ? AND state = 'running' AND started_at = ?",
                 (retry_at, reason, now, job.id, job.started_at),
             )
+
+
+async def _edits_since(conn: aiosqlite.Connection, chat_id: int, version: int) -> list[Edit]:
+    """Tool edits (remember / forget_fact) that produced the versions after `version`."""
+    cursor = await conn.execute(
+        "SELECT kind, fact, lines FROM memory_edits WHERE chat_id = ? AND version > ? "
+        "ORDER BY version",
+        (chat_id, version),
+    )
+    return [
+        Edit(row["kind"], row["fact"], tuple(json.loads(row["lines"])))
+        for row in await cursor.fetchall()
+    ]
 
 
 async def _insert_attempts(
@@ -502,6 +448,10 @@ class ConsolidationWorker:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
+        # Completed looks at the queue, and how long the last one decided to sleep: what
+        # shows (to /healthz-style probes and tests) that the worker has looked, and rests.
+        self.passes = 0
+        self.last_idle_s: float | None = None
 
     def now(self) -> str:
         return to_iso(self.clock())
@@ -544,12 +494,17 @@ class ConsolidationWorker:
     async def _loop(self) -> None:
         while not self._stopping:
             self._wake.clear()
+            launched: list[asyncio.Task[None]] = []
             try:
-                await self._launch_due()
+                launched = await self._launch_due()
                 idle = await self._idle_seconds()
             except Exception:
                 log.exception("consolidation_worker_error")
                 idle = self.idle_poll_seconds
+            self.passes += 1
+            self.last_idle_s = idle
+            if self.passes == 1:
+                log.info("consolidation_worker_ready", launched=len(launched))
             try:
                 await asyncio.wait_for(self._wake.wait(), idle)
             except TimeoutError:

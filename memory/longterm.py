@@ -85,6 +85,9 @@ async def write_memory(
     return int(row["version"])
 
 
+_UNSEARCHABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+
+
 def fts_query(query: str) -> str | None:
     """An FTS5 MATCH expression: every word of 3+ characters as a quoted phrase, OR-ed.
 
@@ -139,7 +142,13 @@ class MemoryRepository:
         return [_row_to_entry(r) for r in rows]
 
     async def search(self, chat_id: int, query: str, *, limit: int = 5) -> list[HistoryEntry]:
-        """Best-matching history entries: FTS5 trigram + bm25, LIKE for very short queries."""
+        """Best-matching history entries: FTS5 trigram + bm25, LIKE for very short queries.
+
+        Control characters are no search terms (a NUL even ends SQLite's parse of the FTS5
+        expression: "unterminated string"), nor are lone surrogates (SQLite cannot encode
+        them): both become spaces, whoever asked (a user's /recall or a model's tool call).
+        """
+        query = _UNSEARCHABLE.sub(" ", query)
         if not query.strip():
             return []
         match = fts_query(query)
@@ -169,3 +178,5 @@ class MemoryRepository:
             )
             await write_memory(conn, chat_id, "", over_budget=False, now=now)
             await conn.execute("DELETE FROM history_entries WHERE chat_id = ?", (chat_id,))
+            # Facts the chat tools wrote or removed are kept for replay; they go too.
+            await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))

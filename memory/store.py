@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import aiosqlite
 
 from memory.db import Database
+from memory.queue import enqueue_consolidation, maybe_enqueue_window
 from models.types import ToolCall, Usage
 
 Clock = Callable[[], datetime]
@@ -203,9 +204,6 @@ class Store:
         self, conn: aiosqlite.Connection, chat_id: int, session_id: int, now: str
     ) -> int | None:
         """Hook inside /new's transaction: queue consolidation of the closed session."""
-        # memory.jobs builds on this module, so it is imported here rather than at the top.
-        from memory.jobs import enqueue_consolidation
-
         return await enqueue_consolidation(conn, chat_id, session_id, now)
 
     # messages ----------------------------------------------------------------------------
@@ -275,8 +273,8 @@ class Store:
         usage: Usage | None,
         session_id: int | None,
     ) -> tuple[StoredMessage, int | None]:
-        """Insert one message inside the caller's transaction; returns it and the id of an
-        automatic-consolidation job it queued, if any."""
+        """Insert one message inside the caller's transaction (one round trip: each waits for
+        a turn of the event loop); returns it and the automatic-consolidation job it queued."""
         calls_json = (
             json.dumps(
                 [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls],
@@ -308,8 +306,6 @@ class Store:
         row = next(iter(rows))
         window_job = None
         if self.memory_window is not None:
-            from memory.jobs import maybe_enqueue_window
-
             window_job = await maybe_enqueue_window(
                 conn,
                 chat_id,
@@ -319,6 +315,53 @@ class Store:
                 keep_recent=self.keep_recent,
             )
         return _row_to_message(row), window_job
+
+    async def add_tool_round(
+        self,
+        chat_id: int,
+        session_id: int,
+        *,
+        text: str,
+        calls: list[ToolCall],
+        results: list[tuple[str, str]],
+        model_id: str,
+        usage: Usage | None = None,
+    ) -> list[StoredMessage]:
+        """Store one tool round of a chat turn in ONE transaction: the assistant message that
+        called the tools and every (call id, result) — never a call without its results, which
+        the next request's provider would refuse. No window consolidation is queued here: the
+        turn is still running, and the final answer's `add_message` queues it."""
+        now = self.now()
+        calls_json = json.dumps(
+            [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+            ensure_ascii=False,
+        )
+        rows = [("assistant", text, calls_json, None, model_id, usage)]
+        rows += [("tool", content, None, call_id, None, None) for call_id, content in results]
+        stored: list[StoredMessage] = []
+        async with self.db.transaction() as conn:
+            for role, content, tool_calls, tool_call_id, model, spent in rows:
+                cursor = await conn.execute(
+                    "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
+                    "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, "
+                    "created_at) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?) RETURNING *",
+                    (
+                        session_id,
+                        chat_id,
+                        role,
+                        content,
+                        tool_calls,
+                        tool_call_id,
+                        model,
+                        spent.prompt_tokens if spent else None,
+                        spent.completion_tokens if spent else None,
+                        now,
+                    ),
+                )
+                row = await cursor.fetchone()
+                assert row is not None
+                stored.append(_row_to_message(row))
+        return stored
 
     async def session_messages(self, session_id: int) -> list[StoredMessage]:
         rows = await self.db.fetchall(

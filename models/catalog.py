@@ -39,6 +39,8 @@ class ModelEntry:
     input_price_per_mtok: float = 0.0
     output_price_per_mtok: float = 0.0
     context_window: int = 128_000
+    # False: the model cannot call tools; chat turns offer it none (memory tools included).
+    tools: bool = True
 
     def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (
@@ -146,6 +148,8 @@ class Catalog:
                 )
             if entry.input_price_per_mtok < 0 or entry.output_price_per_mtok < 0:
                 raise CatalogError(f"model {entry.id!r}: prices must not be negative")
+            if not isinstance(entry.tools, bool):
+                raise CatalogError(f"model {entry.id!r}: tools must be true or false")
             if entry.context_window <= 0:
                 raise CatalogError(f"model {entry.id!r}: context_window must be positive")
             seen = [entry.id]

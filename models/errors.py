@@ -17,7 +17,7 @@ import asyncio
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -37,10 +37,21 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Classified:
+    """What one failure amounts to, and what it says about the key that was used.
+
+    `per_model` is true when the provider counts the limit per model (rate limits, daily
+    token caps): only that (key, model) rests, the key keeps serving the gateway's other
+    models. False for account-wide verdicts (unpaid bill, rejected key): the whole key rests.
+    """
+
     outcome: Outcome
     detail: str
     status_code: int | None = None
     retry_after_s: float | None = None
+    per_model: bool = False
+    # A request parameter a 400 refused, as one of our own names (never the provider's words):
+    # "tool_choice" lets consolidation retry with automatic choice (see _refused_param).
+    refused_param: str | None = None
 
 
 @dataclass
@@ -247,12 +258,14 @@ _QUOTA_PHRASES = (
     "billing",
     "account is not active",
     "in good standing",
-    "tokens per day",
-    "requests per day",
-    "(tpd)",
-    "(rpd)",
-    "daily",
 )
+# A limit counted per day: waiting minutes or hours is what it takes (Groq's TPD / RPD).
+_PER_DAY_PHRASES = ("per day", "(tpd)", "(rpd)", "daily")
+# A limit counted per minute (or second): over in seconds. "per min" covers OpenAI's "per min".
+_PER_MINUTE_PHRASES = ("per minute", "per min", "(tpm)", "(rpm)", "per second")
+# A single request bigger than the per-minute allowance (Groq's 413): no wait makes it fit.
+_TOO_LARGE_PHRASES = ("request too large", "reduce your message size")
+_URL = re.compile(r"https?://\S+")
 _RATE_LIMIT_CODES = {
     "rate_limit_exceeded",
     "rate_limit_error",
@@ -323,6 +336,27 @@ def _body_messages(ev: Evidence) -> list[str]:
     return out
 
 
+def _refused_param(ev: Evidence, lowered_codes: set[str]) -> str | None:
+    """ "tool_choice" when a 400 refuses the tool choice itself, else None.
+
+    Providers say so in different ways (real bodies in tests/fakes/providers.py): OpenAI names
+    the parameter in `param`; Anthropic ("Thinking may not be enabled when tool_choice forces
+    tool use."), Groq, DeepSeek and Qwen only in the message. Only the fixed name leaves here,
+    never the message. Groq's `tool_use_failed` ("Tool choice is required, but model did not
+    call a tool") is not a refusal: the choice was accepted and the model failed it.
+    """
+    if "tool_use_failed" in lowered_codes:
+        return None
+    for body in ev.bodies:
+        for obj in _error_objects(body):
+            if obj.get("param") == "tool_choice":
+                return "tool_choice"
+            message = obj.get("message")
+            if isinstance(message, str) and re.search(r"tool[_ ]choice", message, re.IGNORECASE):
+                return "tool_choice"
+    return None
+
+
 def _html_title(text: str) -> str:
     match = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
     if not match:
@@ -346,22 +380,36 @@ def classify(ev: Evidence) -> Classified:
 
     def make(outcome: Outcome, what: str) -> Classified:
         detail = " ".join(part for part in (prefix, what) if part)
-        return Classified(outcome, detail[:120], status, retry_after)
+        refused = _refused_param(ev, lowered) if outcome is Outcome.BAD_REQUEST else None
+        return Classified(outcome, detail[:120], status, retry_after, refused_param=refused)
 
     throttled = any(c.startswith("throttling") for c in lowered)
-    if lowered & _QUOTA_CODES or (
-        (status in (429, 402, 403, 400) or lowered & _RATE_LIMIT_CODES or status == 200)
-        and any(p in body_text for p in _QUOTA_PHRASES)
-        and not (retry_after is not None and "resource_exhausted" in lowered)
-        and not throttled
+    # Free text is read last and without its links: Groq's per-minute 429 ends with "Upgrade
+    # to Dev Tier today at https://console.groq.com/settings/billing", which is no bill.
+    prose = _URL.sub(" ", body_text)
+    rate_limited = bool(throttled or lowered & _RATE_LIMIT_CODES or status in (429, 413))
+    if lowered & _QUOTA_CODES:
+        return make(Outcome.QUOTA, code_label or "quota exhausted")
+    if rate_limited and (status == 413 or any(p in prose for p in _TOO_LARGE_PHRASES)):
+        # Waiting does not help, another model (or a smaller request) does; the key is fine.
+        return make(Outcome.BAD_REQUEST, code_label or "request too large")
+    if rate_limited and any(p in prose for p in _PER_DAY_PHRASES):
+        # A daily cap of this model: fall back now, rest (key, model) until it resets.
+        return replace(make(Outcome.QUOTA, code_label or "daily limit"), per_model=True)
+    if rate_limited and (
+        retry_after is not None or throttled or any(p in prose for p in _PER_MINUTE_PHRASES)
+    ):
+        return replace(make(Outcome.RATE_LIMIT, code_label or "rate limited"), per_model=True)
+    if (status in (429, 402, 403, 400) or rate_limited or status == 200) and any(
+        p in prose for p in _QUOTA_PHRASES
     ):
         return make(Outcome.QUOTA, code_label or "quota exhausted")
     if status == 402:
         return make(Outcome.QUOTA, code_label or "payment required")
     if status in (401, 403) or lowered & _AUTH_CODES:
         return make(Outcome.AUTH, code_label or "unauthorized")
-    if throttled or lowered & _RATE_LIMIT_CODES or status == 429:
-        return make(Outcome.RATE_LIMIT, code_label or "rate limited")
+    if rate_limited:
+        return replace(make(Outcome.RATE_LIMIT, code_label or "rate limited"), per_model=True)
     if "tool_use_failed" in lowered:
         return make(Outcome.BAD_REQUEST, "tool_use_failed")
     if status in (408, 504, 524) or (ev.timed_out and (status is None or status >= 500)):

@@ -46,6 +46,7 @@ from models.keys import KeyRing
 from models.limits import BreakerChange, CircuitBreaker, RetryBudget, TokenBucket
 from models.offloop import PROVIDERS
 from models.streamtext import WholeCharacters
+from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
     Attempt,
     ChatResult,
@@ -190,11 +191,9 @@ class Transport:
         plan = _CallPlan(self, model_id, walk_chain)
         while (slot := await plan.next_slot()) is not None:
             try:
-                kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
-                if tools:
-                    kwargs["tools"] = tools
-                if tool_choice is not None:
-                    kwargs["tool_choice"] = tool_choice
+                kwargs = self._request_kwargs(
+                    slot, messages, timeout, max_tokens, tools=tools, tool_choice=tool_choice
+                )
                 wire = start_record()
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
@@ -223,12 +222,17 @@ class Transport:
         timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
         walk_chain: bool = True,
         max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
 
         A failure before any text was shown falls through silently to the next attempt. After
         text was shown the reply cannot be taken back, so the next model's text is preceded by
-        a StreamRestart telling the caller to clear what it showed.
+        a StreamRestart telling the caller to clear what it showed. Streamed tool calls are
+        assembled (all three protocols arrive through litellm in the OpenAI delta shape) and
+        returned whole in the StreamDone result; a model whose catalog entry has `tools=False`
+        is sent neither the tools nor tool-shaped messages.
         """
         plan = _CallPlan(self, model_id, walk_chain)
         shown_model: str | None = None  # whose text the caller currently shows
@@ -238,14 +242,16 @@ class Transport:
                 if shown_model is not None:
                     yield StreamRestart(shown_model, slot.entry.id, restart_reason)
                     shown_model = None
-                kwargs = self._request_kwargs(slot, messages, timeout, max_tokens)
+                kwargs = self._request_kwargs(
+                    slot, messages, timeout, max_tokens, tools=tools, tool_choice=tool_choice
+                )
                 kwargs["stream"] = True
                 kwargs["stream_options"] = {"include_usage": True}
                 assembler = WholeCharacters()
                 pieces: list[str] = []
                 usage: Any = None
                 finish_reason: str | None = None
-                saw_tool_call = False
+                calls = ToolCallAssembler()
                 headers: Mapping[str, str] = {}
                 response: Any = None
                 failure: Classified | None = None
@@ -266,7 +272,7 @@ class Transport:
                                     finish_reason = choice.finish_reason
                                 delta = choice.delta
                                 if getattr(delta, "tool_calls", None):
-                                    saw_tool_call = True
+                                    calls.feed(delta.tool_calls)
                                 piece = getattr(delta, "content", None) or ""
                                 if not piece:
                                     continue
@@ -294,7 +300,7 @@ class Transport:
                     shown_model = slot.entry.id
                     yield TextDelta(tail)
                 text = "".join(pieces)
-                if not text.strip() and not saw_tool_call:
+                if not text.strip() and not calls:
                     await plan.report(slot, _classify_empty(wire, "200 empty stream"))
                     continue
                 plan.report_success(slot, headers)
@@ -302,6 +308,7 @@ class Transport:
                     ChatResult(
                         model_id=slot.entry.id,
                         text=text,
+                        tool_calls=calls.calls(),
                         finish_reason=finish_reason,
                         usage=_usage(usage, slot.entry),
                         attempts=plan.attempts,
@@ -386,9 +393,21 @@ class Transport:
         return self._gateways.get(name)
 
     def _request_kwargs(
-        self, slot: _Slot, messages: list[Message], timeout: float, max_tokens: int | None
+        self,
+        slot: _Slot,
+        messages: list[Message],
+        timeout: float,
+        max_tokens: int | None,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         gateway = slot.state.gateway
+        if not slot.entry.tools:
+            # No tool support: no tools offered, and earlier tool exchanges become text.
+            tools, tool_choice = None, None
+            if any(m.get("role") == "tool" or m.get("tool_calls") for m in messages):
+                messages = flatten_tool_messages(messages)
         kwargs: dict[str, Any] = {
             "model": gateway.litellm_model(slot.entry),
             "messages": messages,
@@ -400,6 +419,10 @@ class Transport:
         }
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
         return kwargs
 
 
@@ -540,6 +563,7 @@ class _CallPlan:
             result.status_code,
             latency_s=round(self.t._clock() - slot.started, 4),
             retry_after_s=result.retry_after_s,
+            refused_param=result.refused_param,
         )
         self.attempts.append(attempt)
         log.warning(
@@ -573,6 +597,25 @@ class _CallPlan:
             if self._other_key_usable(state, entry):
                 return
             self._advance()
+            return
+        if outcome is Outcome.QUOTA and result.per_model:
+            # A daily cap of this model (Groq's TPD): the key serves the gateway's other models
+            # meanwhile; this one rests until the provider says it resets.
+            rest = (
+                result.retry_after_s if result.retry_after_s is not None else self.t.quota_cooldown
+            )
+            if state.keys.cool(slot.key_index, rest, "daily_limit", model=entry.wire_name):
+                log.warning(
+                    "api_key_model_daily_limit",
+                    gateway=entry.gateway,
+                    model=entry.id,
+                    key_position=slot.key_index,
+                    detail=result.detail,
+                    cooldown_s=round(rest, 1),
+                )
+            self.excluded_keys.add(slot.key_index)
+            if not self._other_key_usable(state, entry):
+                self._advance()
             return
         if outcome is Outcome.QUOTA:
             if state.keys.cool(slot.key_index, self.t.quota_cooldown, "quota"):

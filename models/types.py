@@ -60,6 +60,7 @@ class Attempt:
     status_code: int | None = None
     latency_s: float = 0.0
     retry_after_s: float | None = None
+    refused_param: str | None = None  # see models.errors.Classified
 
 
 @dataclass

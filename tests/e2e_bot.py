@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.app import Prepared, Services, build_application, prepare, running, services_of
+from bot.app import build_application, prepare, running
 from bot.config import Settings, load_settings
 from bot.lifecycle import lifecycle_of
+from bot.services import Prepared, Services, services_of
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 
@@ -168,6 +169,12 @@ class BotUnderTest(_ProviderShortcuts):
     def chat_requests(self) -> list[tuple[str, Any]]:
         """(gateway, request) of every chat request: streamed ones (consolidation never streams)."""
         found = [(name, r) for name, fp in self.providers.items() for r in fp.requests if r.stream]
+        return sorted(found, key=lambda pair: pair[1].at)
+
+    def model_requests(self) -> list[tuple[str, Any]]:
+        """(gateway, request) of every request to any provider, streamed or not: what a test
+        that claims "no model call" must look at (chat_requests() sees streamed ones only)."""
+        found = [(name, r) for name, fp in self.providers.items() for r in fp.requests]
         return sorted(found, key=lambda pair: pair[1].at)
 
     # ---- Telegram side ------------------------------------------------------------------

@@ -7,6 +7,7 @@ message's time before it is written), so transcripts carry real dates.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -64,6 +65,32 @@ def telegram_export(slug: str = "coorporate-speak", limit: int = 150) -> list[Se
     return out
 
 
+def telegram_message(slug: str, message_id: int) -> SessionMessage:
+    """One message of a real Telegram Desktop export, its text flattened from its entities."""
+    data = json.loads((TESTDATA / "tg-export-tgif" / f"{slug}.exported.json").read_text("utf-8"))
+    for raw in data["messages"]:
+        if raw.get("id") == message_id:
+            text = raw.get("text")
+            if isinstance(text, list):
+                text = "".join(p if isinstance(p, str) else p.get("text", "") for p in text)
+            return SessionMessage("user", text, _parse_time(raw["date"]))
+    raise KeyError(f"{slug}: no message {message_id}")
+
+
+def oasst_messages(lang: str, contains: str = "") -> Iterator[SessionMessage]:
+    """Real OpenAssistant messages in `lang` (prompts and replies, file order), optionally
+    only those containing `contains`."""
+    with (TESTDATA / "oasst2" / "oasst2_filtered.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            stack = [json.loads(line)["prompt"]]
+            while stack:
+                node = stack.pop(0)
+                stack.extend(node.get("replies") or [])
+                if node.get("lang") == lang and contains in node["text"]:
+                    role = "user" if node["role"] == "prompter" else "assistant"
+                    yield SessionMessage(role, node["text"], _parse_time(node["created_date"]))
+
+
 def _oasst_path(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     while node:
         yield node
@@ -97,6 +124,38 @@ def oasst_multilingual(limit: int = 120) -> list[SessionMessage]:
                 out.extend(trees[round_index])
         round_index += 1
     return out[:limit]
+
+
+def oasst_conversations(
+    langs: tuple[str, ...] | None = None, limit: int = 100, *, min_messages: int = 2
+) -> list[list[SessionMessage]]:
+    """Whole real conversations (one per oasst2 tree, its first reply path), each with its own
+    timestamps: one session each. `langs` picks languages, in turn, so a short list mixes them."""
+    by_lang: dict[str, list[list[SessionMessage]]] = {}
+    with (TESTDATA / "oasst2" / "oasst2_filtered.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            tree = json.loads(line)
+            prompt = tree["prompt"]
+            path = [
+                SessionMessage(
+                    "user" if node["role"] == "prompter" else "assistant",
+                    node["text"],
+                    _parse_time(node["created_date"]),
+                )
+                for node in _oasst_path(prompt)
+            ]
+            if len(path) >= min_messages:
+                by_lang.setdefault(prompt.get("lang", "?"), []).append(path)
+    order = list(langs) if langs else sorted(by_lang, key=lambda k: -len(by_lang[k]))
+    out: list[list[SessionMessage]] = []
+    index = 0
+    while len(out) < limit and any(index < len(by_lang.get(lang, [])) for lang in order):
+        for lang in order:
+            trees = by_lang.get(lang, [])
+            if index < len(trees) and len(out) < limit:
+                out.append(trees[index])
+        index += 1
+    return out
 
 
 def claude_code_session(limit: int = 150) -> list[SessionMessage]:
@@ -178,3 +237,70 @@ def assert_in_order(transcript: str, messages: list[StoredMessage]) -> None:
             found = transcript.find(needle, position)
             assert found >= 0, f"message {message.id} missing or out of order: {needle[:80]!r}"
             position = found + len(needle)
+
+
+# --- a consolidation model that really reads the transcript -----------------------------------
+
+_TRANSCRIPT_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d)\] (user|assistant): ?(.*)$")
+
+
+def _between(text: str, tag: str) -> str:
+    start, end = text.find(f"<{tag}>"), text.find(f"</{tag}>")
+    return text[start + len(tag) + 2 : end].strip() if 0 <= start < end else ""
+
+
+def transcript_messages(transcript: str) -> list[tuple[str, str, str]]:
+    """(stamp, role, text) of each user/assistant block of a consolidation transcript."""
+    found: list[tuple[str, str, str]] = []
+    current: list[str] | None = None
+    for line in transcript.splitlines():
+        match = _TRANSCRIPT_LINE.match(line)
+        if match:
+            found.append((match.group(1), match.group(2), match.group(3)))
+            current = [match.group(3)]
+        elif current is not None and found and " called tool " not in line:
+            stamp, role, text = found[-1]
+            found[-1] = (stamp, role, f"{text} {line}".strip())
+    return found
+
+
+def extractive_summary(transcript: str, max_chars: int = 700) -> str:
+    """What a summarising model keeps of a session: its date, what the user asked first and
+    how it was answered, then further user messages while room is left (real words only)."""
+    messages = transcript_messages(transcript)
+    if not messages:
+        return "[1970-01-01 00:00] (empty conversation)"
+    users = [" ".join(text.split()) for _, role, text in messages if role == "user"]
+    answers = [" ".join(text.split()) for _, role, text in messages if role == "assistant"]
+    parts = [users[0][:300]] if users else []
+    if answers:
+        parts.append(answers[0][:250])
+    for text in users[1:]:
+        parts.append(text[:150])
+    body = " — ".join(p for p in parts if p)
+    return f"[{messages[0][0]}] {body}"[:max_chars]
+
+
+def summarising_call(request: Any) -> Any:
+    """Respond(...) body for the fake consolidation chain: a valid save_memory call whose
+    history entry is `extractive_summary` of the transcript it was sent, and whose memory keeps
+    the current memory plus one line about the session."""
+    from tests.fakes.providers import ToolCallReply
+
+    user = "\n".join(
+        m.get("content") if isinstance(m.get("content"), str) else ""
+        for m in request.body.get("messages") or []
+        if m.get("role") == "user"
+    )
+    transcript = _between(user, "transcript")
+    current = _between(user, "current_memory")
+    if current.startswith("(empty"):
+        current = ""
+    entry = extractive_summary(transcript)
+    topic = " ".join(entry.split("] ", 1)[-1].split()[:8])
+    memory = "\n".join(x for x in (current, f"- Talked about: {topic}") if x)
+    return ToolCallReply(
+        arguments={"history_entry": entry, "memory_update": memory[-5000:]},
+        prompt_tokens=500,
+        completion_tokens=120,
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -197,7 +196,6 @@ def test_env_example_lists_every_setting() -> None:
     assert not missing, f".env.example lacks {sorted(missing)}"
     unknown = {n for n in names if n.isupper() and n not in Settings.model_fields}
     assert not unknown, f".env.example names unknown settings {sorted(unknown)}"
-    assert os.environ.get("TELEGRAM_BOT_TOKEN") is None
 
 
 def test_readme_documents_every_setting() -> None:

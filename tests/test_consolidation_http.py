@@ -173,6 +173,53 @@ async def test_a_401_on_the_groq_gateway_moves_to_openai_and_leaks_no_key(
     assert "gsk_test_groq_key_0001" not in text and "0001" not in text
 
 
+FORCED = {"type": "function", "function": {"name": "save_memory"}}
+
+
+@pytest.mark.parametrize(
+    ("model", "refusal", "forced", "auto"),
+    [
+        ("llama-3.3-70b-versatile", "groq_value", FORCED, "auto"),
+        ("gpt-4.1-mini", "openai_param", FORCED, "auto"),
+        (
+            "claude-haiku-4-5",
+            "anthropic_thinking",
+            {"type": "tool", "name": "save_memory"},
+            {"type": "auto"},
+        ),
+    ],
+)
+async def test_a_refused_forced_tool_choice_is_retried_with_auto_on_the_same_model(
+    tmp_path: Path, model: str, refusal: str, forced: Any, auto: Any
+) -> None:
+    # Each gateway answers every forced request with its real refusal (tests/fakes/providers.py
+    # TOOL_CHOICE_REFUSALS); the same model then saves with automatic choice, nothing fails.
+    stack = await open_stack(tmp_path / "c.sqlite3", head=model)
+    try:
+        gateway = stack.consolidator.catalog.get(model).gateway
+        provider = {"groq": stack.groq, "openai": stack.openai, "anthropic": stack.anthropic}
+        provider[gateway].refuse_forced_tool_choice[WIRE[model]] = refusal
+        logs, saved_by = await consolidate_once(stack)
+        choices = [r.body["tool_choice"] for r in stack.requests_for(model)]
+        others = [r for p in stack.providers for r in p.requests if r.model != WIRE[model]]
+    finally:
+        await stack.close()
+    assert saved_by == model
+    assert failures(logs) == []
+    assert choices == [forced, auto]
+    assert any(e["event"] == "consolidation_tool_choice_rejected" for e in logs)
+    assert others == []  # the chain did not move on
+
+
+async def test_a_model_failing_the_forced_call_is_not_asked_again_with_auto(stack: Stack) -> None:
+    # Groq's tool_use_failed means the choice was accepted and the model failed it: the
+    # chain moves on rather than asking the same model to answer freely.
+    stack.groq.set_default(WIRE[HEAD], Fault("tool_use_failed_400"))
+    _, saved_by = await consolidate_once(stack)
+    assert saved_by == CHAIN[1]
+    assert [r.body["tool_choice"] for r in stack.requests_for(HEAD)] == [FORCED]
+
+
 async def test_two_task_failures_then_a_transport_failure_then_saved(stack: Stack) -> None:
     """The seed's production log: three models fail three different ways, the fourth saves."""
     stack.groq.set_default(WIRE[CHAIN[0]], Fault("tool_use_failed_400"))

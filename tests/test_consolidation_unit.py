@@ -43,8 +43,17 @@ class ChoiceRecordingTransport(ScriptedTransport):
     ) -> ChatResult:  # type: ignore[override]
         self.choices.append(kwargs.get("tool_choice"))
         if kwargs.get("tool_choice") == FORCED_TOOL_CHOICE and model_id == CHAIN[0]:
-            detail = "400 tool_choice is not supported for this model"
-            raise TransportError("bad", [Attempt(model_id, "groq", Outcome.BAD_REQUEST, detail)])
+            # As the transport reports a refusal (models/errors.py): status and code in the
+            # detail, the refused parameter apart. The HTTP version is in
+            # test_consolidation_http.py with the providers' real bodies.
+            refused = Attempt(
+                model_id,
+                "groq",
+                Outcome.BAD_REQUEST,
+                "400 invalid_request_error",
+                refused_param="tool_choice",
+            )
+            raise TransportError("bad", [refused])
         return await super().complete(model_id, messages, timeout=5, walk_chain=False)
 
 

@@ -154,11 +154,16 @@ async def test_kill_right_after_the_commit_applies_nothing_twice(
         query(db_path, "SELECT entry FROM history_entries"),
         query(db_path, "SELECT content, version FROM long_term_memory"),
     ]
+
+    def worker_looks() -> list[dict[str, Any]]:
+        lines = log_path.read_text("utf-8").splitlines()
+        return [json.loads(line) for line in lines if "consolidation_worker_ready" in line]
+
+    looked_before = len(worker_looks())
     async with run_bot(fakes, db_path, log_path) as proc:
-        await wait_until(
-            lambda: any(c.method == "getUpdates" for c in fakes.tg.calls[-3:]), "polling"
-        )
-        await asyncio.sleep(0.5)  # room for a (wrong) second run to show up
+        # The restarted worker has looked at the queue once (a second run would start there).
+        await wait_until(lambda: len(worker_looks()) > looked_before, "the worker's first look")
+        assert worker_looks()[-1]["launched"] == 0
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 30)
 

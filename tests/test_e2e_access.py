@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from bot.i18n import t
-from tests.e2e_bot import FRIEND, OWNER, STRANGER, bot_under_test, real_update
+from tests.e2e_bot import FRIEND, OWNER, STRANGER, TESTDATA, bot_under_test, real_update
 from tests.fakes.telegram import utf16_units
 
 GROUP = -100123456
@@ -18,8 +19,10 @@ async def test_stranger_gets_one_line_with_their_id_and_costs_nothing(tmp_path: 
         [answer] = await bot.ask(STRANGER, "hello, can I use you?", user_id=STRANGER)
         assert answer.text == t("not_allowed", user_id=STRANGER)
         assert str(STRANGER) in answer.text and "\n" not in answer.text
-        [again] = await bot.ask(STRANGER, "/model", user_id=STRANGER)
-        assert again.text == answer.text
+        # Told once an hour, not once a message (tests/test_e2e_hardening.py).
+        again = bot.tg.push(bot.tg.make_text_update(STRANGER, STRANGER, "/model"))
+        await bot.wait_handled(again)
+        assert bot.texts(STRANGER) == [answer.text]
         assert not any(fp.requests for fp in bot.providers.values()), "no provider request"
         assert await bot.rows("SELECT * FROM messages") == []
         assert await bot.rows("SELECT * FROM chats WHERE chat_id = ?", (STRANGER,)) == []
@@ -29,7 +32,7 @@ async def test_everyone_is_a_stranger_when_the_allowlist_is_empty(tmp_path: Path
     async with bot_under_test(tmp_path, ALLOWED_USER_IDS="") as bot:
         [answer] = await bot.ask(OWNER, "hi")
         assert answer.text == t("not_allowed", user_id=OWNER)
-        assert not bot.chat_requests()
+        assert not bot.model_requests()
 
 
 async def test_admins_may_chat_too(tmp_path: Path) -> None:
@@ -73,6 +76,46 @@ async def test_group_answers_only_when_mentioned_or_replied_to(tmp_path: Path) -
         assert all("reply_parameters" in c.params for c in sends)
 
 
+def exported_message(slug: str, message_id: int, *, bot_is: str | None = None) -> tuple[str, list]:
+    """A real group message (Teknologi Umum export) as the Bot API sends it: its text and its
+    mention entities with UTF-16 offsets, from the export's own text_entities. `bot_is`
+    names the mentioned user who stands for our bot (their @name becomes the bot's)."""
+    data = json.loads(
+        (TESTDATA / "tg-export-tgif" / f"{slug}.exported.json").read_text(encoding="utf-8")
+    )
+    [raw] = [m for m in data["messages"] if m["id"] == message_id]
+    text, entities = "", []
+    for part in raw["text_entities"]:
+        piece = part["text"]
+        if part["type"] == "mention":
+            piece = "@mnemo_test_bot" if piece == bot_is else piece
+            entities.append({"type": "mention", "offset": utf16_units(text), "length": 0})
+            entities[-1]["length"] = utf16_units(piece)
+        text += piece
+    return text, entities
+
+
+async def test_real_group_messages_are_answered_only_when_their_mention_is_the_bot(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        group = {"chat_type": "supergroup"}
+        # Two real mentions of other people: not for the bot, ignored.
+        text, entities = exported_message("pujangga-kode-2", 235403)
+        assert [e["type"] for e in entities] == ["mention", "mention"]
+        bot.say(GROUP, text, entities=entities, **group)
+        # A real mention at the start, then one in the middle before ")." — as the bot.
+        text, entities = exported_message("disable-service-gcp-ingress", 269046, bot_is="@zasdaym")
+        [first] = await bot.ask(GROUP, text, entities=entities, **group)
+        assert first.text == "echo: pak, di gcp Ingress disable backend service gimana ya"
+        text, entities = exported_message("software-testing", 242714, bot_is="@RonnyGunawan")
+        [second] = await bot.ask(GROUP, text, entities=entities, **group)
+        assert second.text.startswith("echo: but yes, some language are best")
+        assert "@" not in second.text and second.text.endswith("om-om ).")
+        sent = [r.body["messages"][-1]["content"] for _, r in bot.chat_requests()]
+        assert sent == [first.text.removeprefix("echo: "), second.text.removeprefix("echo: ")]
+
+
 async def test_text_mention_of_the_bot_counts(tmp_path: Path) -> None:
     async with bot_under_test(tmp_path) as bot:
         text = "Mnemo please summarise"
@@ -93,7 +136,7 @@ async def test_group_stranger_is_told_only_when_addressing_the_bot(tmp_path: Pat
         [answer] = await bot.ask(GROUP, "@mnemo_test_bot hi", **group)
         assert answer.text == t("not_allowed", user_id=STRANGER)
         assert len(bot.messages(GROUP)) == 1
-        assert not bot.chat_requests()
+        assert not bot.model_requests()
 
 
 @pytest.mark.parametrize(
@@ -111,7 +154,7 @@ async def test_non_text_messages_get_a_polite_answer(tmp_path: Path, payload: st
         bot.tg.push(real_update(payload, OWNER, OWNER))
         await bot.wait_messages(OWNER, 1)
         assert bot.texts(OWNER) == [t("text_only")]
-        assert not bot.chat_requests()
+        assert not bot.model_requests()
         assert await bot.rows("SELECT * FROM messages") == []
 
 
@@ -132,5 +175,5 @@ async def test_a_bare_mention_asks_for_text_and_costs_nothing(tmp_path: Path) ->
     async with bot_under_test(tmp_path) as bot:
         [answer] = await bot.ask(GROUP, "@mnemo_test_bot", chat_type="supergroup")
         assert answer.text == t("empty_message")
-        assert not bot.chat_requests()
+        assert not bot.model_requests()
         assert await bot.rows("SELECT * FROM messages") == []

@@ -28,7 +28,7 @@ async def test_start_help_and_registered_commands(tmp_path: Path) -> None:
         assert registered, "commands must be registered with set_my_commands"
         names = {c["command"] for c in registered[0].params["commands"]}
         assert {"start", "help", "model", "new", "cancel"} <= names
-        assert not bot.chat_requests(), "commands cost no model call"
+        assert not bot.model_requests(), "commands cost no model call"
 
 
 async def test_model_keyboard_switch_and_persistence_across_restart(tmp_path: Path) -> None:
@@ -180,4 +180,4 @@ async def test_unknown_commands_are_answered_not_sent_to_the_model(tmp_path: Pat
     async with bot_under_test(tmp_path) as bot:
         [answer] = await bot.ask(CHAT, "/frobnicate now")
         assert answer.text == t("unknown_command")
-        assert not bot.chat_requests()
+        assert not bot.model_requests()

@@ -44,8 +44,7 @@ async def _run_bot(cwd: Path, env: dict[str, str], timeout: float = 60.0) -> tup
         stderr=asyncio.subprocess.PIPE,
     )
     _, stderr = await asyncio.wait_for(process.communicate(), timeout)
-    assert process.returncode is not None
-    return process.returncode, stderr.decode("utf-8", errors="replace")
+    return await process.wait(), stderr.decode("utf-8", errors="replace")
 
 
 async def test_no_env_file_and_no_token_says_what_to_set(tmp_path: Path) -> None:

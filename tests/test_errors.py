@@ -22,7 +22,13 @@ from models.errors import (
 )
 from models.types import Outcome, StreamDone, TransportError
 from tests.conftest import TEST_KEYS, make_transport
-from tests.fakes.providers import FakeProvider, Fault
+from tests.fakes.providers import (
+    _GROQ_TOOL_USE_FAILED,
+    TOOL_CHOICE_REFUSALS,
+    FakeProvider,
+    Fault,
+    _bad_request_body,
+)
 
 MODEL_ON = {"openai": "gpt-4.1", "groq": "qwen3-32b", "anthropic": "claude-haiku-4-5"}
 HI = [{"role": "user", "content": "hi"}]
@@ -42,6 +48,9 @@ TABLE: dict[str, tuple[Outcome, int | None, float | None]] = {
     "throttling_in_200": (Outcome.RATE_LIMIT, 200, None),
     "arrearage_in_200": (Outcome.QUOTA, 200, None),
     "gemini_429": (Outcome.RATE_LIMIT, 429, 26.0),
+    "groq_tpm_429": (Outcome.RATE_LIMIT, 429, 2.0),  # retry-after header, billing link inside
+    "groq_tpd_429": (Outcome.QUOTA, 429, 758.0),  # a daily cap: fall back, do not retry
+    "groq_413": (Outcome.BAD_REQUEST, 413, None),  # too large for TPM: no wait helps
     "empty_200": (Outcome.EMPTY, 200, None),
     "disconnect": (Outcome.UNAVAILABLE, None, None),
 }
@@ -231,3 +240,17 @@ def test_success_headers_announce_a_spent_window() -> None:
         )
         is None
     )
+
+
+@pytest.mark.parametrize("refusal", sorted(TOOL_CHOICE_REFUSALS))
+def test_a_refused_tool_choice_is_named_without_the_providers_words(refusal: str) -> None:
+    result = classify(evidence_from_wire(400, {}, TOOL_CHOICE_REFUSALS[refusal]))
+    assert result.outcome is Outcome.BAD_REQUEST
+    assert result.refused_param == "tool_choice"
+    assert "tool_choice" not in result.detail  # detail stays status and code only
+
+
+@pytest.mark.parametrize("fault", ["tool_use_failed_400", "bad_request_400"])
+def test_other_bad_requests_name_no_refused_parameter(fault: str) -> None:
+    body = _GROQ_TOOL_USE_FAILED if fault == "tool_use_failed_400" else _bad_request_body("groq")
+    assert classify(evidence_from_wire(400, {}, body)).refused_param is None

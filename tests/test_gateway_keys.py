@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import structlog
 
-from models.gateways import Gateway
+from bot.app import build_gateways
+from bot.config import load_settings
+from models.catalog import load_catalog
+from models.transport import Transport
 from models.types import Outcome
 from tests.conftest import TEST_KEYS, make_transport
 from tests.fakes.providers import Fault, Reply
@@ -15,17 +19,31 @@ HI = [{"role": "user", "content": "hi"}]
 KEYS = ("gsk_key_zero_0000", "gsk_key_one_1111", "gsk_key_two_2222")
 
 
-def _with_groq_keys(transport, fake_groq, keys=KEYS) -> None:
-    from models.keys import KeyRing
-
-    state = transport.gateway_state("groq")
-    state.gateway = Gateway("groq", "groq", fake_groq.base_url, keys, 50.0)
-    state.keys = KeyRing("groq", keys, transport._clock)
+def transport_with_groq_keys(
+    fake_openai, fake_groq, fake_anthropic, keys=KEYS, **options: Any
+) -> Transport:
+    """A transport built as the bot builds it: GROQ_API_KEY holds the keys comma-separated
+    (with the spaces people type), read by load_settings, turned into gateways by
+    build_gateways; the keys then reach the fake over HTTP."""
+    settings = load_settings(
+        TELEGRAM_BOT_TOKEN="123456:TEST-TOKEN",
+        GROQ_API_KEY=" , ".join(keys),
+        GROQ_API_BASE=fake_groq.base_url,
+        OPENAI_API_KEY=TEST_KEYS["openai"],
+        OPENAI_API_BASE=fake_openai.base_url,
+        ANTHROPIC_API_KEY=TEST_KEYS["anthropic"],
+        ANTHROPIC_API_BASE=fake_anthropic.base_url,
+        GROQ_RPS=50,
+        OPENAI_RPS=50,
+        ANTHROPIC_RPS=50,
+    )
+    options.setdefault("backoff", (0.01, 0.02, 0.04))
+    options.setdefault("retry_after_cap", 0.5)
+    return Transport(load_catalog(), build_gateways(settings), **options)
 
 
 async def test_keys_are_used_in_turn(fake_openai, fake_groq, fake_anthropic) -> None:
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
-    _with_groq_keys(t, fake_groq)
+    t = transport_with_groq_keys(fake_openai, fake_groq, fake_anthropic)
     for _ in range(6):
         await t.complete("qwen3-32b", HI, timeout=5)
     assert [r.api_key for r in fake_groq.requests] == list(KEYS) * 2
@@ -35,8 +53,7 @@ async def test_keys_are_used_in_turn(fake_openai, fake_groq, fake_anthropic) -> 
 async def test_invalid_key_is_reported_once_and_not_hammered(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
-    _with_groq_keys(t, fake_groq)
+    t = transport_with_groq_keys(fake_openai, fake_groq, fake_anthropic)
     fake_groq.invalid_keys.add(KEYS[1])
     with structlog.testing.capture_logs() as logs:
         results = [await t.complete("qwen3-32b", HI, timeout=5) for _ in range(9)]
@@ -56,8 +73,7 @@ async def test_invalid_key_is_reported_once_and_not_hammered(
 
 
 async def test_all_keys_invalid_skips_the_gateway(fake_openai, fake_groq, fake_anthropic) -> None:
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
-    _with_groq_keys(t, fake_groq)
+    t = transport_with_groq_keys(fake_openai, fake_groq, fake_anthropic)
     fake_groq.invalid_keys.update(KEYS)
     fake_openai.set_default("*", Reply("openai answers"))
     result = await t.complete("llama-3.3-70b-versatile", HI, timeout=5)
@@ -76,8 +92,7 @@ async def test_all_keys_invalid_skips_the_gateway(fake_openai, fake_groq, fake_a
 async def test_rate_limited_key_cools_down_and_the_next_key_retries_at_once(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
-    t = make_transport(fake_openai, fake_groq, fake_anthropic, backoff=(30.0,))
-    _with_groq_keys(t, fake_groq)
+    t = transport_with_groq_keys(fake_openai, fake_groq, fake_anthropic, backoff=(30.0,))
     # Retry-After far beyond the cap: with one key we would fall back; with three, key 1 serves.
     fake_groq.script("qwen/qwen3-32b", Fault("rate_limit_429", retry_after=60))
     result = await t.complete("qwen3-32b", HI, timeout=5)
@@ -129,8 +144,7 @@ async def test_short_retry_after_is_honoured_on_the_same_model(
 async def test_success_headers_with_a_spent_window_rest_the_key(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
-    _with_groq_keys(t, fake_groq, KEYS[:2])
+    t = transport_with_groq_keys(fake_openai, fake_groq, fake_anthropic, KEYS[:2])
     spent = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "45s"}
     fake_groq.script("qwen/qwen3-32b", Reply("last one for now", headers=spent))
     for _ in range(4):
@@ -142,8 +156,7 @@ async def test_success_headers_with_a_spent_window_rest_the_key(
 async def test_quota_on_one_key_moves_to_the_next_key(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
-    _with_groq_keys(t, fake_groq, KEYS[:2])
+    t = transport_with_groq_keys(fake_openai, fake_groq, fake_anthropic, KEYS[:2])
     fake_groq.script("qwen/qwen3-32b", Fault("quota_429"))
     with structlog.testing.capture_logs() as logs:
         result = await t.complete("qwen3-32b", HI, timeout=5)

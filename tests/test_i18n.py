@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import string
+import tomllib
+from pathlib import Path
 
 import pytest
 
-from bot.i18n import MESSAGES, SUPPORTED_LANGUAGES, normalise_language, t
+from bot.i18n import (
+    LOCALES_DIR,
+    MESSAGES,
+    SUPPORTED_LANGUAGES,
+    load_messages,
+    normalise_language,
+    t,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _fields(template: str) -> list[tuple[str, str | None, str]]:
@@ -78,3 +89,27 @@ def test_language_tags_are_normalised() -> None:
     assert normalise_language("ID") == "id"
     assert normalise_language("zh-hans") == "en"
     assert normalise_language("") == "en"
+
+
+def test_the_texts_are_one_toml_file_per_language_and_nothing_else() -> None:
+    assert sorted(p.stem for p in LOCALES_DIR.glob("*.toml")) == sorted(SUPPORTED_LANGUAGES)
+    for lang in SUPPORTED_LANGUAGES:
+        with (LOCALES_DIR / f"{lang}.toml").open("rb") as file:
+            assert tomllib.load(file) == MESSAGES[lang]
+
+
+def test_a_non_string_value_in_a_locale_file_is_refused(tmp_path: Path) -> None:
+    for lang in SUPPORTED_LANGUAGES:
+        (tmp_path / f"{lang}.toml").write_text('new_session = "ok"\n', encoding="utf-8")
+    (tmp_path / "ja.toml").write_text("new_session = 3\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"ja\.toml.*new_session"):
+        load_messages(tmp_path)
+
+
+def test_the_locale_files_ship_with_the_package_and_the_image() -> None:
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        package_data = tomllib.load(file)["tool"]["setuptools"]["package-data"]["bot"]
+    shipped = {p for pattern in package_data for p in (ROOT / "bot").glob(pattern)}
+    assert set(LOCALES_DIR.glob("*.toml")) <= shipped
+    # The image copies the whole package directory, data files included.
+    assert "COPY bot/ bot/" in (ROOT / "deploy" / "Dockerfile").read_text()

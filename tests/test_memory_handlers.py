@@ -14,10 +14,13 @@ import pytest
 
 from bot.app import build_application, prepare, running
 from bot.config import load_settings
-from bot.memory_handlers import MEMORY_KEY, MemoryFeature, split_for_telegram
+from bot.memory_handlers import MEMORY_KEY, MemoryFeature
+from bot.render import split_plain, utf16_len
+from bot.services import services_of
 from tests.consolidation_stack import GOOD_ARGS, KEYS, good_call
 from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram
+from tests.memory_sessions import telegram_message
 
 TOKEN = "123456:TEST-TOKEN"
 USER = 5151
@@ -25,10 +28,11 @@ STRANGER = 999
 
 
 class Bot:
-    def __init__(self, tg: FakeTelegram, app: Any, chat_provider: FakeProvider) -> None:
+    def __init__(self, tg: FakeTelegram, app: Any, providers: dict[str, FakeProvider]) -> None:
         self.tg = tg
         self.app = app
-        self.chat_provider = chat_provider
+        self.providers = providers
+        self.chat_provider = providers["openai"]
 
     @property
     def memory(self) -> MemoryFeature:
@@ -45,9 +49,12 @@ class Bot:
         return self.tg.bot_messages(user)[before].text
 
     async def chat(self, text: str) -> None:
-        """A chat turn: wait until the streamed answer is complete."""
+        """A chat turn: wait until the streamed answer is complete and the turn is over (its
+        answer is stored just after it is shown)."""
         await self.say(text)
         await self.tg.wait_for(lambda: self.texts()[-1] == "Nice to meet you.", timeout=20)
+        turns = services_of(self.app).turns
+        await self.tg.wait_for(lambda: turns.waiting(USER) == 0, timeout=20)
 
 
 @pytest.fixture
@@ -80,7 +87,7 @@ async def bot(tmp_path: Path, overrides: dict[str, Any]) -> AsyncIterator[Bot]:
     app = build_application(prepare(settings), edit_interval=0.05)
     try:
         async with running(app, poll_timeout=1):
-            yield Bot(tg, app, providers["openai"])
+            yield Bot(tg, app, providers)
     finally:
         for provider in providers.values():
             await provider.stop()
@@ -104,7 +111,7 @@ async def test_new_then_memory_reaches_the_next_session_and_the_commands(bot: Bo
 
     await bot.chat("What do you remember about me?")
     system = str(bot.chat_provider.requests[-1].body["messages"][0]["content"])
-    assert "<long_term_memory>" in system and GOOD_ARGS["memory_update"] in system
+    assert "<long_term_memory_" in system and GOOD_ARGS["memory_update"] in system
 
     shown = await bot.say("/memory")
     assert shown.startswith("What I remember") and GOOD_ARGS["memory_update"] in shown
@@ -119,6 +126,24 @@ async def test_new_then_memory_reaches_the_next_session_and_the_commands(bot: Bo
     assert "too long" in await bot.say("/recall " + "x" * 300)
 
 
+async def test_recall_matches_fts_syntax_and_like_wildcards_literally(bot: Bot) -> None:
+    # A real message as the saved history entry: "... image nginx:stable ada maslaah ...".
+    real = telegram_message("disable-service-gcp-ingress", 269081)
+    entry = f"[{real.at:%Y-%m-%d %H:%M}] {real.content}"
+    bot.providers["groq"].set_default("*", good_call(history_entry=entry))
+    await bot.chat("Hi")
+    await bot.say("/new")
+    await consolidated(bot)
+
+    # FTS5 would read "nginx:" as a column filter and fail; it is text to find.
+    found = await bot.say("/recall nginx:stable")
+    assert found.startswith("Best matches for 'nginx:stable'") and "nginx:stable" in found
+    # As LIKE wildcards, "%" and "_" would match every entry.
+    assert await bot.say("/recall %") == "Nothing in the history matches '%'."
+    assert await bot.say("/recall _") == "Nothing in the history matches '_'."
+    assert "nginx:stable" in await bot.say("/recall ver 5 >")
+
+
 async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
     await bot.chat("Hi, I am Rina")
     await bot.say("/new")
@@ -130,9 +155,18 @@ async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
     prompt = bot.tg.bot_messages(USER)[-1]
     assert (await bot.memory.repo.get(USER)).content  # asking is not doing
 
-    # A stranger pressing the button changes nothing.
-    bot.tg.push(bot.tg.make_callback_update(USER, STRANGER, "fg:y", message_id=prompt.message_id))
-    await bot.tg.wait_for(lambda: any(c.method == "answerCallbackQuery" for c in bot.tg.calls))
+    # A stranger pressing the button changes nothing: wait for the refusal of that very press.
+    press = bot.tg.make_callback_update(USER, STRANGER, "fg:y", message_id=prompt.message_id)
+    bot.tg.push(press)
+    press_id = press["callback_query"]["id"]
+    await bot.tg.wait_for(
+        lambda: any(
+            c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == press_id
+            for c in bot.tg.calls
+        )
+    )
+    [answer] = bot.tg.calls_of("answerCallbackQuery")
+    assert str(STRANGER) in answer.params["text"]  # the refusal, not a confirmation
     assert (await bot.memory.repo.get(USER)).content
 
     bot.tg.push(bot.tg.make_callback_update(USER, USER, "fg:y", message_id=prompt.message_id))
@@ -160,9 +194,9 @@ async def test_strangers_get_no_memory(bot: Bot) -> None:
 
 def test_long_memory_is_split_on_lines_under_the_limit() -> None:
     text = "\n".join(f"- fact {i} " + "ü" * 50 for i in range(300))
-    parts = split_for_telegram(text)
-    assert len(parts) > 1 and all(len(p) <= 4000 for p in parts)
-    assert "".join(parts) == text
+    parts = split_plain(text)
+    assert len(parts) > 1 and all(utf16_len(p) <= 4096 for p in parts)
+    assert "\n".join(parts) == text  # cut at line ends only
 
 
 @pytest.mark.parametrize("overrides", [{"MEMORY_WINDOW": 4, "MEMORY_KEEP_RECENT": 2}])
@@ -170,8 +204,6 @@ async def test_a_long_session_is_consolidated_automatically_keeping_the_tail(bot
     for turn in range(4):
         await bot.chat(f"turn {turn}: I am Rina")
         await consolidated(bot)
-    await asyncio.sleep(0.2)  # the last answer is stored just after it is shown
-    await consolidated(bot)
     store = bot.memory.worker.store
     session = await store.active_session(USER)
     kept = await store.session_messages(session)

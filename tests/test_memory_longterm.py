@@ -13,27 +13,59 @@ import pytest
 from memory.db import Database
 from memory.export import export_chat
 from memory.longterm import MemoryRepository, fts_query, write_memory
+from tests.memory_sessions import SessionMessage, oasst_messages, telegram_message
 
 REPO = Path(__file__).resolve().parents[1]
 NOW = "2026-03-01T09:00:00.000Z"
 
-ENTRIES = {
-    1: [
-        "[2026-02-01 10:00] Rina planned the PostgreSQL migration for the billing service.",
-        "[2026-02-03 11:30] 東京タワーの近くで打ち合わせ。ユーザーは寿司が好き。",
-        "[2026-02-05 08:15] 用户决定使用 Rust 重写解析器，性能提升三倍。",
-        "[2026-02-07 19:45] Discussed Kubernetes ingress and the GCP load balancer timeout.",
-        "[2026-02-09 12:00] Rina prefers Go over Java; PostgreSQL vacuum tuning for billing.",
-    ],
-    2: ["[2026-02-02 09:00] Another chat also talks about PostgreSQL and 東京タワー."],
-}
+
+def _entry(message: SessionMessage, text: str | None = None) -> str:
+    """A history entry as consolidation writes it: the date, then what was said."""
+    return f"[{message.at:%Y-%m-%d %H:%M}] {text if text is not None else message.content}"
+
+
+def _real_entries() -> dict[str, str]:
+    """History entries made of real messages (../shared/testdata): CJK from OpenAssistant,
+    Indonesian/English dev chat (with the punctuation FTS5 treats as syntax) from the
+    Teknologi Umum Telegram export."""
+    solidity = next(oasst_messages("en", contains="pragma solidity ^"))
+    pragma = next(line for line in solidity.content.splitlines() if "^" in line)
+    tg = {
+        "commit": ("database-isolation-level", 235882),  # "... yang udah di-commit aja."
+        "snapshot": ("database-isolation-level", 235884),  # "level snapshot ... repeatable read"
+        "mysql": ("database-isolation-level", 235885),  # "postgres, mysql ada read uncommited"
+        "collation": ("database-isolation-level", 235938),  # "konteks (collation) nya"
+        "kabur": ("database-isolation-level", 235910),  # "SAMA AJA *kabur"
+        "nginx": ("disable-service-gcp-ingress", 269081),  # "image nginx:stable"
+        "caddy": ("praktik-load-balancer", 262581),  # "vm1:8000", "round_robin"
+        "coverage": ("tdd-and-clean-architecture", 54912),  # "100% code coverage"
+        "webp": ("tdd-and-clean-architecture", 54834),  # 'if (fileExtension == "webp"){'
+        "jadul": ("membuat-linq-efisien", 249197),  # "saya orang jadul :("
+    }
+    entries = {
+        "zh": _entry(next(oasst_messages("zh"))),  # 素食主菜的详细食谱
+        "ja": _entry(next(oasst_messages("ja"))),  # 信頼のあるAIとして
+        "ko": _entry(next(oasst_messages("ko"))),  # 식물은 사람을 기억하는가?
+        "solidity": _entry(solidity, pragma),  # "pragma solidity ^0.8.0;"
+    }
+    entries |= {key: _entry(telegram_message(*where)) for key, where in tg.items()}
+    return entries
+
+
+ENTRIES = _real_entries()
+# Another chat with overlapping words and characters: never found from chat 1.
+OTHER_CHAT = [
+    _entry(telegram_message("tdd-and-clean-architecture", 54911)),  # "code coverage ... 100%"
+    _entry(list(oasst_messages("zh"))[1]),
+    _entry(telegram_message("disable-service-gcp-ingress", 269081)),  # nginx:stable too
+]
 
 
 @pytest.fixture
 async def repo(tmp_path: Path) -> AsyncIterator[MemoryRepository]:
     db = await Database.open(tmp_path / "m.sqlite3")
     async with db.transaction() as conn:
-        for chat_id, entries in ENTRIES.items():
+        for chat_id, entries in ((1, list(ENTRIES.values())), (2, OTHER_CHAT)):
             await conn.execute(
                 "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?)",
                 (chat_id, NOW, NOW),
@@ -52,32 +84,75 @@ async def repo(tmp_path: Path) -> AsyncIterator[MemoryRepository]:
 
 
 async def search(repo: MemoryRepository, query: str, chat_id: int = 1) -> list[str]:
-    return [h.entry for h in await repo.search(chat_id, query)]
+    return [h.entry for h in await repo.search(chat_id, query, limit=len(ENTRIES))]
 
 
-async def test_cjk_substring_search_uses_trigrams(repo: MemoryRepository) -> None:
-    assert await search(repo, "東京タワー") == [ENTRIES[1][1]]
-    assert await search(repo, "重写解析器") == [ENTRIES[1][2]]
+def keys(found: list[str]) -> set[str]:
+    by_text = {text: key for key, text in ENTRIES.items()}
+    return {by_text[text] for text in found}
 
 
-async def test_queries_under_three_characters_fall_back_to_like(repo: MemoryRepository) -> None:
-    assert fts_query("寿司") is None
-    assert await search(repo, "寿司") == [ENTRIES[1][1]]
-    assert await search(repo, "Go") == [ENTRIES[1][4]]
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [("素食主菜", {"zh"}), ("信頼のある", {"ja"}), ("사람을", {"ko"}), ("詳細食譜", set())],
+)
+async def test_cjk_substring_search_uses_trigrams(
+    repo: MemoryRepository, query: str, expected: set[str]
+) -> None:
+    assert fts_query(query) is not None
+    assert keys(await search(repo, query)) == expected
+
+
+@pytest.mark.parametrize(("query", "expected"), [("食谱", {"zh"}), ("기억", {"ko"})])
+async def test_queries_under_three_characters_fall_back_to_like(
+    repo: MemoryRepository, query: str, expected: set[str]
+) -> None:
+    assert fts_query(query) is None
+    assert keys(await search(repo, query)) == expected
 
 
 async def test_entries_matching_more_words_rank_first_and_other_chats_stay_out(
     repo: MemoryRepository,
 ) -> None:
-    found = await search(repo, "postgresql billing vacuum")
-    assert found[0] == ENTRIES[1][4]  # all three words
-    assert set(found) == {ENTRIES[1][0], ENTRIES[1][4]}
-    assert ENTRIES[2][0] not in await search(repo, "PostgreSQL 東京タワー")
+    found = await search(repo, "repeatable read snapshot")
+    assert keys(found[:1]) == {"snapshot"}  # all three words
+    assert keys(found) == {"snapshot", "commit", "mysql"}
+    assert keys(await search(repo, "coverage")) == {"coverage"}
+    assert await search(repo, "coverage", chat_id=2) == [OTHER_CHAT[0]]
+    assert keys(await search(repo, "nginx:stable")) == {"nginx"}
 
 
-@pytest.mark.parametrize("query", ['"', "NEAR(a b)", "postgresql AND", "*", "a OR", "'; DROP"])
-async def test_fts_syntax_in_a_query_is_inert(repo: MemoryRepository, query: str) -> None:
-    assert isinstance(await search(repo, query), list)
+# FTS5 syntax (operators, column filters, groups, prefixes, the initial-token caret) and LIKE
+# wildcards in a query are matched as the characters they are. Where the syntax would have
+# worked as syntax, the expected hits differ from what it would have found.
+SYNTAX_QUERIES: list[tuple[str, set[str]]] = [
+    ('"', {"webp"}),
+    ("NEAR(binary data)", set()),  # as syntax: the collation entry
+    ("read AND snapshot", {"snapshot", "commit", "mysql"}),  # as syntax: snapshot alone
+    ("*", {"kabur"}),
+    ("*kabur", {"kabur"}),
+    ("a OR", {"jadul"}),  # "saya orang"
+    ("'; DROP", set()),
+    ("-commit", {"commit"}),  # "di-commit"
+    ("-c", {"commit"}),
+    ("(", {"collation", "webp", "jadul"}),
+    (")", {"collation", "webp"}),
+    ("(collation)", {"collation"}),
+    ("nginx:stable", {"nginx"}),  # as syntax: a filter on a column "nginx"
+    ("vm1:8000", {"caddy"}),
+    ("^", {"solidity"}),
+    ("^0.8", {"solidity"}),
+    ("%", {"coverage"}),  # as a LIKE wildcard: everything
+    ("100%", {"coverage"}),
+    ("_", {"caddy"}),  # "round_robin"; as a LIKE wildcard: everything
+]
+
+
+@pytest.mark.parametrize(("query", "expected"), SYNTAX_QUERIES)
+async def test_fts_and_like_syntax_in_a_query_is_matched_literally(
+    repo: MemoryRepository, query: str, expected: set[str]
+) -> None:
+    assert keys(await search(repo, query)) == expected
 
 
 async def test_forget_clears_memory_and_history_and_bumps_the_version(
@@ -88,8 +163,8 @@ async def test_forget_clears_memory_and_history_and_bumps_the_version(
     after = await repo.get(1)
     assert after.content == "" and after.version == before.version + 1
     assert await repo.history(1) == []
-    assert await search(repo, "東京タワー") == []
-    assert len(await repo.history(2)) == 1  # other chats untouched
+    assert await search(repo, "素食主菜") == []
+    assert len(await repo.history(2)) == len(OTHER_CHAT)  # other chats untouched
 
 
 async def test_export_writes_memory_and_history_files(
@@ -98,8 +173,8 @@ async def test_export_writes_memory_and_history_files(
     result = await export_chat(repo, 1, tmp_path / "out")
     assert (tmp_path / "out" / "MEMORY.md").read_text("utf-8") == "- memory of chat 1\n"
     history = (tmp_path / "out" / "HISTORY.md").read_text("utf-8")
-    assert history.split("\n\n")[:-1] == ENTRIES[1]
-    assert result.history_entries == 5
+    assert history == "".join(f"{entry}\n\n" for entry in ENTRIES.values())
+    assert result.history_entries == len(ENTRIES)
 
 
 async def test_export_command_line(repo: MemoryRepository, tmp_path: Path) -> None:
@@ -116,5 +191,5 @@ async def test_export_command_line(repo: MemoryRepository, tmp_path: Path) -> No
     )
     _, stderr = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, stderr.decode()
-    assert (out / "HISTORY.md").read_text("utf-8") == ENTRIES[2][0] + "\n\n"
+    assert (out / "HISTORY.md").read_text("utf-8") == "".join(f"{e}\n\n" for e in OTHER_CHAT)
     assert (out / "MEMORY.md").read_text("utf-8") == "- memory of chat 2\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models.types import Outcome, StreamDone, StreamRestart, TextDelta, TransportError
-from tests.conftest import TEST_KEYS, make_transport
+from tests.conftest import TEST_KEYS, make_gateways, make_transport
 from tests.fakes.providers import Fault, Reply
 
 HI = [{"role": "user", "content": "hi"}]
@@ -75,13 +75,13 @@ async def test_every_model_failing_raises_with_attempts(transport, fake_openai) 
 async def test_gateway_without_keys_is_skipped(fake_openai, fake_groq, fake_anthropic) -> None:
     from dataclasses import replace
 
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
-    groq = t.gateway_state("groq")
-    assert groq is not None
-    from models.keys import KeyRing
+    from models.catalog import load_catalog
+    from models.transport import Transport
 
-    groq.gateway = replace(groq.gateway, keys=())
-    groq.keys = KeyRing("groq", (), t._clock)
+    # Configured without a Groq key (GROQ_API_KEY unset), not emptied afterwards.
+    gateways = make_gateways(fake_openai, fake_groq, fake_anthropic)
+    gateways["groq"] = replace(gateways["groq"], keys=())
+    t = Transport(load_catalog(), gateways, backoff=(0.01,))
     fake_openai.set_default("*", Reply("mini here"))
     result = await t.complete("llama-3.3-70b-versatile", HI, timeout=5)
     assert result.model_id == "gpt-4.1-mini"

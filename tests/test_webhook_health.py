@@ -9,7 +9,7 @@ import aiohttp
 
 from bot.app import build_application, prepare
 from bot.health import HealthServer
-from bot.lifecycle import serve
+from bot.runner import serve
 from tests.e2e_bot import OWNER, FakeServers, fake_settings, free_port
 from tests.fakes.providers import Fault
 

@@ -9,6 +9,13 @@ Beyond the shared API: `fp.invalid_keys` (a set of keys answered with the provid
 `fp.rate_limited`) and a `headers=` option on Reply/ToolCallReply/Fault (extra response headers
 such as x-ratelimit-*), for key-rotation tests and the retry-storm benchmark.
 
+Chat tools: `ToolCallReply` answers with one tool call (or several, `also=[...]`), streaming or
+not, in the provider's own format; `Respond(fn)` computes the step from the request body (a
+summarising consolidation model, a model that reads its tool results). A ToolCallReply sent to a
+request that offers no tools, or says `tool_choice: none`, is answered with its `text` instead
+(as a real model then must). Each recorded request exposes `system_text()`, `tool_results()`,
+`tool_names()` and `tool_choice()` in one shape whatever the protocol.
+
 Usage::
 
     async with FakeProvider("groq") as fp:
@@ -25,6 +32,7 @@ import random
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +55,9 @@ FAULT_KINDS = (
     "throttling_in_200",
     "arrearage_in_200",
     "gemini_429",
+    "groq_tpm_429",
+    "groq_tpd_429",
+    "groq_413",
     "empty_200",
     "hang",
     "disconnect",
@@ -70,7 +81,11 @@ class Reply:
 
 @dataclass
 class ToolCallReply:
-    """A tool call; a str `arguments` is sent verbatim (it may be invalid JSON on purpose)."""
+    """A tool call; a str `arguments` is sent verbatim (it may be invalid JSON on purpose).
+
+    `also` adds further calls to the same answer (parallel tool calls), each a (name, arguments)
+    pair. `text` is said before the calls, or alone when the request allows no tool call.
+    """
 
     name: str = "save_memory"
     arguments: dict[str, Any] | str = field(default_factory=dict)
@@ -78,12 +93,25 @@ class ToolCallReply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     headers: dict[str, str] | None = None
+    also: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    chunk_chars: int = 8
+    delay: float = 0.0
 
     @property
     def arguments_text(self) -> str:
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(self.arguments, ensure_ascii=False)
+        return _arguments_text(self.arguments)
+
+    def calls(self) -> list[tuple[str, str]]:
+        """(name, arguments JSON text) of every call in this answer."""
+        return [(self.name, self.arguments_text)] + [
+            (name, _arguments_text(args)) for name, args in self.also
+        ]
+
+
+def _arguments_text(arguments: dict[str, Any] | str) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
 
 
 @dataclass
@@ -100,7 +128,14 @@ class Fault:
             raise ValueError(f"unknown fault kind {self.kind!r}")
 
 
-Step = Reply | ToolCallReply | Fault
+@dataclass
+class Respond:
+    """A step computed from the request body when the request arrives."""
+
+    fn: Callable[[RecordedRequest], Reply | ToolCallReply | Fault]
+
+
+Step = Reply | ToolCallReply | Fault | Respond
 
 
 @dataclass
@@ -111,6 +146,90 @@ class RecordedRequest:
     body: dict[str, Any]
     stream: bool
     at: float
+
+    def system_text(self) -> str:
+        """The system prompt, whether sent as a message (OpenAI, Groq) or `system` (Anthropic)."""
+        system = self.body.get("system")
+        if system is not None:
+            return _text_of(system)
+        return "\n".join(
+            _text_of(m.get("content"))
+            for m in self.body.get("messages") or []
+            if m.get("role") == "system"
+        )
+
+    def tool_names(self) -> list[str]:
+        """Names of the tools offered (OpenAI `function.name`, Anthropic `name`)."""
+        names = []
+        for tool in self.body.get("tools") or []:
+            function = tool.get("function")
+            names.append(function.get("name") if isinstance(function, dict) else tool.get("name"))
+        return [n for n in names if n]
+
+    def tool_choice(self) -> Any:
+        return self.body.get("tool_choice")
+
+    def allows_tool_call(self) -> bool:
+        choice = self.tool_choice()
+        if choice == "none" or (isinstance(choice, dict) and choice.get("type") == "none"):
+            return False
+        return bool(self.tool_names())
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """Tool calls of earlier assistant turns in the request: {id, name, arguments}."""
+        found = []
+        for message in self.body.get("messages") or []:
+            if message.get("role") != "assistant":
+                continue
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                found.append(
+                    {
+                        "id": call.get("id"),
+                        "name": function.get("name"),
+                        "arguments": json.loads(function.get("arguments") or "{}"),
+                    }
+                )
+            content = message.get("content")
+            if isinstance(content, list):
+                for block in content:
+                    if isinstance(block, dict) and block.get("type") == "tool_use":
+                        found.append(
+                            {"id": block.get("id"), "name": block.get("name"),
+                             "arguments": block.get("input")}
+                        )  # fmt: skip
+        return found
+
+    def tool_results(self) -> list[dict[str, Any]]:
+        """Tool results the client sent back: {id, content} (OpenAI `role: tool` messages,
+        Anthropic `tool_result` blocks in a user turn)."""
+        found = []
+        for message in self.body.get("messages") or []:
+            if message.get("role") == "tool":
+                found.append(
+                    {"id": message.get("tool_call_id"), "content": _text_of(message.get("content"))}
+                )
+            content = message.get("content")
+            if message.get("role") == "user" and isinstance(content, list):
+                for block in content:
+                    if isinstance(block, dict) and block.get("type") == "tool_result":
+                        found.append(
+                            {"id": block.get("tool_use_id"),
+                             "content": _text_of(block.get("content"))}
+                        )  # fmt: skip
+        return found
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") if isinstance(part, dict) else str(part) for part in content
+        )
+    return str(content)
 
 
 # --- real error bodies (design brief) -------------------------------------------------------
@@ -235,6 +354,97 @@ _GEMINI_429 = {
     }
 }
 
+# Groq, verbatim shapes from the design brief (note the billing link inside a rate limit).
+_GROQ_UPGRADE = (
+    " Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing"
+)
+
+
+def _groq_tokens_error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "tokens", "code": "rate_limit_exceeded"}}
+
+
+def _groq_tpm_429(model: str) -> dict[str, Any]:
+    return _groq_tokens_error(
+        f"Rate limit reached for model `{model}` in organization `org_x` service tier "
+        "`on_demand` on tokens per minute (TPM): Limit 12000, Used 11000, Requested 2000. "
+        "Please try again in 1.5s." + _GROQ_UPGRADE
+    )
+
+
+def _groq_tpd_429(model: str) -> dict[str, Any]:
+    return _groq_tokens_error(
+        f"Rate limit reached for model `{model}` in organization `org_x` service tier "
+        "`on_demand` on tokens per day (TPD): Limit 200000, Used 197277, Requested 4476. "
+        "Please try again in 12m37.296s." + _GROQ_UPGRADE
+    )
+
+
+def _groq_413(model: str) -> dict[str, Any]:
+    return _groq_tokens_error(
+        f"Request too large for model `{model}` in organization `org_x` service tier "
+        "`on_demand` on tokens per minute (TPM): Limit 6000, Requested 15041, please reduce "
+        "your message size and try again." + _GROQ_UPGRADE
+    )
+
+
+# What providers really answer when a request forces a tool and the model or mode cannot be
+# forced (found in public issue threads; the fake sends them verbatim, ids aside):
+TOOL_CHOICE_REFUSALS: dict[str, dict[str, Any]] = {
+    # Anthropic with extended thinking and tool_choice {"type": "tool"|"any"}: the message in
+    # mastra-ai/mastra#7507, usestrix/strix#503, can1357/oh-my-pi#341 (HTTP 400).
+    "anthropic_thinking": {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "Thinking may not be enabled when tool_choice forces tool use.",
+        },
+        "request_id": "req_011CFAKEtoolchoice",
+    },
+    # OpenAI names the refused parameter in `param` (body quoted in OpenHands' FAQ and in
+    # several SDK comments: "Invalid value for 'tool_choice': ..."; HTTP 400).
+    "openai_param": {
+        "error": {
+            "message": (
+                "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
+                "are specified."
+            ),
+            "type": "invalid_request_error",
+            "param": "tool_choice",
+            "code": None,
+        }
+    },
+    # Groq refusing a tool_choice value (brianpetro/obsidian-smart-connections#942; HTTP 400).
+    "groq_value": {
+        "error": {
+            "message": "Only allowed string values for 'tool_choice' are none, auto, and required",
+            "type": "invalid_request_error",
+        }
+    },
+    # Qwen3 in thinking mode behind an OpenAI-compatible API (cloudwego/eino#994; HTTP 400).
+    "qwen_thinking": {
+        "error": {
+            "message": (
+                "<400> InternalError.Algo.InvalidParameter: The tool_choice parameter does not "
+                "support being set to required or object in thinking mode"
+            ),
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_parameter_error",
+        },
+        "id": "chatcmpl-5bf78562-fake-9de2-8d10-5429ef761b7e",
+        "request_id": "5bf78562-fake-9de2-8d10-5429ef761b7e",
+    },
+}
+
+
+def _forces_a_tool(body: dict[str, Any]) -> bool:
+    """tool_choice naming a tool or requiring one, in either wire format."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        return choice.get("type") in ("function", "tool", "any")
+    return choice == "required"
+
 
 def _unauthorized_body(kind: str, api_key: str | None) -> dict[str, Any]:
     if kind == "anthropic":
@@ -317,6 +527,9 @@ class FakeProvider:
         self._limit_tokens = 0.0
         self._limit_updated = 0.0
         self.rate_limited = 0
+        # Wire model -> TOOL_CHOICE_REFUSALS key: that model answers every request that forces
+        # a tool with the refusal (HTTP 400), as a provider does; automatic choice works.
+        self.refuse_forced_tool_choice: dict[str, str] = {}
 
     # lifecycle
 
@@ -401,6 +614,7 @@ class FakeProvider:
         self.invalid_keys.clear()
         self._limit = None
         self.rate_limited = 0
+        self.refuse_forced_tool_choice.clear()
 
     def _next_step(self, model: str) -> Step | None:
         for key in (model, "*"):
@@ -425,17 +639,25 @@ class FakeProvider:
             api_key = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
         model = body.get("model")
         stream = bool(body.get("stream"))
-        self.requests.append(
-            RecordedRequest(request.path, api_key, model, body, stream, time.monotonic())
-        )
+        recorded = RecordedRequest(request.path, api_key, model, body, stream, time.monotonic())
+        self.requests.append(recorded)
         if api_key in self.invalid_keys:
             return await self._fault(request, Fault("unauthorized_401"), body, api_key, stream)
         if self._over_limit():
             limited = Fault("rate_limit_429", retry_after=1)
             return await self._fault(request, limited, body, api_key, stream)
+        refusal = self.refuse_forced_tool_choice.get(model or "")
+        if refusal is not None and _forces_a_tool(body):
+            return _json_response(TOOL_CHOICE_REFUSALS[refusal], status=400)
         step = self._next_step(model or "")
+        if isinstance(step, Respond):
+            step = step.fn(recorded)
         if step is None:
             step = Reply(f"echo: {_last_user_text(body)}")
+        if isinstance(step, ToolCallReply) and not recorded.allows_tool_call():
+            # No tools offered, or tool_choice none: a real model must answer in words.
+            words = step.text or f"echo: {_last_user_text(body)}"
+            step = Reply(words, chunk_chars=step.chunk_chars)
         if self.latency:
             await asyncio.sleep(self.latency)
         if isinstance(step, Fault):
@@ -462,7 +684,7 @@ class FakeProvider:
     def _complete(self, step: Reply | ToolCallReply, body: dict[str, Any]) -> web.Response:
         model = body.get("model", "")
         text = step.text
-        tool_args = step.arguments_text if isinstance(step, ToolCallReply) else ""
+        tool_args = "".join(a for _, a in step.calls()) if isinstance(step, ToolCallReply) else ""
         prompt, completion = self._usage(step, body, text + tool_args)
         headers = dict(step.headers or {})
         if self.kind == "anthropic":
@@ -471,18 +693,15 @@ class FakeProvider:
                 content.append({"type": "text", "text": text})
             stop_reason = "end_turn"
             if isinstance(step, ToolCallReply):
-                try:
-                    tool_input = json.loads(tool_args)
-                except json.JSONDecodeError:
-                    tool_input = tool_args  # not an object: the client must notice
-                content.append(
-                    {
-                        "type": "tool_use",
-                        "id": _id("toolu_"),
-                        "name": step.name,
-                        "input": tool_input,
-                    }
-                )
+                for name, arguments in step.calls():
+                    try:
+                        tool_input = json.loads(arguments)
+                    except json.JSONDecodeError:
+                        tool_input = arguments  # not an object: the client must notice
+                    content.append(
+                        {"type": "tool_use", "id": _id("toolu_"), "name": name,
+                         "input": tool_input}
+                    )  # fmt: skip
                 stop_reason = "tool_use"
             payload: dict[str, Any] = {
                 "id": _id("msg_"),
@@ -499,12 +718,10 @@ class FakeProvider:
         finish = "stop"
         if isinstance(step, ToolCallReply):
             message["tool_calls"] = [
-                {
-                    "id": _id("call_"),
-                    "type": "function",
-                    "function": {"name": step.name, "arguments": tool_args},
-                }
-            ]
+                {"id": _id("call_"), "type": "function",
+                 "function": {"name": name, "arguments": arguments}}
+                for name, arguments in step.calls()
+            ]  # fmt: skip
             finish = "tool_calls"
         elif not text:
             message["content"] = ""
@@ -620,30 +837,19 @@ class FakeProvider:
         events += [chunk({"content": piece}) for piece in pieces]
         finish = "stop"
         if isinstance(step, ToolCallReply):
-            events.append(
-                chunk(
-                    {
-                        "tool_calls": [
-                            {
-                                "index": 0,
-                                "id": _id("call_"),
-                                "type": "function",
-                                "function": {"name": step.name, "arguments": ""},
-                            }
-                        ]
-                    }
-                )
-            )
-            for i in range(0, len(tool_args), 16):
-                events.append(
-                    chunk(
-                        {
-                            "tool_calls": [
-                                {"index": 0, "function": {"arguments": tool_args[i : i + 16]}}
-                            ]
-                        }
-                    )
-                )
+            # OpenAI's shape: the first delta of each call has index, id, type and name with
+            # empty arguments; the arguments follow in pieces under the same index.
+            for index, (name, arguments) in enumerate(step.calls()):
+                opening = {
+                    "index": index,
+                    "id": _id("call_"),
+                    "type": "function",
+                    "function": {"name": name, "arguments": ""},
+                }
+                events.append(chunk({"tool_calls": [opening]}))
+                for i in range(0, len(arguments), 16):
+                    piece = {"index": index, "function": {"arguments": arguments[i : i + 16]}}
+                    events.append(chunk({"tool_calls": [piece]}))
             finish = "tool_calls"
         last_extra = {"x_groq": {"id": _id("req_"), "usage": usage}} if self.kind == "groq" else {}
         events.append(chunk({}, finish, **last_extra))
@@ -721,38 +927,26 @@ class FakeProvider:
             index = 1
         stop_reason = "end_turn"
         if isinstance(step, ToolCallReply):
-            events.append(
-                event(
-                    "content_block_start",
-                    {
-                        "type": "content_block_start",
-                        "index": index,
-                        "content_block": {
-                            "type": "tool_use",
-                            "id": _id("toolu_"),
-                            "name": step.name,
-                            "input": {},
-                        },
-                    },
-                )
-            )
-            for i in range(0, len(tool_args), 16):
+            for name, arguments in step.calls():
+                block = {"type": "tool_use", "id": _id("toolu_"), "name": name, "input": {}}
                 events.append(
                     event(
-                        "content_block_delta",
-                        {
-                            "type": "content_block_delta",
-                            "index": index,
-                            "delta": {
-                                "type": "input_json_delta",
-                                "partial_json": tool_args[i : i + 16],
-                            },
-                        },
+                        "content_block_start",
+                        {"type": "content_block_start", "index": index, "content_block": block},
                     )
                 )
-            events.append(
-                event("content_block_stop", {"type": "content_block_stop", "index": index})
-            )
+                for i in range(0, len(arguments), 16):
+                    delta = {"type": "input_json_delta", "partial_json": arguments[i : i + 16]}
+                    events.append(
+                        event(
+                            "content_block_delta",
+                            {"type": "content_block_delta", "index": index, "delta": delta},
+                        )
+                    )
+                events.append(
+                    event("content_block_stop", {"type": "content_block_stop", "index": index})
+                )
+                index += 1
             stop_reason = "tool_use"
         events.append(
             event(
@@ -823,6 +1017,15 @@ class FakeProvider:
             return _json_response(_ARREARAGE_IN_200, status=200, headers=headers)
         if kind == "gemini_429":
             return _json_response(_GEMINI_429, status=429, headers=headers)
+        model = str(body.get("model", ""))
+        if kind == "groq_tpm_429":  # Groq rounds the wait up into its retry-after header
+            headers.setdefault("retry-after", "2")
+            return _json_response(_groq_tpm_429(model), status=429, headers=headers)
+        if kind == "groq_tpd_429":
+            headers.setdefault("retry-after", "758")
+            return _json_response(_groq_tpd_429(model), status=429, headers=headers)
+        if kind == "groq_413":
+            return _json_response(_groq_413(model), status=413, headers=headers)
         if kind == "empty_200":
             return await self._empty(request, body, stream, headers)
         if kind == "hang":

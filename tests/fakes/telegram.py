@@ -21,12 +21,24 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import ClientSession, ClientTimeout, web
 
 MAX_TEXT_UTF16 = 4096
+
+# A real callback_query update (telegram-rs/telegram-bot's update assets, see
+# ../shared/testdata/tg-updates/SOURCE.txt): the shape button presses are built on.
+REAL_CALLBACK_UPDATE = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "testdata"
+    / "tg-updates"
+    / "telegram-rs_update_assets"
+    / "regression_test_208.json"
+)
 
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup are "
@@ -498,28 +510,30 @@ class FakeTelegram:
     def make_callback_update(
         self, chat_id: int, user_id: int, data: str, *, message_id: int
     ) -> dict[str, Any]:
-        """An update for a press of an inline button on the bot's message `message_id`."""
+        """An update for a press of an inline button on the bot's message `message_id`.
+
+        Built on a real callback_query (REAL_CALLBACK_UPDATE): its presser (with username and
+        language_code), its message layout and chat_instance, with our ids, chat and data.
+        """
+        real = json.loads(REAL_CALLBACK_UPDATE.read_text(encoding="utf-8"))["callback_query"]
         chat = self._chats.get(chat_id) or self._chat_dict(chat_id, None, "Ann")
         shown = self._messages.get(chat_id, {}).get(message_id)
         message: dict[str, Any] = {
+            **real["message"],
             "message_id": message_id,
             "date": int(time.time()),
             "chat": chat,
             "from": self._bot_user(),
             "text": shown.text if shown else "",
         }
+        message.pop("reply_markup", None)
         if shown and shown.reply_markup:
             message["reply_markup"] = shown.reply_markup
         return {
             "callback_query": {
+                **real,
                 "id": str(next(self._callback_ids)),
-                "from": {
-                    "id": user_id,
-                    "is_bot": False,
-                    "first_name": "Ann",
-                    "language_code": "en",
-                },
-                "chat_instance": str(chat_id),
+                "from": {**real["from"], "id": user_id},
                 "data": data,
                 "message": message,
             }

@@ -1,0 +1,43 @@
+"""What the agent loop yields to its front end (the Telegram bot, or any other).
+
+`TextDelta` and `StreamRestart` come straight from the transport: text to show as it is written,
+and "the model failed after showing text, clear it, another model continues". `ToolRound` says
+tools ran (a front end may show activity). `AgentDone` ends every turn that did not raise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memory.chat_tools import Receipt, ToolOutcome
+from models.types import StreamRestart, TextDelta, Usage
+
+
+@dataclass(frozen=True)
+class ToolRound:
+    """The model called tools and the loop ran them; `step` counts rounds from 1."""
+
+    step: int
+    model_id: str
+    outcomes: tuple[ToolOutcome, ...]
+
+
+@dataclass(frozen=True)
+class AgentDone:
+    """The turn's end. `text` is what the user was shown (every round since the last restart);
+    `receipts` lists the memory writes that really happened, in order."""
+
+    text: str
+    model_id: str  # who wrote the final answer
+    requested_model_id: str
+    receipts: tuple[Receipt, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    attempts: int = 0
+    steps: int = 0
+    omitted: int = 0  # session messages left out of the last prompt for the budget
+    step_limit_reached: bool = False
+
+
+AgentEvent = TextDelta | StreamRestart | ToolRound | AgentDone
+
+__all__ = ["AgentDone", "AgentEvent", "Receipt", "StreamRestart", "TextDelta", "ToolRound"]

@@ -1,0 +1,244 @@
+"""The agent loop of one chat turn: stream the model, run the tools it calls, continue.
+
+Each round builds the prompt afresh from what is stored (system prompt with the memory as it is
+now, the session within the context budget, this turn's earlier tool rounds), streams the model
+through the transport, and either ends the turn (an answer) or runs the requested memory tools,
+stores the call and its results in one transaction, and goes round again. After AGENT_MAX_STEPS
+tool rounds the model is asked once more with `tool_choice: none`, so it must answer in words.
+
+Failures: within a round the transport retries and walks the fallback chain with the same
+messages, so a fallback continues from the same tool results; later rounds stay on the model
+that answered. Every round's usage is recorded when the round ends, so a turn of several rounds
+costs what it really cost. A cancel keeps the text the user saw of the current round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+
+from agent.events import AgentDone, AgentEvent, ToolRound
+from memory.chat_tools import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
+from memory.context import Framing, build_prompt
+from memory.store import Store
+from models.catalog import Catalog
+from models.types import (
+    ChatResult,
+    Message,
+    StreamDone,
+    StreamEvent,
+    StreamRestart,
+    TextDelta,
+    ToolCall,
+    TransportError,
+    Usage,
+)
+
+log = structlog.get_logger("agent.loop")
+
+DEFAULT_MAX_STEPS = 4
+
+
+class StreamingClient(Protocol):
+    """The transport method the loop needs (models.transport.Transport has it)."""
+
+    def stream(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        timeout: float,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+    ) -> AsyncGenerator[StreamEvent, None]: ...
+
+
+@dataclass(frozen=True)
+class AgentTurn:
+    """One turn to answer: the user's message is already stored in `session_id`."""
+
+    chat_id: int
+    user_id: int | None
+    session_id: int
+    model_id: str
+
+
+class AgentLoop:
+    """Shared by every chat; `run` is one turn."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        transport: StreamingClient,
+        catalog: Catalog,
+        tools: ChatTools,
+        memory_text: Callable[[int], Awaitable[str]],
+        max_steps: int = DEFAULT_MAX_STEPS,
+        timeout: float = 60.0,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.store = store
+        self.transport = transport
+        self.catalog = catalog
+        self.tools = tools
+        self.memory_text = memory_text
+        self.max_steps = max_steps
+        self.timeout = timeout
+        self.clock = clock
+
+    def context_window(self, model_id: str) -> int:
+        """The smallest window of the model's fallback chain: a fallback may have to take
+        the same prompt."""
+        return min((e.context_window for e in self.catalog.chain(model_id)), default=8192)
+
+    async def run(self, turn: AgentTurn) -> AsyncGenerator[AgentEvent, None]:
+        framing = Framing()
+        model_id = turn.model_id
+        receipts: list[Receipt] = []
+        total = Usage()
+        attempts = 0
+        steps = 0
+        display: list[str] = []  # what the user sees now, across rounds
+        shown_rounds: list[str] = []  # the text of each finished round since the last restart
+        while True:
+            entry = self.catalog.get(model_id)
+            offer = self.max_steps > 0 and entry.tools
+            last_round = steps >= self.max_steps
+            tools = CHAT_TOOLS if offer else None
+            session, memory = await asyncio.gather(
+                self.store.session_messages(turn.session_id), self.memory_text(turn.chat_id)
+            )
+            prompt = build_prompt(
+                session,
+                memory,
+                framing=framing,
+                now_text=self.clock().strftime("%Y-%m-%d %H:%M"),
+                tools=tools,
+                context_window=self.context_window(model_id),
+            )
+            round_text: list[str] = []
+            separate = bool(display)
+            result: ChatResult | None = None
+            answering = model_id
+            try:
+                stream = self.transport.stream(
+                    model_id,
+                    prompt.messages,
+                    timeout=self.timeout,
+                    tools=tools,
+                    tool_choice="none" if tools and last_round else None,
+                )
+                # aclosing: when we are closed at a yield, the transport's stream is closed
+                # right away too (its request ends now, not at garbage collection).
+                async with aclosing(stream):
+                    async for event in stream:
+                        if isinstance(event, TextDelta):
+                            if separate:
+                                separate = False
+                                display.append("\n\n")
+                                yield TextDelta("\n\n")
+                            round_text.append(event.text)
+                            display.append(event.text)
+                            yield event
+                        elif isinstance(event, StreamRestart):
+                            answering = event.to_model
+                            round_text.clear()
+                            display.clear()
+                            shown_rounds.clear()
+                            separate = False
+                            yield event
+                        elif isinstance(event, StreamDone):
+                            result = event.result
+            except (asyncio.CancelledError, GeneratorExit):
+                # Cancelled inside the stream, or closed by the caller (cancelled while it
+                # handled a piece we yielded): either way the round ends here.
+                partial = "".join(round_text)
+                if partial:
+                    # Keep what the user saw, so the next turn's context matches the screen.
+                    await self.store.add_message(
+                        turn.chat_id,
+                        "assistant",
+                        partial,
+                        model_id=answering,
+                        session_id=turn.session_id,
+                    )
+                raise
+            if result is None:  # the transport always ends with StreamDone; be safe anyway
+                raise TransportError("stream ended without a result", [])
+            attempts += len(result.attempts)
+            total = total + result.usage
+            model_id = result.model_id  # later rounds stay on the model that answered
+            calls = result.tool_calls if tools and not last_round else []
+            text = result.text or "".join(round_text)
+            shown_rounds.append("".join(round_text).strip())
+            if not calls:
+                # The answer and its usage in one transaction: one wait for the writer.
+                await self.store.add_answer(
+                    turn.chat_id,
+                    turn.user_id,
+                    text,
+                    model_id=result.model_id,
+                    usage=result.usage,
+                    session_id=turn.session_id,
+                )
+                yield AgentDone(
+                    text="\n\n".join(part for part in shown_rounds if part) or text,
+                    model_id=result.model_id,
+                    requested_model_id=turn.model_id,
+                    receipts=tuple(receipts),
+                    usage=total,
+                    attempts=attempts,
+                    steps=steps,
+                    omitted=prompt.omitted,
+                    step_limit_reached=last_round and steps > 0,
+                )
+                return
+            outcomes = [
+                await self._run_tool(turn.chat_id, call, prompt.included_ids) for call in calls
+            ]
+            await self.store.add_tool_round(
+                turn.chat_id,
+                turn.session_id,
+                text=text,
+                calls=list(calls),
+                results=[(o.call_id, o.content) for o in outcomes],
+                model_id=result.model_id,
+                usage=result.usage,
+            )
+            await self._record_usage(turn, result)
+            receipts.extend(o.receipt for o in outcomes if o.receipt is not None)
+            steps += 1
+            log.info(
+                "agent_tool_round",
+                chat_id=turn.chat_id,
+                step=steps,
+                model=result.model_id,
+                tools=[f"{o.name}:{'ok' if o.ok else 'refused'}" for o in outcomes],
+            )
+            yield ToolRound(steps, result.model_id, tuple(outcomes))
+
+    async def _run_tool(
+        self, chat_id: int, call: ToolCall, included: frozenset[int]
+    ) -> ToolOutcome:
+        try:
+            return await self.tools.run(chat_id, call, exclude_message_ids=included)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("agent_tool_failed", chat_id=chat_id, tool=call.name)
+            return ToolOutcome(
+                call.id, call.name, "error: the tool failed inside the bot; nothing changed",
+                ok=False,
+            )  # fmt: skip
+
+    async def _record_usage(self, turn: AgentTurn, result: ChatResult) -> None:
+        await self.store.record_usage(
+            turn.chat_id, turn.user_id, result.model_id, "chat", result.usage
+        )

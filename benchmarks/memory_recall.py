@@ -1,0 +1,259 @@
+"""Recall quality and speed over 200 real sessions consolidated into one chat's history.
+
+The sessions are real: every multi-message oasst2 conversation (many languages, Chinese,
+Japanese and Korean among them), then the Indonesian/English Telegram group exports of
+tg-export-tgif cut into sessions of 20 messages, then single-question oasst2 sessions (CJK
+first) until there are 200. Each is stored with its own timestamps in ONE chat, closed like
+/new, and consolidated by the real worker over HTTP through the fake providers, whose
+consolidation model writes an extractive summary of the transcript it is sent (the session's
+date, what the user asked first, how it was answered, later user messages — real words only).
+
+Then one recall query per session, built from facts of that session that a summary keeps:
+numbers, capitalised names and places, runs of Han/kana/Hangul (the two most distinctive
+across the 200 sessions), wrapped in a question in the session's language ("what did we say
+about X and Y?", "Xについて話したよね？", …). A hit is the session's own history entry among the
+first k results of `Recall.search` — the function behind the chat model's `recall` tool.
+Latency is the wall time of each search on the SQLite file (the tool's whole database part).
+
+    python benchmarks/memory_recall.py [--sessions 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import structlog
+
+from memory.recall import _STOPWORDS as RECALL_STOPWORDS
+from memory.recall import Recall
+from tests.consolidation_stack import open_stack
+from tests.fakes.providers import Respond
+from tests.memory_sessions import (
+    TESTDATA,
+    SessionMessage,
+    SettableClock,
+    _parse_time,
+    extractive_summary,
+    oasst_conversations,
+    store_session,
+    summarising_call,
+)
+
+CHAT = 7001
+EXPORT_SESSION = 20
+_CJK = r"\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af"
+_FACT = re.compile(rf"[{_CJK}]{{2,}}|\b\d[\d.,:]*\d\b|\b[A-ZÀ-Ý][\w'-]{{2,}}\b")
+_COMMON_CAPS = {
+    "The", "This", "That", "What", "When", "Where", "Which", "How", "Why", "Who", "Can",
+    "Could", "Would", "Should", "Please", "Here", "There", "Yes", "Also", "But", "And", "For",
+    "You", "Your", "It's", "I'm", "Hello", "Sure", "Thanks", "Thank", "Okay", "Its", "However",
+    "Some", "Many", "These", "Those", "Are", "Is", "Do", "Does", "Let", "If", "In", "On", "As",
+    "Write", "Tell", "Give", "Make", "Explain", "Hi", "Hey", "Yang", "Tapi", "Kalau", "Ini",
+    "Itu", "Jadi", "Kita", "Saya", "Aku", "Nah", "Ada", "Apa", "Mau", "Udah", "Gak", "Iya",
+}  # fmt: skip
+
+
+# Words no user would ask about, in the corpus' other languages (Spanish, German, Indonesian…).
+STOPWORDS = RECALL_STOPWORDS | {
+    "que", "qué", "cómo", "como", "para", "por", "una", "los", "las", "del", "con", "eso",
+    "esto", "hola", "puedes", "sería", "dónde", "cuál", "cual", "quién", "wie", "was", "kannst",
+    "bitte", "hallo", "ich", "und", "est-ce", "comment", "pourquoi", "bonjour", "salut",
+    "kenapa", "gimana", "bisa", "mas", "bang", "kak", "halo", "that", "what", "it's",
+}  # fmt: skip
+
+
+def export_sessions(limit: int) -> list[list[SessionMessage]]:
+    """The group exports as sessions of EXPORT_SESSION messages, senders named inline."""
+    sessions: list[list[SessionMessage]] = []
+    for path in sorted((TESTDATA / "tg-export-tgif").glob("*.exported.json")):
+        data = json.loads(path.read_text("utf-8"))
+        messages = []
+        for raw in data["messages"]:
+            if raw.get("type") != "message":
+                continue
+            text = raw.get("text")
+            if isinstance(text, list):
+                text = "".join(p if isinstance(p, str) else p.get("text", "") for p in text)
+            if not text or not text.strip():
+                continue
+            sender = raw.get("from") or "someone"
+            messages.append(SessionMessage("user", f"{sender}: {text}", _parse_time(raw["date"])))
+        for start in range(0, len(messages) - 5, EXPORT_SESSION):
+            sessions.append(messages[start : start + EXPORT_SESSION])
+    return sessions[:limit]
+
+
+def single_questions(limit: int) -> list[list[SessionMessage]]:
+    singles = oasst_conversations(("zh", "ja", "ko", "ru", "de", "fr"), 400, min_messages=1)
+    return [s for s in singles if len(s) == 1][:limit]
+
+
+def real_sessions(total: int) -> list[list[SessionMessage]]:
+    sessions = oasst_conversations(None, total, min_messages=2)
+    sessions += export_sessions(total - len(sessions) - 20)
+    sessions += single_questions(total - len(sessions))
+    return sessions[:total]
+
+
+def covered_text(session: list[SessionMessage]) -> str:
+    """What the summary keeps of a session: see tests.memory_sessions.extractive_summary."""
+    lines = [f"[{m.at.strftime('%Y-%m-%d %H:%M')}] {m.role}: {m.content}" for m in session]
+    return extractive_summary("\n".join(lines)).split("] ", 1)[-1]
+
+
+def facts(text: str) -> list[str]:
+    """Numbers, capitalised names and places, CJK words (a kana-only run is grammar, not a
+    fact); sentence openers and function words in any of the corpus' languages are not."""
+    found = []
+    for match in _FACT.finditer(text):
+        token = match.group(0)
+        if token in _COMMON_CAPS or token.casefold().strip("'s") in STOPWORDS:
+            continue
+        if re.fullmatch(r"[\u3040-\u309f]+", token):
+            continue
+        if re.fullmatch(rf"[{_CJK}]+", token):
+            words = [w for w in re.split(r"[\u3040-\u309f]+", token) if len(w) >= 2]
+            if not words:
+                continue
+            token = words[0][:4]
+        found.append(token)
+    return list(dict.fromkeys(found))
+
+
+def language(session: list[SessionMessage]) -> str:
+    text = session[0].content
+    if re.search(r"[\u3040-\u30ff]", text):
+        return "ja"
+    if re.search(r"[\uac00-\ud7af]", text):
+        return "ko"
+    if re.search(r"[\u4e00-\u9fff]", text):
+        return "zh"
+    if re.search(r"\b(yang|aja|nggak|gak|bisa|kalau|udah)\b", text.lower()):
+        return "id"
+    return "other"
+
+
+TEMPLATES = {
+    "other": ("what did we say about {a} and {b}?", "what did we say about {a}?"),
+    "id": ("kemarin kita bahas {a} dan {b} ya?", "kemarin kita bahas {a} ya?"),
+    "ja": ("{a}と{b}について前に話したよね？", "{a}について前に話したよね？"),
+    "zh": ("我们之前聊过{a}和{b}吗？", "我们之前聊过{a}吗？"),
+    "ko": ("우리 {a}랑 {b} 얘기했었지?", "우리 {a} 얘기했었지?"),
+}
+
+
+def build_queries(sessions: list[list[SessionMessage]]) -> list[str]:
+    covered = [covered_text(s) for s in sessions]
+    per_session = [facts(text) for text in covered]
+    df: Counter[str] = Counter()
+    for text in covered:
+        folded = text.casefold()
+        df.update({f for f in {f for fs in per_session for f in fs} if f.casefold() in folded})
+    queries = []
+    for session, found, text in zip(sessions, per_session, covered, strict=True):
+        if not found:  # no name, number or CJK run: the two longest words
+            found = sorted(set(re.findall(r"\w{5,}", text)), key=len, reverse=True)[:2]
+        ranked = sorted(found, key=lambda f: (df[f], -len(f)))[:2]
+        pair, single = TEMPLATES[language(session)]
+        queries.append(
+            pair.format(a=ranked[0], b=ranked[1]) if len(ranked) > 1 else single.format(a=ranked[0])
+        )
+    return queries
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(share * len(ordered)) - 1)]
+
+
+async def run(total: int) -> int:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    sessions = real_sessions(total)
+    cjk = sum(1 for s in sessions if language(s) in ("ja", "zh", "ko"))
+    with tempfile.TemporaryDirectory() as tmp:
+        stack = await open_stack(Path(tmp) / "recall.sqlite3", concurrency=1)
+        try:
+            for fake in stack.providers:
+                fake.set_default("*", Respond(summarising_call))
+            clock = SettableClock()
+            real_clock, stack.store.clock = stack.store.clock, clock
+            session_ids = []
+            for session in sessions:
+                stored = await store_session(stack.store, clock, CHAT, session)
+                session_ids.append(stored[0].session_id)
+                await stack.store.start_new_session(CHAT)
+            stack.store.clock = real_clock
+            started = time.perf_counter()
+            await stack.worker.run_due()
+            consolidated_s = time.perf_counter() - started
+            rows = await stack.db.fetchall(
+                "SELECT id, session_id FROM history_entries WHERE chat_id = ?", (CHAT,)
+            )
+            entry_of = {int(r["session_id"]): int(r["id"]) for r in rows}
+            left = await stack.db.fetchall("SELECT COUNT(*) AS n FROM messages")
+            print(
+                f"sessions: {len(sessions)} ({cjk} Chinese/Japanese/Korean), "
+                f"{sum(len(s) for s in sessions)} messages, consolidated into {len(rows)} "
+                f"history entries in {consolidated_s:.1f} s ({left[0]['n']} messages left)"
+            )
+            queries = build_queries(sessions)
+            recall = Recall(stack.db)
+            for query in queries[:3]:
+                await recall.search(CHAT, query)  # warm the page cache
+            ranks: list[int | None] = []
+            latencies: list[float] = []
+            misses = []
+            for session, session_id, query in zip(sessions, session_ids, queries, strict=True):
+                t0 = time.perf_counter()
+                hits = await recall.search(CHAT, query, limit=10)
+                latencies.append((time.perf_counter() - t0) * 1000)
+                ids = [h.ref_id for h in hits if h.source == "history"]
+                target = entry_of.get(session_id)
+                rank = ids.index(target) + 1 if target in ids else None
+                ranks.append(rank)
+                if rank is None or rank > 5:
+                    misses.append((language(session), query, rank))
+        finally:
+            await stack.close()
+    n = len(ranks)
+    hit1 = sum(1 for r in ranks if r == 1) / n
+    hit5 = sum(1 for r in ranks if r is not None and r <= 5) / n
+    by_lang: dict[str, list[int | None]] = {}
+    for session, rank in zip(sessions, ranks, strict=True):
+        by_lang.setdefault(language(session), []).append(rank)
+    print(f"queries: {n}, e.g. {queries[0]!r}, {queries[-1]!r}")
+    for lang, lang_ranks in sorted(by_lang.items()):
+        found = sum(1 for r in lang_ranks if r is not None and r <= 5)
+        print(f"  {lang}: {found}/{len(lang_ranks)} found in the top 5")
+    for lang, query, rank in misses[:10]:
+        print(f"  miss ({lang}, rank {rank}): {query}")
+    p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
+    print(f"search latency: p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {max(latencies):.2f} ms")
+    print(f"recall: hit@1={hit1:.2f} hit@5={hit5:.2f} p50_ms={round(p50)} p99_ms={round(p99)}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=200)
+    args = parser.parse_args()
+    return asyncio.run(run(args.sessions))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""The long-lived objects every handler uses (`Services`), and what start-up prepared for them.
+
+A module of its own so that handlers, turns and the runner can import `Services` from here,
+while `bot/app.py` — which imports all of them to wire the application — stays the one module
+that points at everything and is pointed at by nothing but the entry point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from telegram.ext import Application
+
+from agent.loop import AgentLoop
+from bot.access import RefusalThrottle
+from bot.chat_turns import ChatTurns
+from bot.config import Settings
+from bot.lifecycle import Lifecycle
+from memory.chat_tools import ChatTools
+from memory.db import Database
+from memory.store import Store
+from models.catalog import Catalog, ModelEntry
+from models.gateways import Gateway
+
+if TYPE_CHECKING:
+    from bot.limits import TurnGuard
+    from models.transport import Transport
+
+log = structlog.get_logger("bot.services")
+
+SERVICES_KEY = "services"
+
+
+def available_models(catalog: Catalog, gateways: dict[str, Gateway]) -> list[ModelEntry]:
+    """Visible models whose gateway has a key: what /model offers and accepts."""
+    return [
+        e for e in catalog.visible() if e.gateway in gateways and gateways[e.gateway].configured
+    ]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything start-up derives from settings without touching the network or disk."""
+
+    settings: Settings
+    catalog: Catalog
+    gateways: dict[str, Gateway]
+    default_model: str
+
+
+async def _no_long_term_memory(chat_id: int) -> str:
+    return ""
+
+
+@dataclass
+class Services:
+    """The long-lived objects handlers use. Opened in post_init, closed in post_shutdown.
+
+    Features add fields here (e.g. a consolidation worker) and replace `memory_text`.
+    """
+
+    settings: Settings
+    catalog: Catalog
+    gateways: dict[str, Gateway]
+    default_model: str
+    db: Database
+    store: Store
+    transport: Transport
+    turns: ChatTurns = field(default_factory=ChatTurns)
+    memory_text: Callable[[int], Awaitable[str]] = _no_long_term_memory
+    edit_interval: float = 1.0
+    on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Operations (bot/ops_handlers.attach_operations): graceful stop, limits and budgets.
+    lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
+    guard: TurnGuard | None = None
+    # Strangers are told no at most once an hour each (bot/access.py).
+    refusals: RefusalThrottle = field(default_factory=RefusalThrottle)
+    # The chat turn's agent loop (agent/), built in `open`.
+    agent: AgentLoop | None = None
+
+    @classmethod
+    async def open(
+        cls, prepared: Prepared, *, transport_options: dict[str, Any] | None = None
+    ) -> Services:
+        # Imported here: litellm takes seconds to import, and a configuration error should
+        # be reported before that.
+        from models.transport import Transport
+
+        settings = prepared.settings
+        transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
+        # litellm's first-request loading runs in a thread meanwhile, not in the first turns.
+        db, _ = await asyncio.gather(Database.open(settings.DATABASE_PATH), transport.warm_up())
+        store = Store(db)
+        services = cls(
+            settings=settings,
+            catalog=prepared.catalog,
+            gateways=prepared.gateways,
+            default_model=prepared.default_model,
+            db=db,
+            store=store,
+            transport=transport,
+        )
+        services.agent = AgentLoop(
+            store=store,
+            transport=transport,
+            catalog=prepared.catalog,
+            tools=ChatTools(db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock),
+            # Looked up per call: the memory feature replaces `memory_text` after opening.
+            memory_text=lambda chat_id: services.memory_text(chat_id),
+            max_steps=settings.AGENT_MAX_STEPS,
+            timeout=settings.CHAT_TIMEOUT,
+        )
+        return services
+
+    def available_models(self) -> list[ModelEntry]:
+        return available_models(self.catalog, self.gateways)
+
+    def is_available(self, model_id: str) -> bool:
+        return any(e.id == model_id for e in self.available_models())
+
+    def label(self, model_id: str) -> str:
+        entry = self.catalog.entries.get(model_id)
+        return entry.label if entry else model_id
+
+    async def chat_model(self, chat_id: int) -> ModelEntry:
+        """The chat's chosen model, or the default if none was chosen or it is gone now."""
+        chosen = await self.store.get_chat_model(chat_id)
+        if chosen is not None and self.is_available(chosen):
+            return self.catalog.get(chosen)
+        return self.catalog.get(self.default_model)
+
+    async def close(self) -> None:
+        for closer in reversed(self.on_close):
+            try:
+                await closer()
+            except Exception:
+                log.exception("service_close_failed")
+        await self.transport.aclose()
+        await self.db.close()
+
+
+def services_of(application: Application[Any, Any, Any, Any, Any, Any]) -> Services:
+    return application.bot_data[SERVICES_KEY]

@@ -1,0 +1,88 @@
+"""Putting consolidation jobs on the durable queue, inside the caller's transaction.
+
+The store calls these from the transactions that close a session or grow one past the memory
+window, so the job exists exactly when the change that needs it does. They only insert rows;
+`memory/jobs.py` builds the queue and the worker on top of them. Kept apart so the store (which
+the worker reads) never imports the worker: the imports point one way, jobs → store → queue.
+"""
+
+from __future__ import annotations
+
+import aiosqlite
+
+
+async def enqueue_consolidation(
+    conn: aiosqlite.Connection,
+    chat_id: int,
+    session_id: int,
+    now: str,
+    *,
+    kind: str = "session_closed",
+    upto_message_id: int | None = None,
+) -> int | None:
+    """Queue consolidation of a session's messages; None if it has nothing to consolidate."""
+    cursor = await conn.execute(
+        "SELECT EXISTS(SELECT 1 FROM messages WHERE session_id = ? "
+        "AND (? IS NULL OR id <= ?)) AS has",
+        (session_id, upto_message_id, upto_message_id),
+    )
+    row = await cursor.fetchone()
+    if row is None or not row["has"]:
+        return None
+    cursor = await conn.execute(
+        "INSERT INTO consolidation_jobs(chat_id, session_id, kind, upto_message_id, "
+        "next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (chat_id, session_id, kind, upto_message_id, now, now, now),
+    )
+    return cursor.lastrowid
+
+
+async def maybe_enqueue_window(
+    conn: aiosqlite.Connection,
+    chat_id: int,
+    session_id: int,
+    now: str,
+    *,
+    window: int,
+    keep_recent: int,
+) -> int | None:
+    """Automatic consolidation: past `window` messages, queue all but the last `keep_recent`.
+
+    At most one window job per session is open at a time; the next one is queued when the
+    session passes the window again after that job removed its messages.
+    """
+    # Runs inside every add_message: one round trip (each waits for a turn of the event loop).
+    rows = await conn.execute_fetchall(
+        "SELECT COUNT(*) AS n FROM messages WHERE session_id = ?", (session_id,)
+    )
+    count = int(next(iter(rows))["n"])
+    if count <= window:
+        return None
+    cursor = await conn.execute(
+        "SELECT 1 FROM consolidation_jobs WHERE session_id = ? AND kind = 'window' "
+        "AND state != 'done' LIMIT 1",
+        (session_id,),
+    )
+    if await cursor.fetchone() is not None:
+        return None
+    cursor = await conn.execute(
+        "SELECT id FROM messages WHERE session_id = ? ORDER BY id LIMIT 1 OFFSET ?",
+        (session_id, count - keep_recent - 1),
+    )
+    last = await cursor.fetchone()
+    if last is None:
+        return None
+    upto = int(last["id"])
+    # Never split a tool call from its results: a kept tail starting with a tool result would
+    # be refused by the providers. Take the results along.
+    cursor = await conn.execute(
+        "SELECT id, role FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
+        (session_id, upto),
+    )
+    for row in await cursor.fetchall():
+        if row["role"] != "tool":
+            break
+        upto = int(row["id"])
+    return await enqueue_consolidation(
+        conn, chat_id, session_id, now, kind="window", upto_message_id=upto
+    )
