@@ -25,7 +25,7 @@ import structlog
 
 from agent.events import AgentDone, AgentEvent, ToolRound
 from memory.chat_tools import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
-from memory.context import Framing, build_prompt
+from memory.context import Framing, build_prompt, with_image
 from memory.store import Store
 from models.catalog import Catalog
 from models.types import (
@@ -67,6 +67,9 @@ class AgentTurn:
     user_id: int | None
     session_id: int
     model_id: str
+    # A photo sent with this turn's message (data URL): an image part of that message in every
+    # round's prompt; never stored, later turns see the stored "[photo: caption]".
+    image_url: str | None = None
 
 
 class AgentLoop:
@@ -123,6 +126,9 @@ class AgentLoop:
                 tools=tools,
                 context_window=self.context_window(model_id),
             )
+            messages = prompt.messages
+            if turn.image_url is not None:
+                messages = with_image(messages, turn.image_url)
             round_text: list[str] = []
             separate = bool(display)
             result: ChatResult | None = None
@@ -130,7 +136,7 @@ class AgentLoop:
             try:
                 stream = self.transport.stream(
                     model_id,
-                    prompt.messages,
+                    messages,
                     timeout=self.timeout,
                     tools=tools,
                     tool_choice="none" if tools and last_round else None,
@@ -179,15 +185,18 @@ class AgentLoop:
             text = result.text or "".join(round_text)
             shown_rounds.append("".join(round_text).strip())
             if not calls:
-                # The answer and its usage in one transaction: one wait for the writer.
-                await self.store.add_answer(
-                    turn.chat_id,
-                    turn.user_id,
-                    text,
-                    model_id=result.model_id,
-                    usage=result.usage,
-                    session_id=turn.session_id,
-                )
+                if text.strip():  # an empty answer is not stored: providers refuse it later
+                    # The answer and its usage in one transaction: one wait for the writer.
+                    await self.store.add_answer(
+                        turn.chat_id,
+                        turn.user_id,
+                        text,
+                        model_id=result.model_id,
+                        usage=result.usage,
+                        session_id=turn.session_id,
+                    )
+                else:
+                    await self._record_usage(turn, result)
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part) or text,
                     model_id=result.model_id,

@@ -9,9 +9,10 @@ consolidation model writes an extractive summary of the transcript it is sent (t
 date, what the user asked first, how it was answered, later user messages — real words only).
 
 Then one recall query per session, built from facts of that session that a summary keeps:
-numbers, capitalised names and places, runs of Han/kana/Hangul (the two most distinctive
-across the 200 sessions), wrapped in a question in the session's language ("what did we say
-about X and Y?", "Xについて話したよね？", …). A hit is the session's own history entry among the
+names and places (capitalised inside a sentence, or all capitals) and words of Han, katakana
+or Hangul first, then topic words (6+ letters), then numbers — the two most distinctive across
+the 200 sessions — wrapped in a question in the session's language ("what did we say about X
+and Y?", "XとYについて前に話したよね？", …). A hit is the session's own history entry among the
 first k results of `Recall.search` — the function behind the chat model's `recall` tool.
 Latency is the wall time of each search on the SQLite file (the tool's whole database part).
 
@@ -30,7 +31,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -74,6 +74,8 @@ STOPWORDS = RECALL_STOPWORDS | {
     "esto", "hola", "puedes", "sería", "dónde", "cuál", "cual", "quién", "wie", "was", "kannst",
     "bitte", "hallo", "ich", "und", "est-ce", "comment", "pourquoi", "bonjour", "salut",
     "kenapa", "gimana", "bisa", "mas", "bang", "kak", "halo", "that", "what", "it's",
+    "sin", "esta", "estas", "este", "estos", "pueden", "además", "crea", "dime",
+    "escribe", "because", "should", "something", "people", "really", "gracias", "porque",
 }  # fmt: skip
 
 
@@ -116,23 +118,33 @@ def covered_text(session: list[SessionMessage]) -> str:
     return extractive_summary("\n".join(lines)).split("] ", 1)[-1]
 
 
-def facts(text: str) -> list[str]:
-    """Numbers, capitalised names and places, CJK words (a kana-only run is grammar, not a
-    fact); sentence openers and function words in any of the corpus' languages are not."""
-    found = []
+def facts(text: str) -> tuple[list[str], list[str], list[str]]:
+    """(names and CJK words, topic words, numbers) of a text. A capital that opens a sentence
+    says nothing, a name inside one does; a kana-only run is grammar; function words of the
+    corpus' languages are never facts."""
+    names, numbers = [], []
     for match in _FACT.finditer(text):
         token = match.group(0)
         if token in _COMMON_CAPS or token.casefold().strip("'s") in STOPWORDS:
             continue
-        if re.fullmatch(r"[\u3040-\u309f]+", token):
+        if token[0].isdigit():
+            if len(token) >= 3:
+                numbers.append(token)
+            continue
+        before = text[: match.start()].rstrip()
+        opens_sentence = not before or before[-1] in ".!?¿¡:—\"'"
+        if token[0].isupper() and not token.isupper() and opens_sentence:
             continue
         if re.fullmatch(rf"[{_CJK}]+", token):
             words = [w for w in re.split(r"[\u3040-\u309f]+", token) if len(w) >= 2]
             if not words:
                 continue
             token = words[0][:4]
-        found.append(token)
-    return list(dict.fromkeys(found))
+        names.append(token)
+    topics = [
+        w for w in re.findall(r"\b[^\W\d_]{6,}\b", text) if w.islower() and w not in STOPWORDS
+    ]
+    return list(dict.fromkeys(names)), list(dict.fromkeys(topics)), list(dict.fromkeys(numbers))
 
 
 def language(session: list[SessionMessage]) -> str:
@@ -160,18 +172,22 @@ TEMPLATES = {
 def build_queries(sessions: list[list[SessionMessage]]) -> list[str]:
     covered = [covered_text(s) for s in sessions]
     per_session = [facts(text) for text in covered]
-    df: Counter[str] = Counter()
-    for text in covered:
-        folded = text.casefold()
-        df.update({f for f in {f for fs in per_session for f in fs} if f.casefold() in folded})
+    folded = [text.casefold() for text in covered]
+
+    def df(term: str) -> int:
+        needle = term.casefold()
+        return sum(1 for text in folded if needle in text)
+
     queries = []
-    for session, found, text in zip(sessions, per_session, covered, strict=True):
-        if not found:  # no name, number or CJK run: the two longest words
-            found = sorted(set(re.findall(r"\w{5,}", text)), key=len, reverse=True)[:2]
-        ranked = sorted(found, key=lambda f: (df[f], -len(f)))[:2]
+    for session, kinds, text in zip(sessions, per_session, covered, strict=True):
+        chosen: list[str] = []
+        longest = sorted(set(re.findall(r"\w{4,}", text)), key=len, reverse=True)
+        for kind in (*kinds, longest):  # names first, then topics, numbers, any long word
+            ranked = sorted(kind, key=lambda f: (df(f), -len(f)))
+            chosen += [f for f in ranked if f not in chosen][: 2 - len(chosen)]
         pair, single = TEMPLATES[language(session)]
         queries.append(
-            pair.format(a=ranked[0], b=ranked[1]) if len(ranked) > 1 else single.format(a=ranked[0])
+            pair.format(a=chosen[0], b=chosen[1]) if len(chosen) > 1 else single.format(a=chosen[0])
         )
     return queries
 

@@ -61,6 +61,13 @@ def build_gateways(settings: Settings) -> dict[str, Gateway]:
     }
 
 
+def file_base_url(base_url: str) -> str:
+    """Where the Bot API serves downloads: `<base>/file/bot<token>/<file_path>`, with `<base>`
+    TELEGRAM_BASE_URL without its `/bot` suffix (a local Bot API server serves files too)."""
+    base = base_url.rstrip("/").removesuffix("/bot")
+    return f"{base}/file/bot"
+
+
 def resolve_default_model(
     settings: Settings, catalog: Catalog, gateways: dict[str, Gateway]
 ) -> str:
@@ -97,6 +104,12 @@ def prepare(settings: Settings) -> Prepared:
     gateways = build_gateways(settings)
     if settings.CONSOLIDATION_MODEL not in catalog:
         raise ConfigError(f"CONSOLIDATION_MODEL: unknown model {settings.CONSOLIDATION_MODEL!r}")
+    if settings.TRANSCRIPTION_MODEL not in catalog:
+        raise ConfigError(f"TRANSCRIPTION_MODEL: unknown model {settings.TRANSCRIPTION_MODEL!r}")
+    if catalog.get(settings.TRANSCRIPTION_MODEL).kind != "transcription":
+        raise ConfigError(
+            f"TRANSCRIPTION_MODEL: {settings.TRANSCRIPTION_MODEL!r} is not a transcription model"
+        )
     default_model = resolve_default_model(settings, catalog, gateways)
     return Prepared(settings, catalog, gateways, default_model)
 
@@ -147,6 +160,7 @@ def build_application(
         ApplicationBuilder()
         .token(settings.TELEGRAM_BOT_TOKEN.get_secret_value())
         .base_url(settings.TELEGRAM_BASE_URL)
+        .base_file_url(file_base_url(settings.TELEGRAM_BASE_URL))
         .concurrent_updates(lifecycle.tracker)
         .rate_limiter(AIORateLimiter(max_retries=0))
         .post_init(post_init)

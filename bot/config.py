@@ -70,6 +70,13 @@ class Settings(BaseSettings):
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
     AGENT_MAX_STEPS: int = Field(default=4, ge=0, le=20)
 
+    # Media: voice/audio/video notes are transcribed, photos seen, documents read.
+    TRANSCRIPTION_MODEL: str = "whisper-large-v3-turbo"
+    TRANSCRIPTION_TIMEOUT: float = Field(default=60.0, gt=0)
+    MAX_VOICE_SECONDS: int = Field(default=600, ge=1)
+    MAX_DOCUMENT_BYTES: int = Field(default=10_000_000, ge=1)
+    DOCUMENT_TOKEN_BUDGET: int = Field(default=12_000, ge=500)
+
     # Gateways: any *_API_KEY may hold several comma-separated keys (rotated).
     OPENAI_API_KEY: KeyList = Field(default_factory=list)
     OPENAI_API_BASE: str = "https://api.openai.com/v1"

@@ -1,4 +1,4 @@
-"""Telegram handlers: commands, chat text, non-text messages, /model callbacks.
+"""Telegram handlers: commands, chat text, /model callbacks; media lives in bot/media.py.
 
 Every handler runs the access check first, so a stranger costs no model call and leaves no row
 in the database. Handlers only translate updates into calls on `Services` and `bot.turns`.
@@ -34,6 +34,7 @@ from bot.access import (
 from bot.commands import BOT_COMMANDS
 from bot.i18n import t
 from bot.keyboards import is_model_callback, model_keyboard, resolve_model_callback
+from bot.media import RETRY_PREFIX, media_message, retry_callback
 from bot.services import Services, services_of
 from bot.turns import TurnRequest, run_chat_turn
 
@@ -209,19 +210,6 @@ def _continues_split_message(update: Update, context: Context) -> bool:
     return guard.joiner.leader_ref((message.chat_id, user.id)) is not None
 
 
-async def non_text_message(update: Update, context: Context) -> None:
-    """Photos, stickers, voice, documents…: say politely that only text is read."""
-    message = update.effective_message
-    if message is None:
-        return
-    bot = context.bot
-    if is_group(message) and not is_addressed_to_bot(message, bot.username, bot.id):
-        return
-    if not await _admit(update, context):
-        return
-    await say(message, t("text_only", user_language(update)))
-
-
 def _known_commands(application: Application[Any, Any, Any, Any, Any, Any]) -> set[str]:
     return {
         command
@@ -282,11 +270,14 @@ def register_handlers(application: Application[Any, Any, Any, Any, Any, Any]) ->
     application.add_handler(
         MessageHandler(new_messages & filters.COMMAND, unknown_command), group=UNKNOWN_GROUP
     )
-    # Anything else a user can send (service messages such as "X joined" are not answered).
+    # Anything else a user can send (service messages such as "X joined" are not answered):
+    # voice, audio, video notes, photos and documents are read (bot/media.py); the rest get a
+    # polite line saying what the bot reads.
     application.add_handler(
         MessageHandler(
             new_messages & ~filters.TEXT & ~filters.StatusUpdate.ALL,
-            non_text_message,
+            media_message,
         )
     )
+    application.add_handler(CallbackQueryHandler(retry_callback, pattern=f"^{RETRY_PREFIX}"))
     application.add_error_handler(on_error)

@@ -159,6 +159,17 @@ class TurnGuard:
                 {"length": len(text), "limit": self.max_input_chars},
                 parts,
             )
+        refused = await self.check_spend(user_id, parts)
+        if refused is not None:
+            return refused
+        return Screened(text, parts=parts)
+
+    async def check_spend(self, user_id: int, parts: int = 1) -> Screened | None:
+        """The per-user rate limit, then the spending caps; a refusal, or None to go on.
+
+        Media (voice notes, photos, documents) go through exactly these checks before any
+        download or model call, so they count and are capped like text.
+        """
         admin = user_id in self.admins
         if not admin:
             decision = self.rate.check(user_id)
@@ -173,4 +184,4 @@ class TurnGuard:
         hit = await self.ledger.check_budget(user_id, budgets)
         if hit is not None:
             return Screened(None, BUDGET_KEYS[hit.cap], {"limit": money(hit.limit_usd)}, parts)
-        return Screened(text, parts=parts)
+        return None

@@ -25,9 +25,14 @@ def tokens(count: int) -> str:
     return f"{count:,}"
 
 
+_PURPOSE_KEYS = {
+    "consolidation": "usage_purpose_consolidation",
+    "transcription": "usage_purpose_transcription",
+}
+
+
 def _purpose(purpose: str, lang: str | None) -> str:
-    key = "usage_purpose_consolidation" if purpose == "consolidation" else "usage_purpose_chat"
-    return t(key, lang)
+    return t(_PURPOSE_KEYS.get(purpose, "usage_purpose_chat"), lang)
 
 
 def _period_lines(period: PeriodUsage, heading_key: str, lang: str | None) -> list[str]:

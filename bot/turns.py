@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from agent.loop import AgentTurn
 from bot.access import mark_message_saved
 from bot.i18n import t
 from bot.streaming import StreamingReply
+from memory.store import StoredMessage
 from models.catalog import ModelEntry
 from models.types import Outcome, StreamRestart, TextDelta, TransportError
 
@@ -36,6 +38,14 @@ class TurnRequest:
     reply_to_message_id: int | None
     private: bool
     message_thread_id: int | None = None
+    # How the message came if not as text (kind, Telegram file id, caption): stored with it.
+    media: dict[str, object] | None = None
+    # A photo for this turn only, as a data URL: sent as an image part, never stored.
+    image_url: str | None = None
+
+
+Prepare = Callable[[TurnRequest], Awaitable[TurnRequest | None]]
+OnStored = Callable[[StoredMessage], Awaitable[None]]
 
 
 def failure_reason(error: TransportError, lang: str | None) -> str:
@@ -52,20 +62,43 @@ def failure_reason(error: TransportError, lang: str | None) -> str:
     return t(known.get(outcome, "reason_other"), lang) if outcome else t("reason_other", lang)
 
 
-async def run_chat_turn(services: Services, bot: Bot, request: TurnRequest) -> None:
+async def run_chat_turn(
+    services: Services,
+    bot: Bot,
+    request: TurnRequest,
+    *,
+    prepare: Prepare | None = None,
+    on_stored: OnStored | None = None,
+) -> None:
     """Store the user's message, stream the model's answer into Telegram, store the answer.
 
     The user's message is written before any model is called, so an outage, a crash or a
     /cancel never loses it. Serialised per chat; the streaming part is cancellable.
+
+    `prepare` runs inside the chat's turn, before anything is stored: a voice note is
+    transcribed there, so it is answered in the order it was sent. It returns the request to
+    store and answer, or None when there is nothing to answer (it has told the user why).
+    `on_stored` is told the stored user message (a voice note's inbox row points at it).
     """
     # While the bot is stopping, a turn that has not started is held back (see bot/lifecycle).
     async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as admitted:
         if not admitted:
             return  # held: handled after the restart
+        if prepare is not None:
+            prepared = await prepare(request)
+            if prepared is None:
+                return
+            request = prepared
         stored = await services.store.add_message(
-            request.chat_id, "user", request.text, user_id=request.user_id
+            request.chat_id,
+            "user",
+            request.text,
+            user_id=request.user_id,
+            media=request.media,
         )
         mark_message_saved()  # from here on, an error reply may say the message is saved
+        if on_stored is not None:
+            await on_stored(stored)
         await services.turns.run_cancellable(
             request.chat_id, _answer(services, bot, request, stored.session_id)
         )
@@ -94,7 +127,9 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
     steps = 0
     try:
         await reply.start()
-        turn = AgentTurn(request.chat_id, request.user_id, session_id, model.id)
+        turn = AgentTurn(
+            request.chat_id, request.user_id, session_id, model.id, image_url=request.image_url
+        )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.
         async with aclosing(agent.run(turn)) as events:

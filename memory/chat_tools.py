@@ -284,14 +284,16 @@ async def _record_edit(
     lines: list[str],
     now: str,
 ) -> None:
-    """Keep the edit while a consolidation of this chat runs (it may have read an older
-    version); with none running, older edits can no longer be needed and go."""
+    """Keep the edit only while a consolidation of this chat runs: that job may have read an
+    older version and will replay it. A job that starts later reads this write itself, so with
+    none running nothing is kept (the words of a forgotten fact included)."""
     cursor = await conn.execute(
         "SELECT 1 FROM consolidation_jobs WHERE chat_id = ? AND state = 'running' LIMIT 1",
         (chat_id,),
     )
     if await cursor.fetchone() is None:
         await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
+        return
     await conn.execute(
         "INSERT INTO memory_edits(chat_id, version, kind, fact, lines, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?)",

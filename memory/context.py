@@ -170,6 +170,8 @@ def _consistent(session: Sequence[StoredMessage]) -> list[StoredMessage]:
                 )
                 if not message.content.strip():
                     continue
+        if message.role == "assistant" and not message.tool_calls and not message.content.strip():
+            continue  # an empty answer: providers refuse empty assistant text
         out.append(message)
     return out
 
@@ -262,3 +264,19 @@ def build_chat_messages(
         context_window=10**9,
         system_prompt=system_prompt,
     ).messages
+
+
+def with_image(messages: list[Message], image_url: str) -> list[Message]:
+    """The prompt with its last user message carrying a photo as an image part (OpenAI format;
+    litellm turns it into Anthropic's). The turn's own message is the last user message: tool
+    rounds only add assistant and tool messages after it."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.get("role") == "user":
+            text = message.get("content") or ""
+            parts = [
+                {"type": "text", "text": text},
+                {"type": "image_url", "image_url": {"url": image_url}},
+            ]
+            return [*messages[:index], {**message, "content": parts}, *messages[index + 1 :]]
+    return messages

@@ -173,6 +173,7 @@ class JobQueue:
                 "WHERE id = ? AND state = 'running' AND started_at = ?",
                 (now, now, job.id, job.started_at),
             )
+            await _drop_edits(conn, job.chat_id)
 
     async def commit(
         self,
@@ -221,8 +222,7 @@ class JobQueue:
                 over_budget=len(memory_update) > memory_max_chars,
                 now=now,
             )
-            # No job of this chat runs after this one started from an older version.
-            await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (job.chat_id,))
+            await _drop_edits(conn, job.chat_id)
             first, last = chunk.messages[0], chunk.messages[-1]
             await conn.execute(
                 "INSERT INTO history_entries(chat_id, session_id, job_id, entry, model_id, "
@@ -302,6 +302,7 @@ class JobQueue:
             )
             await _insert_attempts(conn, job, failure.attempts, stamp)
             await _insert_spent(conn, job, chunk, failure.spent, self.store, stamp)
+            await _drop_edits(conn, job.chat_id)
         return failed_runs, delay
 
     async def release(self, job: Job, now: str, *, retry_at: str, reason: str) -> None:
@@ -313,6 +314,14 @@ class JobQueue:
                 "WHERE id = ? AND state = 'running' AND started_at = ?",
                 (retry_at, reason, now, job.id, job.started_at),
             )
+            await _drop_edits(conn, job.chat_id)
+
+
+async def _drop_edits(conn: aiosqlite.Connection, chat_id: int) -> None:
+    """The job stops running: its next run (or the chat's next job) reads the memory afresh,
+    so the tool edits kept for its replay are of no use any more — and hold the very words
+    a user asked to forget."""
+    await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
 
 
 async def _edits_since(conn: aiosqlite.Connection, chat_id: int, version: int) -> list[Edit]:

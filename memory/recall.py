@@ -46,9 +46,23 @@ _STOPWORDS = frozenset(
     bir bu şu ve ile için ama gibi daha çok ne neden nasıl nerede hangi kim mı mi mu mü
     der die das und mit für von den dem ein eine ist war sind wie was wer wann
     les des une est pour avec dans sur pas par qui quoi
+    yesterday previously conversation chatted
+    falamos falar conversamos lembra lembro ontem disse dissemos passado passada
+    kemarin bahas dibahas ngobrol ngomong bilang ingat inget tadi soal lalu pernah dong sih kok
+    konuştuk hatırlıyor musun dün hakkında neydi
     """.split()
 )
-_SUFFIXES = ("'s", "ings", "ing", "ied", "ies", "es", "ed", "s")
+# Two-character CJK words that only carry the question ("we", "before", "talked about", …):
+# they occur in most conversations in these languages and would drown the real terms.
+_CJK_STOP = frozenset(
+    """
+    我们 你们 他们 之前 以前 什么 怎么 聊过 说过 讨论 关于 记得 上次 的话 一下 这个 那个 是不 不是
+    我的 你的 一个 没有 可以 时候 有没 提到
+    우리 얘기 이야기 했었 했던 기억 예전 지난
+    """.split()
+)
+_SUFFIXES = ("'s", "ings", "ing", "ied", "ies", "es", "ed")
+_VOWELS = frozenset("aeiouy")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
@@ -69,9 +83,19 @@ def _is_hiragana(ch: str) -> bool:
 
 
 def _stem(word: str) -> str:
+    """English endings off, so "trips" finds "trip". A lone -s goes only after a consonant
+    other than s ("trips", not "bahas" or "class"): words of other languages keep theirs."""
     for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 4:
             return word[: -len(suffix)]
+    if (
+        word.endswith("s")
+        and len(word) >= 5
+        and word[-2] not in _VOWELS
+        and word[-2] != "s"
+        and word[-2].isascii()
+    ):
+        return word[:-1]
     return word
 
 
@@ -82,10 +106,8 @@ def _cjk_terms(run: str) -> list[str]:
     for segment in segments:
         if len(segment) < 2:
             continue
-        if len(segment) == 2:
-            terms.append(segment)
-            continue
-        terms.extend(segment[i : i + 2] for i in range(len(segment) - 1))
+        pairs = [segment[i : i + 2] for i in range(len(segment) - 1)]
+        terms.extend(p for p in pairs if p not in _CJK_STOP)
     return terms
 
 

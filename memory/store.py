@@ -45,6 +45,7 @@ class StoredMessage:
     tool_call_id: str | None = None
     user_id: int | None = None
     model_id: str | None = None
+    media: dict[str, object] | None = None  # how it was sent, if not as text (file id, kind…)
 
     def as_prompt_message(self) -> dict[str, object]:
         """OpenAI-format message for the model's context."""
@@ -89,6 +90,7 @@ def _row_to_message(row: aiosqlite.Row) -> StoredMessage:
         tool_call_id=row["tool_call_id"],
         user_id=row["user_id"],
         model_id=row["model_id"],
+        media=json.loads(row["media"]) if row["media"] else None,
     )
 
 
@@ -220,13 +222,18 @@ class Store:
         tool_call_id: str | None = None,
         usage: Usage | None = None,
         session_id: int | None = None,
+        media: dict[str, object] | None = None,
     ) -> StoredMessage:
-        """Append a message to the chat's active session (or `session_id`) and return it."""
+        """Append a message to the chat's active session (or `session_id`) and return it.
+
+        `media` records how a user message came (voice note, photo, document: kind, Telegram
+        file id, caption, file name); `content` is always the text models read.
+        """
         now = self.now()
         async with self.db.transaction() as conn:
             stored, window_job = await self._insert_message(
                 conn, now, chat_id, role, content, user_id, model_id, tool_calls, tool_call_id,
-                usage, session_id,
+                usage, session_id, media,
             )  # fmt: skip
         if window_job is not None:
             self._job_enqueued()
@@ -252,7 +259,7 @@ class Store:
         async with self.db.transaction() as conn:
             stored, window_job = await self._insert_message(
                 conn, now, chat_id, "assistant", content, None, model_id, None, None, usage,
-                session_id,
+                session_id, None,
             )  # fmt: skip
             await self.insert_usage(conn, chat_id, user_id, model_id, purpose, usage, now)
         if window_job is not None:
@@ -272,6 +279,7 @@ class Store:
         tool_call_id: str | None,
         usage: Usage | None,
         session_id: int | None,
+        media: dict[str, object] | None,
     ) -> tuple[StoredMessage, int | None]:
         """Insert one message inside the caller's transaction (one round trip: each waits for
         a turn of the event loop); returns it and the automatic-consolidation job it queued."""
@@ -287,8 +295,8 @@ class Store:
             session_id = await self._active_session(conn, chat_id, now)
         rows = await conn.execute_fetchall(
             "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
-            "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+            "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
+            "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
             (
                 session_id,
                 chat_id,
@@ -301,6 +309,7 @@ class Store:
                 usage.prompt_tokens if usage else None,
                 usage.completion_tokens if usage else None,
                 now,
+                json.dumps(media, ensure_ascii=False) if media else None,
             ),
         )
         row = next(iter(rows))
@@ -415,7 +424,8 @@ class Store:
     ) -> None:
         await conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
-            "completion_tokens, cost_usd, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "completion_tokens, cost_usd, created_at, audio_seconds) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 chat_id,
                 user_id,
@@ -425,5 +435,6 @@ class Store:
                 usage.completion_tokens,
                 usage.cost_usd,
                 now,
+                usage.audio_seconds,
             ),
         )

@@ -49,6 +49,20 @@ def trim_middle(text: str, max_chars: int) -> str:
     return f"{text[:head]}\n[… {omitted} characters omitted …]\n{text[-tail:]}"
 
 
+# How a message that came as media shows in a transcript. The stored content is already the
+# text models read ("[photo: caption]", a document's text, a voice note's transcript); voice
+# notes get a label so the consolidation model knows the words were spoken, not typed.
+_MEDIA_LABELS = {
+    "voice": "[voice note, transcribed] ",
+    "audio": "[audio file, transcribed] ",
+    "video_note": "[video note, transcribed] ",
+}
+
+
+def media_label(media: dict[str, object] | None) -> str:
+    return _MEDIA_LABELS.get(str((media or {}).get("kind", "")), "")
+
+
 def render_message(
     message: StoredMessage,
     *,
@@ -60,7 +74,8 @@ def render_message(
     role = message.role
     if message.tool_call_id:
         role = f"tool result ({message.tool_call_id})"
-    lines = [f"[{stamp}] {role}: {trim_middle(message.content, max_message_chars)}"]
+    content = media_label(message.media) + message.content
+    lines = [f"[{stamp}] {role}: {trim_middle(content, max_message_chars)}"]
     for call in message.tool_calls or []:
         arguments = trim_middle(call.arguments, max_argument_chars)
         lines.append(f"[{stamp}] {message.role} called tool {call.name} ({call.id}): {arguments}")

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 GATEWAY_NAMES = ("openai", "anthropic", "groq")
+MODEL_KINDS = ("chat", "transcription")
+# Gateways whose protocol has an audio transcription endpoint (Anthropic has none).
+TRANSCRIPTION_GATEWAYS = ("openai", "groq")
 
 
 class CatalogError(Exception):
@@ -25,7 +28,11 @@ class ModelEntry:
     """One model as users and chains see it.
 
     `id` is what users type and what the database stores; `wire_name` is what the provider
-    expects. Prices are USD per million tokens.
+    expects. Prices are USD per million tokens, or per second of audio for transcription.
+
+    `kind` is "chat" (answers messages) or "transcription" (turns speech into text); a chain
+    never mixes kinds, and only chat models can be picked with /model. `vision`: the model
+    accepts image input, so photos are sent to it as images.
     """
 
     id: str
@@ -41,6 +48,12 @@ class ModelEntry:
     context_window: int = 128_000
     # False: the model cannot call tools; chat turns offer it none (memory tools included).
     tools: bool = True
+    vision: bool = False
+    kind: str = "chat"
+    price_per_second: float = 0.0
+
+    def audio_cost_usd(self, seconds: float) -> float:
+        return max(0.0, seconds) * self.price_per_second
 
     def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (
@@ -56,30 +69,35 @@ DEFAULT_ENTRIES: tuple[ModelEntry, ...] = (
         "Anthropic's most capable model: hard reasoning and long code.",
         "anthropic", "claude-opus-4-5", fallback="claude-sonnet-4-5",
         input_price_per_mtok=5.0, output_price_per_mtok=25.0, context_window=200_000,
+        vision=True,
     ),
     ModelEntry(
         "claude-sonnet-4-5", "Claude Sonnet 4.5", "balanced",
         "Strong everyday model for writing, analysis and code.",
         "anthropic", "claude-sonnet-4-5", fallback="claude-haiku-4-5",
         input_price_per_mtok=3.0, output_price_per_mtok=15.0, context_window=200_000,
+        vision=True,
     ),
     ModelEntry(
         "gpt-5", "GPT-5", "frontier",
         "OpenAI's flagship reasoning model.",
         "openai", "gpt-5", fallback="gpt-5-mini",
         input_price_per_mtok=1.25, output_price_per_mtok=10.0, context_window=400_000,
+        vision=True,
     ),
     ModelEntry(
         "gpt-5-mini", "GPT-5 mini", "fast",
         "Fast and cheap GPT-5 for quick questions.",
         "openai", "gpt-5-mini", fallback="gpt-4.1",
         input_price_per_mtok=0.25, output_price_per_mtok=2.0, context_window=400_000,
+        vision=True,
     ),
     ModelEntry(
         "gpt-4.1", "GPT-4.1", "balanced",
         "Reliable non-reasoning GPT with a very long context.",
         "openai", "gpt-4.1", fallback=None,
         input_price_per_mtok=2.0, output_price_per_mtok=8.0, context_window=1_047_576,
+        vision=True,
     ),
     # Hidden consolidation chain (seed): Groq-hosted, cheap and fast, then reliable tool callers.
     ModelEntry(
@@ -106,12 +124,34 @@ DEFAULT_ENTRIES: tuple[ModelEntry, ...] = (
         "Reliable tool calls when the Groq models fail.",
         "openai", "gpt-4.1-mini", fallback="claude-haiku-4-5", hidden=True,
         input_price_per_mtok=0.40, output_price_per_mtok=1.60, context_window=1_047_576,
+        vision=True,
     ),
     ModelEntry(
         "claude-haiku-4-5", "Claude Haiku 4.5", "background",
         "Last resort of the consolidation chain; fallback of Sonnet.",
         "anthropic", "claude-haiku-4-5", fallback=None, hidden=True,
         input_price_per_mtok=1.0, output_price_per_mtok=5.0, context_window=200_000,
+        vision=True,
+    ),
+    # Hidden transcription chain (voice notes, audio, video notes): Groq's Whisper first
+    # ($0.04 per hour of audio), then OpenAI's two transcription models. Prices per second.
+    ModelEntry(
+        "whisper-large-v3-turbo", "Whisper large v3 turbo", "background",
+        "Transcription head: fast, cheap Whisper on Groq.",
+        "groq", "whisper-large-v3-turbo", fallback="gpt-4o-mini-transcribe", hidden=True,
+        kind="transcription", price_per_second=0.04 / 3600,
+    ),
+    ModelEntry(
+        "gpt-4o-mini-transcribe", "GPT-4o mini Transcribe", "background",
+        "OpenAI transcription when Groq fails.",
+        "openai", "gpt-4o-mini-transcribe", fallback="whisper-1", hidden=True,
+        kind="transcription", price_per_second=0.003 / 60,
+    ),
+    ModelEntry(
+        "whisper-1", "Whisper", "background",
+        "Last resort of the transcription chain.",
+        "openai", "whisper-1", fallback=None, hidden=True,
+        kind="transcription", price_per_second=0.006 / 60,
     ),
 )  # fmt: skip
 
@@ -134,6 +174,12 @@ class Catalog:
         return catalog
 
     def _validate(self, gateways: set[str]) -> None:
+        for entry in self.entries.values():  # kinds first: the fallback checks compare them
+            if entry.kind not in MODEL_KINDS:
+                raise CatalogError(
+                    f"model {entry.id!r}: unknown kind {entry.kind!r} "
+                    f"(known: {', '.join(MODEL_KINDS)})"
+                )
         for entry in self.entries.values():
             if not entry.id or not entry.wire_name:
                 raise CatalogError(f"model {entry.id!r}: id and wire_name must not be empty")
@@ -152,6 +198,17 @@ class Catalog:
                 raise CatalogError(f"model {entry.id!r}: tools must be true or false")
             if entry.context_window <= 0:
                 raise CatalogError(f"model {entry.id!r}: context_window must be positive")
+            if entry.price_per_second < 0:
+                raise CatalogError(f"model {entry.id!r}: prices must not be negative")
+            if entry.kind == "transcription" and entry.gateway not in TRANSCRIPTION_GATEWAYS:
+                raise CatalogError(
+                    f"model {entry.id!r}: the {entry.gateway} gateway has no transcription endpoint"
+                )
+            if entry.fallback is not None and self.entries[entry.fallback].kind != entry.kind:
+                raise CatalogError(
+                    f"model {entry.id!r}: fallback {entry.fallback!r} is a "
+                    f"{self.entries[entry.fallback].kind} model, not a {entry.kind} model"
+                )
             seen = [entry.id]
             current = entry
             while current.fallback is not None:
@@ -171,11 +228,12 @@ class Catalog:
             raise CatalogError(f"unknown model {model_id!r}") from None
 
     def visible(self) -> list[ModelEntry]:
-        return [e for e in self.entries.values() if not e.hidden]
+        """Chat models users may pick: transcription models are never offered, even unhidden."""
+        return [e for e in self.entries.values() if not e.hidden and e.kind == "chat"]
 
     def is_visible(self, model_id: str) -> bool:
         entry = self.entries.get(model_id)
-        return entry is not None and not entry.hidden
+        return entry is not None and not entry.hidden and entry.kind == "chat"
 
     def chain(self, head: str) -> Iterator[ModelEntry]:
         """Yield `head` then its fallbacks, each at most once (a visited set guards cycles)."""

@@ -71,8 +71,8 @@ class ProviderLoop:
         return await asyncio.wrap_future(future)
 
     async def acompletion(self, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> Any:
-        """`await call(**kwargs)` (litellm.acompletion) on the provider loop. A stream comes
-        back wrapped, to be iterated from the caller's loop."""
+        """`await call(**kwargs)` (litellm.acompletion, atranscription) on the provider loop.
+        A stream comes back wrapped, to be iterated from the caller's loop."""
         result = await self.run(_call(call, kwargs))
         if hasattr(result, "__aiter__"):
             return OffLoopStream(result, self, asyncio.get_running_loop())

@@ -48,6 +48,7 @@ from models.offloop import PROVIDERS
 from models.streamtext import WholeCharacters
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
+    NO_KEY,
     Attempt,
     ChatResult,
     Message,
@@ -57,6 +58,7 @@ from models.types import (
     StreamRestart,
     TextDelta,
     ToolCall,
+    Transcription,
     TransportError,
     Usage,
 )
@@ -320,6 +322,74 @@ class Transport:
                 slot.state.in_flight -= 1
         raise plan.failure()
 
+    async def transcribe(
+        self,
+        model_id: str,
+        audio: bytes,
+        *,
+        filename: str,
+        mime_type: str,
+        duration_s: float,
+        timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
+        walk_chain: bool = True,
+    ) -> Transcription:
+        """Speech to text through `litellm.atranscription`, with the same retry, fallback, key,
+        bucket and breaker rules as chat (the same `_CallPlan`).
+
+        An empty transcript is a success (the note may hold no words); a 200 whose body is an
+        error object is classified from that body. Cost is the catalog's price per second times
+        `duration_s` (the length Telegram announced). A timed-out attempt is billed too: the
+        provider may have transcribed the audio before we gave up.
+        """
+        plan = _CallPlan(self, model_id, walk_chain)
+        billed: list[tuple[str, Usage]] = []
+        while (slot := await plan.next_slot()) is not None:
+            try:
+                gateway = slot.state.gateway
+                kwargs: dict[str, Any] = {
+                    "model": gateway.litellm_model(slot.entry),
+                    "file": (filename, audio, mime_type),
+                    "api_base": gateway.api_base,
+                    "api_key": slot.key,
+                    "client": self._clients.sdk_client_for(gateway, slot.key_index, slot.key),
+                    "max_retries": 0,
+                    "timeout": timeout,
+                }
+                cost = Usage(
+                    cost_usd=slot.entry.audio_cost_usd(duration_s), audio_seconds=duration_s
+                )
+                wire = start_record()
+                try:
+                    async with asyncio.timeout(timeout + self.timeout_grace):
+                        response = await PROVIDERS.acompletion(litellm.atranscription, **kwargs)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failure = _classify_failure(exc, wire)
+                    if failure.outcome is Outcome.TIMEOUT:
+                        billed.append((slot.entry.id, cost))
+                    await plan.report(slot, failure)
+                    continue
+                text = getattr(response, "text", None)
+                if not isinstance(text, str) or wire.has_error_body:
+                    await plan.report(slot, _classify_empty(wire, "200 without a transcript"))
+                    continue
+                plan.report_success(slot, wire.headers or _success_headers(response))
+                billed.append((slot.entry.id, cost))
+                return Transcription(
+                    model_id=slot.entry.id,
+                    text=text.strip(),
+                    usage=cost,
+                    attempts=plan.attempts,
+                    requested_model_id=model_id,
+                    billed=billed,
+                )
+            finally:
+                slot.state.in_flight -= 1
+        error = plan.failure()
+        error.billed = billed
+        raise error
+
     def status(self) -> dict[str, Any]:
         """Breaker, key and bucket state for /stats and logs. Key positions only, never keys;
         each key lists under `model_rests` the models it is rate-limited for right now."""
@@ -467,7 +537,7 @@ class _CallPlan:
             entry = self.chain[self.position]
             state = self.t.gateway_state(entry.gateway)
             if state is None or not len(state.keys):
-                self._skip(entry, "no key configured")
+                self._skip(entry, NO_KEY)
                 continue
             allowed, change = state.breaker.allow()
             log_breaker_change(change)

@@ -8,6 +8,10 @@ from typing import Any
 
 Message = dict[str, Any]  # OpenAI-format chat message: {"role": ..., "content": ..., ...}
 
+# Why a model was skipped when its gateway has no key: callers tell "not configured" apart
+# from a passing failure (a voice note with no transcription key at all gets its own answer).
+NO_KEY = "no key configured"
+
 
 class Outcome(StrEnum):
     """What one provider attempt amounted to, whatever the HTTP status said."""
@@ -39,12 +43,14 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    audio_seconds: float = 0.0  # transcription is billed by the second, not by the token
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.cost_usd + other.cost_usd,
+            self.audio_seconds + other.audio_seconds,
         )
 
 
@@ -80,6 +86,22 @@ class ChatResult:
         return bool(self.requested_model_id) and self.model_id != self.requested_model_id
 
 
+@dataclass
+class Transcription:
+    """Speech turned into text: which model did it, what it heard, what it cost.
+
+    `billed` holds one (model id, usage) per attempt that cost money: the success, and any
+    attempt that timed out (the provider may have transcribed, and billed, the audio anyway).
+    """
+
+    model_id: str
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    attempts: list[Attempt] = field(default_factory=list)
+    requested_model_id: str = ""
+    billed: list[tuple[str, Usage]] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class TextDelta:
     """A piece of streamed text, always whole characters."""
@@ -105,11 +127,21 @@ StreamEvent = TextDelta | StreamRestart | StreamDone
 
 
 class TransportError(Exception):
-    """Every model tried failed. `attempts` says which failed how (no secrets)."""
+    """Every model tried failed. `attempts` says which failed how (no secrets).
 
-    def __init__(self, message: str, attempts: list[Attempt]) -> None:
+    `billed` lists (model id, usage) of failed attempts that may still have cost money
+    (a transcription that timed out), so the caller records that spend too.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        attempts: list[Attempt],
+        billed: list[tuple[str, Usage]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.attempts = attempts
+        self.billed = list(billed or [])
 
     @property
     def last_outcome(self) -> Outcome | None:

@@ -63,6 +63,8 @@ def _looks_like_completion(payload: Any) -> bool:
         return False
     if payload.get("choices"):
         return True
+    if isinstance(payload.get("text"), str) and "error" not in payload:
+        return True  # a transcription: {"text": ...} (plus duration/segments/usage)
     return payload.get("type") == "message" and "content" in payload
 
 
@@ -91,6 +93,8 @@ class ClientPool:
     The OpenAI SDK client binds a key, so openai-protocol gateways get clients per key;
     litellm's own handler (Groq, Anthropic) takes the key per call and is shared per gateway.
     Each of those has POOL_SHARDS clients, handed out in turn (see SHARD_LIMITS).
+    Transcription goes through the OpenAI SDK on every gateway (litellm 1.110.2 sends
+    `groq/` audio through it too), so `sdk_client_for` gives an SDK client per key anywhere.
     """
 
     def __init__(self) -> None:
@@ -125,6 +129,24 @@ class ClientPool:
                 )
                 self._http.append(http)
                 client.client = http
+            self._clients[slot] = client
+        return client
+
+    def sdk_client_for(self, gateway: Gateway, key_index: int, key: str) -> Any:
+        """An OpenAI SDK client for `gateway` bound to `key` (transcription requests)."""
+        if gateway.protocol == "openai":
+            return self.client_for(gateway, key_index, key)
+        slot = (f"{gateway.name}:sdk", gateway.api_base, key, 0)
+        client = self._clients.get(slot)
+        if client is None:
+            client = AsyncOpenAI(
+                api_key=key,
+                base_url=gateway.api_base,
+                max_retries=0,
+                http_client=httpx.AsyncClient(
+                    event_hooks={"response": [_on_response]}, limits=SHARD_LIMITS
+                ),
+            )
             self._clients[slot] = client
         return client
 

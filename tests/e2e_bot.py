@@ -31,6 +31,8 @@ from tests.fakes.telegram import BotMessage, FakeTelegram
 
 REPO = Path(__file__).resolve().parents[1]
 TESTDATA = REPO.parent / "shared" / "testdata"
+# Media fixtures made with real tools (TTS, LibreOffice, img2pdf): see tests/data/SOURCE.md.
+MEDIA = REPO / "tests" / "data"
 
 TOKEN = "987654:SECRET-BOT-TOKEN-e2e"
 OWNER = 100  # in ALLOWED_USER_IDS
@@ -184,6 +186,37 @@ class BotUnderTest(_ProviderShortcuts):
         update = self.tg.make_text_update(chat_id, user_id, text, **kwargs)
         self.tg.push(update)
         return int(update["message"]["message_id"])
+
+    def send_media(
+        self, chat_id: int, media: dict[str, Any], *, user_id: int = OWNER, **kwargs: Any
+    ) -> int:
+        """Push a user's voice note / photo / document update; returns its update_id.
+        `media` is the message field as Telegram sends it (see FakeTelegram.make_media_update)."""
+        return self.tg.push(self.tg.make_media_update(chat_id, user_id, media, **kwargs))
+
+    def voice(self, data: bytes, duration: int, *, size: int | None = None) -> dict[str, Any]:
+        """The `voice` field of an update for an Ogg/Opus note the fake Bot API serves."""
+        stored = self.tg.add_file(data, file_path=f"voice/file_{len(data)}.oga", size=size)
+        return {"voice": {**self.tg.file_fields(stored), "duration": duration,
+                          "mime_type": "audio/ogg"}}  # fmt: skip
+
+    def document(
+        self, data: bytes, file_name: str, mime_type: str, *, size: int | None = None
+    ) -> dict[str, Any]:
+        stored = self.tg.add_file(data, file_path=f"documents/{file_name}", size=size)
+        fields = self.tg.file_fields(stored)
+        return {"document": {**fields, "file_name": file_name, "mime_type": mime_type}}
+
+    def downloads_and_file_calls(self) -> tuple[list[str], list[Any]]:
+        """Files served and getFile calls: both must stay empty when nothing may be downloaded."""
+        return list(self.tg.downloads), self.tg.calls_of("getFile")
+
+    def transcription_requests(self) -> list[tuple[str, Any]]:
+        """(gateway, request) of every transcription request, in order."""
+        found = [
+            (name, r) for name, fp in self.providers.items() for r in fp.transcription_requests()
+        ]
+        return sorted(found, key=lambda pair: pair[1].at)
 
     def messages(self, chat_id: int) -> list[BotMessage]:
         return self.tg.bot_messages(chat_id)

@@ -149,3 +149,60 @@ def test_default_catalog_is_valid_and_ids_unique() -> None:
     Catalog.build(DEFAULT_ENTRIES)
     with pytest.raises(CatalogError, match="unknown model"):
         load_catalog().get("nope")
+
+
+# --- media: transcription entries and vision ----------------------------------------------------
+
+
+def test_hidden_transcription_chain_and_its_prices() -> None:
+    catalog = load_catalog()
+    chain = list(catalog.chain("whisper-large-v3-turbo"))
+    assert [(e.id, e.gateway, e.kind, e.hidden) for e in chain] == [
+        ("whisper-large-v3-turbo", "groq", "transcription", True),
+        ("gpt-4o-mini-transcribe", "openai", "transcription", True),
+        ("whisper-1", "openai", "transcription", True),
+    ]
+    # $0.04 per hour of audio on Groq; OpenAI's $0.003 and $0.006 per minute.
+    assert chain[0].audio_cost_usd(3600) == pytest.approx(0.04)
+    assert chain[1].audio_cost_usd(60) == pytest.approx(0.003)
+    assert chain[2].audio_cost_usd(60) == pytest.approx(0.006)
+
+
+def test_visible_models_can_see_and_transcription_models_are_never_offered(
+    tmp_path: Path,
+) -> None:
+    catalog = load_catalog()
+    assert all(e.vision for e in catalog.visible())
+    # Even unhidden by a user file, a transcription model is not a chat model.
+    user = _write(tmp_path / "c.json", [{"id": "whisper-1", "hidden": False}])
+    assert "whisper-1" not in {e.id for e in load_catalog(user).visible()}
+    assert not load_catalog(user).is_visible("whisper-1")
+
+
+@pytest.mark.parametrize(
+    ("models", "fragment"),
+    [
+        ([{"id": "gpt-5", "fallback": "whisper-1"}], "is a transcription model, not a chat"),
+        ([{"id": "whisper-1", "fallback": "gpt-4.1"}], "is a chat model, not a transcription"),
+        ([{"id": "whisper-1", "gateway": "anthropic"}], "has no transcription endpoint"),
+        ([{"id": "whisper-1", "kind": "speech"}], "unknown kind 'speech'"),
+        ([{"id": "whisper-1", "price_per_second": -1}], "prices must not be negative"),
+    ],
+)
+def test_media_catalog_mistakes_stop_start_up(
+    tmp_path: Path, models: list[dict[str, object]], fragment: str
+) -> None:
+    with pytest.raises(CatalogError, match=fragment):
+        load_catalog(_write(tmp_path / "c.json", models))
+
+
+def test_transcription_model_setting_must_name_a_transcription_model() -> None:
+    from bot.app import prepare
+    from bot.config import ConfigError
+
+    base = {"TELEGRAM_BOT_TOKEN": "1:x", "OPENAI_API_KEY": "sk-x"}
+    with pytest.raises(ConfigError, match="TRANSCRIPTION_MODEL: 'gpt-5' is not a transcription"):
+        prepare(load_settings(**base, TRANSCRIPTION_MODEL="gpt-5"))
+    with pytest.raises(ConfigError, match="TRANSCRIPTION_MODEL: unknown model 'nope'"):
+        prepare(load_settings(**base, TRANSCRIPTION_MODEL="nope"))
+    assert prepare(load_settings(**base, TRANSCRIPTION_MODEL="whisper-1")) is not None

@@ -80,6 +80,25 @@ async def test_a_fact_forgotten_during_a_consolidation_does_not_come_back(
         await job
         memory = await stack.repo.get(CHAT)
         assert memory.content == "- Name: Rina"
+        # The words the user asked to forget are not kept anywhere for the replay either.
+        assert await stack.db.fetchall("SELECT id FROM memory_edits") == []
+    finally:
+        await stack.close()
+
+
+async def test_edits_are_kept_only_while_a_consolidation_runs(tmp_path: Path) -> None:
+    stack = await open_stack(tmp_path / "db.sqlite3")
+    try:
+        tools = ChatTools(stack.db, memory_max_chars=6000)
+        await tools.run(CHAT, call("remember", fact="Lives in Porto"))
+        await tools.run(CHAT, call("forget_fact", fact="Lives in Porto"))
+        assert await stack.db.fetchall("SELECT id FROM memory_edits") == []
+        job = await _start_slow_job(stack, "- Name: Rina")
+        await tools.run(CHAT, call("remember", fact="Has a cat"))
+        rows = await stack.db.fetchall("SELECT kind, fact FROM memory_edits")
+        assert [(r["kind"], r["fact"]) for r in rows] == [("remember", "Has a cat")]
+        await job
+        assert await stack.db.fetchall("SELECT id FROM memory_edits") == []
     finally:
         await stack.close()
 
@@ -157,7 +176,10 @@ async def test_multiline_facts_become_one_line(tmp_path: Path) -> None:
 def test_query_terms_cut_cjk_at_particles_and_drop_function_words() -> None:
     assert query_terms("What did we decide about the trips to Porto?") == ["trip", "porto"]
     assert query_terms("東京の旅行予算は？") == ["東京", "旅行", "行予", "予算"]
-    assert query_terms("我们讨论了北京") == ["我们", "们讨", "讨论", "论了", "了北", "北京"]
+    assert query_terms("我们讨论了北京") == ["们讨", "论了", "了北", "北京"]
+    # Other languages keep their endings; the question's own words are not search terms.
+    assert query_terms("kemarin kita bahas Honjou ya?") == ["honjou"]
+    assert query_terms("lembra do que falamos sobre Lisboa?") == ["lisboa"]
     assert query_terms("2023 年に 42 人") == ["2023", "42"]
 
 

@@ -141,9 +141,11 @@ def test_results_without_their_call_and_calls_without_results_are_dropped() -> N
         stored(2, "user", "hi"),
         stored(3, "assistant", "let me look", tool_calls=[call]),
         stored(4, "user", "again?"),
+        stored(5, "assistant", "  "),
+        stored(6, "user", "and?"),
     ]
     sent = build_prompt(session, "").messages[1:]
-    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user", "user"]
     assert "tool_calls" not in sent[1] and sent[1]["content"] == "let me look"
 
 

@@ -139,16 +139,8 @@ async def test_group_stranger_is_told_only_when_addressing_the_bot(tmp_path: Pat
         assert not bot.model_requests()
 
 
-@pytest.mark.parametrize(
-    "payload",
-    [
-        "message_with_photo.json",
-        "message_with_sticker.json",
-        "message_with_voice.json",
-        "message_with_document.json",
-        "message_with_location.json",
-    ],
-)
+# Photos, voice notes and documents are read now (tests/test_e2e_media.py).
+@pytest.mark.parametrize("payload", ["message_with_sticker.json", "message_with_location.json"])
 async def test_non_text_messages_get_a_polite_answer(tmp_path: Path, payload: str) -> None:
     async with bot_under_test(tmp_path) as bot:
         bot.tg.push(real_update(payload, OWNER, OWNER))
@@ -169,6 +161,7 @@ async def test_non_text_from_a_stranger_or_unaddressed_in_a_group(tmp_path: Path
         # The group photo was seen (the next update is answered) but not answered.
         await bot.ask(GROUP, "@mnemo_test_bot ping", chat_type="supergroup")
         assert bot.texts(GROUP) == ["echo: ping"]
+        assert bot.tg.calls_of("getFile") == [] and bot.tg.downloads == []
 
 
 async def test_a_bare_mention_asks_for_text_and_costs_nothing(tmp_path: Path) -> None:

@@ -285,3 +285,47 @@ def test_a_failed_open_does_not_keep_the_process_alive(tmp_path: Path) -> None:
         [sys.executable, "-c", script], cwd=repo, timeout=60, capture_output=True, check=False
     )
     assert done.returncode == 3, done.stderr
+
+
+async def test_media_migration_keeps_usage_rows_and_adds_transcription(tmp_path: Path) -> None:
+    """The media migration rebuilds `usage` (a CHECK cannot be altered in place): rows written
+    before it stay, with their ids, and the new purpose and audio seconds are accepted after."""
+    folder = tmp_path / "migrations"
+    folder.mkdir()
+    numbered = discover_migrations()
+    media_number = next(n for n, p in numbered if p.name.endswith("_media.sql"))
+    for number, path in numbered:
+        if number < media_number:
+            (folder / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    path = tmp_path / "old.sqlite3"
+    old = await Database.open(path, migrations=folder)
+    try:
+        async with old.transaction() as conn:  # a row as the code before it wrote it
+            await conn.execute(
+                "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
+                "completion_tokens, cost_usd, created_at) "
+                "VALUES (8, 42, 'gpt-5', 'chat', 100, 20, 0.0003, '2026-11-30T10:00:00.000Z')"
+            )
+    finally:
+        await old.close()
+
+    db = await Database.open(path)  # every migration, the media one included
+    try:
+        await _check_media_schema(db)
+    finally:
+        await db.close()
+
+
+async def _check_media_schema(db: Database) -> None:
+    store = Store(db)
+    await store.record_usage(8, 42, "whisper-1", "transcription", Usage(0, 0, 0.0002, 2.0))
+    await store.add_message(8, "user", "[photo: cat]", media={"kind": "photo", "file_id": "Ag"})
+    rows = await db.fetchall("SELECT id, model_id, purpose, audio_seconds FROM usage ORDER BY id")
+    assert [tuple(r) for r in rows] == [
+        (1, "gpt-5", "chat", 0.0),
+        (2, "whisper-1", "transcription", 2.0),
+    ]
+    [message] = await store.session_messages(await store.active_session(8))
+    assert message.media == {"kind": "photo", "file_id": "Ag"}
+    indexes = {r["name"] for r in await db.fetchall("SELECT name FROM sqlite_master")}
+    assert {"usage_spend_by_time", "usage_spend_by_user", "usage_by_chat"} <= indexes

@@ -27,6 +27,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
@@ -146,6 +147,36 @@ class RecordedRequest:
     body: dict[str, Any]
     stream: bool
     at: float
+
+    @property
+    def is_transcription(self) -> bool:
+        return self.path.endswith("/audio/transcriptions")
+
+    def image_parts(self) -> list[dict[str, str]]:
+        """Every image the request carried: {"media_type", "data"} (base64), in order.
+
+        OpenAI sends `{"type": "image_url", "image_url": {"url": "data:<type>;base64,<b64>"}}`;
+        Anthropic `{"type": "image", "source": {"type": "base64", "media_type", "data"}}`.
+        """
+        found: list[dict[str, str]] = []
+        for message in self.body.get("messages") or []:
+            content = message.get("content")
+            if not isinstance(content, list):
+                continue
+            for part in content:
+                if not isinstance(part, dict):
+                    continue
+                if part.get("type") == "image_url":
+                    url = (part.get("image_url") or {}).get("url", "")
+                    head, _, data = url.partition(",")
+                    media_type = head.removeprefix("data:").removesuffix(";base64")
+                    found.append({"media_type": media_type, "data": data})
+                elif part.get("type") == "image":
+                    source = part.get("source") or {}
+                    found.append(
+                        {"media_type": source.get("media_type", ""), "data": source.get("data", "")}
+                    )
+        return found
 
     def system_text(self) -> str:
         """The system prompt, whether sent as a message (OpenAI, Groq) or `system` (Anthropic)."""
@@ -522,6 +553,8 @@ class FakeProvider:
         self._port: int | None = None
         # Keys this gateway rejects with its real 401 body, whatever the script says.
         self.invalid_keys: set[str] = set()
+        # What the fake "hears" in uploaded audio: sha256 of the file -> transcript.
+        self.speech: dict[str, str] = {}
         # Optional provider-side rate limit (see enforce_rate_limit); rejections are counted.
         self._limit: tuple[float, float] | None = None
         self._limit_tokens = 0.0
@@ -537,6 +570,9 @@ class FakeProvider:
         app = web.Application()
         path = "/v1/messages" if self.kind == "anthropic" else self._chat_path
         app.router.add_post(path, self._handle)
+        if self.kind != "anthropic":  # Anthropic has no transcription endpoint
+            audio_path = self._chat_path.replace("/chat/completions", "/audio/transcriptions")
+            app.router.add_post(audio_path, self._handle_transcription)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0, shutdown_timeout=0.5)
@@ -667,6 +703,101 @@ class FakeProvider:
         if stream:
             return await self._stream(request, step, body)
         return self._complete(step, body)
+
+    def hears(self, audio: bytes, transcript: str) -> None:
+        """Answer transcription requests uploading exactly `audio` with `transcript`."""
+        self.speech[hashlib.sha256(audio).hexdigest()] = transcript
+
+    def transcription_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.is_transcription]
+
+    async def _handle_transcription(self, request: web.Request) -> web.StreamResponse:
+        """POST .../audio/transcriptions (multipart): OpenAI's and Groq's transcription API."""
+        auth = request.headers.get("Authorization", "")
+        api_key = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+        fields: dict[str, Any] = {}
+        audio = b""
+        if request.content_type != "multipart/form-data":
+            return _json_response(
+                {"error": {"message": "request Content-Type isn't multipart/form-data"}},
+                status=400,
+            )
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if part.filename is not None:  # type: ignore[union-attr]
+                audio = await part.read()  # type: ignore[union-attr]
+                fields["file"] = {
+                    "filename": part.filename,  # type: ignore[union-attr]
+                    "content_type": part.headers.get("Content-Type", ""),
+                    "size": len(audio),
+                    "sha256": hashlib.sha256(audio).hexdigest(),
+                }
+            elif part.name:
+                fields[part.name] = await part.text()  # type: ignore[union-attr]
+        model = fields.get("model")
+        self.requests.append(
+            RecordedRequest(request.path, api_key, model, fields, False, time.monotonic())
+        )
+        if api_key in self.invalid_keys:
+            return await self._fault(request, Fault("unauthorized_401"), fields, api_key, False)
+        if self._over_limit():
+            limited = Fault("rate_limit_429", retry_after=1)
+            return await self._fault(request, limited, fields, api_key, False)
+        step = self._next_step(model or "")
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if isinstance(step, Fault):
+            return await self._fault(request, step, fields, api_key, False)
+        if isinstance(step, Reply):
+            if step.delay:
+                await asyncio.sleep(step.delay)
+            text = step.text
+        else:
+            digest = fields.get("file", {}).get("sha256", "")
+            text = self.speech.get(digest, f"[fake transcript of {len(audio)} bytes]")
+        return _json_response(self._transcription_body(model or "", fields, text))
+
+    def _transcription_body(self, model: str, fields: dict[str, Any], text: str) -> dict[str, Any]:
+        """The provider's own success shape for the response format asked for."""
+        if self.kind == "groq":
+            body: dict[str, Any] = {"text": text, "x_groq": {"id": _id("req_")}}
+            if fields.get("response_format") == "verbose_json":
+                body = {"task": "transcribe", "language": "English", "duration": 1.0, **body}
+            return body
+        if fields.get("response_format") == "verbose_json":  # whisper-1 through litellm
+            return {
+                "task": "transcribe",
+                "language": "english",
+                "duration": 1.0,
+                "text": text,
+                "segments": [
+                    {
+                        "id": 0,
+                        "seek": 0,
+                        "start": 0.0,
+                        "end": 1.0,
+                        "text": text,
+                        "tokens": [50364, 50414],
+                        "temperature": 0.0,
+                        "avg_logprob": -0.2,
+                        "compression_ratio": 1.1,
+                        "no_speech_prob": 0.01,
+                    }
+                ],
+                "usage": {"type": "duration", "seconds": 1},
+            }
+        # gpt-4o(-mini)-transcribe: text plus token usage
+        tokens = max(1, len(text) // 4)
+        return {
+            "text": text,
+            "usage": {
+                "type": "tokens",
+                "input_tokens": 50,
+                "input_token_details": {"text_tokens": 0, "audio_tokens": 50},
+                "output_tokens": tokens,
+                "total_tokens": 50 + tokens,
+            },
+        }
 
     # success bodies
 

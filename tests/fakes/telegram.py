@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import math
@@ -28,6 +29,8 @@ from urllib.parse import urlsplit
 from aiohttp import ClientSession, ClientTimeout, web
 
 MAX_TEXT_UTF16 = 4096
+# Bots may download files up to 20 MB through getFile on the public Bot API.
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024
 
 # A real callback_query update (telegram-rs/telegram-bot's update assets, see
 # ../shared/testdata/tg-updates/SOURCE.txt): the shape button presses are built on.
@@ -64,6 +67,7 @@ _STRING_PARAMS = frozenset(
         "ip_address",
         "business_connection_id",
         "message_effect_id",
+        "file_id",
     }
 )
 
@@ -353,6 +357,20 @@ class BotMessage:
 
 
 @dataclass
+class StoredFile:
+    """A file the fake Bot API can hand out: getFile answers with it, /file/ serves it."""
+
+    file_id: str
+    file_unique_id: str
+    file_path: str
+    data: bytes
+
+    @property
+    def file_size(self) -> int:
+        return len(self.data)
+
+
+@dataclass
 class FloodViolation:
     method: str
     chat_id: int
@@ -418,6 +436,9 @@ class FakeTelegram:
         self._webhook_task: asyncio.Task[None] | None = None
         self._webhook_wakeup = asyncio.Event()
         self._delivered_upto = 0
+        self._files: dict[str, StoredFile] = {}
+        self._announced_sizes: dict[str, int] = {}
+        self.downloads: list[str] = []  # file_path of every file download served
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -425,6 +446,7 @@ class FakeTelegram:
         self._closing = False  # a stopped fake can be started again (same state, new port)
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{file_path:.+}", self._download)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -506,6 +528,65 @@ class FakeTelegram:
         if reply_to_bot:
             message["reply_to_message"] = self._reply_target(chat_id, chat)
         return {"message": message}
+
+    def add_file(
+        self, data: bytes, *, file_path: str, size: int | None = None, file_id: str | None = None
+    ) -> StoredFile:
+        """Register a file users "sent"; getFile and the download serve it.
+
+        `size` lets a test announce a size other than the real one (a 30 MB file without
+        30 MB in memory): getFile then refuses it the way Telegram does. `file_id` keeps the
+        id a real recorded update carries.
+        """
+        digest = hashlib.sha256(data + file_path.encode()).hexdigest()
+        stored = StoredFile(file_id or f"BQAC{digest[:40]}", f"AgAD{digest[:12]}", file_path, data)
+        self._files[stored.file_id] = stored
+        if size is not None:
+            self._announced_sizes[stored.file_id] = size
+        return stored
+
+    def file_fields(self, stored: StoredFile) -> dict[str, Any]:
+        """The file fields an update carries (file_id, file_unique_id, file_size)."""
+        return {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.file_unique_id,
+            "file_size": self._announced_sizes.get(stored.file_id, stored.file_size),
+        }
+
+    def make_media_update(
+        self,
+        chat_id: int,
+        user_id: int,
+        media: dict[str, Any],
+        *,
+        caption: str | None = None,
+        chat_type: str = "private",
+        language_code: str = "en",
+        reply_to_bot: bool = False,
+    ) -> dict[str, Any]:
+        """An update carrying a voice note, audio, video note, photo or document.
+
+        `media` is the message field(s) as Telegram sends them, e.g.
+        ``{"voice": {**tg.file_fields(f), "duration": 3, "mime_type": "audio/ogg"}}``.
+        """
+        update = self.make_text_update(
+            chat_id,
+            user_id,
+            "",
+            chat_type=chat_type,
+            language_code=language_code,
+            reply_to_bot=reply_to_bot,
+            entities=[],
+        )
+        message = update["message"]
+        del message["text"]
+        message.update(media)
+        if caption is not None:
+            message["caption"] = caption
+            found = self._auto_entities(caption)
+            if found:
+                message["caption_entities"] = found
+        return update
 
     def make_callback_update(
         self, chat_id: int, user_id: int, data: str, *, message_id: int
@@ -591,6 +672,17 @@ class FakeTelegram:
             call.error = error.description
             return _error_response(error)
         return web.json_response({"ok": True, "result": result})
+
+    async def _download(self, request: web.Request) -> web.Response:
+        """GET <base>/file/bot<token>/<file_path>: the file's bytes, as the Bot API serves them."""
+        if request.match_info["token"] != self.token:
+            return web.Response(status=401, text="Unauthorized")
+        file_path = request.match_info["file_path"]
+        self.downloads.append(file_path)
+        for stored in self._files.values():
+            if stored.file_path == file_path:
+                return web.Response(body=stored.data, content_type="application/octet-stream")
+        return _error_response(_ApiError(404, "Not Found"))
 
     def _maybe_injected(self, method: str) -> None:
         injected = self._injected.get(method)
@@ -712,6 +804,20 @@ class FakeTelegram:
             {**params, "parsed_text": text, "parsed_entities": entities, "at": time.monotonic()}
         )
         return True
+
+    async def _api_getfile(self, params: dict[str, Any]) -> dict[str, Any]:
+        stored = self._files.get(str(params.get("file_id") or ""))
+        if stored is None:
+            raise _ApiError(400, "Bad Request: invalid file_id")
+        size = self._announced_sizes.get(stored.file_id, stored.file_size)
+        if size > MAX_DOWNLOAD_BYTES:
+            raise _ApiError(400, "Bad Request: file is too big")
+        return {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.file_unique_id,
+            "file_size": size,
+            "file_path": stored.file_path,
+        }
 
     async def _api_sendchataction(self, params: dict[str, Any]) -> bool:
         self._chat_id(params)

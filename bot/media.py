@@ -1,0 +1,568 @@
+"""Voice notes, audio files, video notes, photos and documents, turned into chat turns.
+
+Everything a text message goes through applies here first and in the same order: group
+addressing, the allowlist (`admit`), then the checks that need no download (duration, the size
+Telegram announces, whether the chat's model can see, whether we read that kind of document),
+then the rate limit and the spending caps (`TurnGuard.check_spend`). Only then is anything
+downloaded, so a stranger, an over-long note or a user over their cap costs nothing.
+
+- Voice (and audio, video notes): written to the media inbox with its file id first, then,
+  inside the chat's turn, downloaded and transcribed by the hidden transcription chain. The
+  transcript is shown (quoted) and answered as if typed; it is what the session stores. If
+  every transcription model fails the user is told, with a Retry button naming the inbox row.
+- Photos (and image documents): sent to the chat model as an image part when its catalog entry
+  says `vision`; otherwise a polite line with buttons to switch to a model that can see. The
+  session stores "[photo: caption]" and the file id, never the bytes.
+- Documents: text extracted (memory/documents.py), trimmed to DOCUMENT_TOKEN_BUDGET with a
+  note, stored with the file name so it can be recalled, and answered with the caption as the
+  question.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import structlog
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
+from telegram.constants import ChatType, ParseMode
+from telegram.error import TelegramError
+from telegram.ext import ContextTypes
+
+from bot.access import (
+    admit,
+    clean_text,
+    is_addressed_to_bot,
+    is_group,
+    say,
+    strip_bot_mentions,
+    user_language,
+)
+from bot.i18n import t
+from bot.keyboards import model_keyboard
+from bot.render import utf16_len
+from bot.services import Services, services_of
+from bot.turns import TurnRequest, failure_reason, run_chat_turn
+from memory.documents import DocumentError, document_kind, extract_text
+from memory.media_inbox import InboxItem, MediaInbox
+from memory.store import StoredMessage
+from models.types import NO_KEY, TransportError, Usage
+
+log = structlog.get_logger("bot.media")
+
+Context = ContextTypes.DEFAULT_TYPE
+
+# Bots may download files up to 20 MB through getFile on the public Bot API.
+TELEGRAM_DOWNLOAD_LIMIT = 20 * 1024 * 1024
+RETRY_PREFIX = "mr:"
+# A transcript longer than this is shown collapsed (expandable blockquote).
+EXPAND_AFTER_CHARS = 300
+# What the transcript message may show (UTF-16 units, under Telegram's 4096); the whole
+# transcript is stored and answered anyway.
+SHOWN_TRANSCRIPT_UNITS = 4000
+VOICE_KINDS = ("voice", "audio", "video_note")
+IMAGE_MIME_TYPES = ("image/jpeg", "image/png", "image/webp", "image/gif")
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """What an update announces about its file, before anything is downloaded."""
+
+    kind: str  # voice, audio, video_note, photo, document
+    file_id: str
+    file_unique_id: str
+    file_size: int | None
+    duration: int = 0
+    mime_type: str | None = None
+    file_name: str | None = None
+
+
+def incoming_media(message: Message) -> Incoming | None:
+    """The file of a media message; a photo's largest size within the download limit.
+
+    An image sent as a file (a document with an image MIME type) counts as a photo.
+    """
+    if message.voice is not None:
+        v = message.voice
+        return Incoming(
+            "voice", v.file_id, v.file_unique_id, v.file_size, v.duration, v.mime_type, None
+        )
+    if message.audio is not None:
+        a = message.audio
+        return Incoming(
+            "audio", a.file_id, a.file_unique_id, a.file_size, a.duration, a.mime_type, a.file_name
+        )
+    if message.video_note is not None:
+        n = message.video_note
+        return Incoming("video_note", n.file_id, n.file_unique_id, n.file_size, n.duration)
+    if message.photo:
+        sizes = sorted(message.photo, key=lambda p: (p.width * p.height, p.file_size or 0))
+        fitting = [p for p in sizes if (p.file_size or 0) <= TELEGRAM_DOWNLOAD_LIMIT]
+        best = fitting[-1] if fitting else sizes[-1]
+        return Incoming("photo", best.file_id, best.file_unique_id, best.file_size, 0, "image/jpeg")
+    if message.document is not None:
+        d = message.document
+        mime = (d.mime_type or "").lower()
+        kind = "photo" if mime in IMAGE_MIME_TYPES else "document"
+        return Incoming(kind, d.file_id, d.file_unique_id, d.file_size, 0, mime, d.file_name)
+    return None
+
+
+def human_size(size: int) -> str:
+    """Bytes as Telegram clients show file sizes (binary units, written MB and KB)."""
+    if size >= 1024 * 1024:
+        return f"{size / (1024 * 1024):.1f} MB"
+    if size >= 1024:
+        return f"{size / 1024:.0f} KB"
+    return f"{size} B"
+
+
+def _services(context: Context) -> Services:
+    return services_of(context.application)
+
+
+# --- the handler -------------------------------------------------------------------------------
+
+
+async def media_message(update: Update, context: Context) -> None:
+    """Any non-text message: voice, audio, video note, photo, document; else a polite line."""
+    message = update.effective_message
+    if message is None:
+        return
+    bot = context.bot
+    group = is_group(message)
+    if group and not is_addressed_to_bot(message, bot.username, bot.id):
+        return
+    services = _services(context)
+    if not await admit(update, services.settings, refusals=services.refusals):
+        return
+    lang = user_language(update)
+    incoming = incoming_media(message)
+    if incoming is None:
+        await say(message, t("text_only", lang))
+        return
+    refusal = await _refusal_before_download(services, message, incoming, lang)
+    if refusal is not None:
+        text, markup = refusal
+        await say(message, text, reply_markup=markup)
+        return
+    user = update.effective_user
+    assert user is not None
+    if services.guard is not None:
+        refused = await services.guard.check_spend(user.id)
+        if refused is not None:
+            if refused.reply_key is not None:
+                await say(message, t(refused.reply_key, lang, **refused.reply_values))
+            return
+    caption = message.caption or ""
+    if group and caption:
+        caption = strip_bot_mentions(message, bot.username, bot.id)
+    caption = clean_text(caption)
+    request = TurnRequest(
+        chat_id=message.chat_id,
+        user_id=user.id,
+        text="",
+        language=lang,
+        reply_to_message_id=message.message_id if group else None,
+        private=message.chat.type == ChatType.PRIVATE,
+        message_thread_id=message.message_thread_id if message.is_topic_message else None,
+    )
+    log.info(
+        "media_received",
+        chat_id=message.chat_id,
+        kind=incoming.kind,
+        file_size=incoming.file_size,
+        duration=incoming.duration,
+    )
+    if incoming.kind in VOICE_KINDS:
+
+        async def new_item() -> InboxItem:
+            return await MediaInbox(services.db).add(
+                chat_id=message.chat_id,
+                user_id=user.id,
+                kind=incoming.kind,
+                file_id=incoming.file_id,
+                file_unique_id=incoming.file_unique_id,
+                duration=incoming.duration,
+                file_size=incoming.file_size,
+                mime_type=incoming.mime_type,
+                file_name=incoming.file_name,
+                caption=caption or None,
+            )
+
+        await transcribe_and_answer(services, bot, request, new_item)
+    elif incoming.kind == "photo":
+        await _answer_photo(services, bot, request, incoming, caption)
+    else:
+        await _answer_document(services, bot, request, incoming, caption)
+
+
+async def _refusal_before_download(
+    services: Services, message: Message, incoming: Incoming, lang: str | None
+) -> tuple[str, InlineKeyboardMarkup | None] | None:
+    """Whatever can be refused from the update alone: nothing is downloaded for these."""
+    settings = services.settings
+    if incoming.kind in VOICE_KINDS and incoming.duration > settings.MAX_VOICE_SECONDS:
+        return (
+            t("voice_too_long", lang, seconds=incoming.duration, limit=settings.MAX_VOICE_SECONDS),
+            None,
+        )
+    limit = TELEGRAM_DOWNLOAD_LIMIT
+    if incoming.kind == "document":
+        if document_kind(incoming.file_name, incoming.mime_type) is None:
+            name = incoming.file_name or incoming.mime_type or "?"
+            return t("document_unsupported", lang, name=name), None
+        limit = min(limit, settings.MAX_DOCUMENT_BYTES)
+    if incoming.file_size is not None and incoming.file_size > limit:
+        size, most = human_size(incoming.file_size), human_size(limit)
+        return t("file_too_big", lang, size=size, limit=most), None
+    if incoming.kind == "photo":
+        model = await services.chat_model(message.chat_id)
+        if not model.vision:
+            seeing = [e for e in services.available_models() if e.vision]
+            if not seeing:
+                return t("vision_none", lang), None
+            names = ", ".join(e.label for e in seeing)
+            text = t("vision_unsupported", lang, label=model.label, models=names)
+            return text, model_keyboard(seeing, model.id, lang)
+    return None
+
+
+# --- downloads ---------------------------------------------------------------------------------
+
+
+async def download(bot: Any, file_id: str, limit: int) -> bytes | None:
+    """The file's bytes through getFile and the Bot API's file endpoint, or None on failure.
+
+    The size getFile reports is checked again before the download (an update may omit it).
+    """
+    try:
+        telegram_file = await bot.get_file(file_id)
+        if telegram_file.file_size is not None and telegram_file.file_size > limit:
+            log.info("download_refused", size=telegram_file.file_size, limit=limit)
+            return None
+        data = await telegram_file.download_as_bytearray()
+    except TelegramError as exc:
+        log.warning("download_failed", error=str(exc))
+        return None
+    if len(data) > limit:
+        return None
+    return bytes(data)
+
+
+# --- voice -------------------------------------------------------------------------------------
+
+
+async def transcribe_and_answer(
+    services: Services,
+    bot: Any,
+    request: TurnRequest,
+    item: InboxItem | Callable[[], Awaitable[InboxItem]],
+) -> None:
+    """Inside the chat's turn: download, transcribe, show the transcript, answer it.
+
+    `item` is the inbox row (a retry), or makes it: a new note's row is written inside the
+    turn, before any download, so an update held back by a stop (and replayed after the
+    restart) does not leave a second, orphaned row behind.
+    """
+    current: list[InboxItem] = []
+
+    async def prepare(turn: TurnRequest) -> TurnRequest | None:
+        row = item if isinstance(item, InboxItem) else await item()
+        current.append(row)
+        return await _transcribe(services, bot, turn, row)
+
+    async def stored(message: StoredMessage) -> None:
+        await MediaInbox(services.db).mark_done(current[-1].id, message.id)
+
+    await run_chat_turn(services, bot, request, prepare=prepare, on_stored=stored)
+
+
+async def _transcribe(
+    services: Services, bot: Any, request: TurnRequest, item: InboxItem
+) -> TurnRequest | None:
+    lang = request.language
+    inbox = MediaInbox(services.db)
+    audio = await download(bot, item.file_id, TELEGRAM_DOWNLOAD_LIMIT)
+    if audio is None:
+        await inbox.mark_failed(item.id)
+        await _send(bot, request, t("download_failed", lang))
+        return None
+    settings = services.settings
+    try:
+        result = await services.transport.transcribe(
+            settings.TRANSCRIPTION_MODEL,
+            audio,
+            filename=_audio_file_name(item),
+            mime_type=item.mime_type or "audio/ogg",
+            duration_s=float(item.duration),
+            timeout=settings.TRANSCRIPTION_TIMEOUT,
+        )
+    except TransportError as exc:
+        await _record_transcription_spend(services, request, exc.billed)
+        await inbox.mark_failed(item.id)
+        if exc.attempts and all(a.detail == NO_KEY for a in exc.attempts):
+            # Not a passing failure: no transcription model has a key. A retry cannot help.
+            log.warning("transcription_unconfigured", chat_id=request.chat_id)
+            await _send(bot, request, t("transcription_unavailable", lang))
+            return None
+        log.warning(
+            "transcription_failed",
+            chat_id=request.chat_id,
+            inbox_id=item.id,
+            attempts=[f"{a.model_id}@{a.gateway}:{a.outcome}" for a in exc.attempts],
+        )
+        button = InlineKeyboardButton(
+            t("retry_button", lang), callback_data=f"{RETRY_PREFIX}{item.id}"
+        )
+        await _send(
+            bot,
+            request,
+            t("transcription_failed", lang, reason=failure_reason(exc, lang)),
+            reply_markup=InlineKeyboardMarkup([[button]]),
+        )
+        return None
+    await _record_transcription_spend(services, request, result.billed)
+    log.info(
+        "transcribed",
+        chat_id=request.chat_id,
+        inbox_id=item.id,
+        model=result.model_id,
+        seconds=item.duration,
+        chars=len(result.text),
+    )
+    if not result.text:
+        await inbox.mark_failed(item.id)
+        await _send(bot, request, t("transcript_empty", lang))
+        return None
+    await _show_transcript(bot, request, result.text, lang)
+    text = result.text
+    if item.caption:
+        text = f"{item.caption}\n\n{text}"
+    return replace(request, text=text, media=item.media())
+
+
+def _audio_file_name(item: InboxItem) -> str:
+    """The upload's name tells the provider the container (Whisper sniffs the extension)."""
+    if item.file_name:
+        return item.file_name
+    return {"voice": "voice.ogg", "video_note": "video_note.mp4"}.get(item.kind, "audio.ogg")
+
+
+async def _record_transcription_spend(
+    services: Services, request: TurnRequest, billed: list[tuple[str, Usage]]
+) -> None:
+    for model_id, usage in billed:
+        await services.store.record_usage(
+            request.chat_id, request.user_id, model_id, "transcription", usage
+        )
+
+
+def transcript_html(heading: str, transcript: str) -> str:
+    """The heading and the transcript quoted; collapsed (expandable) when long.
+
+    Telegram counts a message's length in UTF-16 units after parsing; a transcript longer than
+    SHOWN_TRANSCRIPT_UNITS is shown cut (with "…"): it is stored and answered whole anyway.
+    """
+    shown = transcript
+    if utf16_len(heading) + utf16_len(shown) + 1 > SHOWN_TRANSCRIPT_UNITS:
+        budget = SHOWN_TRANSCRIPT_UNITS - utf16_len(heading) - 3
+        while utf16_len(shown) > budget:
+            shown = shown[: max(0, len(shown) - max(1, (utf16_len(shown) - budget) // 2))]
+        shown = shown.rstrip() + " …"
+    tag = "blockquote expandable" if len(transcript) > EXPAND_AFTER_CHARS else "blockquote"
+    return f"{html.escape(heading)}\n<{tag}>{html.escape(shown, quote=False)}</blockquote>"
+
+
+async def _show_transcript(
+    bot: Any, request: TurnRequest, transcript: str, lang: str | None
+) -> None:
+    heading = t("transcript_heading", lang)
+    try:
+        await bot.send_message(
+            request.chat_id,
+            transcript_html(heading, transcript),
+            parse_mode=ParseMode.HTML,
+            reply_to_message_id=request.reply_to_message_id,
+            message_thread_id=request.message_thread_id,
+        )
+    except TelegramError as exc:  # showing it is a courtesy; the turn goes on
+        log.warning("transcript_not_shown", chat_id=request.chat_id, error=str(exc))
+
+
+async def _send(bot: Any, request: TurnRequest, text: str, **kwargs: Any) -> None:
+    try:
+        await bot.send_message(
+            request.chat_id,
+            text,
+            reply_to_message_id=request.reply_to_message_id,
+            message_thread_id=request.message_thread_id,
+            **kwargs,
+        )
+    except TelegramError as exc:
+        log.warning("reply_failed", chat_id=request.chat_id, error=str(exc))
+
+
+async def retry_callback(update: Update, context: Context) -> None:
+    """The Retry button of a failed transcription: the same checks, then the same turn."""
+    query = update.callback_query
+    services = _services(context)
+    if query is None or not await admit(
+        update, services.settings, addressed=False, refusals=services.refusals
+    ):
+        return
+    lang = user_language(update)
+    message = query.message
+    item_id = (query.data or "").removeprefix(RETRY_PREFIX)
+    item = await MediaInbox(services.db).get(int(item_id)) if item_id.isdigit() else None
+    if (
+        item is None
+        or message is None
+        or item.chat_id != message.chat.id
+        or item.state == "done"
+        or services.turns.is_running(item.chat_id)
+    ):
+        await query.answer(t("retry_gone", lang), show_alert=True)
+        return
+    user = update.effective_user
+    assert user is not None
+    if services.guard is not None:
+        refused = await services.guard.check_spend(user.id)
+        if refused is not None:
+            if refused.reply_key is not None:
+                await query.answer(
+                    t(refused.reply_key, lang, **refused.reply_values), show_alert=True
+                )
+            return
+    await query.answer()
+    try:
+        await query.edit_message_reply_markup(None)
+    except TelegramError as exc:
+        log.debug("retry_button_not_removed", error=str(exc))
+    chat = message.chat
+    request = TurnRequest(
+        chat_id=chat.id,
+        user_id=user.id,
+        text="",
+        language=lang,
+        reply_to_message_id=None,
+        private=chat.type == ChatType.PRIVATE,
+    )
+    await transcribe_and_answer(services, context.bot, request, item)
+
+
+# --- photos ------------------------------------------------------------------------------------
+
+
+def photo_text(caption: str) -> str:
+    """What the session stores for a photo and what consolidation reads: never the bytes."""
+    return f"[photo: {caption}]" if caption.strip() else "[photo]"
+
+
+async def _answer_photo(
+    services: Services, bot: Any, request: TurnRequest, incoming: Incoming, caption: str
+) -> None:
+    media: dict[str, object] = {
+        "kind": "photo",
+        "file_id": incoming.file_id,
+        "file_unique_id": incoming.file_unique_id,
+    }
+    if caption:
+        media["caption"] = caption
+    if incoming.file_name:
+        media["file_name"] = incoming.file_name
+
+    async def prepare(turn: TurnRequest) -> TurnRequest | None:
+        data = await download(bot, incoming.file_id, TELEGRAM_DOWNLOAD_LIMIT)
+        if data is None:
+            await _send(bot, turn, t("download_failed", turn.language))
+            return None
+        mime = incoming.mime_type or "image/jpeg"
+        url = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+        return replace(turn, text=photo_text(caption), media=media, image_url=url)
+
+    await run_chat_turn(services, bot, request, prepare=prepare)
+
+
+# --- documents ---------------------------------------------------------------------------------
+
+
+def document_prompt(file_name: str, caption: str, text: str) -> str:
+    """The user message a document becomes: name, the caption as the question, the text."""
+    safe = text.replace("</document>", "")
+    lines = [f"[document: {file_name}]"]
+    if caption.strip():
+        lines.append(caption.strip())
+    lines.append(f'\n<document name="{file_name}">\n{safe}\n</document>')
+    return "\n".join(lines)
+
+
+_DOCUMENT_ERRORS = {
+    "unsupported": "document_unsupported",
+    "no_text_layer": "document_no_text",
+    "unreadable_pdf": "document_unreadable",
+    "binary": "document_binary",
+    "empty": "document_empty",
+}
+
+
+async def _answer_document(
+    services: Services, bot: Any, request: TurnRequest, incoming: Incoming, caption: str
+) -> None:
+    settings = services.settings
+    name = incoming.file_name or "document"
+
+    async def prepare(turn: TurnRequest) -> TurnRequest | None:
+        lang = turn.language
+        limit = min(TELEGRAM_DOWNLOAD_LIMIT, settings.MAX_DOCUMENT_BYTES)
+        data = await download(bot, incoming.file_id, limit)
+        if data is None:
+            await _send(bot, turn, t("download_failed", lang))
+            return None
+        try:
+            document = extract_text(
+                data,
+                file_name=incoming.file_name,
+                mime_type=incoming.mime_type,
+                token_budget=settings.DOCUMENT_TOKEN_BUDGET,
+            )
+        except DocumentError as exc:
+            log.info("document_unreadable", chat_id=turn.chat_id, reason=exc.reason)
+            await _send(bot, turn, t(_DOCUMENT_ERRORS[exc.reason], lang, name=name))
+            return None
+        log.info(
+            "document_read",
+            chat_id=turn.chat_id,
+            kind=document.kind,
+            pages=document.pages,
+            tokens=document.total_tokens,
+            cut_chars=document.cut_chars,
+        )
+        if document.trimmed:
+            await _send(
+                bot,
+                turn,
+                t(
+                    "document_trimmed",
+                    lang,
+                    name=name,
+                    kept=f"{document.kept_tokens:,}",
+                    total=f"{document.total_tokens:,}",
+                ),
+            )
+        media: dict[str, object] = {
+            "kind": "document",
+            "file_id": incoming.file_id,
+            "file_unique_id": incoming.file_unique_id,
+            "file_name": name,
+        }
+        if caption:
+            media["caption"] = caption
+        if document.trimmed:
+            media["cut_chars"] = document.cut_chars
+        return replace(turn, text=document_prompt(name, caption, document.text), media=media)
+
+    await run_chat_turn(services, bot, request, prepare=prepare)

@@ -1,0 +1,117 @@
+"""Voice notes waiting for a transcript, kept so that a failed transcription loses nothing.
+
+A voice note (or audio file, or video note) is written here, with its Telegram file id, before
+anything is downloaded or any model is called. If every transcription model fails, the row
+stays (state 'failed') and the user can retry it later: the file id is all Telegram needs to
+hand the audio out again. Once transcribed, the row points at the stored user message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aiosqlite
+
+from memory.db import Database
+from memory.store import to_iso, utc_now
+
+VOICE_KINDS = ("voice", "audio", "video_note")
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    id: int
+    chat_id: int
+    user_id: int
+    kind: str
+    file_id: str
+    file_unique_id: str
+    duration: int
+    file_size: int | None
+    mime_type: str | None
+    file_name: str | None
+    caption: str | None
+    state: str
+    attempts: int
+
+    def media(self) -> dict[str, object]:
+        """The `media` record of the user message the transcript becomes."""
+        record: dict[str, object] = {
+            "kind": self.kind,
+            "file_id": self.file_id,
+            "file_unique_id": self.file_unique_id,
+            "duration": self.duration,
+        }
+        if self.file_name:
+            record["file_name"] = self.file_name
+        if self.caption:
+            record["caption"] = self.caption
+        return record
+
+
+class MediaInbox:
+    """The `media_inbox` table (see migrations/0006_media.sql)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def add(
+        self,
+        *,
+        chat_id: int,
+        user_id: int,
+        kind: str,
+        file_id: str,
+        file_unique_id: str,
+        duration: int,
+        file_size: int | None = None,
+        mime_type: str | None = None,
+        file_name: str | None = None,
+        caption: str | None = None,
+    ) -> InboxItem:
+        now = to_iso(utc_now())
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "INSERT INTO media_inbox(chat_id, user_id, kind, file_id, file_unique_id, "
+                "duration, file_size, mime_type, file_name, caption, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                (
+                    chat_id,
+                    user_id,
+                    kind,
+                    file_id,
+                    file_unique_id,
+                    duration,
+                    file_size,
+                    mime_type,
+                    file_name,
+                    caption,
+                    now,
+                    now,
+                ),
+            )
+            row = await cursor.fetchone()
+        assert row is not None
+        return _item(row)
+
+    async def get(self, item_id: int) -> InboxItem | None:
+        row = await self.db.fetchone("SELECT * FROM media_inbox WHERE id = ?", (item_id,))
+        return _item(row) if row else None
+
+    async def mark_failed(self, item_id: int) -> None:
+        await self._set(item_id, "failed", None)
+
+    async def mark_done(self, item_id: int, message_id: int) -> None:
+        await self._set(item_id, "done", message_id)
+
+    async def _set(self, item_id: int, state: str, message_id: int | None) -> None:
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "UPDATE media_inbox SET state = ?, message_id = COALESCE(?, message_id), "
+                "attempts = attempts + (? = 'failed'), updated_at = ? WHERE id = ?",
+                (state, message_id, state, to_iso(utc_now()), item_id),
+            )
+
+
+def _item(row: aiosqlite.Row) -> InboxItem:
+    return InboxItem(**{name: row[name] for name in InboxItem.__dataclass_fields__})
