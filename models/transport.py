@@ -430,7 +430,8 @@ class Transport:
 
         Every streamed request is priced by litellm when it starts, counting the prompt's
         tokens; the first count loads its tokenizer (~1 s of CPU on the event loop, measured
-        by benchmarks/turn_overhead.py), during which every chat waits. Call once at start-up.
+        by benchmarks/turn_overhead.py), during which every chat waits. The HTTP clients of
+        every gateway and key are built here too (TLS set-up). Call once at start-up.
         """
         names: set[str] = set()
         for entry in self.catalog.entries.values():
@@ -439,9 +440,15 @@ class Transport:
                 # litellm prices with either name, and picks a tokenizer per name.
                 names.update((state.gateway.litellm_model(entry), entry.wire_name))
         try:
+            await asyncio.to_thread(self._prepare_clients)
             await asyncio.to_thread(_warm_litellm, sorted(names))
         except Exception as exc:  # only an optimisation: never a reason not to start
             log.warning("litellm_warm_up_failed", error=str(exc))
+
+    def _prepare_clients(self) -> None:
+        for state in self._gateways.values():
+            for index, key in enumerate(state.gateway.keys):
+                self._clients.prepare(state.gateway, index, key)
 
     async def aclose(self) -> None:
         """Close the HTTP clients (connection pools) this transport handed to litellm, on the

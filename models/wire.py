@@ -13,6 +13,7 @@ Streamed (SSE) bodies are never read here: only JSON bodies, which litellm reads
 from __future__ import annotations
 
 import json
+import ssl
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +102,20 @@ class ClientPool:
         self._clients: dict[tuple[str, str, str, int], Any] = {}
         self._http: list[httpx.AsyncClient] = []  # ours to close (handed to litellm's handler)
         self._turn = 0
+        # One TLS context for every client: building one costs ~50 ms of CPU, and each shard
+        # would otherwise build its own (two for litellm's handler) during the first requests.
+        self._tls: ssl.SSLContext | None = None
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = httpx.create_ssl_context()
+        return self._tls
+
+    def prepare(self, gateway: Gateway, key_index: int, key: str) -> None:
+        """Build every shard's client for this gateway and key now (start-up), not during the
+        first requests."""
+        for _ in range(POOL_SHARDS):
+            self.client_for(gateway, key_index, key)
 
     def client_for(self, gateway: Gateway, key_index: int, key: str) -> Any:
         # The OpenAI SDK client carries its key; litellm's handler gets the key per call.
@@ -119,13 +134,18 @@ class ClientPool:
                     api_key=key,
                     base_url=gateway.api_base,
                     max_retries=0,
-                    http_client=httpx.AsyncClient(event_hooks=hooks, limits=SHARD_LIMITS),
+                    http_client=httpx.AsyncClient(
+                        event_hooks=hooks, limits=SHARD_LIMITS, verify=self._tls_context()
+                    ),
                 )
             else:
-                client = AsyncHTTPHandler(event_hooks=hooks)
+                client = AsyncHTTPHandler(event_hooks=hooks, ssl_verify=self._tls_context())
                 # litellm's handler builds its client with httpx's default pool; give it ours.
                 http = httpx.AsyncClient(
-                    event_hooks=hooks, limits=SHARD_LIMITS, follow_redirects=True
+                    event_hooks=hooks,
+                    limits=SHARD_LIMITS,
+                    follow_redirects=True,
+                    verify=self._tls_context(),
                 )
                 self._http.append(http)
                 client.client = http
@@ -144,7 +164,9 @@ class ClientPool:
                 base_url=gateway.api_base,
                 max_retries=0,
                 http_client=httpx.AsyncClient(
-                    event_hooks={"response": [_on_response]}, limits=SHARD_LIMITS
+                    event_hooks={"response": [_on_response]},
+                    limits=SHARD_LIMITS,
+                    verify=self._tls_context(),
                 ),
             )
             self._clients[slot] = client
