@@ -8,8 +8,10 @@ tool rounds the model is asked once more with `tool_choice: none`, so it must an
 
 Failures: within a round the transport retries and walks the fallback chain with the same
 messages, so a fallback continues from the same tool results; later rounds stay on the model
-that answered. Every round's usage is recorded when the round ends, so a turn of several rounds
-costs what it really cost. A cancel keeps the text the user saw of the current round.
+that answered. Every model call reports its spend through the transport's `on_spend` as it ends
+(answered, broken after text, cancelled) and the turn records all of it, so a turn of several
+rounds — or one cut short — costs what it really cost. A cancel keeps the text the user saw of
+the current round.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from agent.events import AgentDone, AgentEvent, ToolRound
 from memory.chat_tools import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
 from memory.context import Framing, build_prompt, with_image
 from memory.store import Store
+from memory.usage import SpendRecorder
 from models.catalog import Catalog
 from models.types import (
     ChatResult,
     Message,
+    SpendCallback,
     StreamDone,
     StreamEvent,
     StreamRestart,
@@ -56,6 +60,7 @@ class StreamingClient(Protocol):
         timeout: float,
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
+        on_spend: SpendCallback | None = None,
     ) -> AsyncGenerator[StreamEvent, None]: ...
 
 
@@ -102,6 +107,21 @@ class AgentLoop:
         return min((e.context_window for e in self.catalog.chain(model_id)), default=8192)
 
     async def run(self, turn: AgentTurn) -> AsyncGenerator[AgentEvent, None]:
+        # Every model call of the turn reports what it cost as it ends (an answer, a tool
+        # round, a model that broke after text, a cancel or a stop); all of it is recorded.
+        spending = SpendRecorder(self.store, turn.chat_id, turn.user_id, "chat")
+        try:
+            async for event in self._rounds(turn, spending):
+                yield event
+        finally:
+            try:
+                await spending.flush()
+            except Exception:
+                log.exception("usage_not_recorded", chat_id=turn.chat_id)
+
+    async def _rounds(
+        self, turn: AgentTurn, spending: SpendRecorder
+    ) -> AsyncGenerator[AgentEvent, None]:
         framing = Framing()
         model_id = turn.model_id
         receipts: list[Receipt] = []
@@ -140,9 +160,11 @@ class AgentLoop:
                     timeout=self.timeout,
                     tools=tools,
                     tool_choice="none" if tools and last_round else None,
+                    on_spend=spending.add,
                 )
                 # aclosing: when we are closed at a yield, the transport's stream is closed
-                # right away too (its request ends now, not at garbage collection).
+                # right away too (its request ends now, not at garbage collection), and it
+                # reports what the cut-off attempt cost.
                 async with aclosing(stream):
                     async for event in stream:
                         if isinstance(event, TextDelta):
@@ -159,6 +181,7 @@ class AgentLoop:
                             display.clear()
                             shown_rounds.clear()
                             separate = False
+                            await spending.flush()  # the broken model's part, at once
                             yield event
                         elif isinstance(event, StreamDone):
                             result = event.result
@@ -186,7 +209,9 @@ class AgentLoop:
             shown_rounds.append("".join(round_text).strip())
             if not calls:
                 if text.strip():  # an empty answer is not stored: providers refuse it later
-                    # The answer and its usage in one transaction: one wait for the writer.
+                    # The answer and what its attempts cost, in one transaction: one wait for
+                    # the writer, and never one without the other.
+                    pending = spending.pending()
                     await self.store.add_answer(
                         turn.chat_id,
                         turn.user_id,
@@ -194,9 +219,10 @@ class AgentLoop:
                         model_id=result.model_id,
                         usage=result.usage,
                         session_id=turn.session_id,
+                        spends=[(s.model_id, s.usage) for s in pending],
                     )
-                else:
-                    await self._record_usage(turn, result)
+                    spending.written(len(pending))
+                await spending.flush()
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part) or text,
                     model_id=result.model_id,
@@ -221,7 +247,7 @@ class AgentLoop:
                 model_id=result.model_id,
                 usage=result.usage,
             )
-            await self._record_usage(turn, result)
+            await spending.flush()
             receipts.extend(o.receipt for o in outcomes if o.receipt is not None)
             steps += 1
             log.info(
@@ -246,8 +272,3 @@ class AgentLoop:
                 call.id, call.name, "error: the tool failed inside the bot; nothing changed",
                 ok=False,
             )  # fmt: skip
-
-    async def _record_usage(self, turn: AgentTurn, result: ChatResult) -> None:
-        await self.store.record_usage(
-            turn.chat_id, turn.user_id, result.model_id, "chat", result.usage
-        )

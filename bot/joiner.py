@@ -12,7 +12,8 @@ Telegram-free: callers pass the text and any reference (e.g. a message id) they 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -23,6 +24,10 @@ TELEGRAM_MESSAGE_LIMIT = TELEGRAM_TEXT_LIMIT
 # boundary before 4096, so real parts fall a little short of the limit; a human message of this
 # length only waits `window` seconds longer, while a missed part would cost a whole extra turn.
 DEFAULT_FULL_PART_UNITS = 3000
+# At most this many parts join into one turn (a 16-part message is ~64,000 UTF-16 units, four
+# times the default MAX_INPUT_CHARS). Without a cap, full-size parts kept a group open, and
+# every part skipped the rate limit, for as long as they kept coming.
+MAX_SPLIT_PARTS = 16
 
 RefT = TypeVar("RefT")
 
@@ -33,6 +38,8 @@ class JoinedTurn(Generic[RefT]):
 
     parts: list[str] = field(default_factory=list)
     refs: list[RefT] = field(default_factory=list)
+    # True when the parts passed a cap: the turn is cut short and must be refused as too long.
+    overflowed: bool = False
 
     @property
     def text(self) -> str:
@@ -70,24 +77,70 @@ class MessageJoiner(Generic[RefT]):
     the group closes, and None to callers whose part joined an open group: their update is
     handled by the leader. Call it before taking the chat's turn lock, or later parts would
     queue behind the leader that is waiting for them.
+
+    Caps: a group closes at once when it holds `max_parts` parts or more than `max_chars`
+    characters; the leader then gets the turn marked `overflowed` (to be refused as too long),
+    and further full-size parts of that key arriving within `window` of each other are
+    dropped (they belong to the refused message) until a short, final part or a pause.
     """
 
-    def __init__(self, window: float, *, full_part_units: int = DEFAULT_FULL_PART_UNITS) -> None:
+    def __init__(
+        self,
+        window: float,
+        *,
+        full_part_units: int = DEFAULT_FULL_PART_UNITS,
+        max_parts: int = MAX_SPLIT_PARTS,
+        max_chars: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.window = window
         self.full_part_units = full_part_units
+        self.max_parts = max_parts
+        self.max_chars = max_chars
+        self._clock = clock
         self._groups: dict[Hashable, _Group[RefT]] = {}
+        self._dropping: dict[Hashable, float] = {}  # key -> until when overflow parts drop
+        self.dropped = 0
 
     def _is_full(self, text: str) -> bool:
         return utf16_len(text) >= self.full_part_units
+
+    def _over_cap(self, turn: JoinedTurn[RefT]) -> bool:
+        if len(turn.parts) > self.max_parts:
+            return True
+        return self.max_chars is not None and sum(len(p) for p in turn.parts) > self.max_chars
+
+    def _drops(self, key: Hashable, text: str) -> bool:
+        """True if this part belongs to a message that already overflowed (and is dropped)."""
+        now = self._clock()
+        if len(self._dropping) > 1024:  # bounded memory over months of uptime
+            self._dropping = {k: u for k, u in self._dropping.items() if u > now}
+        until = self._dropping.get(key)
+        if until is None or until <= now:
+            self._dropping.pop(key, None)
+            return False
+        self.dropped += 1
+        if self._is_full(text):
+            self._dropping[key] = now + self.window
+        else:
+            del self._dropping[key]  # the message's last part
+        return True
 
     async def submit(self, key: Hashable, text: str, ref: RefT) -> JoinedTurn[RefT] | None:
         group = self._groups.get(key)
         if group is not None and not group.closed:
             group.turn.parts.append(text)
             group.turn.refs.append(ref)
-            if not self._is_full(text):
+            if self._over_cap(group.turn):
+                group.turn.overflowed = True
+                group.closed = True
+                if self._is_full(text):
+                    self._dropping[key] = self._clock() + self.window
+            elif not self._is_full(text):
                 group.closed = True
             group.more.set()
+            return None
+        if self._drops(key, text):
             return None
         turn: JoinedTurn[RefT] = JoinedTurn([text], [ref])
         if self.window <= 0 or not self._is_full(text):

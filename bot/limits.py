@@ -136,7 +136,10 @@ class TurnGuard:
         self.max_input_chars = max_input_chars
         self.admins = frozenset(admins)
         self.rate = UserRateLimiter(per_minute, clock=clock)
-        self.joiner: MessageJoiner[int] = MessageJoiner(split_window)
+        # The joiner stops a message at MAX_SPLIT_PARTS parts or past the input size limit.
+        self.joiner: MessageJoiner[int] = MessageJoiner(
+            split_window, max_chars=max_input_chars, clock=clock
+        )
         # Told (part's update id is implicit in the caller) which update a part joined, so a
         # stop can treat the parts as handled only once the whole turn is.
         self.on_part_joined: Callable[[int], None] | None = None
@@ -152,7 +155,7 @@ class TurnGuard:
             return Screened(None)
         text = turn.text
         parts = len(turn.parts)
-        if input_too_long(text, self.max_input_chars):
+        if turn.overflowed or input_too_long(text, self.max_input_chars):
             return Screened(
                 None,
                 "input_too_long",

@@ -38,17 +38,16 @@ def _purpose(purpose: str, lang: str | None) -> str:
 def _period_lines(period: PeriodUsage, heading_key: str, lang: str | None) -> list[str]:
     lines = [t(heading_key, lang, tokens=tokens(period.total_tokens), cost=money(period.cost_usd))]
     for line in period.lines:
-        lines.append(
-            t(
-                "usage_line",
-                lang,
-                model=line.model_id,
-                purpose=_purpose(line.purpose, lang),
-                calls=line.calls,
-                tokens=tokens(line.total_tokens),
-                cost=money(line.cost_usd),
-            )
+        text = t(
+            "usage_line",
+            lang,
+            model=line.model_id,
+            purpose=_purpose(line.purpose, lang),
+            calls=line.calls,
+            tokens=tokens(line.total_tokens),
+            cost=money(line.cost_usd),
         )
+        lines.append(text + (" *" if line.estimated_calls else ""))
     return lines
 
 
@@ -73,6 +72,8 @@ def usage_text(report: UsageReport, lang: str | None, *, own: bool = True) -> st
             tokens=tokens(report.month.tokens_for("consolidation")),
         )
     )
+    if any(line.estimated_calls for line in report.month.lines):
+        lines.append(t("usage_estimated_note", lang))
     return "\n".join(lines)
 
 

@@ -187,6 +187,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             cost_usd=round(usage.cost_usd, 6) if usage else 0.0,
+            usage_estimated=usage.estimated if usage else False,
         )
 
 

@@ -7,7 +7,7 @@ or a provider outage never loses what the user said.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -249,11 +249,13 @@ class Store:
         usage: Usage,
         session_id: int | None = None,
         purpose: str = "chat",
+        spends: Sequence[tuple[str, Usage]] = (),
     ) -> StoredMessage:
-        """The assistant's answer and its usage row, in ONE transaction.
+        """The assistant's answer and the usage rows of what it cost, in ONE transaction.
 
-        A turn's closing writes: one wait for the writer instead of two, and never an answer
-        stored without the spend it cost (or the reverse) if the process dies in between.
+        `spends`: (model id, usage) of each attempt not recorded yet (memory.usage's
+        SpendRecorder). A turn's closing writes: one wait for the writer instead of several,
+        and never an answer stored without its spend (or the reverse) if the process dies.
         """
         now = self.now()
         async with self.db.transaction() as conn:
@@ -261,7 +263,8 @@ class Store:
                 conn, now, chat_id, "assistant", content, None, model_id, None, None, usage,
                 session_id, None,
             )  # fmt: skip
-            await self.insert_usage(conn, chat_id, user_id, model_id, purpose, usage, now)
+            for spent_on, spent in spends:
+                await self.insert_usage(conn, chat_id, user_id, spent_on, purpose, spent, now)
         if window_job is not None:
             self._job_enqueued()
         return stored
@@ -424,8 +427,8 @@ class Store:
     ) -> None:
         await conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
-            "completion_tokens, cost_usd, created_at, audio_seconds) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "completion_tokens, cost_usd, created_at, estimated, audio_seconds) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 chat_id,
                 user_id,
@@ -435,6 +438,7 @@ class Store:
                 usage.completion_tokens,
                 usage.cost_usd,
                 now,
+                int(usage.estimated),
                 usage.audio_seconds,
             ),
         )

@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from memory.db import Database
-from memory.store import to_iso, utc_now
+from memory.store import Store, to_iso, utc_now
+from models.types import Spend, Usage
 
 Clock = Callable[[], datetime]
 
@@ -42,6 +43,7 @@ class UsageLine:
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float
+    estimated_calls: int = 0  # calls whose usage we counted ourselves (no provider figure)
 
     @property
     def total_tokens(self) -> int:
@@ -160,7 +162,8 @@ class UsageLedger:
         sql = (
             "SELECT model_id, purpose, COUNT(*) AS calls, "
             "SUM(prompt_tokens) AS prompt_tokens, SUM(completion_tokens) AS completion_tokens, "
-            "SUM(cost_usd) AS cost_usd FROM usage WHERE created_at >= ?"
+            "SUM(cost_usd) AS cost_usd, SUM(estimated) AS estimated "
+            "FROM usage WHERE created_at >= ?"
         )
         params: list[object] = [to_iso(since)]
         if user_id is not None:
@@ -176,6 +179,7 @@ class UsageLedger:
                 prompt_tokens=int(row["prompt_tokens"] or 0),
                 completion_tokens=int(row["completion_tokens"] or 0),
                 cost_usd=float(row["cost_usd"] or 0.0),
+                estimated_calls=int(row["estimated"] or 0),
             )
             for row in rows
         ]
@@ -280,3 +284,47 @@ class UsageLedger:
             if month_limit > 0 and spent_month >= month_limit:
                 return BudgetHit(month_cap, month_limit, spent_month, month)
         return None
+
+
+class SpendRecorder:
+    """Collects what each model call of one turn cost and writes it to the `usage` table.
+
+    Hand `recorder.add` to `Transport.stream`/`complete` as `on_spend` (it is synchronous, so
+    it works inside a cancellation), and `await recorder.flush()` at every exit of the turn:
+    after the answer, after a failure, after a /cancel or a stop. Each spend is written once,
+    so flushing twice is harmless; a budget check then sees every attempt that cost money.
+    """
+
+    def __init__(self, store: Store, chat_id: int, user_id: int | None, purpose: str) -> None:
+        self.store = store
+        self.chat_id = chat_id
+        self.user_id = user_id
+        self.purpose = purpose
+        self.spends: list[Spend] = []
+        self._written = 0
+
+    def add(self, spend: Spend) -> None:
+        self.spends.append(spend)
+
+    @property
+    def total(self) -> Usage:
+        total = Usage()
+        for spend in self.spends:
+            total = total + spend.usage
+        return total
+
+    def pending(self) -> list[Spend]:
+        """Spends not written yet, for a caller that writes them inside its own transaction
+        (then `written(len(...))`), e.g. together with the answer they paid for."""
+        return self.spends[self._written :]
+
+    def written(self, count: int) -> None:
+        self._written += count
+
+    async def flush(self) -> None:
+        while self._written < len(self.spends):
+            spend = self.spends[self._written]
+            self._written += 1
+            await self.store.record_usage(
+                self.chat_id, self.user_id, spend.model_id, self.purpose, spend.usage
+            )

@@ -53,6 +53,8 @@ from models.types import (
     ChatResult,
     Message,
     Outcome,
+    Spend,
+    SpendCallback,
     StreamDone,
     StreamEvent,
     StreamRestart,
@@ -65,6 +67,8 @@ from models.types import (
 from models.wire import ClientPool, WireRecord, start_record
 
 litellm.suppress_debug_info = True
+# Our usage estimates use the bundled tiktoken encoding: never a tokenizer download.
+litellm.disable_hf_tokenizer_download = True
 
 log = structlog.get_logger(__name__)
 
@@ -189,7 +193,11 @@ class Transport:
         tool_choice: str | dict[str, Any] | None = None,
         walk_chain: bool = True,
         max_tokens: int | None = None,
+        on_spend: SpendCallback | None = None,
     ) -> ChatResult:
+        """One answer (text and/or tool calls). `on_spend` hears every billable attempt as it
+        ends (see `Spend`): the answer's usage, and an estimate when a cancellation cut off
+        a request in flight."""
         plan = _CallPlan(self, model_id, walk_chain)
         while (slot := await plan.next_slot()) is not None:
             try:
@@ -201,14 +209,20 @@ class Transport:
                     async with asyncio.timeout(timeout + self.timeout_grace):
                         response = await PROVIDERS.acompletion(litellm.acompletion, **kwargs)
                 except asyncio.CancelledError:
+                    # The provider got the prompt and may be answering: count the prompt.
+                    _tell(on_spend, slot.entry, messages, "", None, "cancelled")
                     raise
                 except Exception as exc:  # classified below; nothing escapes unclassified
                     await plan.report(slot, _classify_failure(exc, wire))
                     continue
                 result = _result_from_response(response, slot.entry, model_id)
+                if getattr(response, "usage", None) is None:
+                    answered = result.text + "".join(c.arguments for c in result.tool_calls)
+                    result.usage = estimate_usage(slot.entry, messages, answered)
                 if not result.text.strip() and not result.tool_calls:
                     await plan.report(slot, _classify_empty(wire, "200 empty completion"))
                     continue
+                _tell(on_spend, slot.entry, messages, "", result.usage, "success")
                 plan.report_success(slot, wire.headers or _success_headers(response))
                 result.attempts = plan.attempts
                 return result
@@ -226,6 +240,7 @@ class Transport:
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
+        on_spend: SpendCallback | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
 
@@ -235,6 +250,11 @@ class Transport:
         assembled (all three protocols arrive through litellm in the OpenAI delta shape) and
         returned whole in the StreamDone result; a model whose catalog entry has `tools=False`
         is sent neither the tools nor tool-shaped messages.
+
+        `on_spend` hears what every attempt cost as soon as it ends (see `Spend`), also when
+        the caller is cancelled or stops iterating: close the generator (`aclosing`) so a
+        cancellation while the caller was busy elsewhere is reported too. The provider's usage
+        when it came, else an estimate of the prompt and the text received.
         """
         plan = _CallPlan(self, model_id, walk_chain)
         shown_model: str | None = None  # whose text the caller currently shows
@@ -283,7 +303,10 @@ class Transport:
                                 if whole:
                                     shown_model = slot.entry.id
                                     yield TextDelta(whole)
-                except asyncio.CancelledError:
+                except (asyncio.CancelledError, GeneratorExit):
+                    # Cut off by /cancel, a stop of the bot, or a caller that stopped reading:
+                    # the provider billed the prompt and what it streamed so far.
+                    _tell(on_spend, slot.entry, messages, "".join(pieces), usage, "cancelled")
                     raise
                 except Exception as exc:
                     failure = _classify_failure(exc, wire)
@@ -294,17 +317,29 @@ class Transport:
                         except Exception:  # closing a broken stream may fail again; nothing to do
                             pass
                 if failure is not None:
+                    if pieces or usage is not None:  # it answered before it broke: billed
+                        _tell(on_spend, slot.entry, messages, "".join(pieces), usage, "failed")
                     restart_reason = failure.detail or failure.outcome.value
                     await plan.report(slot, failure, text_shown=shown_model is not None)
                     continue
                 tail = assembler.flush()
                 if tail:
                     shown_model = slot.entry.id
-                    yield TextDelta(tail)
+                    try:
+                        yield TextDelta(tail)
+                    except GeneratorExit:  # the caller stopped at the very end
+                        _tell(on_spend, slot.entry, messages, "".join(pieces), usage, "cancelled")
+                        raise
                 text = "".join(pieces)
                 if not text.strip() and not calls:
+                    if usage is not None:
+                        _tell(on_spend, slot.entry, messages, text, usage, "failed")
                     await plan.report(slot, _classify_empty(wire, "200 empty stream"))
                     continue
+                spent = _usage(usage, slot.entry) if usage else None
+                answered = text + "".join(c.arguments for c in calls.calls())
+                spent = spent or estimate_usage(slot.entry, messages, answered)
+                _tell(on_spend, slot.entry, messages, text, spent, "success")
                 plan.report_success(slot, headers)
                 yield StreamDone(
                     ChatResult(
@@ -312,7 +347,7 @@ class Transport:
                         text=text,
                         tool_calls=calls.calls(),
                         finish_reason=finish_reason,
-                        usage=_usage(usage, slot.entry),
+                        usage=spent,
                         attempts=plan.attempts,
                         requested_model_id=model_id,
                     )
@@ -786,6 +821,49 @@ def _success_headers(response: Any) -> Mapping[str, str]:
     for name, value in headers.items():
         out[str(name).lower().removeprefix("llm_provider-")] = str(value)
     return out
+
+
+def _count_tokens(*, messages: list[Message] | None = None, text: str = "") -> int:
+    """litellm's offline token counter (bundled tiktoken), or ~4 characters a token."""
+    try:
+        if messages is not None:
+            return int(litellm.token_counter(model="gpt-4o", messages=messages))
+        return int(litellm.token_counter(model="gpt-4o", text=text)) if text else 0
+    except Exception:  # an estimate must never fail the turn it accounts for
+        size = len(str(messages)) if messages is not None else len(text)
+        return max(1, size // 4)
+
+
+def estimate_usage(entry: ModelEntry, messages: list[Message], text: str) -> Usage:
+    """What an attempt probably cost when the provider did not say: the prompt as sent plus
+    the text received, priced from the catalog, flagged as an estimate."""
+    prompt = _count_tokens(messages=messages)
+    completion = _count_tokens(text=text)
+    return Usage(prompt, completion, entry.cost_usd(prompt, completion), estimated=True)
+
+
+def _tell(
+    on_spend: SpendCallback | None,
+    entry: ModelEntry,
+    messages: list[Message],
+    text: str,
+    usage: Any,
+    ended: str,
+) -> None:
+    """Report one attempt's spend: the provider's usage (ours or litellm's object) if any,
+    else an estimate. A failing callback is logged, never raised into the stream."""
+    if on_spend is None:
+        return
+    if isinstance(usage, Usage):
+        spent = usage
+    elif usage is not None:
+        spent = _usage(usage, entry)
+    else:
+        spent = estimate_usage(entry, messages, text)
+    try:
+        on_spend(Spend(entry.id, entry.gateway, spent, ended))
+    except Exception:
+        log.exception("spend_callback_failed", model=entry.id)
 
 
 def _usage(usage: Any, entry: ModelEntry) -> Usage:

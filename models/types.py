@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -40,10 +41,14 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Usage:
+    """Tokens and cost of a call. `estimated`: the provider reported nothing (a cancelled or
+    broken stream, a gateway without usage chunks), so we counted prompt and received text."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
     audio_seconds: float = 0.0  # transcription is billed by the second, not by the token
+    estimated: bool = False
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -51,7 +56,24 @@ class Usage:
             self.completion_tokens + other.completion_tokens,
             self.cost_usd + other.cost_usd,
             self.audio_seconds + other.audio_seconds,
+            self.estimated or other.estimated,
         )
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What one provider attempt cost, reported the moment the attempt ends, however it ends:
+    answered, failed after text (the fallback then answers), or cut off by a cancellation (a
+    /cancel, a stop of the bot). Every request a provider may bill is reported exactly once.
+    """
+
+    model_id: str
+    gateway: str
+    usage: Usage
+    ended: str  # "success", "failed" or "cancelled"
+
+
+SpendCallback = Callable[[Spend], None]
 
 
 @dataclass(frozen=True)

@@ -247,3 +247,48 @@ async def test_a_refused_reply_is_logged_and_the_user_told(tmp_path: Path) -> No
         bot.say(OWNER, "/memory")
         await bot.wait_messages(OWNER, 1)
         assert bot.texts(OWNER) == [t("send_failed")]
+
+
+# --- items 9 and 12: split messages in groups; the joiner's caps --------------------------------
+
+
+async def test_a_long_group_message_is_answered_whole(tmp_path: Path) -> None:
+    from tests.test_joiner import TELEGRAM_MESSAGE_LIMIT, _long_real_text, client_split
+
+    original = _long_real_text("en", 2 * TELEGRAM_MESSAGE_LIMIT + 500)
+    # Only the first part carries the mention: the client cut the message the user wrote.
+    parts = client_split("@mnemo_test_bot " + original, keep_space=True)
+    assert len(parts) >= 3 and "@mnemo_test_bot" not in "".join(parts[1:])
+    settings = {"SPLIT_MESSAGE_WINDOW": 5, "MAX_INPUT_CHARS": 100_000}
+    async with bot_under_test(tmp_path, **settings) as bot:
+        ids = [bot.tg.push(bot.tg.make_text_update(GROUP, OWNER, p, **IN_GROUP)) for p in parts]
+        await bot.wait(lambda: len(bot.openai.requests) >= 1)
+        await bot.wait_handled(ids[-1])
+        await bot.wait_idle(GROUP)
+        [request] = bot.openai.requests
+        asked = request.body["messages"][-1]["content"]
+        assert asked.split() == original.split()  # every word of every part, in order
+        stored = await bot.rows("SELECT role, content FROM messages ORDER BY id")
+        assert [r["role"] for r in stored] == ["user", "assistant"]
+        assert stored[0]["content"].split() == original.split()
+
+
+async def test_a_flood_of_full_parts_is_stopped_at_the_cap(tmp_path: Path) -> None:
+    from bot.joiner import MAX_SPLIT_PARTS
+    from tests.test_joiner import TELEGRAM_MESSAGE_LIMIT, _long_real_text, client_split
+
+    text = _long_real_text("en", (MAX_SPLIT_PARTS + 4) * TELEGRAM_MESSAGE_LIMIT)
+    parts = client_split(text, keep_space=True)[: MAX_SPLIT_PARTS + 3]
+    # A window long enough that only the caps can end the group during the test.
+    settings = {"SPLIT_MESSAGE_WINDOW": 60, "MAX_INPUT_CHARS": 1_000_000}
+    async with bot_under_test(tmp_path, **settings) as bot:
+        for part in parts[: MAX_SPLIT_PARTS + 1]:
+            bot.tg.push(bot.tg.make_text_update(OWNER, OWNER, part))
+        refusal = t("input_too_long", length=0, limit=1_000_000).split("0")[0]
+        await bot.wait(lambda: any(m.startswith(refusal) for m in bot.texts(OWNER)))
+        # The rest of the same message is dropped, not answered part by part.
+        ids = [bot.tg.push(bot.tg.make_text_update(OWNER, OWNER, p)) for p in parts[-2:]]
+        for update_id in ids:
+            await bot.wait_handled(update_id)
+        assert len(bot.texts(OWNER)) == 1 and not bot.openai.requests
+        assert await bot.rows("SELECT * FROM messages") == []

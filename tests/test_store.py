@@ -212,16 +212,24 @@ async def test_answer_and_its_usage_are_one_transaction(db: Database) -> None:
             "CREATE TEMP TRIGGER refuse_usage BEFORE INSERT ON usage "
             "BEGIN SELECT RAISE(ABORT, 'usage refused'); END"
         )
+    spends = [("gpt-5", Usage(3, 0, 0.004)), ("gpt-5-mini", Usage(3, 4, 0.01))]
     with pytest.raises(sqlite3.IntegrityError, match="usage refused"):
-        await store.add_answer(4, 40, "answer", model_id="gpt-5", usage=Usage(3, 4, 0.01))
+        await store.add_answer(
+            4, 40, "answer", model_id="gpt-5-mini", usage=Usage(3, 4, 0.01), spends=spends
+        )
     rows = await db.fetchall("SELECT role FROM messages ORDER BY id")
     assert [r["role"] for r in rows] == ["user"]
     async with db.transaction() as conn:
         await conn.execute("DROP TRIGGER temp.refuse_usage")
-    stored = await store.add_answer(4, 40, "answer", model_id="gpt-5", usage=Usage(3, 4, 0.01))
+    stored = await store.add_answer(
+        4, 40, "answer", model_id="gpt-5-mini", usage=Usage(3, 4, 0.01), spends=spends
+    )
     assert stored.role == "assistant" and stored.content == "answer"
-    usage = await db.fetchall("SELECT user_id, model_id, purpose, cost_usd FROM usage")
-    assert [tuple(r) for r in usage] == [(40, "gpt-5", "chat", 0.01)]
+    usage = await db.fetchall("SELECT user_id, model_id, purpose, cost_usd FROM usage ORDER BY id")
+    assert [tuple(r) for r in usage] == [
+        (40, "gpt-5", "chat", 0.004),
+        (40, "gpt-5-mini", "chat", 0.01),
+    ]
 
 
 async def test_failed_transaction_writes_nothing(db: Database) -> None:

@@ -78,6 +78,7 @@ class Reply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     headers: dict[str, str] | None = None
+    send_usage: bool = True  # False: a gateway that never reports usage in a stream
 
 
 @dataclass
@@ -982,9 +983,14 @@ class FakeProvider:
                     piece = {"index": index, "function": {"arguments": arguments[i : i + 16]}}
                     events.append(chunk({"tool_calls": [piece]}))
             finish = "tool_calls"
-        last_extra = {"x_groq": {"id": _id("req_"), "usage": usage}} if self.kind == "groq" else {}
+        send_usage = getattr(step, "send_usage", True)
+        last_extra = (
+            {"x_groq": {"id": _id("req_"), "usage": usage}}
+            if self.kind == "groq" and send_usage
+            else {}
+        )
         events.append(chunk({}, finish, **last_extra))
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if send_usage and (body.get("stream_options") or {}).get("include_usage"):
             usage_chunk: dict[str, Any] = {
                 "id": chunk_id,
                 "object": "chat.completion.chunk",

@@ -1,0 +1,83 @@
+"""`on_spend`: the transport reports what every attempt cost, however the attempt ends.
+
+The contract callers (the chat turn, the agent loop) rely on to keep budgets honest: one
+`Spend` per billable attempt — the answer; a model that broke after streaming text; a call
+cut off by a cancellation or by a caller that stopped reading. Real litellm over HTTP against
+the fake providers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import aclosing
+
+import pytest
+
+from models.types import Spend, StreamDone, TextDelta
+from tests.conftest import make_transport
+from tests.e2e_bot import wait_until
+from tests.fakes.providers import Fault, Reply
+
+HI = [{"role": "user", "content": "Tell me a long story about a lighthouse, please."}]
+LONG = "The keeper climbed the stairs and lit the lamp again. " * 80
+
+
+async def test_complete_reports_the_answer_and_a_cancelled_request(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    spends: list[Spend] = []
+    fake_openai.script("gpt-4.1", Reply("short answer", prompt_tokens=11, completion_tokens=3))
+    result = await t.complete("gpt-4.1", HI, timeout=5, on_spend=spends.append)
+    assert [(s.model_id, s.ended, s.usage.prompt_tokens, s.usage.estimated) for s in spends] == [
+        ("gpt-4.1", "success", 11, False)
+    ]
+    assert spends[0].usage == result.usage
+
+    fake_openai.script("gpt-4.1", Fault("hang"))
+    call = asyncio.create_task(t.complete("gpt-4.1", HI, timeout=30, on_spend=spends.append))
+    await wait_until(lambda: len(fake_openai.requests) == 2, "the request to reach the provider")
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    cancelled = spends[-1]
+    assert (cancelled.model_id, cancelled.ended, cancelled.usage.estimated) == (
+        "gpt-4.1",
+        "cancelled",
+        True,
+    )
+    assert cancelled.usage.prompt_tokens > 5 and cancelled.usage.cost_usd > 0
+    await t.aclose()
+
+
+async def test_stream_reports_a_broken_model_and_a_caller_that_stopped_reading(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    spends: list[Spend] = []
+    fake_openai.script("gpt-5", Fault("midstream_disconnect", after_chars=400))
+    fake_openai.script("gpt-5-mini", Reply("fallback answer"))
+    async for event in t.stream("gpt-5", HI, timeout=5, on_spend=spends.append):
+        if isinstance(event, StreamDone):
+            done = event.result
+    assert done.model_id == "gpt-5-mini"
+    assert [(s.model_id, s.ended, s.usage.estimated) for s in spends] == [
+        ("gpt-5", "failed", True),
+        ("gpt-5-mini", "success", False),
+    ]
+    assert spends[0].usage.completion_tokens >= 50
+
+    spends.clear()
+    fake_openai.script("gpt-5", Reply(LONG, chunk_chars=16, chunk_delay=0.005))
+    received = ""
+    async with aclosing(t.stream("gpt-5", HI, timeout=5, on_spend=spends.append)) as stream:
+        async for event in stream:
+            assert isinstance(event, TextDelta)
+            received += event.text
+            if len(received) > 800:
+                break  # e.g. the caller's task was cancelled while it rendered this piece
+    [spend] = spends
+    assert (spend.model_id, spend.ended, spend.usage.estimated) == ("gpt-5", "cancelled", True)
+    assert spend.usage.completion_tokens >= 150  # ~800 characters received
+    assert spend.usage.completion_tokens < 1000  # far less than the whole answer
+    await t.aclose()
