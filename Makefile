@@ -38,6 +38,8 @@ bench: $(BIN)/.dev
 	$(BIN)/python benchmarks/consolidation.py
 	$(BIN)/python benchmarks/retry_storm.py
 	$(BIN)/python benchmarks/memory_recall.py
+	$(BIN)/python benchmarks/groq_rate_limits.py
+	$(BIN)/python benchmarks/burst.py
 
 clean:
 	rm -rf $(VENV)

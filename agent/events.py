@@ -33,6 +33,7 @@ class AgentDone:
     receipts: tuple[Receipt, ...] = ()
     usage: Usage = field(default_factory=Usage)
     attempts: int = 0
+    queued_s: float = 0.0  # waited for turns in gateway queues (our pacing), all rounds
     steps: int = 0
     omitted: int = 0  # session messages left out of the last prompt for the budget
     step_limit_reached: bool = False

@@ -17,7 +17,7 @@ the current round.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -60,6 +60,7 @@ class StreamingClient(Protocol):
         timeout: float,
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
+        user_key: Hashable | None = None,
         on_spend: SpendCallback | None = None,
     ) -> AsyncGenerator[StreamEvent, None]: ...
 
@@ -127,6 +128,7 @@ class AgentLoop:
         receipts: list[Receipt] = []
         total = Usage()
         attempts = 0
+        queued_s = 0.0  # waited for turns in gateway queues, all rounds
         steps = 0
         display: list[str] = []  # what the user sees now, across rounds
         shown_rounds: list[str] = []  # the text of each finished round since the last restart
@@ -160,6 +162,9 @@ class AgentLoop:
                     timeout=self.timeout,
                     tools=tools,
                     tool_choice="none" if tools and last_round else None,
+                    # A turn in the gateway's fair queue: one user's many chats do not push
+                    # other users back (typing stays on while it waits).
+                    user_key=turn.user_id,
                     on_spend=spending.add,
                 )
                 # aclosing: when we are closed at a yield, the transport's stream is closed
@@ -202,6 +207,7 @@ class AgentLoop:
             if result is None:  # the transport always ends with StreamDone; be safe anyway
                 raise TransportError("stream ended without a result", [])
             attempts += len(result.attempts)
+            queued_s += result.queued_s
             total = total + result.usage
             model_id = result.model_id  # later rounds stay on the model that answered
             calls = result.tool_calls if tools and not last_round else []
@@ -230,6 +236,7 @@ class AgentLoop:
                     receipts=tuple(receipts),
                     usage=total,
                     attempts=attempts,
+                    queued_s=queued_s,
                     steps=steps,
                     omitted=prompt.omitted,
                     step_limit_reached=last_round and steps > 0,

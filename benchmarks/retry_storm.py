@@ -191,7 +191,6 @@ def ours(fleet: Fleet) -> tuple[Callable[[], Awaitable[bool]], Callable[[], Awai
         backoff=BACKOFF,
         retry_after_cap=2.0,
         bucket_burst=1.0,
-        bucket_wait=0.5,
         breaker_threshold=5,
         gateway_breaker_threshold=8,
         breaker_cooldown=10.0,

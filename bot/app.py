@@ -16,7 +16,7 @@ import structlog
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
 from bot.commands import register_commands
-from bot.config import ConfigError, Settings
+from bot.config import ConfigError, Settings, gateway_keys
 from bot.handlers import register_handlers
 from bot.lifecycle import LIFECYCLE_KEY, Lifecycle
 from bot.logging_setup import redactor
@@ -24,19 +24,30 @@ from bot.memory_handlers import attach_memory, register_memory_handlers
 from bot.ops_handlers import attach_operations, register_operations_handlers
 from bot.runner import run_bot
 from bot.services import SERVICES_KEY, Prepared, Services, available_models
-from models.catalog import Catalog, CatalogError, load_catalog
+from models.catalog import Catalog, CatalogError, declared_gateways, load_catalog
 from models.gateways import Gateway
 
 log = structlog.get_logger("bot.app")
 
 
-def build_gateways(settings: Settings) -> dict[str, Gateway]:
-    """The three gateways the catalog may name, from the *_API_BASE / *_API_KEY settings."""
+def build_gateways(settings: Settings, catalog: Catalog | None = None) -> dict[str, Gateway]:
+    """The three built-in gateways from the *_API_BASE / *_API_KEY settings, and those the
+    catalog file declares, each with the keys its `api_key_env` variable holds."""
 
     def keys(secrets: list[Any]) -> tuple[str, ...]:
         return tuple(k.get_secret_value() for k in secrets)
 
-    return {
+    declared = {
+        spec.name: Gateway(
+            spec.name,
+            spec.protocol,
+            spec.base_url,
+            tuple(gateway_keys(settings, spec.key_env)),
+            spec.rps,
+        )
+        for spec in (catalog.gateways if catalog is not None else ())
+    }
+    return declared | {
         "openai": Gateway(
             "openai",
             "openai",
@@ -81,15 +92,18 @@ def resolve_default_model(
             raise ConfigError(f"DEFAULT_MODEL: {wanted!r} is a hidden model; pick a visible one")
         if wanted not in {e.id for e in available}:
             gateway = catalog.get(wanted).gateway
+            key_env = next(
+                (g.key_env for g in catalog.gateways if g.name == gateway),
+                f"{gateway.upper()}_API_KEY",
+            )
             raise ConfigError(
-                f"DEFAULT_MODEL: {wanted!r} needs the {gateway} gateway; "
-                f"set {gateway.upper()}_API_KEY"
+                f"DEFAULT_MODEL: {wanted!r} needs the {gateway} gateway; set {key_env}"
             )
         return wanted
     if not available:
         raise ConfigError(
-            "OPENAI_API_KEY: no provider key set; set OPENAI_API_KEY or ANTHROPIC_API_KEY "
-            "(or add visible models for GROQ_API_KEY in MODEL_CATALOG_FILE)"
+            "OPENAI_API_KEY: no provider key set; set OPENAI_API_KEY, ANTHROPIC_API_KEY or "
+            "GROQ_API_KEY (or a gateway's key variable from MODEL_CATALOG_FILE)"
         )
     return available[0].id
 
@@ -101,7 +115,7 @@ def prepare(settings: Settings) -> Prepared:
     except CatalogError as exc:
         source = "MODEL_CATALOG_FILE" if settings.MODEL_CATALOG_FILE else "built-in catalog"
         raise CatalogError(f"{source}: {exc}") from None
-    gateways = build_gateways(settings)
+    gateways = build_gateways(settings, catalog)
     if settings.CONSOLIDATION_MODEL not in catalog:
         raise ConfigError(f"CONSOLIDATION_MODEL: unknown model {settings.CONSOLIDATION_MODEL!r}")
     if settings.TRANSCRIPTION_MODEL not in catalog:
@@ -115,10 +129,17 @@ def prepare(settings: Settings) -> Prepared:
 
 
 def secrets_of(settings: Settings) -> list[str]:
-    """Every secret the logs must never show."""
+    """Every secret the logs must never show, the keys of declared gateways included."""
     values = [settings.TELEGRAM_BOT_TOKEN.get_secret_value()]
     for keys in (settings.OPENAI_API_KEY, settings.ANTHROPIC_API_KEY, settings.GROQ_API_KEY):
         values.extend(k.get_secret_value() for k in keys)
+    try:  # the keys of gateways declared in the catalog file, from .env or the environment
+        declared = declared_gateways(settings.MODEL_CATALOG_FILE)
+    except CatalogError:
+        declared = []  # start-up refuses the file anyway; its .env lines are still secrets
+    names = {g.key_env for g in declared} | set(settings.model_extra or {})
+    for name in sorted(names):
+        values.extend(gateway_keys(settings, name))
     if settings.WEBHOOK_SECRET is not None:
         values.append(settings.WEBHOOK_SECRET.get_secret_value())
     return [v for v in values if v]

@@ -7,11 +7,14 @@ nobody reads the log.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from models.catalog import CatalogError, declared_gateways
 
 
 def _split_csv(value: object) -> list[str]:
@@ -39,7 +42,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_file=".env",
         env_file_encoding="utf-8",
-        extra="forbid",
+        # Unknown names are refused in load_settings, except the key variables that gateways
+        # declared in MODEL_CATALOG_FILE name (they cannot be fields: the owner picks them).
+        extra="allow",
         case_sensitive=True,
         validate_default=True,
     )
@@ -80,13 +85,14 @@ class Settings(BaseSettings):
     # Gateways: any *_API_KEY may hold several comma-separated keys (rotated).
     OPENAI_API_KEY: KeyList = Field(default_factory=list)
     OPENAI_API_BASE: str = "https://api.openai.com/v1"
-    OPENAI_RPS: float = Field(default=8.0, gt=0)
+    # Optional ceilings of our own; unset = paced by the limits each provider reports.
+    OPENAI_RPS: float | None = Field(default=None, gt=0)
     ANTHROPIC_API_KEY: KeyList = Field(default_factory=list)
     ANTHROPIC_API_BASE: str = "https://api.anthropic.com"
-    ANTHROPIC_RPS: float = Field(default=8.0, gt=0)
+    ANTHROPIC_RPS: float | None = Field(default=None, gt=0)
     GROQ_API_KEY: KeyList = Field(default_factory=list)
     GROQ_API_BASE: str = "https://api.groq.com/openai/v1"
-    GROQ_RPS: float = Field(default=8.0, gt=0)
+    GROQ_RPS: float | None = Field(default=None, gt=0)
 
     # Operations
     LOG_FORMAT: Literal["json", "console"] | None = None
@@ -175,8 +181,33 @@ def load_settings(**overrides: object) -> Settings:
         settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
+    _check_extra(settings)
     _check_cross_field(settings)
     return settings
+
+
+def _check_extra(settings: Settings) -> None:
+    """Refuse unknown settings (typos), except the keys of gateways the catalog file declares,
+    which are kept as secrets."""
+    extra = settings.model_extra or {}
+    if not extra:
+        return
+    try:
+        allowed = {g.key_env for g in declared_gateways(settings.MODEL_CATALOG_FILE)}
+    except CatalogError as exc:
+        raise ConfigError(f"MODEL_CATALOG_FILE: {exc}") from None
+    for name in extra:
+        if name not in allowed:
+            raise ConfigError(f"{name}: unknown setting (check the spelling against .env.example)")
+        extra[name] = SecretStr(str(extra[name]))
+
+
+def gateway_keys(settings: Settings, key_env: str) -> list[str]:
+    """The comma-separated keys in a declared gateway's variable (.env first, then the
+    environment), like every `*_API_KEY`."""
+    value = (settings.model_extra or {}).get(key_env)
+    text = value.get_secret_value() if isinstance(value, SecretStr) else os.environ.get(key_env)
+    return _split_csv(text)
 
 
 def _check_cross_field(settings: Settings) -> None:

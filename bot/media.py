@@ -300,6 +300,7 @@ async def _transcribe(
             mime_type=item.mime_type or "audio/ogg",
             duration_s=float(item.duration),
             timeout=settings.TRANSCRIPTION_TIMEOUT,
+            user_key=request.user_id,  # a turn in the gateway's fair queue, like chat
         )
     except TransportError as exc:
         await _record_transcription_spend(services, request, exc.billed)

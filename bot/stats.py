@@ -185,6 +185,18 @@ def stats_text(
     gateways: Mapping[str, Any] = transport_status.get("gateways", {})
     for name in sorted(gateways):
         lines.append(_gateway_line(name, gateways[name], lang))
+        queue = gateways[name].get("queue")
+        if queue and gateways[name].get("configured", True):
+            lines.append(
+                t(
+                    "stats_gateway_queue",
+                    lang,
+                    waiting=queue.get("waiting", 0),
+                    chat=queue.get("waiting_chat", 0),
+                    background=queue.get("waiting_background", 0),
+                    longest=f"{queue.get('longest_wait_s', 0.0):.1f}",
+                )
+            )
     models: Mapping[str, Any] = transport_status.get("models", {})
     tripped = sorted(m for m, s in models.items() if s.get("breaker", "closed") != "closed")
     for model_id in tripped:

@@ -184,6 +184,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
             restarts=restarts,
             tool_rounds=done.steps if done else steps,
             latency_ms=round((time.monotonic() - started) * 1000),
+            queued_ms=round(done.queued_s * 1000) if done else None,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             cost_usd=round(usage.cost_usd, 6) if usage else 0.0,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 from memory.longterm import LongTermMemory
 from memory.transcript import Chunk, estimate_tokens, timestamp_label
 from models.catalog import Catalog, ModelEntry
+from models.pacing import Priority
 from models.types import ChatResult, Message, Outcome, TransportError, Usage
 
 log = structlog.get_logger("memory.consolidation")
@@ -75,6 +76,8 @@ class CompletionClient(Protocol):
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
         walk_chain: bool = True,
+        user_key: Hashable | None = None,
+        priority: Priority = Priority.CHAT,
     ) -> ChatResult: ...
 
 
@@ -259,8 +262,13 @@ class Consolidator:
         cost = entry.cost_usd(usage.prompt_tokens, usage.completion_tokens)
         return Usage(usage.prompt_tokens, usage.completion_tokens, cost)
 
-    async def _ask(self, entry: ModelEntry, messages: list[Message]) -> ChatResult:
-        """One model, forced tool choice first; automatic choice if the provider refuses it."""
+    async def _ask(
+        self, entry: ModelEntry, messages: list[Message], chat_id: int | None = None
+    ) -> ChatResult:
+        """One model, forced tool choice first; automatic choice if the provider refuses it.
+
+        Background priority: in a gateway's queue, chat requests go first, and this catches up
+        when chat is idle (models/pacing.py)."""
         try:
             return await self.transport.complete(
                 entry.id,
@@ -269,6 +277,8 @@ class Consolidator:
                 tools=[SAVE_MEMORY_TOOL],
                 tool_choice=FORCED_TOOL_CHOICE,
                 walk_chain=False,
+                user_key=chat_id,
+                priority=Priority.BACKGROUND,
             )
         except TransportError as exc:
             if not _rejects_forced_choice(exc):
@@ -281,6 +291,8 @@ class Consolidator:
             tools=[SAVE_MEMORY_TOOL],
             tool_choice="auto",
             walk_chain=False,
+            user_key=chat_id,
+            priority=Priority.BACKGROUND,
         )
 
     async def consolidate(
@@ -304,7 +316,7 @@ class Consolidator:
             started = time.monotonic()
             outcome, detail = "saved", ""
             try:
-                result = await asyncio.wait_for(self._ask(entry, messages), self.timeout)
+                result = await asyncio.wait_for(self._ask(entry, messages, chat_id), self.timeout)
             except TimeoutError:
                 outcome, detail = "timeout", f"no answer within {self.timeout:g}s"
             except TransportError as exc:

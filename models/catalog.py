@@ -1,19 +1,26 @@
 """The model catalog: the single source of truth for which models exist and how to reach them.
 
 Visible entries are what users pick with /model; hidden entries only serve background chains such
-as consolidation. A user file may add or override entries; a catalog with a cycle, an unknown
-gateway or a dangling fallback is refused at start-up rather than discovered mid-outage.
+as consolidation. A user file may add or override entries and declare more gateways (OpenRouter,
+a local Ollama or vLLM, DeepSeek, Gemini's OpenAI-compatible endpoint...); a catalog with a
+cycle, an unknown gateway, a dangling fallback or a malformed gateway is refused at start-up
+rather than discovered mid-outage.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 GATEWAY_NAMES = ("openai", "anthropic", "groq")
+# What a user file may call a gateway's protocol, and the protocol the transport speaks for it.
+GATEWAY_PROTOCOLS = {"openai-compatible": "openai", "openai": "openai", "anthropic": "anthropic"}
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 MODEL_KINDS = ("chat", "transcription")
 # Gateways whose protocol has an audio transcription endpoint (Anthropic has none).
 TRANSCRIPTION_GATEWAYS = ("openai", "groq")
@@ -21,6 +28,22 @@ TRANSCRIPTION_GATEWAYS = ("openai", "groq")
 
 class CatalogError(Exception):
     """The catalog (built-in or user file) is inconsistent; the message names the entry."""
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """A gateway declared in the user's catalog file, beside the three built in.
+
+    `key_env` names the environment variable (or .env line) holding its keys, comma-separated
+    like every `*_API_KEY`; `rps` is an optional ceiling of our own (unset: the limits the
+    provider reports are learned from its headers).
+    """
+
+    name: str
+    protocol: str  # "openai" (any OpenAI-compatible API) or "anthropic"
+    base_url: str
+    key_env: str
+    rps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +122,28 @@ DEFAULT_ENTRIES: tuple[ModelEntry, ...] = (
         input_price_per_mtok=2.0, output_price_per_mtok=8.0, context_window=1_047_576,
         vision=True,
     ),
+    # Visible on Groq, so an owner whose only key is Groq's (its free tier) can chat; each falls
+    # back inside Groq (the fallbacks read no photos). Prices: Groq's on-demand prices per
+    # million tokens, as for the hidden entries of the same models.
+    ModelEntry(
+        "llama-4-scout", "Llama 4 Scout (Groq)", "open",
+        "Meta's multimodal Llama 4 on Groq: fast answers, reads photos too.",
+        "groq", "meta-llama/llama-4-scout-17b-16e-instruct", fallback="llama-3.3-70b",
+        input_price_per_mtok=0.11, output_price_per_mtok=0.34, context_window=131_072,
+        vision=True,
+    ),
+    ModelEntry(
+        "llama-3.3-70b", "Llama 3.3 70B (Groq)", "open",
+        "Meta's versatile 70B model on Groq: quick everyday answers.",
+        "groq", "llama-3.3-70b-versatile", fallback="llama-3.1-8b",
+        input_price_per_mtok=0.59, output_price_per_mtok=0.79, context_window=131_072,
+    ),
+    ModelEntry(
+        "llama-3.1-8b", "Llama 3.1 8B (Groq)", "fast",
+        "Small and very fast; the last resort of the Groq models.",
+        "groq", "llama-3.1-8b-instant", fallback=None,
+        input_price_per_mtok=0.05, output_price_per_mtok=0.08, context_window=131_072,
+    ),
     # Hidden consolidation chain (seed): Groq-hosted, cheap and fast, then reliable tool callers.
     ModelEntry(
         "llama-3.3-70b-versatile", "Llama 3.3 70B", "background",
@@ -161,16 +206,21 @@ class Catalog:
     """A validated, immutable set of model entries."""
 
     entries: Mapping[str, ModelEntry] = field(default_factory=dict)
+    gateways: tuple[GatewaySpec, ...] = ()  # declared in the user's file, beside the built-in
 
     @classmethod
     def build(
-        cls, entries: Iterable[ModelEntry], gateways: Iterable[str] = GATEWAY_NAMES
+        cls,
+        entries: Iterable[ModelEntry],
+        gateways: Iterable[str] = GATEWAY_NAMES,
+        declared: Iterable[GatewaySpec] = (),
     ) -> Catalog:
         by_id: dict[str, ModelEntry] = {}
         for entry in entries:
             by_id[entry.id] = entry
-        catalog = cls(entries=by_id)
-        catalog._validate(set(gateways))
+        specs = tuple(declared)
+        catalog = cls(entries=by_id, gateways=specs)
+        catalog._validate(set(gateways) | {spec.name for spec in specs})
         return catalog
 
     def _validate(self, gateways: set[str]) -> None:
@@ -200,7 +250,11 @@ class Catalog:
                 raise CatalogError(f"model {entry.id!r}: context_window must be positive")
             if entry.price_per_second < 0:
                 raise CatalogError(f"model {entry.id!r}: prices must not be negative")
-            if entry.kind == "transcription" and entry.gateway not in TRANSCRIPTION_GATEWAYS:
+            speaks_openai = {g.name for g in self.gateways if g.protocol == "openai"}
+            if entry.kind == "transcription" and entry.gateway not in {
+                *TRANSCRIPTION_GATEWAYS,
+                *speaks_openai,
+            }:
                 raise CatalogError(
                     f"model {entry.id!r}: the {entry.gateway} gateway has no transcription endpoint"
                 )
@@ -247,27 +301,81 @@ class Catalog:
 
 
 def load_catalog(user_file: Path | None = None) -> Catalog:
-    """Built-in entries, then the user's file (JSON or TOML) adding or overriding by id."""
+    """Built-in entries, then the user's file (JSON or TOML) adding or overriding by id and
+    declaring more gateways."""
     entries = {e.id: e for e in DEFAULT_ENTRIES}
+    declared: list[GatewaySpec] = []
     if user_file is not None:
-        for raw in _read_user_entries(user_file):
+        data = _read_user_file(user_file)
+        declared = _gateways_from(data)
+        for raw in _read_user_entries(user_file, data):
             entries[raw["id"]] = _entry_from_raw(raw, entries.get(raw["id"]))
-    return Catalog.build(entries.values())
+    return Catalog.build(entries.values(), declared=declared)
+
+
+def declared_gateways(user_file: Path | None) -> list[GatewaySpec]:
+    """Only the gateways a user file declares (settings need their key variables' names)."""
+    return _gateways_from(_read_user_file(user_file)) if user_file is not None else []
 
 
 _FIELDS = set(ModelEntry.__slots__)
+_GATEWAY_FIELDS = {"name", "protocol", "base_url", "api_key_env", "rps"}
 
 
-def _read_user_entries(path: Path) -> list[dict[str, object]]:
+def _read_user_file(path: Path) -> object:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise CatalogError(f"cannot read catalog file {path}: {exc.strerror}") from None
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        return tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise CatalogError(f"catalog file {path} is not valid: {exc}") from None
-    models = data.get("models") if isinstance(data, dict) else data
+
+
+def _gateways_from(data: object) -> list[GatewaySpec]:
+    """The `gateways` list of a user file, each checked so start-up can say what is wrong."""
+    raw_list = data.get("gateways", []) if isinstance(data, dict) else []
+    if not isinstance(raw_list, list):
+        raise CatalogError("'gateways' must be a list of tables/objects")
+    specs: list[GatewaySpec] = []
+    for raw in raw_list:
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise CatalogError("every gateway needs a string 'name'")
+        name = raw["name"]
+        where = f"gateway {name!r}"
+        unknown = set(raw) - _GATEWAY_FIELDS
+        if unknown:
+            raise CatalogError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        missing = {"protocol", "base_url", "api_key_env"} - set(raw)
+        if missing:
+            raise CatalogError(f"{where}: missing field(s) {', '.join(sorted(missing))}")
+        if not _NAME.fullmatch(name):
+            raise CatalogError(f"{where}: name must be lower-case letters, digits, - or _")
+        if name in GATEWAY_NAMES or name in {s.name for s in specs}:
+            raise CatalogError(f"{where}: the name is already taken")
+        protocol = GATEWAY_PROTOCOLS.get(str(raw["protocol"]))
+        if protocol is None:
+            raise CatalogError(f"{where}: protocol must be 'openai-compatible' or 'anthropic'")
+        base_url = str(raw["base_url"]).rstrip("/")
+        if not base_url.startswith(("http://", "https://")):
+            raise CatalogError(f"{where}: base_url {base_url!r} is not an http(s) URL")
+        if protocol == "anthropic" and base_url.endswith("/v1"):
+            raise CatalogError(f"{where}: an anthropic base_url must not end in /v1")
+        key_env = raw["api_key_env"]
+        if not isinstance(key_env, str) or not _ENV_NAME.fullmatch(key_env):
+            raise CatalogError(f"{where}: api_key_env must be an upper-case variable name")
+        rps = raw.get("rps")
+        if rps is not None and (
+            isinstance(rps, bool) or not isinstance(rps, int | float) or rps <= 0
+        ):
+            raise CatalogError(f"{where}: rps must be a positive number")
+        specs.append(GatewaySpec(name, protocol, base_url, key_env, float(rps) if rps else None))
+    return specs
+
+
+def _read_user_entries(path: Path, data: object) -> list[dict[str, object]]:
+    models = data.get("models", []) if isinstance(data, dict) else data
     if not isinstance(models, list):
         raise CatalogError(f"catalog file {path}: expected a list of models under 'models'")
     for raw in models:

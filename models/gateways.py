@@ -1,4 +1,4 @@
-"""Gateways: where a model's requests go (protocol, base URL, keys, request budget).
+"""Gateways: where a model's requests go (protocol, base URL, keys, optional request ceiling).
 
 Each catalog entry names a gateway; the transport resolves every model in a chain to its own
 gateway, so an Anthropic-format model is never sent to an OpenAI base or the reverse.
@@ -17,13 +17,17 @@ PROTOCOL_PREFIX = {"openai": "openai", "anthropic": "anthropic", "groq": "groq"}
 
 @dataclass(frozen=True)
 class Gateway:
-    """One provider endpoint. `keys` may hold several keys, used in turn."""
+    """One provider endpoint. `keys` may hold several keys, used in turn.
+
+    `requests_per_second` is an optional ceiling of our own; None (the default) paces by the
+    limits the provider reports in its rate-limit headers alone (models/pacing.py).
+    """
 
     name: str
     protocol: str
     api_base: str
     keys: tuple[str, ...] = field(default=(), repr=False)
-    requests_per_second: float = 8.0
+    requests_per_second: float | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOL_PREFIX:

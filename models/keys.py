@@ -94,6 +94,25 @@ class KeyRing:
     def record_success(self, index: int) -> None:
         self.states[index].failures = 0
 
+    def window_rest_s(
+        self, model: str, exclude: set[int] | frozenset[int] = frozenset()
+    ) -> float | None:
+        """Seconds until a key that rests only because `model`'s window is spent (remaining
+        = 0 in the provider's headers: wait for the reset) is usable again; None when no key
+        rests only for that. A key resting after a refusal (a 429, quota, a rejected key) is
+        no candidate: a refusal moves requests on, a spent window is waited out."""
+        now = self._clock()
+        waits = []
+        for state in self.states:
+            if state.index in exclude or state.cool_until > now:
+                continue
+            rest = state.model_rests.get(model)
+            if rest is None or rest.until <= now:
+                waits.append(0.0)
+            elif rest.reason == "rate_limit_window_spent":
+                waits.append(rest.until - now)
+        return min(waits) if waits else None
+
     def soonest_available_s(self, model: str | None = None) -> float:
         """Seconds until some key is usable again for `model` (0 when one is usable now)."""
         if not self._keys:

@@ -7,9 +7,7 @@ time instead of sleeping, and the transport (single event loop) needs no locks.
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -17,32 +15,19 @@ Clock = Callable[[], float]
 
 
 class TokenBucket:
-    """Requests per second with a small burst, handed out first come, first served.
-
-    `acquire(max_wait)` decides at once: if the caller's turn would come later than
-    `max_wait`, it is refused and falls back to another model instead of queueing without
-    bound behind a slow provider. Admitted callers wait in a FIFO queue served by a single
-    dispatcher, so a crowd of waiters costs one timer, not one wake-up each per token. Tokens
-    are taken right before sending: after an event-loop stall at most `burst` leave together.
+    """Requests per second with a small burst: the gateway ceiling (`*_RPS`) and the pace
+    learned from a provider's per-minute limits. Plain state: `GatewayPacer` decides who may
+    take a token, so a crowd of waiters costs one timer, not one wake-up each per token.
     """
 
-    def __init__(
-        self,
-        rate: float,
-        burst: float,
-        clock: Clock,
-        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
-    ) -> None:
+    def __init__(self, rate: float, burst: float, clock: Clock) -> None:
         if rate <= 0 or burst < 1:
             raise ValueError("rate must be positive and burst at least 1")
         self.rate = rate
         self.burst = burst
         self._clock = clock
-        self._sleep = sleep
         self._tokens = burst
         self._updated = clock()
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self._dispatcher: asyncio.Task[None] | None = None
 
     def _refill(self) -> None:
         now = self._clock()
@@ -54,45 +39,26 @@ class TokenBucket:
         self._refill()
         return self._tokens
 
-    @property
-    def waiting(self) -> int:
-        return sum(1 for w in self._waiters if not w.done())
-
-    def try_take(self) -> float:
-        """0.0 when a token was taken; otherwise seconds until one will be there."""
+    def available_in(self) -> float:
+        """Seconds until a token is there (0.0: now), without taking it."""
         self._refill()
-        if self._tokens >= 1:
-            self._tokens -= 1
+        if self._tokens >= 1 - 1e-9:  # float slack: a wait of 1e-16 s would never end
             return 0.0
         return (1 - self._tokens) / self.rate
 
-    async def acquire(self, max_wait: float) -> bool:
-        """Take a token, waiting in line at most about `max_wait`; False means go elsewhere."""
-        if not self.waiting and self.try_take() == 0.0:
-            return True
-        self._refill()
-        eta = (self.waiting + 1 - self._tokens) / self.rate
-        if eta > max_wait:
-            return False
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        if self._dispatcher is None or self._dispatcher.done():
-            self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
-        await waiter  # cancellation leaves a done future the dispatcher skips
-        return True
+    def try_take(self) -> float:
+        """0.0 when a token was taken; otherwise seconds until one will be there."""
+        wait = self.available_in()
+        if wait == 0.0:
+            self._tokens -= 1
+        return wait
 
-    async def _dispatch(self) -> None:
-        while self._waiters:
-            waiter = self._waiters[0]
-            if waiter.done():
-                self._waiters.popleft()
-                continue
-            wait = self.try_take()
-            if wait == 0.0:
-                self._waiters.popleft()
-                waiter.set_result(None)
-                continue
-            await self._sleep(wait)
+    def retune(self, rate: float, burst: float) -> None:
+        """New rate and burst (a provider told us its limit); tokens already saved stay."""
+        self._refill()
+        self.rate = rate
+        self.burst = burst
+        self._tokens = min(self._tokens, burst)
 
 
 class BreakerState(StrEnum):

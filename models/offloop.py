@@ -83,6 +83,21 @@ async def _call(call: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> 
     return await call(**kwargs)
 
 
+async def on_loop(
+    loop: asyncio.AbstractEventLoop | None, function: Callable[[], Awaitable[T]]
+) -> T:
+    """`await function()` on `loop` (the caller's: where the state it touches lives), from
+    whichever loop we are on. The pacer's send gate is awaited this way by the HTTP request
+    hook, which runs on the provider loop. Cancelling the waiter cancels it there."""
+    if loop is None or loop is asyncio.get_running_loop():
+        return await function()
+
+    async def call() -> T:
+        return await function()
+
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), loop))
+
+
 class OffLoopStream:
     """Iterate, from the consumer's loop, an async stream that lives on the provider loop.
 

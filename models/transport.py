@@ -9,7 +9,10 @@ retry, fallback, key choice and wait is decided in this module:
   retryable outcomes; phase 2 walks the fallback chain, each model once, each on its own gateway;
 - a key that is rejected or out of quota cools down and the others carry the load; a rate limit
   rests only that key for that model (providers count rate limits per model, quota per account);
-- each gateway has a token bucket with a bounded wait: past it the request falls back;
+- each gateway has a fair queue (models/pacing.py): a request waits for its turn, chat before
+  consolidation and round robin over users, paced just under the limits the provider reports
+  in its headers (and under an optional ceiling); waiting never counts as a model failure, and
+  only a wait longer than the attempt's timeout gives up on the gateway, like a timeout;
 - circuit breakers per model and per gateway skip what keeps failing, with half-open probes;
 - one global retry budget bounds how much extra traffic an outage can make us send.
 
@@ -23,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +46,10 @@ from models.errors import (
 )
 from models.gateways import Gateway
 from models.keys import KeyRing
-from models.limits import BreakerChange, CircuitBreaker, RetryBudget, TokenBucket
+from models.limits import BreakerChange, CircuitBreaker, RetryBudget
 from models.offloop import PROVIDERS
+from models.pacing import GatewayPacer, Priority, Ticket
+from models.ratelimits import read_windows, refusal_windows
 from models.streamtext import WholeCharacters
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
@@ -83,7 +88,7 @@ _HEALTH_FAILURES = (Outcome.RATE_LIMIT, Outcome.UNAVAILABLE, Outcome.TIMEOUT, Ou
 class _GatewayState:
     gateway: Gateway
     keys: KeyRing
-    bucket: TokenBucket
+    pacer: GatewayPacer
     breaker: CircuitBreaker
     in_flight: int = 0
 
@@ -96,7 +101,26 @@ class _Slot:
     state: _GatewayState
     key_index: int
     key: str = field(repr=False)
+    ticket: Ticket
     started: float = 0.0
+
+    def learn(
+        self, headers: Mapping[str, str], refusal: Classified | None = None, body: Any = None
+    ) -> None:
+        """Tell the gateway's pacer what the provider said about its limits (even nothing):
+        the headers, and a rate-limit refusal's own words about the limit it hit."""
+        windows = read_windows(self.state.gateway.protocol, headers)
+        refused = refusal is not None and refusal.outcome is Outcome.RATE_LIMIT
+        if refused:
+            windows += refusal_windows(body, refusal.retry_after_s)
+        self.state.pacer.settle(self.ticket, windows, refused=refused)
+
+    async def before_send(self) -> None:
+        await self.state.pacer.before_send(self.ticket)
+
+    def close(self) -> None:
+        self.state.in_flight -= 1
+        self.state.pacer.release(self.ticket)
 
 
 class Transport:
@@ -107,9 +131,9 @@ class Transport:
     - `backoff`: waits before phase-1 retries of the requested model; its length is the
       number of retries. `retry_after_cap`: a provider's Retry-After up to this is waited
       for; beyond it the request falls back at once (the key still rests as asked).
-    - `bucket_wait`, `bucket_burst`: per-gateway token bucket at `Gateway.requests_per_second`
-      (burst defaults to a quarter second's worth); a request whose turn would come later
-      than `bucket_wait` falls back instead of queueing.
+    - `bucket_burst`: burst of the optional per-gateway ceiling `Gateway.requests_per_second`
+      (default: a quarter second's worth). Requests wait for their turn in the gateway's fair
+      queue (models/pacing.py) at most the attempt's `timeout`.
     - `breaker_threshold`, `gateway_breaker_threshold`, `breaker_cooldown`: consecutive
       failures that open a model's / a gateway's breaker, and how long it stays open before
       one probe is let through.
@@ -129,7 +153,6 @@ class Transport:
         *,
         backoff: Sequence[float] = (1.0, 2.0, 4.0),
         retry_after_cap: float = 20.0,
-        bucket_wait: float = 2.0,
         bucket_burst: float | None = None,
         breaker_threshold: int = 5,
         gateway_breaker_threshold: int = 10,
@@ -149,7 +172,6 @@ class Transport:
         self.catalog = catalog
         self.backoff = tuple(backoff)
         self.retry_after_cap = retry_after_cap
-        self.bucket_wait = bucket_wait
         self.breaker_threshold = breaker_threshold
         self.breaker_cooldown = breaker_cooldown
         self.rate_limit_cooldown = rate_limit_cooldown
@@ -161,12 +183,16 @@ class Transport:
         self._clock = clock
         self._gateways: dict[str, _GatewayState] = {}
         for name, gateway in gateways.items():
-            rate = gateway.requests_per_second
-            burst = bucket_burst if bucket_burst is not None else max(1.0, rate / 4)
             self._gateways[name] = _GatewayState(
                 gateway=gateway,
                 keys=KeyRing(name, gateway.keys, clock),
-                bucket=TokenBucket(rate, burst, clock, sleep),
+                pacer=GatewayPacer(
+                    name,
+                    ceiling_rps=gateway.requests_per_second,
+                    burst=bucket_burst,
+                    clock=clock,
+                    sleep=sleep,
+                ),
                 breaker=CircuitBreaker(
                     f"gateway:{name}", gateway_breaker_threshold, breaker_cooldown, clock
                 ),
@@ -193,18 +219,22 @@ class Transport:
         tool_choice: str | dict[str, Any] | None = None,
         walk_chain: bool = True,
         max_tokens: int | None = None,
+        user_key: Hashable | None = None,
+        priority: Priority = Priority.CHAT,
         on_spend: SpendCallback | None = None,
     ) -> ChatResult:
         """One answer (text and/or tool calls). `on_spend` hears every billable attempt as it
         ends (see `Spend`): the answer's usage, and an estimate when a cancellation cut off
-        a request in flight."""
-        plan = _CallPlan(self, model_id, walk_chain)
+        a request in flight. `user_key` (e.g. the Telegram user id) is who waits in the
+        gateways' fair queues; `priority` puts background work behind chat."""
+        plan = _CallPlan(self, model_id, walk_chain, messages, timeout, user_key, priority)
         while (slot := await plan.next_slot()) is not None:
             try:
                 kwargs = self._request_kwargs(
                     slot, messages, timeout, max_tokens, tools=tools, tool_choice=tool_choice
                 )
                 wire = start_record()
+                wire.before_send = slot.before_send
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
                         response = await PROVIDERS.acompletion(litellm.acompletion, **kwargs)
@@ -213,8 +243,13 @@ class Transport:
                     _tell(on_spend, slot.entry, messages, "", None, "cancelled")
                     raise
                 except Exception as exc:  # classified below; nothing escapes unclassified
-                    await plan.report(slot, _classify_failure(exc, wire))
+                    failure = _classify_failure(exc, wire)
+                    if wire.headers:
+                        slot.learn(wire.headers, failure, wire.error_body)
+                    await plan.report(slot, failure)
                     continue
+                headers = wire.headers or _success_headers(response)
+                slot.learn(headers)
                 result = _result_from_response(response, slot.entry, model_id)
                 if getattr(response, "usage", None) is None:
                     answered = result.text + "".join(c.arguments for c in result.tool_calls)
@@ -223,11 +258,12 @@ class Transport:
                     await plan.report(slot, _classify_empty(wire, "200 empty completion"))
                     continue
                 _tell(on_spend, slot.entry, messages, "", result.usage, "success")
-                plan.report_success(slot, wire.headers or _success_headers(response))
+                plan.report_success(slot, headers)
                 result.attempts = plan.attempts
+                result.queued_s = plan.queued_s
                 return result
             finally:
-                slot.state.in_flight -= 1
+                slot.close()
         raise plan.failure()
 
     async def stream(
@@ -240,6 +276,8 @@ class Transport:
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
+        user_key: Hashable | None = None,
+        priority: Priority = Priority.CHAT,
         on_spend: SpendCallback | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
@@ -249,14 +287,15 @@ class Transport:
         a StreamRestart telling the caller to clear what it showed. Streamed tool calls are
         assembled (all three protocols arrive through litellm in the OpenAI delta shape) and
         returned whole in the StreamDone result; a model whose catalog entry has `tools=False`
-        is sent neither the tools nor tool-shaped messages.
+        is sent neither the tools nor tool-shaped messages. `user_key` and `priority` as for
+        `complete`.
 
         `on_spend` hears what every attempt cost as soon as it ends (see `Spend`), also when
         the caller is cancelled or stops iterating: close the generator (`aclosing`) so a
         cancellation while the caller was busy elsewhere is reported too. The provider's usage
         when it came, else an estimate of the prompt and the text received.
         """
-        plan = _CallPlan(self, model_id, walk_chain)
+        plan = _CallPlan(self, model_id, walk_chain, messages, timeout, user_key, priority)
         shown_model: str | None = None  # whose text the caller currently shows
         restart_reason = ""
         while (slot := await plan.next_slot()) is not None:
@@ -278,12 +317,14 @@ class Transport:
                 response: Any = None
                 failure: Classified | None = None
                 wire = start_record()
+                wire.before_send = slot.before_send
                 try:
                     # A guard on silence, not on length: a long answer may stream for
                     # minutes, but no chunk for `timeout` seconds means the provider is gone.
                     async with asyncio.timeout(timeout + self.timeout_grace) as silence:
                         response = await PROVIDERS.acompletion(litellm.acompletion, **kwargs)
                         headers = wire.headers or _success_headers(response)
+                        slot.learn(headers)
                         async for chunk in response:
                             loop_now = asyncio.get_running_loop().time()
                             silence.reschedule(loop_now + timeout + self.timeout_grace)
@@ -310,6 +351,8 @@ class Transport:
                     raise
                 except Exception as exc:
                     failure = _classify_failure(exc, wire)
+                    if response is None and wire.headers:
+                        slot.learn(wire.headers, failure, wire.error_body)
                 finally:
                     if response is not None and hasattr(response, "aclose"):
                         try:
@@ -350,11 +393,12 @@ class Transport:
                         usage=spent,
                         attempts=plan.attempts,
                         requested_model_id=model_id,
+                        queued_s=plan.queued_s,
                     )
                 )
                 return
             finally:
-                slot.state.in_flight -= 1
+                slot.close()
         raise plan.failure()
 
     async def transcribe(
@@ -367,6 +411,8 @@ class Transport:
         duration_s: float,
         timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
         walk_chain: bool = True,
+        user_key: Hashable | None = None,
+        priority: Priority = Priority.CHAT,
     ) -> Transcription:
         """Speech to text through `litellm.atranscription`, with the same retry, fallback, key,
         bucket and breaker rules as chat (the same `_CallPlan`).
@@ -376,7 +422,7 @@ class Transport:
         `duration_s` (the length Telegram announced). A timed-out attempt is billed too: the
         provider may have transcribed the audio before we gave up.
         """
-        plan = _CallPlan(self, model_id, walk_chain)
+        plan = _CallPlan(self, model_id, walk_chain, [], timeout, user_key, priority)
         billed: list[tuple[str, Usage]] = []
         while (slot := await plan.next_slot()) is not None:
             try:
@@ -394,6 +440,7 @@ class Transport:
                     cost_usd=slot.entry.audio_cost_usd(duration_s), audio_seconds=duration_s
                 )
                 wire = start_record()
+                wire.before_send = slot.before_send
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
                         response = await PROVIDERS.acompletion(litellm.atranscription, **kwargs)
@@ -401,10 +448,13 @@ class Transport:
                     raise
                 except Exception as exc:
                     failure = _classify_failure(exc, wire)
+                    if wire.headers:
+                        slot.learn(wire.headers, failure, wire.error_body)
                     if failure.outcome is Outcome.TIMEOUT:
                         billed.append((slot.entry.id, cost))
                     await plan.report(slot, failure)
                     continue
+                slot.learn(wire.headers or _success_headers(response))
                 text = getattr(response, "text", None)
                 if not isinstance(text, str) or wire.has_error_body:
                     await plan.report(slot, _classify_empty(wire, "200 without a transcript"))
@@ -420,7 +470,7 @@ class Transport:
                     billed=billed,
                 )
             finally:
-                slot.state.in_flight -= 1
+                slot.close()
         error = plan.failure()
         error.billed = billed
         raise error
@@ -437,11 +487,7 @@ class Transport:
                     "open_for_s": round(gs.breaker.remaining_open_s(), 1),
                     "keys": gs.keys.status(),
                     "in_flight": gs.in_flight,
-                    "bucket": {
-                        "rate_per_s": gs.bucket.rate,
-                        "burst": gs.bucket.burst,
-                        "tokens": round(gs.bucket.tokens, 2),
-                    },
+                    "queue": gs.pacer.status(),
                 }
                 for name, gs in self._gateways.items()
             },
@@ -558,9 +604,22 @@ class _CallPlan:
     bucket, breaker and budget rules.
     """
 
-    def __init__(self, transport: Transport, model_id: str, walk_chain: bool) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        model_id: str,
+        walk_chain: bool,
+        messages: list[Message],
+        timeout: float,
+        user_key: Hashable | None,
+        priority: Priority,
+    ) -> None:
         self.t = transport
         self.requested = model_id
+        self.timeout = timeout  # also the longest wait for a gateway's queue, per attempt
+        self.user_key = user_key if user_key is not None else object()
+        self.priority = priority
+        self.cost_tokens = _estimate_tokens(messages)
         head = transport.catalog.get(model_id)
         self.chain = list(transport.catalog.chain(model_id)) if walk_chain else [head]
         self.position = 0
@@ -568,6 +627,9 @@ class _CallPlan:
         self.excluded_keys: set[int] = set()  # keys rejected during this call
         self.pending_delay = 0.0
         self.attempts: list[Attempt] = []
+        self.queued_s = 0.0  # time spent waiting for turns in gateway queues
+        self._waiting_for = -1  # chain position whose wait bound `_wait_until` is
+        self._wait_until = 0.0
 
     # choosing
 
@@ -577,6 +639,11 @@ class _CallPlan:
             await self.t._sleep(delay)
         while self.position < len(self.chain):
             entry = self.chain[self.position]
+            # Our own limits make a request wait, never fail: at most `timeout` per model.
+            if self._waiting_for != self.position:
+                self._waiting_for = self.position
+                self._wait_until = self.t._clock() + self.timeout
+            wait_until = self._wait_until
             state = self.t.gateway_state(entry.gateway)
             if state is None or not len(state.keys):
                 self._skip(entry, NO_KEY)
@@ -599,18 +666,37 @@ class _CallPlan:
                 self._release(entry, state)
                 self._skip(entry, f"gateway busy ({state.in_flight} in flight)")
                 continue
-            picked = state.keys.pick(entry.wire_name, exclude=self.excluded_keys)
-            if picked is None:
+            if not self._other_key_usable(state, entry):
+                # Resting keys: a spent window (remaining = 0) whose reset comes in time is
+                # waited out like any other turn; a provider's refusal (429, quota, rejected
+                # key) moves the request on, and so does a reset later than the timeout.
+                rest = state.keys.window_rest_s(entry.wire_name, exclude=self.excluded_keys)
                 self._release(entry, state)
-                self._skip(entry, "all keys cooling down")
+                if rest is None or self.t._clock() + rest > wait_until:
+                    self._skip(entry, "all keys cooling down")
+                    continue
+                await self.t._sleep(rest)
+                continue  # look again: breakers and keys may have changed meanwhile
+            ticket = await state.pacer.acquire(
+                entry.wire_name,
+                user=self.user_key,
+                priority=self.priority,
+                max_wait=max(0.0, wait_until - self.t._clock()),
+                cost_tokens=self.cost_tokens,
+            )
+            if ticket is None:
+                self._release(entry, state)
+                self._skip(entry, f"no turn on the gateway within {self.timeout:g}s")
                 continue
-            if not await state.bucket.acquire(self.t.bucket_wait):
+            picked = state.keys.pick(entry.wire_name, exclude=self.excluded_keys)
+            if picked is None:  # a key went to rest while we waited: look again
+                state.pacer.release(ticket)
                 self._release(entry, state)
-                self._skip(entry, "gateway request budget full")
                 continue
             index, key = picked
             state.in_flight += 1  # the caller decrements when the attempt ends, however
-            return _Slot(entry, state, index, key, started=self.t._clock())
+            self.queued_s += ticket.waited_s
+            return _Slot(entry, state, index, key, ticket, started=self.t._clock())
         return None
 
     def _release(self, entry: ModelEntry, state: _GatewayState) -> None:
@@ -656,8 +742,8 @@ class _CallPlan:
         log_breaker_change(state.breaker.record_success())
         log_breaker_change(self.t.model_breaker(slot.entry.id).record_success())
         self.t.retry_budget.record_success()
-        spent = exhausted_until_reset(headers)
-        if spent:  # the x-ratelimit-* windows are the model's, not the account's
+        spent = _spent_until_reset(state.gateway.protocol, headers)
+        if spent:  # remaining = 0: this key waits for the reset (for this model only)
             state.keys.cool(
                 slot.key_index, spent, "rate_limit_window_spent", model=slot.entry.wire_name
             )
@@ -821,6 +907,28 @@ def _success_headers(response: Any) -> Mapping[str, str]:
     for name, value in headers.items():
         out[str(name).lower().removeprefix("llm_provider-")] = str(value)
     return out
+
+
+def _spent_until_reset(protocol: str, headers: Mapping[str, str]) -> float | None:
+    """Seconds until the latest reset of a window the provider says is spent (remaining 0)."""
+    waits = [w.reset_s for w in read_windows(protocol, headers) if w.remaining <= 0]
+    partial = exhausted_until_reset(headers)  # remaining and reset without a limit
+    if partial is not None:
+        waits.append(partial)
+    return max(waits) if waits else None
+
+
+def _estimate_tokens(messages: list[Message]) -> float:
+    """Roughly what a request costs against a token limit: ~4 characters per token."""
+    chars = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            parts = [part for part in content if isinstance(part, dict)]
+            chars += sum(len(str(part.get("text", ""))) for part in parts)
+    return chars / 4
 
 
 def _count_tokens(*, messages: list[Message] | None = None, text: str = "") -> int:

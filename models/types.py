@@ -102,6 +102,7 @@ class ChatResult:
     usage: Usage = field(default_factory=Usage)
     attempts: list[Attempt] = field(default_factory=list)
     requested_model_id: str = ""
+    queued_s: float = 0.0  # waited for turns in gateway queues (our own pacing), not provider
 
     @property
     def fell_back(self) -> bool:

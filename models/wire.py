@@ -12,8 +12,10 @@ Streamed (SSE) bodies are never read here: only JSON bodies, which litellm reads
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +25,7 @@ from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
 from openai import AsyncOpenAI
 
 from models.gateways import Gateway
+from models.offloop import on_loop
 
 _MAX_BODY_CHARS = 20_000
 
@@ -44,6 +47,11 @@ class WireRecord:
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     error_body: Any = None  # parsed JSON body when it is not a completion
+    # Awaited right before the request leaves (the gateway's send spacing, models/pacing.py).
+    before_send: Callable[[], Awaitable[None]] | None = None
+    # The loop that started the attempt, where the pacer lives (the request itself is sent
+    # from the provider loop, models/offloop.py).
+    loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def has_error_body(self) -> bool:
@@ -54,7 +62,7 @@ _current: ContextVar[WireRecord | None] = ContextVar("mnemobot_wire_record", def
 
 
 def start_record() -> WireRecord:
-    record = WireRecord()
+    record = WireRecord(loop=asyncio.get_running_loop())
     _current.set(record)
     return record
 
@@ -67,6 +75,16 @@ def _looks_like_completion(payload: Any) -> bool:
     if isinstance(payload.get("text"), str) and "error" not in payload:
         return True  # a transcription: {"text": ...} (plus duration/segments/usage)
     return payload.get("type") == "message" and "content" in payload
+
+
+async def _on_request(request: httpx.Request) -> None:
+    """The last moment before a request leaves: wait for the gateway's send spacing, so
+    requests admitted in pace but delayed by litellm's set-up do not arrive in a bunch."""
+    record = _current.get()
+    if record is None or record.before_send is None:
+        return
+    gate, record.before_send = record.before_send, None
+    await on_loop(record.loop, gate)
 
 
 async def _on_response(response: httpx.Response) -> None:
@@ -91,9 +109,8 @@ async def _on_response(response: httpx.Response) -> None:
 class ClientPool:
     """HTTP clients handed to litellm (`client=`), all carrying the wire hook.
 
-    The OpenAI SDK client binds a key, so openai-protocol gateways get clients per key;
+    The OpenAI SDK client binds a key, so openai-protocol gateways get one client per key;
     litellm's own handler (Groq, Anthropic) takes the key per call and is shared per gateway.
-    Each of those has POOL_SHARDS clients, handed out in turn (see SHARD_LIMITS).
     Transcription goes through the OpenAI SDK on every gateway (litellm 1.110.2 sends
     `groq/` audio through it too), so `sdk_client_for` gives an SDK client per key anywhere.
     """
@@ -128,7 +145,7 @@ class ClientPool:
         )
         client = self._clients.get(slot)
         if client is None:
-            hooks = {"response": [_on_response]}
+            hooks = {"request": [_on_request], "response": [_on_response]}
             if gateway.protocol == "openai":
                 client = AsyncOpenAI(
                     api_key=key,

@@ -37,7 +37,7 @@ def test_hidden_consolidation_chain_is_the_seed_chain() -> None:
 def test_visible_models_fall_back_inside_their_family() -> None:
     catalog = load_catalog()
     visible = catalog.visible()
-    assert {e.gateway for e in visible} == {"openai", "anthropic"}
+    assert {e.gateway for e in visible} == {"openai", "anthropic", "groq"}
     for entry in visible:
         for member in catalog.chain(entry.id):
             assert member.gateway == entry.gateway, (entry.id, member.id)
@@ -172,7 +172,9 @@ def test_visible_models_can_see_and_transcription_models_are_never_offered(
     tmp_path: Path,
 ) -> None:
     catalog = load_catalog()
-    assert all(e.vision for e in catalog.visible())
+    # Every family's head sees photos; Groq's text-only fallbacks are the only exceptions.
+    assert all(e.vision for e in catalog.visible() if e.gateway != "groq")
+    assert catalog.get("llama-4-scout").vision
     # Even unhidden by a user file, a transcription model is not a chat model.
     user = _write(tmp_path / "c.json", [{"id": "whisper-1", "hidden": False}])
     assert "whisper-1" not in {e.id for e in load_catalog(user).visible()}

@@ -1,4 +1,4 @@
-"""Per-gateway token buckets with a bounded wait, and the global retry budget."""
+"""Per-gateway ceilings that make requests wait (never fail), and the global retry budget."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import asyncio
 
 import pytest
 
+from models.catalog import load_catalog
 from models.limits import RetryBudget, TokenBucket
+from models.transport import Transport
 from models.types import Outcome, TransportError
 from tests.conftest import FakeClock, make_gateways, make_transport
 from tests.fakes.providers import Fault
@@ -24,70 +26,55 @@ def test_bucket_hands_out_burst_then_says_how_long_until_the_next_token() -> Non
     assert bucket.tokens == 2.0  # never more than the burst, however long it was idle
 
 
-async def test_waiters_are_served_in_order_and_late_ones_refused() -> None:
-    clock = FakeClock()
-
-    async def sleep(seconds: float) -> None:
-        clock.advance(seconds)
-        await asyncio.sleep(0)
-
-    bucket = TokenBucket(rate=10.0, burst=1.0, clock=clock, sleep=sleep)
-    served: list[int] = []
-
-    async def take(n: int) -> None:
-        if await bucket.acquire(max_wait=0.35):
-            served.append(n)
-
-    await asyncio.gather(*(take(n) for n in range(6)))
-    # One token now, then one every 0.1 s: callers 1-3 fit in 0.35 s, 4 and 5 are refused.
-    assert served == [0, 1, 2, 3]
-    assert clock.now == pytest.approx(1000.3)
-
-
-async def test_full_bucket_falls_back_to_another_gateway_instead_of_queueing(
+async def test_a_full_ceiling_makes_requests_wait_never_fall_back(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
-    from models.catalog import load_catalog
-    from models.transport import Transport
-
-    clock = FakeClock()  # moves only when the transport sleeps
+    """Our own ceiling (GROQ_RPS) is a pace, not a refusal: every request waits for its turn on
+    the model asked for, none skips down the chain."""
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": 8.0})
-
-    async def sleep(seconds: float) -> None:  # time passes only when someone waits
-        clock.advance(seconds)
-        await asyncio.sleep(0)
-
-    t = Transport(load_catalog(), gateways, backoff=(), bucket_wait=0.3, clock=clock, sleep=sleep)
+    t = Transport(load_catalog(), gateways, backoff=())
     results = await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=5) for _ in range(12)))
-    # Groq's bucket: 8/s, burst 8/4 = 2. Two take the burst; the next two would get a token
-    # within 0.3 s (after 0.125 s and 0.25 s) and queue; the other eight would wait longer,
-    # so they fall back to OpenAI at once instead of queueing.
-    assert len(fake_groq.requests) == 4
-    assert len(fake_openai.requests) == 8
-    fell_back = [r for r in results if r.model_id == "gpt-4.1-mini"]
-    assert len(fell_back) == 8
-    details = {a.detail for r in fell_back for a in r.attempts if a.outcome is Outcome.SKIPPED}
-    assert details == {"gateway request budget full"}
+    assert [r.model_id for r in results] == ["qwen3-32b"] * 12
+    assert all(a.outcome is Outcome.SUCCESS for r in results for a in r.attempts)
+    assert len(fake_groq.requests) == 12 and fake_openai.requests == []
+    queue = t.status()["gateways"]["groq"]["queue"]
+    # 8/s with a burst of 2: all but the first two had to queue, and were served.
+    assert queue["served"] == 12 and queue["queued"] >= 10 and queue["waiting"] == 0
+    assert queue["refused"] == queue["gave_up"] == 0
+    assert sum(1 for r in results if r.queued_s > 0) >= 10
     await t.aclose()
 
 
-async def test_no_provider_sees_more_than_its_bucket(
+async def test_a_turn_beyond_the_timeout_is_not_waited_for(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    """Only when the pace puts a request's turn past its timeout does it move on, as a
+    timeout would, and that is never recorded against the model's or gateway's health."""
+    gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": 1.0})
+    t = Transport(load_catalog(), gateways, backoff=(), bucket_burst=1.0)
+    results = await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=3) for _ in range(5)))
+    on_groq = [r for r in results if r.model_id == "qwen3-32b"]
+    moved = [r for r in results if r.model_id != "qwen3-32b"]
+    # One now, then one a second: two more come within 3 s (with 20 % to spare); two not.
+    assert len(on_groq) == 3 and len(moved) == 2
+    for result in moved:
+        skipped = [a for a in result.attempts if a.outcome is Outcome.SKIPPED]
+        assert skipped[0].detail == "no turn on the gateway within 3s"
+        assert result.model_id == "gpt-4.1-mini"  # the first model on another gateway
+    status = t.status()
+    assert status["gateways"]["groq"]["breaker"] == "closed"
+    assert status["gateways"]["groq"]["consecutive_failures"] == 0
+    assert status["models"].get("qwen3-32b", {}).get("consecutive_failures", 0) == 0
+    assert status["gateways"]["groq"]["queue"]["refused"] >= 2
+    await t.aclose()
+
+
+async def test_no_provider_sees_more_than_its_ceiling(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
     rate = 20.0
-    t = make_transport(
-        fake_openai, fake_groq, fake_anthropic, bucket_burst=1.0, bucket_wait=10.0, backoff=()
-    )
-    state = t.gateway_state("groq")
-    from models.limits import TokenBucket as Bucket
-
-    state.bucket = Bucket(rate, 1.0, t._clock, asyncio.sleep)
-    # The first request to a provider does one-time work (litellm's tokenizer and provider
-    # modules, the first connection: 0.1-1 s of CPU) while the bucket keeps granting, and the
-    # requests granted meanwhile then leave together. The claim is about the pace after that.
-    await t.warm_up()
-    await t.complete("qwen3-32b", HI, timeout=5)
-    fake_groq.requests.clear()
+    gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": rate})
+    t = Transport(load_catalog(), gateways, bucket_burst=1.0, backoff=())
     await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=5) for _ in range(30)))
     times = sorted(r.at for r in fake_groq.requests)
     assert len(times) == 30

@@ -64,6 +64,8 @@ class ScriptedTransport:
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
         walk_chain: bool = True,
+        user_key: object = None,
+        priority: object = None,
     ) -> ChatResult:
         assert walk_chain is False
         self.calls.append((model_id, messages))

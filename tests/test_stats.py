@@ -131,3 +131,41 @@ def test_money_keeps_small_amounts_readable() -> None:
     assert money(0.00042) == "$0.0004"
     assert money(12.345) == "$12.35"
     assert money(1234.5) == "$1,234.50"
+
+
+async def test_stats_show_who_waits_for_a_turn_and_the_longest_wait(
+    db: Database, fake_openai, fake_groq, fake_anthropic
+) -> None:
+    """Requests waiting in a gateway's queue, chat and memory apart, and the longest wait."""
+    import asyncio
+
+    from models.catalog import load_catalog
+    from models.pacing import Priority
+    from models.transport import Transport
+    from tests.conftest import make_gateways
+    from tests.e2e_bot import wait_until
+
+    gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"openai": 2.0})
+    transport = Transport(load_catalog(), gateways, bucket_burst=1.0)
+    hi = [{"role": "user", "content": "hi"}]
+    asks = [
+        asyncio.create_task(transport.complete("gpt-4.1", hi, timeout=30, user_key=n))
+        for n in range(3)
+    ]
+    asks.append(
+        asyncio.create_task(
+            transport.complete("gpt-4.1", hi, timeout=30, priority=Priority.BACKGROUND)
+        )
+    )
+
+    def waiting() -> int:
+        return transport.status()["gateways"]["openai"]["queue"]["waiting"]
+
+    await wait_until(lambda: waiting() == 3, "three requests queued behind the first")
+    text = await build_stats_text(db, transport.status(), "en", clock=lambda: NOW)
+    assert "waiting for a turn: 3 (chat 2, memory 1)" in text
+    await asyncio.gather(*asks)
+    text = await build_stats_text(db, transport.status(), "en", clock=lambda: NOW)
+    longest = transport.status()["gateways"]["openai"]["queue"]["longest_wait_s"]
+    assert longest > 0 and f"longest wait {longest:.1f} s" in text
+    await transport.aclose()

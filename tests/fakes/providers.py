@@ -5,9 +5,11 @@ reproduce the real error bodies from the design brief, because the transport lay
 proven against what providers actually send rather than against our own idea of it.
 
 Beyond the shared API: `fp.invalid_keys` (a set of keys answered with the provider's 401),
-`fp.enforce_rate_limit(rps, burst)` (provider-side 429s past a rate, counted in
-`fp.rate_limited`) and a `headers=` option on Reply/ToolCallReply/Fault (extra response headers
-such as x-ratelimit-*), for key-rotation tests and the retry-storm benchmark.
+`fp.enforce_rate_limit(rps, burst, ...)` (a provider-side limit, see `ProviderLimit`: every
+answer then carries the provider's real rate-limit headers, and requests past the limit get
+its real 429 body with retry-after, counted in `fp.rate_limited`) and a `headers=` option on
+Reply/ToolCallReply/Fault (extra response headers), for key-rotation and pacing tests and the
+retry-storm and burst benchmarks.
 
 Chat tools: `ToolCallReply` answers with one tool call (or several, `also=[...]`), streaming or
 not, in the provider's own format; `Respond(fn)` computes the step from the request body (a
@@ -29,12 +31,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import random
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -264,6 +268,97 @@ def _text_of(content: Any) -> str:
     return str(content)
 
 
+@dataclass
+class ProviderLimit:
+    """A provider-side limit as the real ones work: a bucket of `burst` requests refilled at
+    `rps` (OpenAI enforces its per-minute limit in such short slices), a per-minute token
+    bucket, and for Groq a per-day request count. The headers state it in each provider's own
+    units: requests per minute (OpenAI, Anthropic) or per day (Groq), tokens per minute."""
+
+    rps: float
+    burst: float = 1.0
+    tokens_per_minute: float = 1_000_000.0
+    requests_per_day: float = 14_400.0
+    tokens: float = 0.0
+    token_bucket: float = 0.0
+    day_used: int = 0
+    updated: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.tokens = self.burst
+        self.token_bucket = self.tokens_per_minute
+        self.updated = time.monotonic()
+
+    def refill(self) -> None:
+        now = time.monotonic()
+        elapsed = now - self.updated
+        self.tokens = min(self.burst, self.tokens + elapsed * self.rps)
+        self.token_bucket = min(
+            self.tokens_per_minute, self.token_bucket + elapsed * self.tokens_per_minute / 60
+        )
+        self.updated = now
+
+    def admit(self, prompt_tokens: int) -> float | None:
+        """None when the request is admitted (and counted); else seconds until it would be."""
+        self.refill()
+        if self.tokens < 1:
+            return (1 - self.tokens) / self.rps
+        if self.token_bucket < prompt_tokens:
+            return (prompt_tokens - self.token_bucket) / (self.tokens_per_minute / 60)
+        if self.day_used >= self.requests_per_day:
+            return 86_400.0
+        self.tokens -= 1
+        self.token_bucket -= prompt_tokens
+        self.day_used += 1
+        return None
+
+    def headers(self, kind: str) -> dict[str, str]:
+        """The provider's own rate-limit headers, as it sends them on every response."""
+        self.refill()
+        rpm = self.rps * 60
+        requests_full_s = (self.burst - self.tokens) / self.rps
+        tokens_full_s = (self.tokens_per_minute - self.token_bucket) / (self.tokens_per_minute / 60)
+        if kind == "anthropic":
+            now = datetime.now(UTC)
+
+            def stamp(seconds: float) -> str:
+                moment = now + timedelta(seconds=math.ceil(seconds))
+                return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+            out = {
+                "anthropic-ratelimit-requests-limit": _number(rpm),
+                "anthropic-ratelimit-requests-remaining": str(math.floor(self.tokens)),
+                "anthropic-ratelimit-requests-reset": stamp(requests_full_s),
+            }
+            for name in ("tokens", "input-tokens", "output-tokens"):
+                out[f"anthropic-ratelimit-{name}-limit"] = _number(self.tokens_per_minute)
+                out[f"anthropic-ratelimit-{name}-remaining"] = str(math.floor(self.token_bucket))
+                out[f"anthropic-ratelimit-{name}-reset"] = stamp(tokens_full_s)
+            return out
+        if kind == "groq":  # requests per day, tokens per minute
+            limit, remaining = self.requests_per_day, self.requests_per_day - self.day_used
+            reset = self.day_used * 86_400 / self.requests_per_day
+        else:
+            limit, remaining, reset = rpm, math.floor(self.tokens), requests_full_s
+        return {
+            "x-ratelimit-limit-requests": _number(limit),
+            "x-ratelimit-remaining-requests": _number(max(0, remaining)),
+            "x-ratelimit-reset-requests": go_duration(reset),
+            "x-ratelimit-limit-tokens": _number(self.tokens_per_minute),
+            "x-ratelimit-remaining-tokens": str(max(0, math.floor(self.token_bucket))),
+            "x-ratelimit-reset-tokens": go_duration(tokens_full_s),
+        }
+
+
+def go_duration(seconds: float) -> str:
+    """Go's time.Duration text, as OpenAI and Groq send resets: 12ms, 1s, 6m0s, 2m59.56s."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    minutes, rest = divmod(round(seconds, 2), 60)
+    text = f"{rest:.2f}".rstrip("0").rstrip(".") + "s"
+    return f"{int(minutes)}m{text}" if minutes else text
+
+
 # --- real error bodies (design brief) -------------------------------------------------------
 
 _OPENAI_RATE_LIMIT = {
@@ -478,6 +573,54 @@ def _forces_a_tool(body: dict[str, Any]) -> bool:
     return choice == "required"
 
 
+def _rate_limit_body(kind: str, model: str, limit: ProviderLimit, wait_s: float) -> Any:
+    """Each provider's own 429 body for a request over its per-minute request limit."""
+    rpm = _number(limit.rps * 60)
+    wait = go_duration(wait_s)
+    if kind == "anthropic":
+        return {
+            "type": "error",
+            "error": {
+                "type": "rate_limit_error",
+                "message": (
+                    f"This request would exceed the rate limit for your organization (FAKE) of "
+                    f"{rpm} requests per minute. For details, refer to: "
+                    "https://docs.claude.com/en/api/rate-limits. You can see the response "
+                    "headers for current usage. Please reduce the prompt length or the maximum "
+                    "tokens requested, or try again later. You may also contact sales at "
+                    "https://www.anthropic.com/contact-sales to discuss your options for a rate "
+                    "limit increase."
+                ),
+            },
+            "request_id": "req_011CFAKEratelimit",
+        }
+    if kind == "groq":
+        return {
+            "error": {
+                "message": (
+                    f"Rate limit reached for model `{model}` in organization `org_x` service "
+                    f"tier `on_demand` on requests per minute (RPM): Limit {rpm}, Used {rpm}, "
+                    f"Requested 1. Please try again in {wait}. Need more tokens? Upgrade to Dev "
+                    "Tier today at https://console.groq.com/settings/billing"
+                ),
+                "type": "requests",
+                "code": "rate_limit_exceeded",
+            }
+        }
+    return {
+        "error": {
+            "message": (
+                f"Rate limit reached for {model} in organization org-FAKE on requests per min "
+                f"(RPM): Limit {rpm}, Used {rpm}, Requested 1. Please try again in {wait}. Visit "
+                "https://platform.openai.com/account/rate-limits to learn more."
+            ),
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        }
+    }
+
+
 def _unauthorized_body(kind: str, api_key: str | None) -> dict[str, Any]:
     if kind == "anthropic":
         return {
@@ -557,10 +700,10 @@ class FakeProvider:
         # What the fake "hears" in uploaded audio: sha256 of the file -> transcript.
         self.speech: dict[str, str] = {}
         # Optional provider-side rate limit (see enforce_rate_limit); rejections are counted.
-        self._limit: tuple[float, float] | None = None
-        self._limit_tokens = 0.0
-        self._limit_updated = 0.0
+        self._limit_terms: tuple[float, float, float, float] | None = None
+        self.limits: dict[str, ProviderLimit] = {}  # per model, as providers count them
         self.rate_limited = 0
+        self.rate_limited_at: list[float] = []
         # Wire model -> TOOL_CHOICE_REFUSALS key: that model answers every request that forces
         # a tool with the refusal (HTTP 400), as a provider does; automatic choice works.
         self.refuse_forced_tool_choice: dict[str, str] = {}
@@ -622,25 +765,48 @@ class FakeProvider:
         self._failure_kinds = list(kinds)
         self._rng = random.Random(seed)
 
-    def enforce_rate_limit(self, rps: float | None, burst: float = 1.0) -> None:
-        """Answer requests beyond `rps` (token bucket, `burst`) with the real 429 and
-        Retry-After: 1, as a provider does; None turns the limit off."""
-        self._limit = None if rps is None else (rps, burst)
-        self._limit_tokens = burst
-        self._limit_updated = time.monotonic()
+    def enforce_rate_limit(
+        self,
+        rps: float | None,
+        burst: float = 1.0,
+        *,
+        tokens_per_minute: float = 1_000_000.0,
+        requests_per_day: float = 14_400.0,
+    ) -> None:
+        """Limit each model of this provider as a real one is (see `ProviderLimit`; providers
+        count per model): every answer carries the rate-limit headers, and a request past the
+        limit gets the provider's real 429 body with retry-after. None turns it off."""
+        self.limits.clear()
+        self._limit_terms = (
+            None if rps is None else (rps, burst, tokens_per_minute, requests_per_day)
+        )
 
-    def _over_limit(self) -> bool:
-        if self._limit is None:
-            return False
-        rps, burst = self._limit
-        now = time.monotonic()
-        self._limit_tokens = min(burst, self._limit_tokens + (now - self._limit_updated) * rps)
-        self._limit_updated = now
-        if self._limit_tokens >= 1:
-            self._limit_tokens -= 1
-            return False
+    def _limit(self, model: str) -> ProviderLimit | None:
+        if self._limit_terms is None:
+            return None
+        if model not in self.limits:
+            self.limits[model] = ProviderLimit(*self._limit_terms)
+        return self.limits[model]
+
+    def _limit_headers(self, model: str) -> dict[str, str]:
+        limit = self._limit(model)
+        return limit.headers(self.kind) if limit is not None else {}
+
+    def _over_limit(self, model: str, body: dict[str, Any]) -> web.Response | None:
+        limit = self._limit(model)
+        if limit is None:
+            return None
+        wait = limit.admit(_prompt_tokens(body))
+        if wait is None:
+            return None
         self.rate_limited += 1
-        return True
+        self.rate_limited_at.append(time.monotonic())
+        headers = {"retry-after": str(max(1, math.ceil(wait))), **self._limit_headers(model)}
+        if self.kind == "groq":
+            headers["x-ratelimit-reset-requests"] = go_duration(wait)
+        return _json_response(
+            _rate_limit_body(self.kind, model, limit, wait), status=429, headers=headers
+        )
 
     def reset(self) -> None:
         self._scripts.clear()
@@ -649,7 +815,8 @@ class FakeProvider:
         self._failure_rate = 0.0
         self._failure_kinds = []
         self.invalid_keys.clear()
-        self._limit = None
+        self._limit_terms = None
+        self.limits.clear()
         self.rate_limited = 0
         self.refuse_forced_tool_choice.clear()
 
@@ -680,9 +847,10 @@ class FakeProvider:
         self.requests.append(recorded)
         if api_key in self.invalid_keys:
             return await self._fault(request, Fault("unauthorized_401"), body, api_key, stream)
-        if self._over_limit():
-            limited = Fault("rate_limit_429", retry_after=1)
-            return await self._fault(request, limited, body, api_key, stream)
+        limited = self._over_limit(model or "", body)
+        if limited is not None:
+            return limited
+        limit_headers = self._limit_headers(model or "")
         refusal = self.refuse_forced_tool_choice.get(model or "")
         if refusal is not None and _forces_a_tool(body):
             return _json_response(TOOL_CHOICE_REFUSALS[refusal], status=400)
@@ -701,6 +869,8 @@ class FakeProvider:
             return await self._fault(request, step, body, api_key, stream)
         if getattr(step, "delay", 0.0):
             await asyncio.sleep(step.delay)  # type: ignore[union-attr]
+        if limit_headers:  # the provider's own headers on every answer, the step's win
+            step = replace(step, headers={**limit_headers, **(step.headers or {})})
         if stream:
             return await self._stream(request, step, body)
         return self._complete(step, body)
@@ -741,9 +911,9 @@ class FakeProvider:
         )
         if api_key in self.invalid_keys:
             return await self._fault(request, Fault("unauthorized_401"), fields, api_key, False)
-        if self._over_limit():
-            limited = Fault("rate_limit_429", retry_after=1)
-            return await self._fault(request, limited, fields, api_key, False)
+        limited = self._over_limit(model or "", {"messages": []})
+        if limited is not None:
+            return limited
         step = self._next_step(model or "")
         if self.latency:
             await asyncio.sleep(self.latency)
@@ -807,7 +977,7 @@ class FakeProvider:
     ) -> tuple[int, int]:
         prompt = step.prompt_tokens
         if prompt is None:
-            prompt = max(1, len(json.dumps(body.get("messages", []), ensure_ascii=False)) // 4)
+            prompt = _prompt_tokens(body)
         completion = step.completion_tokens
         if completion is None:
             completion = max(1, len(text) // 4)
@@ -1269,6 +1439,11 @@ def _number(value: float) -> str:
 
 def _id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex[:24]
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    """What the fakes count as a request's prompt tokens (about 4 characters a token)."""
+    return max(1, len(json.dumps(body.get("messages", []), ensure_ascii=False)) // 4)
 
 
 def _last_user_text(body: dict[str, Any]) -> str:

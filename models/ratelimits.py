@@ -1,0 +1,159 @@
+"""What a provider says about its own rate limits, read from the headers of any response.
+
+Providers know the account's real limits (they depend on the tier) and send them on every
+response, so the transport paces itself by what they say rather than by a guess in settings:
+
+- OpenAI and OpenAI-compatible gateways: ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``;
+  limits are per minute, resets are Go durations (``1s``, ``12ms``, ``6m0s``, ``2m59.56s``) until
+  the window is whole again.
+- Groq: the same names, but its request limit is per DAY (RPD); its token limit is per minute.
+- Anthropic: ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,
+  reset}``; limits per minute, resets are RFC 3339 timestamps.
+
+A window is a bucket the provider refills evenly over its period (``limit`` per ``period_s``);
+``remaining`` = 0 means nothing more until the reset.
+
+Groq does not send its per-minute request limit in headers at all; its 429 says it in words
+("on requests per minute (RPM): Limit 30, ..."), as OpenAI's does ("requests per min (RPM)").
+`refusal_windows` reads those, so one refusal sets the pace for the requests after it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from models.errors import parse_duration
+
+MINUTE = 60.0
+DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class Window:
+    """One limit the provider reported: `limit` per `period_s`, `remaining` now, full in
+    `reset_s` seconds. `unit` is "requests" or "tokens"."""
+
+    name: str  # "requests", "tokens", "input-tokens", "output-tokens"
+    unit: str
+    limit: float
+    remaining: float
+    reset_s: float
+    period_s: float
+
+    @property
+    def rate_per_s(self) -> float:
+        return self.limit / self.period_s
+
+
+def read_windows(
+    protocol: str, headers: Mapping[str, str], *, now: datetime | None = None
+) -> list[Window]:
+    """Every complete window in `headers` (names in lower case); [] when the provider sent none."""
+    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+    if any(name.startswith("anthropic-ratelimit-") for name in lowered):
+        return _anthropic(lowered, now or datetime.now(UTC))
+    request_period = DAY if protocol == "groq" else MINUTE
+    windows = []
+    for unit, period in (("requests", request_period), ("tokens", MINUTE)):
+        window = _window(
+            unit,
+            unit,
+            period,
+            lowered.get(f"x-ratelimit-limit-{unit}"),
+            lowered.get(f"x-ratelimit-remaining-{unit}"),
+            _duration(lowered.get(f"x-ratelimit-reset-{unit}")),
+        )
+        if window is not None:
+            windows.append(window)
+    return windows
+
+
+_REFUSAL = re.compile(
+    r"on (requests|tokens) per (min(?:ute)?|day) \((?:RPM|TPM|RPD|TPD)\): limit (\d+)",
+    re.IGNORECASE,
+)
+
+
+def refusal_windows(body: Any, retry_after_s: float | None) -> list[Window]:
+    """Windows named in a 429's message ("... on requests per minute (RPM): Limit 30 ..."),
+    spent until `retry_after_s`."""
+    windows = []
+    for message in _messages(body):
+        for unit, per, limit in _REFUSAL.findall(message):
+            period = DAY if per.lower() == "day" else MINUTE
+            unit = unit.lower()
+            name = unit if unit == "tokens" and period == MINUTE else f"{unit}-per-{per[:3]}"
+            reset = retry_after_s if retry_after_s is not None else period / float(limit)
+            windows.append(Window(name, unit, float(limit), 0.0, reset, period))
+    return windows
+
+
+def _messages(body: Any) -> Iterator[str]:
+    if isinstance(body, dict):
+        for key, value in body.items():
+            if key == "message" and isinstance(value, str):
+                yield value
+            else:
+                yield from _messages(value)
+    elif isinstance(body, list):
+        for item in body:
+            yield from _messages(item)
+
+
+def _anthropic(lowered: Mapping[str, str], now: datetime) -> list[Window]:
+    windows = []
+    for name in ("requests", "tokens", "input-tokens", "output-tokens"):
+        prefix = f"anthropic-ratelimit-{name}"
+        window = _window(
+            name,
+            "requests" if name == "requests" else "tokens",
+            MINUTE,
+            lowered.get(f"{prefix}-limit"),
+            lowered.get(f"{prefix}-remaining"),
+            _timestamp(lowered.get(f"{prefix}-reset"), now),
+        )
+        if window is not None:
+            windows.append(window)
+    return windows
+
+
+def _window(
+    name: str,
+    unit: str,
+    period: float,
+    limit: str | None,
+    remaining: str | None,
+    reset_s: float | None,
+) -> Window | None:
+    try:
+        limit_n = float(limit) if limit is not None else None
+        remaining_n = float(remaining) if remaining is not None else None
+    except ValueError:
+        return None
+    if limit_n is None or remaining_n is None or limit_n <= 0:
+        return None
+    if reset_s is None:
+        # No reset given: assume the window refills evenly from what is left.
+        reset_s = (limit_n - remaining_n) / limit_n * period
+    return Window(name, unit, limit_n, max(0.0, remaining_n), max(0.0, reset_s), period)
+
+
+def _duration(value: str | None) -> float | None:
+    return parse_duration(value) if value else None
+
+
+def _timestamp(value: str | None, now: datetime) -> float | None:
+    """RFC 3339 (``2026-11-30T16:20:00Z``) → seconds from `now`."""
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return max(0.0, (moment - now).total_seconds())

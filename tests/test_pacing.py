@@ -1,0 +1,218 @@
+"""The gateway queue (models/pacing.py) and the header reading it learns from (models/ratelimits).
+
+Queue tests drive the pacer with an injected clock that moves only when the dispatcher sleeps,
+so the order and the moments of service are exact. Header tests use the providers' real header
+names and formats from the design brief.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import UTC, datetime
+
+import pytest
+
+from models.pacing import GatewayPacer, Priority, Ticket
+from models.ratelimits import DAY, MINUTE, read_windows
+from tests.conftest import FakeClock
+
+
+def _pacer(clock: FakeClock, rps: float | None = 10.0, burst: float = 1.0) -> GatewayPacer:
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    pacer = GatewayPacer("g", ceiling_rps=rps, burst=burst, clock=clock, sleep=sleep)
+    # The provider's limit is far above the ceiling: only the ceiling paces here.
+    roomy = {"x-ratelimit-limit-requests": "1000000", "x-ratelimit-remaining-requests": "999999"}
+    pacer.settle(Ticket("m", 0.0), read_windows("openai", roomy))
+    return pacer
+
+
+async def _serve(pacer: GatewayPacer, requests: list[tuple[str, Priority]]) -> list[str]:
+    """Ask for every (user, priority) at once, in list order; the order they were served."""
+    served: list[str] = []
+
+    async def one(label: str, user: str, priority: Priority) -> None:
+        if await pacer.acquire("m", user=user, priority=priority, max_wait=60) is not None:
+            served.append(label)
+
+    # Tasks start in the order they were created, all before the dispatcher serves anyone.
+    tasks = [
+        asyncio.create_task(one(f"{user}{n}", user, priority))
+        for n, (user, priority) in enumerate(requests)
+    ]
+    await asyncio.gather(*tasks)
+    return served
+
+
+async def test_one_users_burst_does_not_push_the_others_back() -> None:
+    pacer = _pacer(FakeClock())
+    heavy = [("h", Priority.CHAT)] * 6
+    light = [("a", Priority.CHAT), ("b", Priority.CHAT), ("c", Priority.CHAT)]
+    served = await _serve(pacer, heavy + light)
+    # First come, first served would give h0..h5 before a6, b7, c8. Round robin over users:
+    # h0 went at once, then each user in turn.
+    assert served == ["h0", "h1", "a6", "b7", "c8", "h2", "h3", "h4", "h5"]
+
+
+async def test_chat_goes_before_background_work_which_catches_up_after() -> None:
+    pacer = _pacer(FakeClock())
+    background = [("job", Priority.BACKGROUND)] * 4
+    chat = [("u", Priority.CHAT), ("v", Priority.CHAT), ("u", Priority.CHAT)]
+    served = await _serve(pacer, background + chat)
+    # job0 found the gateway idle; every chat request then went before the other jobs.
+    assert served == ["job0", "u4", "v5", "u6", "job1", "job2", "job3"]
+    assert pacer.status()["served"] == 7
+
+
+async def test_a_waiter_whose_bound_passes_gets_no_ticket_and_the_queue_moves_on() -> None:
+    clock = FakeClock()
+    pacer = _pacer(clock, rps=1.0)
+    first = await pacer.acquire("m", user="a", max_wait=10)
+    assert first is not None and first.waited_s == 0.0
+    # The next turn is 1 s away: with a bound of 0.5 s it is not waited for.
+    assert await pacer.acquire("m", user="b", max_wait=0.5) is None
+    ticket = await pacer.acquire("m", user="c", max_wait=5)
+    assert ticket is not None and ticket.waited_s == pytest.approx(1.0)
+    status = pacer.status()
+    assert (status["refused"], status["served"], status["waiting"]) == (1, 2, 0)
+    assert status["longest_wait_s"] == pytest.approx(1.0)
+
+
+async def test_unknown_limits_let_one_probe_go_and_the_rest_wait_for_its_answer() -> None:
+    clock = FakeClock()
+    pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=clock)
+    probe = await pacer.acquire("m", user="a", max_wait=30)
+    assert probe is not None
+    second = asyncio.create_task(pacer.acquire("m", user="b", max_wait=30))
+    await asyncio.sleep(0.05)
+    assert not second.done()  # nothing is known yet about m's limits
+    window = read_windows(
+        "openai",
+        {
+            "x-ratelimit-limit-requests": "600",
+            "x-ratelimit-remaining-requests": "599",
+            "x-ratelimit-reset-requests": "100ms",
+        },
+    )
+    pacer.settle(probe, window)
+    ticket = await asyncio.wait_for(second, 5)
+    assert ticket is not None
+    assert pacer.status()["models"]["m"]["pace_per_s"] == pytest.approx(9.0)  # 0.9 x 600/min
+
+
+async def test_a_learned_limit_paces_below_it_and_counts_our_own_sends() -> None:
+    clock = FakeClock()
+
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=clock, sleep=sleep)
+    probe = await pacer.acquire("m", user="a", max_wait=60)
+    assert probe is not None
+    # 120 requests a minute; 2 left now, the window is whole again in 1 s.
+    headers = {
+        "x-ratelimit-limit-requests": "120",
+        "x-ratelimit-remaining-requests": "2",
+        "x-ratelimit-reset-requests": "1s",
+    }
+    pacer.settle(probe, read_windows("openai", headers))
+    start = clock.now
+    moments = []
+    for user in "bcdef":
+        ticket = await pacer.acquire("m", user=user, max_wait=60)
+        assert ticket is not None
+        moments.append(clock.now - start)
+    gaps = [b - a for a, b in itertools.pairwise(moments)]
+    # Paced at 0.9 x 2/s = 1.8/s: never closer than the pace once the burst is spent.
+    assert all(gap >= 1 / 1.8 - 1e-9 for gap in gaps[1:])
+    assert moments[-1] >= 3 / 1.8
+
+
+async def test_without_a_request_limit_a_slow_start_opens_one_more_per_answer() -> None:
+    """Groq states no per-minute request limit in its headers: until a refusal names it,
+    requests go one more at a time per answer, and a refusal halves the window."""
+    pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=FakeClock())
+    groq_headers = {
+        "x-ratelimit-limit-requests": "14400",
+        "x-ratelimit-remaining-requests": "14399",
+        "x-ratelimit-reset-requests": "6s",
+    }
+    waiting = [asyncio.create_task(pacer.acquire("m", user=n, max_wait=30)) for n in range(8)]
+    await asyncio.sleep(0.01)
+    assert sum(t.done() for t in waiting) == 1
+    first = waiting[0].result()
+    pacer.settle(first, read_windows("groq", groq_headers))
+    await asyncio.sleep(0.01)
+    assert sum(t.done() for t in waiting) == 2  # window 2, one still in flight
+    pacer.release(first)
+    await asyncio.sleep(0.01)
+    assert sum(t.done() for t in waiting) == 3
+    second = waiting[1].result()
+    pacer.settle(second, [], refused=True)  # a 429 without words: the window halves
+    pacer.release(second)
+    await asyncio.sleep(0.01)
+    assert sum(t.done() for t in waiting) == 3  # window 1, the third in flight
+    assert pacer.status()["models"]["m"]["slow_start_window"] == 1.0
+    for task in waiting:
+        task.cancel()
+
+
+def test_openai_headers_go_durations_and_per_minute_limits() -> None:
+    windows = read_windows(
+        "openai",
+        {
+            "X-RateLimit-Limit-Requests": "500",
+            "x-ratelimit-remaining-requests": "499",
+            "x-ratelimit-reset-requests": "120ms",
+            "x-ratelimit-limit-tokens": "30000",
+            "x-ratelimit-remaining-tokens": "29000",
+            "x-ratelimit-reset-tokens": "2m59.56s",
+        },
+    )
+    by_name = {w.name: w for w in windows}
+    assert by_name["requests"].period_s == MINUTE and by_name["requests"].reset_s == 0.12
+    assert by_name["tokens"].remaining == 29000
+    assert by_name["tokens"].reset_s == pytest.approx(179.56)
+
+
+def test_groq_request_limit_is_per_day_and_its_token_limit_per_minute() -> None:
+    windows = read_windows(
+        "groq",
+        {
+            "x-ratelimit-limit-requests": "14400",
+            "x-ratelimit-remaining-requests": "14370",
+            "x-ratelimit-reset-requests": "2m59.56s",
+            "x-ratelimit-limit-tokens": "6000",
+            "x-ratelimit-remaining-tokens": "5997",
+            "x-ratelimit-reset-tokens": "6m0s",
+        },
+    )
+    by_name = {w.name: w for w in windows}
+    assert by_name["requests"].period_s == DAY
+    assert by_name["tokens"].period_s == MINUTE and by_name["tokens"].reset_s == 360.0
+
+
+def test_anthropic_headers_with_rfc3339_resets() -> None:
+    now = datetime(2026, 11, 30, 16, 0, 0, tzinfo=UTC)
+    headers = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "2026-11-30T16:00:07Z",
+        "anthropic-ratelimit-input-tokens-limit": "30000",
+        "anthropic-ratelimit-input-tokens-remaining": "29500",
+        "anthropic-ratelimit-input-tokens-reset": "2026-11-30T16:00:01.5+00:00",
+        "retry-after": "7",
+    }
+    by_name = {w.name: w for w in read_windows("anthropic", headers, now=now)}
+    assert set(by_name) == {"requests", "input-tokens"}
+    assert by_name["requests"].remaining == 0 and by_name["requests"].reset_s == 7.0
+    assert by_name["input-tokens"].reset_s == 1.5
+
+
+def test_no_or_broken_headers_are_no_limits() -> None:
+    assert read_windows("openai", {"content-type": "application/json"}) == []
+    assert read_windows("openai", {"x-ratelimit-limit-requests": "many"}) == []
