@@ -96,9 +96,13 @@ async def run_chat_turn(
         if not admitted:
             return  # held: handled after the restart
         store, turns = services.store, services.turns
-        if request.turn_key is not None and await store.turn_answered(request.turn_key):
-            # Handled before (a held update Telegram sent again): not transcribed, stored,
-            # answered or billed a second time.
+        if (
+            prepare is not None
+            and request.turn_key is not None
+            and await store.turn_answered(request.turn_key)
+        ):
+            # Handled before (a held update Telegram sent again): not transcribed again; a
+            # text turn needs no extra read, store_user_turn below skips it.
             log.info("turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key)
             return
         if prepare is not None:
@@ -195,6 +199,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
                     done = event
         if done is None:  # the loop always ends with AgentDone; be safe anyway
             raise TransportError("the agent loop ended without an answer", [])
+        reply.ended()  # no partial update now: the formatted answer follows at once
         attempts = done.attempts
         text = done.text.strip() or t("agent_no_answer", lang)
         footer = _footer(services, done, model, lang)

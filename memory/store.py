@@ -7,7 +7,7 @@ or a provider outage never loses what the user said.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -188,11 +188,10 @@ class Store:
     @classmethod
     async def _active_session(cls, conn: aiosqlite.Connection, chat_id: int, now: str) -> int:
         await cls._ensure_chat(conn, chat_id, now)
-        cursor = await conn.execute(
+        rows = await conn.execute_fetchall(
             "SELECT id FROM sessions WHERE chat_id = ? AND closed_at IS NULL", (chat_id,)
         )
-        row = await cursor.fetchone()
-        if row is not None:
+        for row in rows:
             return int(row["id"])
         cursor = await conn.execute(
             "INSERT INTO sessions(chat_id, opened_at) VALUES (?, ?)", (chat_id, now)
@@ -266,27 +265,104 @@ class Store:
         """
         now = self.now()
         async with self.db.transaction() as conn:
-            if session_id is None:
-                session_id = await self._active_session(conn, chat_id, now)
-            elif not await self._takes_messages(conn, session_id):
-                raise SessionClosedError(session_id)
-            row, window_job = await self._insert_message(
+            stored, window_job = await self._insert_message(
+                conn, now, chat_id, role, content, user_id, model_id, tool_calls, tool_call_id,
+                usage, session_id, media,
+            )  # fmt: skip
+        if window_job is not None:
+            self._job_enqueued()
+        return stored
+
+    async def add_answer(
+        self,
+        chat_id: int,
+        user_id: int | None,
+        content: str,
+        *,
+        model_id: str,
+        usage: Usage,
+        session_id: int | None = None,
+        purpose: str = "chat",
+        spends: Sequence[tuple[str, Usage]] = (),
+    ) -> StoredMessage:
+        """The assistant's answer and the usage rows of what it cost, in ONE transaction.
+
+        `spends`: (model id, usage) of each attempt not recorded yet (memory.usage's
+        SpendRecorder). A turn's closing writes: one wait for the writer instead of several,
+        and never an answer stored without its spend (or the reverse) if the process dies.
+        """
+        now = self.now()
+        async with self.db.transaction() as conn:
+            stored, window_job = await self._insert_message(
+                conn, now, chat_id, "assistant", content, None, model_id, None, None, usage,
+                session_id, None,
+            )  # fmt: skip
+            for spent_on, spent in spends:
+                await self.insert_usage(conn, chat_id, user_id, spent_on, purpose, spent, now)
+        if window_job is not None:
+            self._job_enqueued()
+        return stored
+
+    async def _insert_message(
+        self,
+        conn: aiosqlite.Connection,
+        now: str,
+        chat_id: int,
+        role: str,
+        content: str,
+        user_id: int | None,
+        model_id: str | None,
+        tool_calls: list[ToolCall] | None,
+        tool_call_id: str | None,
+        usage: Usage | None,
+        session_id: int | None,
+        media: dict[str, object] | None,
+    ) -> tuple[StoredMessage, int | None]:
+        """Insert one message inside the caller's transaction (one round trip: each waits for
+        a turn of the event loop); returns it and the automatic-consolidation job it queued."""
+        calls_json = (
+            json.dumps(
+                [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls],
+                ensure_ascii=False,
+            )
+            if tool_calls
+            else None
+        )
+        if session_id is None:
+            session_id = await self._active_session(conn, chat_id, now)
+        elif not await self._takes_messages(conn, session_id):
+            raise SessionClosedError(session_id)
+        rows = await conn.execute_fetchall(
+            "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
+            "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
+            "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+            (
+                session_id,
+                chat_id,
+                role,
+                content,
+                calls_json,
+                tool_call_id,
+                user_id,
+                model_id,
+                usage.prompt_tokens if usage else None,
+                usage.completion_tokens if usage else None,
+                now,
+                json.dumps(media, ensure_ascii=False) if media else None,
+            ),
+        )
+        row = next(iter(rows))
+        window_job = None
+        if self.memory_window is not None:
+            window_job = await maybe_enqueue_window(
                 conn,
                 chat_id,
                 session_id,
-                role,
-                content,
                 now,
-                user_id=user_id,
-                model_id=model_id,
-                tool_calls=tool_calls,
-                tool_call_id=tool_call_id,
-                usage=usage,
-                media=media,
+                window=self.memory_window,
+                keep_recent=self.keep_recent,
             )
-        if window_job is not None:
-            self._job_enqueued()
-        return row
+        return _row_to_message(row), window_job
 
     async def store_user_turn(
         self,
@@ -324,8 +400,9 @@ class Store:
                 if idle_closed is not None:
                     job_id = await self.on_session_closed(conn, chat_id, idle_closed, now)
             message, window_job = await self._insert_message(
-                conn, chat_id, session_id, "user", content, now, user_id=user_id, media=media
-            )
+                conn, now, chat_id, "user", content, user_id, None, None, None, None,
+                session_id, media,
+            )  # fmt: skip
             if key is not None:
                 await conn.execute(
                     "UPDATE turn_keys SET message_id = ? WHERE key = ?", (message.id, key)
@@ -349,26 +426,28 @@ class Store:
         )
         return await cursor.fetchone() is not None
 
+    _UNANSWERED = (
+        "SELECT m.* FROM turn_keys k JOIN messages m ON m.id = k.message_id "
+        "JOIN sessions s ON s.id = m.session_id AND s.closed_at IS NULL "
+        "WHERE k.key = ? AND NOT EXISTS (SELECT 1 FROM messages later "
+        "WHERE later.session_id = m.session_id AND later.id > m.id)"
+    )
+
     async def turn_answered(self, key: str) -> bool:
         """True if `key` was handled before and needs no answer now (see store_user_turn): a
         turn checks this before work that costs money (a transcription), not only at the store.
         """
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute("SELECT 1 FROM turn_keys WHERE key = ?", (key,))
-            if await cursor.fetchone() is None:
-                return False
-            return await self._unanswered(conn, key) is None
-
-    @staticmethod
-    async def _unanswered(conn: aiosqlite.Connection, key: str) -> StoredMessage | None:
-        """The key's message if it is still the last message of an open session."""
-        cursor = await conn.execute(
-            "SELECT m.* FROM turn_keys k JOIN messages m ON m.id = k.message_id "
-            "JOIN sessions s ON s.id = m.session_id AND s.closed_at IS NULL "
-            "WHERE k.key = ? AND NOT EXISTS (SELECT 1 FROM messages later "
-            "WHERE later.session_id = m.session_id AND later.id > m.id)",
-            (key,),
+        row = await self.db.fetchone(
+            f"SELECT EXISTS(SELECT 1 FROM turn_keys WHERE key = ?) AS seen, "
+            f"EXISTS({self._UNANSWERED}) AS open",
+            (key, key),
         )
+        return row is not None and bool(row["seen"]) and not row["open"]
+
+    @classmethod
+    async def _unanswered(cls, conn: aiosqlite.Connection, key: str) -> StoredMessage | None:
+        """The key's message if it is still the last message of an open session."""
+        cursor = await conn.execute(cls._UNANSWERED, (key,))
         row = await cursor.fetchone()
         return _row_to_message(row) if row is not None else None
 
@@ -393,64 +472,6 @@ class Store:
         )
         row = await cursor.fetchone()
         return row is not None and bool(row["open"] or row["waiting"])
-
-    async def _insert_message(
-        self,
-        conn: aiosqlite.Connection,
-        chat_id: int,
-        session_id: int,
-        role: str,
-        content: str,
-        now: str,
-        *,
-        user_id: int | None = None,
-        model_id: str | None = None,
-        tool_calls: list[ToolCall] | None = None,
-        tool_call_id: str | None = None,
-        usage: Usage | None = None,
-        media: dict[str, object] | None = None,
-    ) -> tuple[StoredMessage, int | None]:
-        """Insert one message; returns it and the automatic-consolidation job it queued."""
-        calls_json = (
-            json.dumps(
-                [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls],
-                ensure_ascii=False,
-            )
-            if tool_calls
-            else None
-        )
-        cursor = await conn.execute(
-            "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
-            "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
-            "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
-            (
-                session_id,
-                chat_id,
-                role,
-                content,
-                calls_json,
-                tool_call_id,
-                user_id,
-                model_id,
-                usage.prompt_tokens if usage else None,
-                usage.completion_tokens if usage else None,
-                now,
-                json.dumps(media, ensure_ascii=False) if media else None,
-            ),
-        )
-        row = await cursor.fetchone()
-        assert row is not None
-        window_job = None
-        if self.memory_window is not None:
-            window_job = await maybe_enqueue_window(
-                conn,
-                chat_id,
-                session_id,
-                now,
-                window=self.memory_window,
-                keep_recent=self.keep_recent,
-            )
-        return _row_to_message(row), window_job
 
     async def add_tool_round(
         self,

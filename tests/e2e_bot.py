@@ -319,6 +319,7 @@ async def bot_under_test(
     start: bool = True,
     transport_options: dict[str, Any] | None = None,
     clock: Callable[[], datetime] | None = None,
+    edit_interval: float = 0.2,
     **settings: Any,
 ) -> AsyncIterator[BotUnderTest]:
     """Fakes on 127.0.0.1, settings pointing at them, the bot running (unless start=False)."""
@@ -336,6 +337,7 @@ async def bot_under_test(
             tmp_path=tmp_path,
             transport_options=options,
             clock=clock,
+            edit_interval=edit_interval,
         )
         try:
             if start:
