@@ -218,7 +218,6 @@ def test_only_the_key_variables_a_catalog_file_declares_are_accepted(tmp_path: P
     )
     # Kept as a secret: the settings' repr never shows it.
     assert "ollama-key" not in repr(settings)
-
     assert "ollama-key" in secrets_of(settings)
     with pytest.raises(ConfigError) as info:
         load_settings(
