@@ -215,14 +215,19 @@ class AgentLoop:
             shown_rounds.append("".join(round_text).strip())
             if not calls:
                 if text.strip():  # an empty answer is not stored: providers refuse it later
-                    await self.store.add_message(
+                    # The answer and what its attempts cost, in one transaction: one wait for
+                    # the writer, and never one without the other.
+                    pending = spending.pending()
+                    await self.store.add_answer(
                         turn.chat_id,
-                        "assistant",
+                        turn.user_id,
                         text,
                         model_id=result.model_id,
                         usage=result.usage,
                         session_id=turn.session_id,
+                        spends=[(s.model_id, s.usage) for s in pending],
                     )
+                    spending.written(len(pending))
                 await spending.flush()
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part) or text,

@@ -7,6 +7,7 @@ that points at everything and is pointed at by nothing but the entry point.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -90,8 +91,9 @@ class Services:
         from models.transport import Transport
 
         settings = prepared.settings
-        db = await Database.open(settings.DATABASE_PATH)
         transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
+        # litellm's first-request loading runs in a thread meanwhile, not in the first turns.
+        db, _ = await asyncio.gather(Database.open(settings.DATABASE_PATH), transport.warm_up())
         store = Store(db)
         services = cls(
             settings=settings,

@@ -7,6 +7,12 @@ message, it continues in a new one. At the end the whole answer is rendered from
 Telegram HTML and split into pieces that fit; each piece falls back to plain text if Telegram
 refuses its HTML.
 
+The first message waits a short hold (`first_hold`, 1.5 edit intervals by default) after the
+first text, unless the text is already long (`FIRST_SEND_CHARS`): every streamed message makes
+the final text wait up to one edit interval for its last edit, so an answer complete within the
+hold is sent once, formatted, the moment it is complete; a long or slow one starts showing
+after the hold as before. The typing indicator stays on until the first message is shown.
+
 Telegram's flood control punishes retrying during a penalty by extending it, so a RetryAfter
 is never retried early: intermediate updates are skipped until the penalty ends, the final
 text waits it out and is then sent once. "Message is not modified" is success.
@@ -42,6 +48,8 @@ TYPING_REPEAT_S = 4.0  # Telegram shows a chat action for about 5 s
 FINAL_ATTEMPTS = 3  # network errors on the final text: tries per piece
 FINAL_BACKOFF_S = (0.5, 1.0, 2.0)
 MAX_PENALTY_WAITS = 5  # RetryAfter rounds waited out per final piece before giving up
+FIRST_HOLD_INTERVALS = 1.5  # default hold before the first streamed message, in edit intervals
+FIRST_SEND_CHARS = 500  # text this long is shown at once: worth reading before the answer ends
 
 
 @dataclass
@@ -72,6 +80,7 @@ class StreamingReply:
         use_drafts: bool = False,
         message_thread_id: int | None = None,
         limit: int = TELEGRAM_TEXT_LIMIT,
+        first_hold: float | None = None,
     ) -> None:
         self._bot = bot
         self._chat_id = chat_id
@@ -80,6 +89,10 @@ class StreamingReply:
         self._use_drafts = use_drafts
         self._thread_id = message_thread_id
         self._limit = limit
+        self._first_hold = (
+            FIRST_HOLD_INTERVALS * edit_interval if first_hold is None else first_hold
+        )
+        self._first_text_at: float | None = None  # when the first text arrived (monotonic)
         self._draft_id = secrets.randbelow(2**31 - 2) + 1
 
         self._text = ""  # everything appended since the last restart
@@ -89,17 +102,18 @@ class StreamingReply:
         self._draft_at = float("-inf")
         self._last_send_at = float("-inf")
         self._blocked_until = 0.0  # end of a flood-control penalty (monotonic)
-        self._got_text = asyncio.Event()
+        self._visible = asyncio.Event()  # a message (or draft) of this reply is on screen
         self._dirty = asyncio.Event()
         self._closing = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._typing: asyncio.Task[None] | None = None
         self._done = False
+        self._ended = False  # the model finished: only the final text is still to come
 
     # ---- public API -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Show "typing…" until the first text arrives, and start the background flusher."""
+        """Show "typing…" until the first message is shown, and start the background flusher."""
         self._typing = asyncio.create_task(self._keep_typing())
         self._flusher = asyncio.create_task(self._flush_loop())
 
@@ -112,9 +126,19 @@ class StreamingReply:
         """Add streamed text; it appears with the next allowed edit."""
         if not text_piece or self._done:
             return
+        if self._first_text_at is None:
+            self._first_text_at = time.monotonic()
         self._text += text_piece
-        self._got_text.set()
         self._dirty.set()
+
+    def ended(self) -> None:
+        """The model has finished: stop intermediate updates, the final text comes next.
+
+        An update made now would be replaced at once by the final text, and each edit makes
+        that final edit wait another interval; an answer that ended within the first-message
+        hold stays one single message.
+        """
+        self._ended = True
 
     async def restart(self, note: str) -> None:
         """The model failed mid-stream and another one starts over: drop the shown text.
@@ -161,7 +185,7 @@ class StreamingReply:
         return self._prefix + self._text
 
     async def _keep_typing(self) -> None:
-        while not self._got_text.is_set() and not self._closing.is_set():
+        while not self._visible.is_set() and not self._closing.is_set():
             if time.monotonic() < self._blocked_until:
                 await self._sleep(self._blocked_until - time.monotonic())
                 continue
@@ -172,7 +196,7 @@ class StreamingReply:
             except TelegramError as error:
                 log.info("typing_action_failed", chat_id=self._chat_id, error=str(error))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._got_text.wait(), TYPING_REPEAT_S)
+                await asyncio.wait_for(self._wait_for(self._visible), TYPING_REPEAT_S)
 
     async def _flush_loop(self) -> None:
         """Bring Telegram in line with the text, one request at a time, within the limits."""
@@ -189,18 +213,28 @@ class StreamingReply:
                 continue
             await self._step()
 
+    def _hold_until(self) -> float:
+        """Earliest moment the first message (or draft) may appear; -inf once one has."""
+        if self._shown or self._draft_shown or self._first_text_at is None:
+            return float("-inf")
+        if len(self._display()) >= FIRST_SEND_CHARS:
+            return float("-inf")
+        return self._first_text_at + self._first_hold
+
     def _segments(self) -> list[str]:
         return [s for s in plain_segments(self._display(), self._limit) if s.strip()]
 
     def _next_step_delay(self) -> float | None:
         """Seconds until the next useful request may be made; None if nothing is pending."""
+        if self._ended:
+            return None
         now = time.monotonic()
         segments = self._segments()
         if self._drafting():
             current = segments[-1] if segments else ""
             if not current.strip() or current.strip() == self._draft_shown.strip():
                 return None
-            ready = max(self._draft_at + self._interval, self._blocked_until)
+            ready = max(self._draft_at + self._interval, self._blocked_until, self._hold_until())
             return max(0.0, ready - now)
         pending: list[float] = []
         for index, segment in enumerate(segments):
@@ -209,7 +243,7 @@ class StreamingReply:
                 if shown.text.strip() != segment.strip():
                     pending.append(shown.changed_at + self._interval)
             else:
-                pending.append(self._last_send_at + self._interval)
+                pending.append(max(self._last_send_at + self._interval, self._hold_until()))
                 break
         if len(self._shown) > len(segments):
             pending.append(now)  # stale messages after a restart: delete them
@@ -232,7 +266,7 @@ class StreamingReply:
                         if now >= shown.changed_at + self._interval:
                             await self._edit_plain(shown, segment)
                             return
-                elif now >= self._last_send_at + self._interval:
+                elif now >= max(self._last_send_at + self._interval, self._hold_until()):
                     await self._send_plain(segment)
                     return
                 else:
@@ -269,6 +303,7 @@ class StreamingReply:
             return
         self._draft_at = time.monotonic()
         self._draft_shown = text
+        self._visible.set()
 
     async def _send_plain(self, text: str) -> None:
         self._last_send_at = time.monotonic()
@@ -280,6 +315,7 @@ class StreamingReply:
         )
         self._last_send_at = time.monotonic()
         self._shown.append(_Shown(message.message_id, text, self._last_send_at))
+        self._visible.set()
 
     async def _edit_plain(self, shown: _Shown, text: str) -> None:
         shown.changed_at = time.monotonic()  # a failed edit is not retried at once either

@@ -152,6 +152,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, session_id
                     done = event
         if done is None:  # the loop always ends with AgentDone; be safe anyway
             raise TransportError("the agent loop ended without an answer", [])
+        reply.ended()  # no partial update now: the formatted answer follows at once
         attempts = done.attempts
         text = done.text.strip() or t("agent_no_answer", lang)
         await reply.finish(text, footer=_footer(services, done, model, lang))

@@ -1,7 +1,12 @@
-"""The SQLite database: one connection, WAL, explicit transactions, numbered migrations.
+"""The SQLite database: one writer, a few readers, WAL, explicit transactions, migrations.
 
-One connection guarded by a lock keeps transactions whole: with aiosqlite, two coroutines sharing
-a connection would otherwise interleave statements inside each other's transactions.
+Writes go through ONE connection guarded by a lock, which keeps transactions whole: with
+aiosqlite, two coroutines sharing a connection would otherwise interleave statements inside each
+other's transactions. Reads go to a small pool of read-only connections beside it: in WAL mode
+a reader sees the last committed state and neither waits for nor blocks the writer, so under
+load (a hundred chats at once) a turn's reads no longer queue behind every other turn's writes.
+Each read is one round trip to its connection's thread (`execute_fetchall`), because every round
+trip also waits for a turn of the event loop.
 """
 
 from __future__ import annotations
@@ -37,32 +42,62 @@ def discover_migrations(folder: Path = MIGRATIONS_DIR) -> list[tuple[int, Path]]
     return found
 
 
-class Database:
-    """Owns the connection. Use `transaction()` for writes and `fetchall`/`fetchone` for reads."""
+DEFAULT_READERS = 2  # read connections; each has its own thread, and the machine few cores
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+
+class Database:
+    """Owns the connections. Use `transaction()` for writes and `fetchall`/`fetchone` for reads.
+
+    Reads see committed data only: a read issued after a transaction returned sees its writes;
+    a read never sees the inside of a transaction still open. An in-memory database (tests)
+    cannot be shared between connections, so it reads through the writer.
+    """
+
+    def __init__(
+        self,
+        conn: aiosqlite.Connection,
+        path: Path,
+        readers: list[aiosqlite.Connection] | None = None,
+    ) -> None:
         self._conn = conn
         self.path = path
         self._lock = asyncio.Lock()
+        self._readers = list(readers or [])
+        self._idle_readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
+        for reader in self._readers:
+            self._idle_readers.put_nowait(reader)
 
     @classmethod
-    async def open(cls, path: Path | str, *, migrations: Path = MIGRATIONS_DIR) -> Database:
+    async def open(
+        cls,
+        path: Path | str,
+        *,
+        migrations: Path = MIGRATIONS_DIR,
+        readers: int = DEFAULT_READERS,
+    ) -> Database:
         path = Path(path)
-        if str(path) != ":memory:":
+        in_memory = str(path) == ":memory:"
+        if not in_memory:
             path.parent.mkdir(parents=True, exist_ok=True)
-        conn = await aiosqlite.connect(path, isolation_level=None)
+        opened: list[aiosqlite.Connection] = []
         try:
-            conn.row_factory = sqlite3.Row
+            conn = await _connect(path, opened)
             await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA synchronous=FULL")
-            await conn.execute("PRAGMA busy_timeout=10000")
             await conn.execute("PRAGMA foreign_keys=ON")
             db = cls(conn, path)
             await db.migrate(discover_migrations(migrations))
+            # Readers open after the migrations, on the schema they will read.
+            for _ in range(0 if in_memory else readers):
+                reader = await _connect(path, opened)
+                await reader.execute("PRAGMA query_only=ON")  # a reader can never write
+                db._readers.append(reader)
+                db._idle_readers.put_nowait(reader)
         except BaseException:
-            # aiosqlite's worker thread is not a daemon: a connection left open on a failed
+            # aiosqlite's worker threads are not daemons: a connection left open on a failed
             # start-up keeps the process alive after the error was reported.
-            await conn.close()
+            for connection in opened:
+                await connection.close()
             raise
         return db
 
@@ -123,14 +158,22 @@ class Database:
                 _cancel_at_next_await()
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        async with self._lock:
-            cursor = await self._conn.execute(sql, tuple(params))
-            return list(await cursor.fetchall())
+        """Rows of one query, from a read connection (never waits for a write)."""
+        if not self._readers:
+            async with self._lock:
+                return list(await self._conn.execute_fetchall(sql, tuple(params)))
+        reader = await self._idle_readers.get()
+        try:
+            return list(await reader.execute_fetchall(sql, tuple(params)))
+        finally:
+            # Even if we were cancelled, the statement finishes on the reader's own thread
+            # before the next one starts there, so the reader can go back at once.
+            self._idle_readers.put_nowait(reader)
 
     async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Row | None:
-        async with self._lock:
-            cursor = await self._conn.execute(sql, tuple(params))
-            return await cursor.fetchone()
+        """The first row of one query (use it for queries that return at most a few rows)."""
+        rows = await self.fetchall(sql, params)
+        return rows[0] if rows else None
 
     async def backup_to(self, target: Path | str) -> None:
         """Consistent online copy through SQLite's backup API (safe while the bot writes)."""
@@ -144,7 +187,18 @@ class Database:
                 await dest.close()
 
     async def close(self) -> None:
+        for reader in self._readers:
+            await reader.close()
+        self._readers.clear()
         await self._conn.close()
+
+
+async def _connect(path: Path, opened: list[aiosqlite.Connection]) -> aiosqlite.Connection:
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    opened.append(conn)
+    conn.row_factory = sqlite3.Row
+    await conn.execute("PRAGMA busy_timeout=10000")
+    return conn
 
 
 def _cancel_at_next_await() -> None:

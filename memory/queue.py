@@ -51,11 +51,11 @@ async def maybe_enqueue_window(
     At most one window job per session is open at a time; the next one is queued when the
     session passes the window again after that job removed its messages.
     """
-    cursor = await conn.execute(
+    # Runs inside every add_message: one round trip (each waits for a turn of the event loop).
+    rows = await conn.execute_fetchall(
         "SELECT COUNT(*) AS n FROM messages WHERE session_id = ?", (session_id,)
     )
-    row = await cursor.fetchone()
-    count = int(row["n"]) if row else 0
+    count = int(next(iter(rows))["n"])
     if count <= window:
         return None
     cursor = await conn.execute(

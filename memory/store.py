@@ -7,7 +7,7 @@ or a provider outage never loses what the user said.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -157,11 +157,10 @@ class Store:
     @classmethod
     async def _active_session(cls, conn: aiosqlite.Connection, chat_id: int, now: str) -> int:
         await cls._ensure_chat(conn, chat_id, now)
-        cursor = await conn.execute(
+        rows = await conn.execute_fetchall(
             "SELECT id FROM sessions WHERE chat_id = ? AND closed_at IS NULL", (chat_id,)
         )
-        row = await cursor.fetchone()
-        if row is not None:
+        for row in rows:
             return int(row["id"])
         cursor = await conn.execute(
             "INSERT INTO sessions(chat_id, opened_at) VALUES (?, ?)", (chat_id, now)
@@ -231,6 +230,62 @@ class Store:
         file id, caption, file name); `content` is always the text models read.
         """
         now = self.now()
+        async with self.db.transaction() as conn:
+            stored, window_job = await self._insert_message(
+                conn, now, chat_id, role, content, user_id, model_id, tool_calls, tool_call_id,
+                usage, session_id, media,
+            )  # fmt: skip
+        if window_job is not None:
+            self._job_enqueued()
+        return stored
+
+    async def add_answer(
+        self,
+        chat_id: int,
+        user_id: int | None,
+        content: str,
+        *,
+        model_id: str,
+        usage: Usage,
+        session_id: int | None = None,
+        purpose: str = "chat",
+        spends: Sequence[tuple[str, Usage]] = (),
+    ) -> StoredMessage:
+        """The assistant's answer and the usage rows of what it cost, in ONE transaction.
+
+        `spends`: (model id, usage) of each attempt not recorded yet (memory.usage's
+        SpendRecorder). A turn's closing writes: one wait for the writer instead of several,
+        and never an answer stored without its spend (or the reverse) if the process dies.
+        """
+        now = self.now()
+        async with self.db.transaction() as conn:
+            stored, window_job = await self._insert_message(
+                conn, now, chat_id, "assistant", content, None, model_id, None, None, usage,
+                session_id, None,
+            )  # fmt: skip
+            for spent_on, spent in spends:
+                await self.insert_usage(conn, chat_id, user_id, spent_on, purpose, spent, now)
+        if window_job is not None:
+            self._job_enqueued()
+        return stored
+
+    async def _insert_message(
+        self,
+        conn: aiosqlite.Connection,
+        now: str,
+        chat_id: int,
+        role: str,
+        content: str,
+        user_id: int | None,
+        model_id: str | None,
+        tool_calls: list[ToolCall] | None,
+        tool_call_id: str | None,
+        usage: Usage | None,
+        session_id: int | None,
+        media: dict[str, object] | None,
+    ) -> tuple[StoredMessage, int | None]:
+        """Insert one message inside the caller's transaction (one round trip: each waits for
+        a turn of the event loop); returns it and the automatic-consolidation job it queued."""
         calls_json = (
             json.dumps(
                 [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls],
@@ -239,43 +294,39 @@ class Store:
             if tool_calls
             else None
         )
-        async with self.db.transaction() as conn:
-            if session_id is None:
-                session_id = await self._active_session(conn, chat_id, now)
-            cursor = await conn.execute(
-                "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
-                "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
-                "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
-                (
-                    session_id,
-                    chat_id,
-                    role,
-                    content,
-                    calls_json,
-                    tool_call_id,
-                    user_id,
-                    model_id,
-                    usage.prompt_tokens if usage else None,
-                    usage.completion_tokens if usage else None,
-                    now,
-                    json.dumps(media, ensure_ascii=False) if media else None,
-                ),
+        if session_id is None:
+            session_id = await self._active_session(conn, chat_id, now)
+        rows = await conn.execute_fetchall(
+            "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
+            "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
+            "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+            (
+                session_id,
+                chat_id,
+                role,
+                content,
+                calls_json,
+                tool_call_id,
+                user_id,
+                model_id,
+                usage.prompt_tokens if usage else None,
+                usage.completion_tokens if usage else None,
+                now,
+                json.dumps(media, ensure_ascii=False) if media else None,
+            ),
+        )
+        row = next(iter(rows))
+        window_job = None
+        if self.memory_window is not None:
+            window_job = await maybe_enqueue_window(
+                conn,
+                chat_id,
+                session_id,
+                now,
+                window=self.memory_window,
+                keep_recent=self.keep_recent,
             )
-            row = await cursor.fetchone()
-            window_job = None
-            if self.memory_window is not None:
-                window_job = await maybe_enqueue_window(
-                    conn,
-                    chat_id,
-                    session_id,
-                    now,
-                    window=self.memory_window,
-                    keep_recent=self.keep_recent,
-                )
-        if window_job is not None:
-            self._job_enqueued()
-        assert row is not None
-        return _row_to_message(row)
+        return _row_to_message(row), window_job
 
     async def add_tool_round(
         self,

@@ -313,6 +313,14 @@ class SpendRecorder:
             total = total + spend.usage
         return total
 
+    def pending(self) -> list[Spend]:
+        """Spends not written yet, for a caller that writes them inside its own transaction
+        (then `written(len(...))`), e.g. together with the answer they paid for."""
+        return self.spends[self._written :]
+
+    def written(self, count: int) -> None:
+        self._written += count
+
     async def flush(self) -> None:
         while self._written < len(self.spends):
             spend = self.spends[self._written]

@@ -15,6 +15,10 @@ retry, fallback, key choice and wait is decided in this module:
   only a wait longer than the attempt's timeout gives up on the gateway, like a timeout;
 - circuit breakers per model and per gateway skip what keeps failing, with half-open probes;
 - one global retry budget bounds how much extra traffic an outage can make us send.
+
+litellm itself (request set-up, the HTTP exchange, per-chunk stream handling) runs on a loop of
+its own (models/offloop.py): the decisions here stay on the caller's loop, the CPU-heavy part
+does not hold it.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from models.errors import (
 from models.gateways import Gateway
 from models.keys import KeyRing
 from models.limits import BreakerChange, CircuitBreaker, RetryBudget
+from models.offloop import PROVIDERS
 from models.pacing import GatewayPacer, Priority, Ticket
 from models.ratelimits import read_windows, refusal_windows
 from models.streamtext import WholeCharacters
@@ -232,7 +237,7 @@ class Transport:
                 wire.before_send = slot.before_send
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
-                        response = await litellm.acompletion(**kwargs)
+                        response = await PROVIDERS.acompletion(litellm.acompletion, **kwargs)
                 except asyncio.CancelledError:
                     # The provider got the prompt and may be answering: count the prompt.
                     _tell(on_spend, slot.entry, messages, "", None, "cancelled")
@@ -317,7 +322,7 @@ class Transport:
                     # A guard on silence, not on length: a long answer may stream for
                     # minutes, but no chunk for `timeout` seconds means the provider is gone.
                     async with asyncio.timeout(timeout + self.timeout_grace) as silence:
-                        response = await litellm.acompletion(**kwargs)
+                        response = await PROVIDERS.acompletion(litellm.acompletion, **kwargs)
                         headers = wire.headers or _success_headers(response)
                         slot.learn(headers)
                         async for chunk in response:
@@ -438,7 +443,7 @@ class Transport:
                 wire.before_send = slot.before_send
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
-                        response = await litellm.atranscription(**kwargs)
+                        response = await PROVIDERS.acompletion(litellm.atranscription, **kwargs)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -501,9 +506,35 @@ class Transport:
             },
         }
 
+    async def warm_up(self) -> None:
+        """Load what litellm otherwise loads during the first requests, off the event loop.
+
+        Every streamed request is priced by litellm when it starts, counting the prompt's
+        tokens; the first count loads its tokenizer (~1 s of CPU on the event loop, measured
+        by benchmarks/turn_overhead.py), during which every chat waits. The HTTP clients of
+        every gateway and key are built here too (TLS set-up). Call once at start-up.
+        """
+        names: set[str] = set()
+        for entry in self.catalog.entries.values():
+            state = self._gateways.get(entry.gateway)
+            if state is not None and len(state.keys):
+                # litellm prices with either name, and picks a tokenizer per name.
+                names.update((state.gateway.litellm_model(entry), entry.wire_name))
+        try:
+            await asyncio.to_thread(self._prepare_clients)
+            await asyncio.to_thread(_warm_litellm, sorted(names))
+        except Exception as exc:  # only an optimisation: never a reason not to start
+            log.warning("litellm_warm_up_failed", error=str(exc))
+
+    def _prepare_clients(self) -> None:
+        for state in self._gateways.values():
+            for index, key in enumerate(state.gateway.keys):
+                self._clients.prepare(state.gateway, index, key)
+
     async def aclose(self) -> None:
-        """Close the HTTP clients (connection pools) this transport handed to litellm."""
-        await self._clients.aclose()
+        """Close the HTTP clients (connection pools) this transport handed to litellm, on the
+        loop that used them."""
+        await PROVIDERS.run(self._clients.aclose())
 
     # --- internals ----------------------------------------------------------------------------
 
@@ -846,6 +877,11 @@ class _CallPlan:
             f"every model failed for {self.requested}: {tried or 'nothing to try'}",
             list(self.attempts),
         )
+
+
+def _warm_litellm(model_names: Sequence[str]) -> None:
+    for name in model_names:  # the first of a tokenizer loads it; the others cost microseconds
+        litellm.token_counter(model=name, messages=[{"role": "user", "content": "warm up"}])
 
 
 # --- response helpers -------------------------------------------------------------------------

@@ -12,7 +12,9 @@ Streamed (SSE) bodies are never read here: only JSON bodies, which litellm reads
 
 from __future__ import annotations
 
+import asyncio
 import json
+import ssl
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -23,8 +25,19 @@ from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
 from openai import AsyncOpenAI
 
 from models.gateways import Gateway
+from models.offloop import on_loop
 
 _MAX_BODY_CHARS = 20_000
+
+# Connection pools. httpx keeps 20 idle connections of at most 100 per client by default: past
+# 100 concurrent streams requests queue inside the pool, and after every burst all but 20
+# connections are closed and reopened (TCP and TLS set-up, a thread for the DNS lookup each).
+# But one big pool is no answer either: httpcore scans every connection of a pool whenever a
+# request starts or ends (a socket check per idle one, and a quadratic count of idle ones), which
+# at 500 connections was a third of the provider loop's CPU. So each gateway (and key) gets
+# POOL_SHARDS small clients used in turn.
+POOL_SHARDS = 8
+SHARD_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=30.0)
 
 
 @dataclass
@@ -36,6 +49,9 @@ class WireRecord:
     error_body: Any = None  # parsed JSON body when it is not a completion
     # Awaited right before the request leaves (the gateway's send spacing, models/pacing.py).
     before_send: Callable[[], Awaitable[None]] | None = None
+    # The loop that started the attempt, where the pacer lives (the request itself is sent
+    # from the provider loop, models/offloop.py).
+    loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def has_error_body(self) -> bool:
@@ -46,7 +62,7 @@ _current: ContextVar[WireRecord | None] = ContextVar("mnemobot_wire_record", def
 
 
 def start_record() -> WireRecord:
-    record = WireRecord()
+    record = WireRecord(loop=asyncio.get_running_loop())
     _current.set(record)
     return record
 
@@ -68,7 +84,7 @@ async def _on_request(request: httpx.Request) -> None:
     if record is None or record.before_send is None:
         return
     gate, record.before_send = record.before_send, None
-    await gate()
+    await on_loop(record.loop, gate)
 
 
 async def _on_response(response: httpx.Response) -> None:
@@ -100,11 +116,33 @@ class ClientPool:
     """
 
     def __init__(self) -> None:
-        self._clients: dict[tuple[str, str, str], Any] = {}
+        self._clients: dict[tuple[str, str, str, int], Any] = {}
+        self._http: list[httpx.AsyncClient] = []  # ours to close (handed to litellm's handler)
+        self._turn = 0
+        # One TLS context for every client: building one costs ~50 ms of CPU, and each shard
+        # would otherwise build its own (two for litellm's handler) during the first requests.
+        self._tls: ssl.SSLContext | None = None
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = httpx.create_ssl_context()
+        return self._tls
+
+    def prepare(self, gateway: Gateway, key_index: int, key: str) -> None:
+        """Build every shard's client for this gateway and key now (start-up), not during the
+        first requests."""
+        for _ in range(POOL_SHARDS):
+            self.client_for(gateway, key_index, key)
 
     def client_for(self, gateway: Gateway, key_index: int, key: str) -> Any:
         # The OpenAI SDK client carries its key; litellm's handler gets the key per call.
-        slot = (gateway.name, gateway.api_base, key if gateway.protocol == "openai" else "")
+        self._turn = (self._turn + 1) % POOL_SHARDS
+        slot = (
+            gateway.name,
+            gateway.api_base,
+            key if gateway.protocol == "openai" else "",
+            self._turn,
+        )
         client = self._clients.get(slot)
         if client is None:
             hooks = {"request": [_on_request], "response": [_on_response]}
@@ -113,10 +151,21 @@ class ClientPool:
                     api_key=key,
                     base_url=gateway.api_base,
                     max_retries=0,
-                    http_client=httpx.AsyncClient(event_hooks=hooks),
+                    http_client=httpx.AsyncClient(
+                        event_hooks=hooks, limits=SHARD_LIMITS, verify=self._tls_context()
+                    ),
                 )
             else:
-                client = AsyncHTTPHandler(event_hooks=hooks)
+                client = AsyncHTTPHandler(event_hooks=hooks, ssl_verify=self._tls_context())
+                # litellm's handler builds its client with httpx's default pool; give it ours.
+                http = httpx.AsyncClient(
+                    event_hooks=hooks,
+                    limits=SHARD_LIMITS,
+                    follow_redirects=True,
+                    verify=self._tls_context(),
+                )
+                self._http.append(http)
+                client.client = http
             self._clients[slot] = client
         return client
 
@@ -124,22 +173,27 @@ class ClientPool:
         """An OpenAI SDK client for `gateway` bound to `key` (transcription requests)."""
         if gateway.protocol == "openai":
             return self.client_for(gateway, key_index, key)
-        slot = (f"{gateway.name}:sdk", gateway.api_base, key)
+        slot = (f"{gateway.name}:sdk", gateway.api_base, key, 0)
         client = self._clients.get(slot)
         if client is None:
             client = AsyncOpenAI(
                 api_key=key,
                 base_url=gateway.api_base,
                 max_retries=0,
-                http_client=httpx.AsyncClient(event_hooks={"response": [_on_response]}),
+                http_client=httpx.AsyncClient(
+                    event_hooks={"response": [_on_response]},
+                    limits=SHARD_LIMITS,
+                    verify=self._tls_context(),
+                ),
             )
             self._clients[slot] = client
         return client
 
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
+        http, self._http = self._http, []
+        for client in [*clients, *http]:
             try:
-                await client.close()
+                await (client.aclose() if isinstance(client, httpx.AsyncClient) else client.close())
             except Exception:  # closing must not fail shutdown
                 pass

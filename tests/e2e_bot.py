@@ -299,6 +299,7 @@ async def bot_under_test(
     *,
     start: bool = True,
     transport_options: dict[str, Any] | None = None,
+    edit_interval: float = 0.2,
     **settings: Any,
 ) -> AsyncIterator[BotUnderTest]:
     """Fakes on 127.0.0.1, settings pointing at them, the bot running (unless start=False)."""
@@ -315,6 +316,7 @@ async def bot_under_test(
             prepared=prepare(loaded),
             tmp_path=tmp_path,
             transport_options=options,
+            edit_interval=edit_interval,
         )
         try:
             if start:

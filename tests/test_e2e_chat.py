@@ -56,6 +56,21 @@ async def test_streamed_reply_is_edited_in_then_formatted(tmp_path: Path) -> Non
         ]
 
 
+async def test_short_answer_arrives_as_one_message(tmp_path: Path) -> None:
+    """A short answer at the production edit interval: ONE sendMessage with the formatted
+    text, no plain-text message first and no edit, so nothing waits an edit interval."""
+    async with bot_under_test(tmp_path, edit_interval=1.0) as bot:
+        bot.openai.set_default("*", Reply("Short and **sweet**.", chunk_chars=4))
+        calls_before = len(bot.tg.calls)
+        shown = await bot.ask(CHAT, "Quick question")
+        assert [m.text for m in shown] == ["Short and sweet."]
+        turn_calls = [c for c in bot.tg.calls[calls_before:] if c.params.get("chat_id") == CHAT]
+        sends = [c for c in turn_calls if c.method == "sendMessage"]
+        assert len(sends) == 1 and sends[0].params.get("parse_mode") == "HTML"
+        assert not [c for c in turn_calls if c.method == "editMessageText"]
+        assert [c.method for c in turn_calls] == ["sendChatAction", "sendMessage"]
+
+
 async def test_second_turn_sees_the_first(tmp_path: Path) -> None:
     async with bot_under_test(tmp_path) as bot:
         await bot.ask(CHAT, "My name is Zoë 👩🏽‍💻")

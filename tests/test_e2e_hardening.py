@@ -126,9 +126,11 @@ def test_refusal_throttle_is_hourly_and_bounded() -> None:
 
 
 async def _full_disk(bot: BotUnderTest) -> None:
-    """No page may be added to the database file: the next large write fails (SQLITE_FULL)."""
+    """No page may be added to the database file: the next large write fails (SQLITE_FULL).
+    Set on the writer connection (reads have their own connections, which never write)."""
     [row] = await bot.rows("PRAGMA page_count")
-    await bot.rows(f"PRAGMA max_page_count = {int(row['page_count'])}")
+    async with bot.services.db.transaction() as conn:
+        await conn.execute(f"PRAGMA max_page_count = {int(row['page_count'])}")
 
 
 async def test_error_reply_claims_the_message_saved_only_when_it_was(tmp_path: Path) -> None:

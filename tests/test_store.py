@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import subprocess
@@ -159,6 +160,76 @@ async def test_naughty_strings_are_stored_verbatim() -> None:
     session = await store.active_session(11)
     assert [m.content for m in await store.session_messages(session)] == strings
     await db.close()
+
+
+async def test_reads_do_not_wait_behind_an_open_write_transaction(db: Database) -> None:
+    """WAL lets the read connections read while the writer holds a transaction: a read made
+    while one is open completes (it would deadlock here if it queued behind the writer, which
+    only commits after the read), and sees the last committed state, not the open one."""
+    store = Store(db)
+    await store.add_message(1, "user", "committed before")
+    inside = asyncio.Event()
+    release = asyncio.Event()
+
+    async def hold_a_write_transaction() -> None:
+        async with db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (2, 'x', 'x')"
+            )
+            inside.set()
+            await release.wait()
+
+    writer = asyncio.create_task(hold_a_write_transaction())
+    await inside.wait()
+    # A guard against hanging forever if reads did queue behind the writer (not a timing claim).
+    async with asyncio.timeout(30):
+        contents = [r["content"] for r in await db.fetchall("SELECT content FROM messages")]
+        uncommitted = await db.fetchone("SELECT chat_id FROM chats WHERE chat_id = 2")
+        memory_reads = await asyncio.gather(*(store.get_chat_model(1) for _ in range(10)))
+    assert contents == ["committed before"]
+    assert uncommitted is None
+    assert memory_reads == [None] * 10
+    assert not writer.done()
+    release.set()
+    await writer
+    assert await db.fetchone("SELECT chat_id FROM chats WHERE chat_id = 2") is not None
+
+
+async def test_read_connections_cannot_write(db: Database) -> None:
+    """A write sent through a read (outside the writer's lock) is refused, not applied."""
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        await db.fetchall("INSERT INTO chats(chat_id, created_at, updated_at) VALUES (5, 'x', 'x')")
+    assert await db.fetchall("SELECT * FROM chats") == []
+
+
+async def test_answer_and_its_usage_are_one_transaction(db: Database) -> None:
+    """add_answer writes the assistant message and the usage row together, or neither."""
+    store = Store(db)
+    await store.add_message(4, "user", "question", user_id=40)
+    await db.fetchall("SELECT 1")  # a read between, on a read connection
+    async with db.transaction() as conn:  # a trigger that makes the usage insert fail
+        await conn.execute(
+            "CREATE TEMP TRIGGER refuse_usage BEFORE INSERT ON usage "
+            "BEGIN SELECT RAISE(ABORT, 'usage refused'); END"
+        )
+    spends = [("gpt-5", Usage(3, 0, 0.004)), ("gpt-5-mini", Usage(3, 4, 0.01))]
+    with pytest.raises(sqlite3.IntegrityError, match="usage refused"):
+        await store.add_answer(
+            4, 40, "answer", model_id="gpt-5-mini", usage=Usage(3, 4, 0.01), spends=spends
+        )
+    rows = await db.fetchall("SELECT role FROM messages ORDER BY id")
+    assert [r["role"] for r in rows] == ["user"]
+    async with db.transaction() as conn:
+        await conn.execute("DROP TRIGGER temp.refuse_usage")
+    stored = await store.add_answer(
+        4, 40, "answer", model_id="gpt-5-mini", usage=Usage(3, 4, 0.01), spends=spends
+    )
+    assert stored.role == "assistant" and stored.content == "answer"
+    usage = await db.fetchall("SELECT user_id, model_id, purpose, cost_usd FROM usage ORDER BY id")
+    assert [tuple(r) for r in usage] == [
+        (40, "gpt-5", "chat", 0.004),
+        (40, "gpt-5-mini", "chat", 0.01),
+    ]
 
 
 async def test_failed_transaction_writes_nothing(db: Database) -> None:

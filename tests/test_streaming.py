@@ -86,7 +86,8 @@ async def test_one_edit_per_second_passes_telegrams_flood_control(
     bot: Bot, tg: FakeTelegram
 ) -> None:
     tg.enforce_flood_limits = True
-    reply = StreamingReply(bot, CHAT, edit_interval=1.0)
+    # No first-message hold: this test is about the spacing of the edits that follow it.
+    reply = StreamingReply(bot, CHAT, edit_interval=1.0, first_hold=0.0)
     await reply.start()
     answer = " ".join(f"token{i}" for i in range(120))
     await _stream(reply, answer, chunk=12, pause=0.025)
@@ -94,6 +95,68 @@ async def test_one_edit_per_second_passes_telegrams_flood_control(
     assert tg.flood_violations == []
     assert tg.bot_messages(CHAT)[0].text == answer
     assert tg.bot_messages(CHAT)[0].edits >= 2
+
+
+async def test_short_answer_is_one_message_sent_when_complete(bot: Bot, tg: FakeTelegram) -> None:
+    """An answer that ends within the first-message hold: typing, then ONE formatted message,
+    no plain-text message before it and no edit (which would wait an edit interval)."""
+    reply = StreamingReply(bot, CHAT, edit_interval=1.0)  # hold: 1.5 s after the first text
+    await reply.start()
+    await _stream(reply, "A **short** answer.", chunk=4, pause=0.01)
+    reply.ended()
+    await reply.finish("A **short** answer.")
+
+    assert tg.calls_of("sendChatAction")
+    [send] = tg.calls_of("sendMessage")
+    assert send.params.get("parse_mode") == "HTML"
+    assert not tg.calls_of("editMessageText")
+    [message] = tg.bot_messages(CHAT)
+    assert message.text == "A short answer."
+
+
+async def test_slow_answer_is_shown_after_the_hold(bot: Bot, tg: FakeTelegram) -> None:
+    """Still streaming when the hold is over: the text so far appears (plain) and is edited
+    into the final answer; the first message never came before the hold."""
+    hold = 0.3
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST, first_hold=hold)
+    await reply.start()
+    first_text_at = asyncio.get_running_loop().time()
+    await reply.append("Thinking out loud")
+    await tg.wait_for(lambda: bool(tg.calls_of("sendMessage")))
+    [first] = tg.calls_of("sendMessage")
+    assert "parse_mode" not in first.params and first.params["text"] == "Thinking out loud"
+    assert first.at - first_text_at >= hold
+    await reply.finish("Thinking out loud, then the answer.")
+    [message] = tg.bot_messages(CHAT)
+    assert message.text == "Thinking out loud, then the answer."
+    assert len(tg.calls_of("sendMessage")) == 1
+
+
+async def test_long_text_is_shown_without_waiting_for_the_hold(bot: Bot, tg: FakeTelegram) -> None:
+    """Text worth reading at once (FIRST_SEND_CHARS) does not wait for the hold."""
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST, first_hold=3600.0)
+    await reply.start()
+    await reply.append("x" * (streaming.FIRST_SEND_CHARS - 1))
+    await reply.append(" and more")
+    await tg.wait_for(lambda: bool(tg.calls_of("sendMessage")))  # long before an hour
+    await reply.finish("done")
+    assert tg.bot_messages(CHAT)[0].text == "done"
+
+
+async def test_no_update_after_the_model_ended(bot: Bot, tg: FakeTelegram) -> None:
+    """Between the model's end and the final text (the answer is being stored), the flusher
+    sends nothing: an edit then would only delay the final one."""
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST, first_hold=0.0)
+    await reply.start()
+    await reply.append("first words")
+    await tg.wait_for(lambda: bool(tg.calls_of("sendMessage")))
+    reply.ended()
+    await reply.append(" and the rest")  # e.g. a last piece flushed by the transport
+    calls = len(tg.calls)
+    await asyncio.sleep(4 * FAST)  # several intervals in which an edit would have been due
+    assert len(tg.calls) == calls
+    await reply.finish("first words and the rest")
+    assert [m.text for m in tg.bot_messages(CHAT)] == ["first words and the rest"]
 
 
 async def test_flood_penalties_are_waited_out_not_extended(bot: Bot, tg: FakeTelegram) -> None:
