@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
@@ -100,6 +101,9 @@ class ModelLimits:
         self.pace: TokenBucket | None = None  # from a per-minute request limit
         self.sent: dict[str, float] = {"requests": 0.0, "tokens": 0.0}
         self.spacer: TokenBucket | None = None  # the pace again, at the moment of sending
+        # The spacer is also used from litellm's own loop and thread (models/offloop.py),
+        # where the request hook runs: every use of it holds this lock.
+        self.spacer_lock = threading.Lock()
 
     def ready_in(self, cost_tokens: float) -> float:
         """Seconds until a request costing `cost_tokens` may go (inf: wait for news)."""
@@ -169,11 +173,13 @@ class ModelLimits:
                 burst = max(1.0, rate / 4)
                 if self.pace is None:
                     self.pace = TokenBucket(rate, burst, self._clock)
-                    self.spacer = TokenBucket(rate, min(burst, 2.0), self._clock)
+                    with self.spacer_lock:
+                        self.spacer = TokenBucket(rate, min(burst, 2.0), self._clock)
                 else:
                     self.pace.retune(rate, burst)
-                    assert self.spacer is not None
-                    self.spacer.retune(rate, min(burst, 2.0))
+                    with self.spacer_lock:
+                        assert self.spacer is not None
+                        self.spacer.retune(rate, min(burst, 2.0))
 
     def status(self) -> dict[str, Any]:
         now = self._clock()
@@ -299,10 +305,13 @@ class GatewayPacer:
         """Right before the request leaves: keep the learned pace at the moment of sending too.
         Between admission and sending litellm sets the request up (in threads, under the GIL):
         requests admitted evenly can leave in a bunch, and a provider counts arrivals."""
-        spacer = self.limits(ticket.model).spacer
-        if spacer is not None:
-            while (wait := spacer.try_take()) > 0.0:
-                await self._sleep(wait)
+        limits = self.limits(ticket.model)
+        while True:
+            with limits.spacer_lock:
+                wait = limits.spacer.try_take() if limits.spacer is not None else 0.0
+            if wait <= 0.0:
+                break
+            await self._sleep(wait)
         ticket.sent_at = self._clock()  # what the provider counts from
 
     def release(self, ticket: Ticket) -> None:

@@ -208,3 +208,75 @@ def test_transcription_model_setting_must_name_a_transcription_model() -> None:
     with pytest.raises(ConfigError, match="TRANSCRIPTION_MODEL: unknown model 'nope'"):
         prepare(load_settings(**base, TRANSCRIPTION_MODEL="nope"))
     assert prepare(load_settings(**base, TRANSCRIPTION_MODEL="whisper-1")) is not None
+
+
+def _declare(path: Path, gateways: list[dict[str, object]]) -> Path:
+    path.write_text(json.dumps({"gateways": gateways, "models": []}), encoding="utf-8")
+    return path
+
+
+OPENROUTER = {
+    "name": "openrouter",
+    "protocol": "openai-compatible",
+    "base_url": "https://openrouter.ai/api/v1/",
+    "api_key_env": "OPENROUTER_API_KEY",
+    "rps": 5,
+}
+
+
+def test_a_declared_gateway_carries_its_models_with_its_own_keys(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(
+        json.dumps(
+            {
+                "gateways": [OPENROUTER],
+                "models": [
+                    {"id": "ds", "gateway": "openrouter", "wire_name": "deepseek/deepseek-chat"}
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
+    catalog = load_catalog(path)
+    [spec] = catalog.gateways
+    assert (spec.protocol, spec.base_url, spec.rps) == ("openai", OPENROUTER["base_url"][:-1], 5)
+    settings = load_settings(
+        TELEGRAM_BOT_TOKEN="1:x", MODEL_CATALOG_FILE=str(path), OPENROUTER_API_KEY="or-1, or-2"
+    )
+    gateways = build_gateways(settings, catalog)
+    assert gateways["openrouter"].keys == ("or-1", "or-2")
+    assert gateways["openrouter"].requests_per_second == 5
+    assert (
+        gateways["openrouter"].litellm_model(catalog.get("ds")) == "openai/deepseek/deepseek-chat"
+    )
+    assert [e.id for e in available_models(catalog, gateways)] == ["ds"]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"name": "groq"}, "the name is already taken"),
+        ({"name": "Open Router"}, "lower-case"),
+        ({"protocol": "gemini"}, "protocol must be 'openai-compatible' or 'anthropic'"),
+        ({"base_url": "ftp://x/v1"}, "is not an http(s) URL"),
+        ({"protocol": "anthropic", "base_url": "https://x.example/v1"}, "must not end in /v1"),
+        ({"api_key_env": "openrouter key"}, "api_key_env must be an upper-case variable name"),
+        ({"rps": 0}, "rps must be a positive number"),
+        ({"region": "eu"}, "unknown field(s) region"),
+    ],
+)
+def test_a_malformed_gateway_is_refused_with_one_line(
+    tmp_path: Path, change: dict[str, object], words: str
+) -> None:
+    path = _declare(tmp_path / "c.json", [{**OPENROUTER, **change}])
+    with pytest.raises(CatalogError) as info:
+        load_catalog(path)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_gateway_declared_twice_or_missing_fields_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match="already taken"):
+        load_catalog(_declare(tmp_path / "a.json", [OPENROUTER, OPENROUTER]))
+    partial = {k: v for k, v in OPENROUTER.items() if k != "api_key_env"}
+    with pytest.raises(CatalogError, match=r"missing field\(s\) api_key_env"):
+        load_catalog(_declare(tmp_path / "b.json", [partial]))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import build_gateways, prepare, resolve_default_model
+from bot.app import build_gateways, prepare, resolve_default_model, secrets_of
 from bot.config import ConfigError, Settings, load_settings
 from models.catalog import load_catalog
 
@@ -204,3 +204,30 @@ def test_readme_documents_every_setting() -> None:
     assert not missing, f"README's configuration table lacks {missing}"
     # The two set-up commands come first, before any other section.
     assert -1 < readme.find("make run") < readme.find("make test") < readme.find("## Set-up")
+
+
+def test_only_the_key_variables_a_catalog_file_declares_are_accepted(tmp_path: Path) -> None:
+    catalog = tmp_path / "models.toml"
+    catalog.write_text(
+        '[[gateways]]\nname = "local"\nprotocol = "openai-compatible"\n'
+        'base_url = "http://127.0.0.1:11434/v1"\napi_key_env = "OLLAMA_API_KEY"\n',
+        encoding="utf-8",
+    )
+    settings = load_settings(
+        TELEGRAM_BOT_TOKEN=TOKEN, MODEL_CATALOG_FILE=str(catalog), OLLAMA_API_KEY="ollama-key"
+    )
+    # Kept as a secret: the settings' repr never shows it.
+    assert "ollama-key" not in repr(settings)
+    assert "ollama-key" in secrets_of(settings)
+    with pytest.raises(ConfigError) as info:
+        load_settings(
+            TELEGRAM_BOT_TOKEN=TOKEN, MODEL_CATALOG_FILE=str(catalog), OLAMA_API_KEY="typo"
+        )
+    assert str(info.value).startswith("OLAMA_API_KEY: unknown setting")
+
+
+def test_only_a_groq_key_is_enough_to_start() -> None:
+    settings = load_settings(TELEGRAM_BOT_TOKEN=TOKEN, GROQ_API_KEY="gsk-only")
+    prepared = prepare(settings)
+    assert prepared.default_model == "llama-4-scout"
+    assert prepared.catalog.get(prepared.default_model).gateway == "groq"
