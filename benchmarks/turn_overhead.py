@@ -48,6 +48,7 @@ TOKEN = "777000:BENCH-TOKEN"
 KEY = "sk-bench-key"
 OWNER = 1000
 PROVIDER_LATENCY = 0.5  # seconds before the provider's first byte
+PROVIDER_RPS = 500.0  # the fake account's request limit: never the bottleneck here
 CHUNK_CHARS = 12
 CHUNK_DELAY = 0.05
 FLUSH_WAIT_S = 1.0
@@ -266,6 +267,9 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
         FakeProvider("openai", latency=PROVIDER_LATENCY) as openai,
     ):
         openai.set_default("*", Reply(ANSWER, chunk_chars=CHUNK_CHARS, chunk_delay=CHUNK_DELAY))
+        # Like a real account, the provider states its (generous) limits on every answer, so the
+        # bot's pacer learns them instead of slow-starting into an unknown limit.
+        openai.enforce_rate_limit(PROVIDER_RPS, burst=PROVIDER_RPS, tokens_per_minute=1e9)
         workdir = Path(tempfile.mkdtemp(prefix="mnemobot-bench-"))
         probe_file = workdir / "probe.txt"
         env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
