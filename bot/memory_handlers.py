@@ -30,7 +30,8 @@ from bot.services import Services, services_of
 from memory.consolidation import Consolidator
 from memory.forget import forget_chat
 from memory.jobs import ConsolidationWorker
-from memory.longterm import HistoryEntry, MemoryRepository
+from memory.longterm import MemoryRepository
+from memory.recall import Recall, RecallHit
 from memory.store import to_iso
 
 log = structlog.get_logger("bot.memory")
@@ -102,13 +103,17 @@ async def attach_memory(
 # --- text helpers ------------------------------------------------------------------------------
 
 
-def format_match(entry: HistoryEntry) -> str:
-    """'• 2026-03-01 09:00 — summary': our own timestamp, the model's stamp removed."""
-    moment = (entry.first_message_at or entry.created_at)[:16].replace("T", " ")
-    text = entry.entry.strip()
-    if text.startswith("[") and "]" in text[:40]:
-        text = text[text.index("]") + 1 :].strip()
-    return f"• {moment} — {text}"
+def format_hit(hit: RecallHit) -> str:
+    """'• 2026-03-01 09:00 — summary' (our own timestamp, the model's stamp removed); a stored
+    message not yet consolidated gets 💬 instead of the bullet, so the user can tell a summary
+    from the words themselves."""
+    moment = hit.at[:16].replace("T", " ")
+    text = hit.text.strip()
+    if hit.source == "history":
+        if text.startswith("[") and "]" in text[:40]:
+            text = text[text.index("]") + 1 :].strip()
+        return f"• {moment} — {text}"
+    return f"💬 {moment} — {text}"
 
 
 # --- handlers ----------------------------------------------------------------------------------
@@ -207,12 +212,19 @@ async def recall_command(update: Update, context: Context) -> None:
     if len(query) > RECALL_MAX_QUERY:
         await say(message, t("recall_too_long", lang, limit=RECALL_MAX_QUERY))
         return
-    matches = await memory_of(context).repo.search(message.chat_id, query, limit=RECALL_RESULTS)
-    if not matches:
+    # The same search the model's `recall` tool uses: history entries and the messages of
+    # closed sessions not consolidated yet, so the user finds what the model can find. The open
+    # session is on screen already and is left out.
+    store = services_of(context.application).store
+    shown = await store.open_session_message_ids(message.chat_id)
+    hits = await Recall(store.db).search(
+        message.chat_id, query, limit=RECALL_RESULTS, exclude_message_ids=shown
+    )
+    if not hits:
         await say(message, t("recall_none", lang, query=query))
         return
     text = t("recall_header", lang, query=query) + "\n\n"
-    text += "\n\n".join(format_match(m) for m in matches)
+    text += "\n\n".join(format_hit(hit) for hit in hits)
     for part in split_plain(text):
         if not await say(message, part):
             break

@@ -528,6 +528,16 @@ class Store:
         )
         return [_row_to_message(row) for row in rows]
 
+    async def open_session_message_ids(self, chat_id: int) -> list[int]:
+        """Ids of the messages in the chat's open session: what the chat already shows, which
+        a search of the past (/recall) leaves out."""
+        rows = await self.db.fetchall(
+            "SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
+            "WHERE s.chat_id = ? AND s.closed_at IS NULL",
+            (chat_id,),
+        )
+        return [int(row["id"]) for row in rows]
+
     async def messages_by_ids(self, ids: list[int]) -> list[StoredMessage]:
         if not ids:
             return []

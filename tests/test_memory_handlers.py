@@ -126,6 +126,22 @@ async def test_new_then_memory_reaches_the_next_session_and_the_commands(bot: Bo
     assert "too long" in await bot.say("/recall " + "x" * 300)
 
 
+async def test_recall_finds_a_closed_session_not_consolidated_yet_but_not_the_open_one(
+    bot: Bot,
+) -> None:
+    # The worker is stopped, so the closed session stays as stored messages: /recall must find
+    # them as the model's recall tool does, and leave out the open session already on screen.
+    await bot.memory.worker.stop(1.0)
+    await bot.chat("My cat is called Mochi and she turned 12 in March")
+    assert await bot.say("/new") == "New session started."
+    await bot.chat("Mochi again: what did I tell you about her age?")
+
+    found = await bot.say("/recall Mochi")
+    assert found.startswith("Best matches for 'Mochi'")
+    assert "💬" in found and "My cat is called Mochi and she turned 12 in March" in found
+    assert "what did I tell you" not in found
+
+
 async def test_recall_matches_fts_syntax_and_like_wildcards_literally(bot: Bot) -> None:
     # A real message as the saved history entry: "... image nginx:stable ada maslaah ...".
     real = telegram_message("disable-service-gcp-ingress", 269081)
