@@ -10,7 +10,6 @@ from typing import Any
 
 import structlog
 from telegram import Update
-from telegram.constants import ChatType
 from telegram.error import TelegramError
 from telegram.ext import (
     Application,
@@ -27,7 +26,6 @@ from bot.access import (
     is_addressed_to_bot,
     is_group,
     message_saved,
-    quoted_text,
     say,
     strip_bot_mentions,
     user_language,
@@ -37,7 +35,7 @@ from bot.i18n import t
 from bot.keyboards import is_model_callback, model_keyboard, resolve_model_callback
 from bot.media import RETRY_PREFIX, media_message, retry_callback
 from bot.services import Services, services_of
-from bot.turns import TurnRequest, run_chat_turn
+from bot.turns import run_chat_turn, turn_request_for
 
 log = structlog.get_logger("bot.handlers")
 
@@ -192,17 +190,7 @@ async def chat_message(update: Update, context: Context) -> None:
         if screened.text is None:
             return
         text = screened.text
-    request = TurnRequest(
-        chat_id=message.chat_id,
-        user_id=user.id,
-        text=text,
-        language=lang,
-        reply_to_message_id=message.message_id if group else None,
-        private=message.chat.type == ChatType.PRIVATE,
-        message_thread_id=message.message_thread_id if message.is_topic_message else None,
-        quoted_text=quoted_text(message),
-        turn_key=f"tg:{bot.id}:{update.update_id}",
-    )
+    request = turn_request_for(message, user.id, bot, update.update_id, text=text, lang=lang)
     await run_chat_turn(_services(context), bot, request)
 
 

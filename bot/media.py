@@ -37,7 +37,6 @@ from bot.access import (
     clean_text,
     is_addressed_to_bot,
     is_group,
-    quoted_text,
     say,
     strip_bot_mentions,
     user_language,
@@ -46,7 +45,7 @@ from bot.i18n import t
 from bot.keyboards import model_keyboard
 from bot.render import utf16_len
 from bot.services import Services, services_of
-from bot.turns import TurnRequest, failure_reason, run_chat_turn
+from bot.turns import TurnRequest, failure_reason, run_chat_turn, turn_request_for
 from memory.documents import DocumentError, document_kind, extract_text
 from memory.media_inbox import InboxItem, MediaInbox
 from memory.store import StoredMessage
@@ -162,17 +161,7 @@ async def media_message(update: Update, context: Context) -> None:
     if group and caption:
         caption = strip_bot_mentions(message, bot.username, bot.id)
     caption = clean_text(caption)
-    request = TurnRequest(
-        chat_id=message.chat_id,
-        user_id=user.id,
-        text="",
-        language=lang,
-        reply_to_message_id=message.message_id if group else None,
-        private=message.chat.type == ChatType.PRIVATE,
-        message_thread_id=message.message_thread_id if message.is_topic_message else None,
-        quoted_text=quoted_text(message),
-        turn_key=f"tg:{bot.id}:{update.update_id}",
-    )
+    request = turn_request_for(message, user.id, bot, update.update_id, text="", lang=lang)
     log.info(
         "media_received",
         chat_id=message.chat_id,

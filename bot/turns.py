@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
-from telegram import Bot
+from telegram import Bot, Message
+from telegram.constants import ChatType
 
 from agent.events import AgentDone, Receipt, ToolRound
 from agent.loop import AgentTurn
-from bot.access import mark_message_saved
+from bot.access import is_group, mark_message_saved, quoted_text
 from bot.i18n import t
 from bot.streaming import StreamingReply
 from memory.quoting import with_quote
@@ -57,6 +58,26 @@ class TurnRequest:
 
 Prepare = Callable[[TurnRequest], Awaitable[TurnRequest | None]]
 OnStored = Callable[[StoredMessage], Awaitable[None]]
+
+
+def turn_request_for(
+    message: Message, user_id: int, bot: Bot, update_id: int, *, text: str, lang: str | None
+) -> TurnRequest:
+    """The turn a user's message asks for, text or media alike: in groups the answer replies to
+    the message, in forum topics it stays in the topic, a quote travels along, and the update's
+    id keys the turn so a replay is answered once."""
+    group = is_group(message)
+    return TurnRequest(
+        chat_id=message.chat_id,
+        user_id=user_id,
+        text=text,
+        language=lang,
+        reply_to_message_id=message.message_id if group else None,
+        private=message.chat.type == ChatType.PRIVATE,
+        message_thread_id=message.message_thread_id if message.is_topic_message else None,
+        quoted_text=quoted_text(message),
+        turn_key=f"tg:{bot.id}:{update_id}",
+    )
 
 
 def failure_reason(error: TransportError, lang: str | None) -> str:

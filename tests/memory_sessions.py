@@ -98,14 +98,11 @@ def _oasst_path(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         node = replies[0] if replies else {}
 
 
-def oasst_multilingual(limit: int = 120) -> list[SessionMessage]:
-    """Real human-written conversations in many languages, with their own timestamps."""
-    wanted = ["zh", "ja", "ko", "ru", "de", "pt-BR", "es", "fr", "th", "ar", "it", "en"]
-    by_lang: dict[str, list[list[SessionMessage]]] = {}
+def _oasst_paths() -> Iterator[tuple[str, list[SessionMessage]]]:
+    """Each oasst2 tree's language and its first reply path, with the messages' own times."""
     with (TESTDATA / "oasst2" / "oasst2_filtered.jsonl").open(encoding="utf-8") as handle:
         for line in handle:
-            tree = json.loads(line)
-            prompt = tree["prompt"]
+            prompt = json.loads(line)["prompt"]
             path = [
                 SessionMessage(
                     "user" if node["role"] == "prompter" else "assistant",
@@ -114,7 +111,15 @@ def oasst_multilingual(limit: int = 120) -> list[SessionMessage]:
                 )
                 for node in _oasst_path(prompt)
             ]
-            by_lang.setdefault(prompt.get("lang", "?"), []).append(path)
+            yield prompt.get("lang", "?"), path
+
+
+def oasst_multilingual(limit: int = 120) -> list[SessionMessage]:
+    """Real human-written conversations in many languages, with their own timestamps."""
+    wanted = ["zh", "ja", "ko", "ru", "de", "pt-BR", "es", "fr", "th", "ar", "it", "en"]
+    by_lang: dict[str, list[list[SessionMessage]]] = {}
+    for lang, path in _oasst_paths():
+        by_lang.setdefault(lang, []).append(path)
     out: list[SessionMessage] = []
     round_index = 0
     while len(out) < limit and round_index < 50:
@@ -132,20 +137,9 @@ def oasst_conversations(
     """Whole real conversations (one per oasst2 tree, its first reply path), each with its own
     timestamps: one session each. `langs` picks languages, in turn, so a short list mixes them."""
     by_lang: dict[str, list[list[SessionMessage]]] = {}
-    with (TESTDATA / "oasst2" / "oasst2_filtered.jsonl").open(encoding="utf-8") as handle:
-        for line in handle:
-            tree = json.loads(line)
-            prompt = tree["prompt"]
-            path = [
-                SessionMessage(
-                    "user" if node["role"] == "prompter" else "assistant",
-                    node["text"],
-                    _parse_time(node["created_date"]),
-                )
-                for node in _oasst_path(prompt)
-            ]
-            if len(path) >= min_messages:
-                by_lang.setdefault(prompt.get("lang", "?"), []).append(path)
+    for lang, path in _oasst_paths():
+        if len(path) >= min_messages:
+            by_lang.setdefault(lang, []).append(path)
     order = list(langs) if langs else sorted(by_lang, key=lambda k: -len(by_lang[k]))
     out: list[list[SessionMessage]] = []
     index = 0
