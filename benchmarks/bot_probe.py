@@ -101,6 +101,7 @@ def _install_db_probe(recorder: _Recorder) -> None:
     original_transaction = Database.transaction
     original_fetchone = Database.fetchone
     original_fetchall = Database.fetchall
+    original_run_in_transaction = Database.run_in_transaction
 
     @asynccontextmanager
     async def transaction(self: Database, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
@@ -112,6 +113,27 @@ def _install_db_probe(recorder: _Recorder) -> None:
                 yield conn
             finally:
                 recorder.add("db_write_hold", time.monotonic(), time.monotonic() - opened)
+
+    async def run_in_transaction(self: Database, fn: Any) -> Any:
+        # The body runs on the writer's thread: its start and end are taken there, so "wait"
+        # is the lock plus the hop to the thread and BEGIN, as with transaction() above.
+        asked = time.monotonic()
+        moments: list[float] = []
+
+        def timed(conn: Any) -> Any:
+            moments.append(time.monotonic())
+            try:
+                return fn(conn)
+            finally:
+                moments.append(time.monotonic())
+
+        try:
+            return await original_run_in_transaction(self, timed)
+        finally:
+            if len(moments) == 2:
+                opened, closed = moments
+                recorder.add("db_write_wait", opened, opened - asked)
+                recorder.add("db_write_hold", closed, closed - opened)
 
     async def fetchone(self: Database, *args: Any, **kwargs: Any) -> Any:
         asked = time.monotonic()
@@ -130,6 +152,7 @@ def _install_db_probe(recorder: _Recorder) -> None:
     Database.transaction = transaction  # type: ignore[method-assign,assignment]
     Database.fetchone = fetchone  # type: ignore[method-assign]
     Database.fetchall = fetchall  # type: ignore[method-assign]
+    Database.run_in_transaction = run_in_transaction  # type: ignore[method-assign]
 
 
 def _install_provider_lag_monitor(recorder: _Recorder) -> None:

@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
+
+T = TypeVar("T")
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[\w-]+\.sql$")
@@ -46,7 +48,8 @@ DEFAULT_READERS = 2  # read connections; each has its own thread, and the machin
 
 
 class Database:
-    """Owns the connections. Use `transaction()` for writes and `fetchall`/`fetchone` for reads.
+    """Owns the connections. Use `run_in_transaction()` (or `transaction()`) for writes and
+    `fetchall`/`fetchone` for reads.
 
     Reads see committed data only: a read issued after a transaction returned sees its writes;
     a read never sees the inside of a transaction still open. An in-memory database (tests)
@@ -165,6 +168,46 @@ class Database:
                     await _settle(self._conn.execute("ROLLBACK"))
                 raise
 
+    async def run_in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` inside BEGIN IMMEDIATE … COMMIT as ONE call on the writer's thread.
+
+        `transaction()` makes a round trip to aiosqlite's thread for BEGIN, for each statement
+        and for COMMIT, and each round trip also waits for a turn of the event loop: under load
+        (a hundred chats at once) the writer's lock is then held across many turns of a busy
+        loop, and every other write queues behind them. Here the lock is held for one round
+        trip: `fn` runs synchronously on the thread that owns the connection (plain sqlite3
+        calls, no awaits) and its result is returned.
+
+        Same semantics as `transaction()`: any exception in `fn` or in the COMMIT (SQLITE_BUSY,
+        an I/O error, a full disk, a deferred constraint; SQLite then leaves the transaction
+        open) rolls back, and the caller gets the error with the connection clean. The call
+        runs to its end on the thread even if the caller is cancelled meanwhile (/cancel, /new):
+        if it committed, the write happened, so the caller gets its result (a turn must know
+        its message is stored) and the cancellation lands at its next await; if it rolled
+        back, nothing was written and the cancellation is raised.
+        """
+        async with self._lock:
+            call = asyncio.ensure_future(
+                self._conn._execute(_run_in_transaction, self._conn._conn, fn)
+            )
+            cancelled = False
+            while not call.done():
+                try:
+                    # Unlike awaiting `call`, waiting neither cancels it nor raises its error.
+                    await asyncio.wait([call])
+                except asyncio.CancelledError:
+                    cancelled = True
+            if call.cancelled():
+                raise asyncio.CancelledError
+            error = call.exception()
+            if error is not None:
+                if cancelled:
+                    raise asyncio.CancelledError from error
+                raise error
+            if cancelled:
+                _cancel_at_next_await()
+            return call.result()  # type: ignore[no-any-return]
+
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         """Rows of one query, from a read connection (never waits for a write)."""
         if not self._readers:
@@ -207,6 +250,26 @@ async def _connect(path: Path, opened: list[aiosqlite.Connection]) -> aiosqlite.
     conn.row_factory = sqlite3.Row
     await conn.execute("PRAGMA busy_timeout=10000")
     return conn
+
+
+def _run_in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """On the writer's thread: BEGIN IMMEDIATE, `fn`, COMMIT; ROLLBACK on any exception
+    (including a failed COMMIT, which leaves the transaction open)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+async def run_sync(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(sqlite3_connection, *args)` on `conn`'s thread, in one round trip: lets the code of
+    a `run_in_transaction` body also run inside a `transaction()` block."""
+    return await conn._execute(fn, conn._conn, *args)  # type: ignore[no-any-return]
 
 
 def _cancel_at_next_await() -> None:

@@ -4,15 +4,19 @@ The store calls these from the transactions that close a session or grow one pas
 window, so the job exists exactly when the change that needs it does. They only insert rows;
 `memory/jobs.py` builds the queue and the worker on top of them. Kept apart so the store (which
 the worker reads) never imports the worker: the imports point one way, jobs → store → queue.
+
+They are synchronous (plain sqlite3) so that they can run inside the body of a
+`Database.run_in_transaction` on the writer's thread; `memory.db.run_sync` runs them inside a
+`transaction()` block.
 """
 
 from __future__ import annotations
 
-import aiosqlite
+import sqlite3
 
 
-async def enqueue_consolidation(
-    conn: aiosqlite.Connection,
+def enqueue_consolidation(
+    conn: sqlite3.Connection,
     chat_id: int,
     session_id: int,
     now: str,
@@ -21,15 +25,14 @@ async def enqueue_consolidation(
     upto_message_id: int | None = None,
 ) -> int | None:
     """Queue consolidation of a session's messages; None if it has nothing to consolidate."""
-    cursor = await conn.execute(
+    row = conn.execute(
         "SELECT EXISTS(SELECT 1 FROM messages WHERE session_id = ? "
         "AND (? IS NULL OR id <= ?)) AS has",
         (session_id, upto_message_id, upto_message_id),
-    )
-    row = await cursor.fetchone()
+    ).fetchone()
     if row is None or not row["has"]:
         return None
-    cursor = await conn.execute(
+    cursor = conn.execute(
         "INSERT INTO consolidation_jobs(chat_id, session_id, kind, upto_message_id, "
         "next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (chat_id, session_id, kind, upto_message_id, now, now, now),
@@ -37,8 +40,8 @@ async def enqueue_consolidation(
     return cursor.lastrowid
 
 
-async def maybe_enqueue_window(
-    conn: aiosqlite.Connection,
+def maybe_enqueue_window(
+    conn: sqlite3.Connection,
     chat_id: int,
     session_id: int,
     now: str,
@@ -51,38 +54,36 @@ async def maybe_enqueue_window(
     At most one window job per session is open at a time; the next one is queued when the
     session passes the window again after that job removed its messages.
     """
-    # Runs inside every add_message: one round trip (each waits for a turn of the event loop).
-    rows = await conn.execute_fetchall(
-        "SELECT COUNT(*) AS n FROM messages WHERE session_id = ?", (session_id,)
+    count = int(
+        conn.execute(
+            "SELECT COUNT(*) AS n FROM messages WHERE session_id = ?", (session_id,)
+        ).fetchone()["n"]
     )
-    count = int(next(iter(rows))["n"])
     if count <= window:
         return None
-    cursor = await conn.execute(
+    open_job = conn.execute(
         "SELECT 1 FROM consolidation_jobs WHERE session_id = ? AND kind = 'window' "
         "AND state != 'done' LIMIT 1",
         (session_id,),
-    )
-    if await cursor.fetchone() is not None:
+    ).fetchone()
+    if open_job is not None:
         return None
-    cursor = await conn.execute(
+    last = conn.execute(
         "SELECT id FROM messages WHERE session_id = ? ORDER BY id LIMIT 1 OFFSET ?",
         (session_id, count - keep_recent - 1),
-    )
-    last = await cursor.fetchone()
+    ).fetchone()
     if last is None:
         return None
     upto = int(last["id"])
     # Never split a tool call from its results: a kept tail starting with a tool result would
     # be refused by the providers. Take the results along.
-    cursor = await conn.execute(
+    for row in conn.execute(
         "SELECT id, role FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
         (session_id, upto),
-    )
-    for row in await cursor.fetchall():
+    ).fetchall():
         if row["role"] != "tool":
             break
         upto = int(row["id"])
-    return await enqueue_consolidation(
+    return enqueue_consolidation(
         conn, chat_id, session_id, now, kind="window", upto_message_id=upto
     )

@@ -7,13 +7,14 @@ or a provider outage never loses what the user said.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import aiosqlite
 
-from memory.db import Database
+from memory.db import Database, run_sync
 from memory.queue import enqueue_consolidation, maybe_enqueue_window
 from models.types import ToolCall, Usage
 
@@ -102,7 +103,7 @@ class TurnStart:
     resumed: bool = False
 
 
-def _row_to_message(row: aiosqlite.Row) -> StoredMessage:
+def _row_to_message(row: sqlite3.Row) -> StoredMessage:
     calls = None
     if row["tool_calls"]:
         calls = [
@@ -147,11 +148,15 @@ class Store:
     def now(self) -> str:
         return to_iso(self.clock())
 
+    # Writes: each one is ONE call on the writer's thread (Database.run_in_transaction), whose
+    # body is plain sqlite3. Under load a write waits for the writer, not for the event loop
+    # between each of its statements.
+
     # chats -------------------------------------------------------------------------------
 
     @staticmethod
-    async def _ensure_chat(conn: aiosqlite.Connection, chat_id: int, now: str) -> None:
-        await conn.execute(
+    def _ensure_chat(conn: sqlite3.Connection, chat_id: int, now: str) -> None:
+        conn.execute(
             "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT(chat_id) DO NOTHING",
             (chat_id, now, now),
@@ -163,12 +168,15 @@ class Store:
 
     async def set_chat_model(self, chat_id: int, model_id: str) -> None:
         now = self.now()
-        async with self.db.transaction() as conn:
-            await self._ensure_chat(conn, chat_id, now)
-            await conn.execute(
+
+        def write(conn: sqlite3.Connection) -> None:
+            self._ensure_chat(conn, chat_id, now)
+            conn.execute(
                 "UPDATE chats SET model_id = ?, updated_at = ? WHERE chat_id = ?",
                 (model_id, now, chat_id),
             )
+
+        await self.db.run_in_transaction(write)
 
     async def get_chat_language(self, chat_id: int) -> str | None:
         row = await self.db.fetchone("SELECT language FROM chats WHERE chat_id = ?", (chat_id,))
@@ -176,24 +184,26 @@ class Store:
 
     async def set_chat_language(self, chat_id: int, language: str | None) -> None:
         now = self.now()
-        async with self.db.transaction() as conn:
-            await self._ensure_chat(conn, chat_id, now)
-            await conn.execute(
+
+        def write(conn: sqlite3.Connection) -> None:
+            self._ensure_chat(conn, chat_id, now)
+            conn.execute(
                 "UPDATE chats SET language = ?, updated_at = ? WHERE chat_id = ?",
                 (language, now, chat_id),
             )
 
+        await self.db.run_in_transaction(write)
+
     # sessions ----------------------------------------------------------------------------
 
     @classmethod
-    async def _active_session(cls, conn: aiosqlite.Connection, chat_id: int, now: str) -> int:
-        await cls._ensure_chat(conn, chat_id, now)
-        rows = await conn.execute_fetchall(
+    def _active_session(cls, conn: sqlite3.Connection, chat_id: int, now: str) -> int:
+        cls._ensure_chat(conn, chat_id, now)
+        for row in conn.execute(
             "SELECT id FROM sessions WHERE chat_id = ? AND closed_at IS NULL", (chat_id,)
-        )
-        for row in rows:
+        ).fetchall():
             return int(row["id"])
-        cursor = await conn.execute(
+        cursor = conn.execute(
             "INSERT INTO sessions(chat_id, opened_at) VALUES (?, ?)", (chat_id, now)
         )
         assert cursor.lastrowid is not None
@@ -201,43 +211,46 @@ class Store:
 
     async def active_session(self, chat_id: int) -> int:
         """The chat's open session, opened now if there is none."""
-        async with self.db.transaction() as conn:
-            return await self._active_session(conn, chat_id, self.now())
+        now = self.now()
+        return await self.db.run_in_transaction(
+            lambda conn: self._active_session(conn, chat_id, now)
+        )
 
     async def start_new_session(self, chat_id: int) -> NewSession:
         """Close the active session and open a fresh one in one transaction (/new)."""
         now = self.now()
-        async with self.db.transaction() as conn:
-            closed = await self.close_active_session(conn, chat_id, now)
-            new_id = await self._active_session(conn, chat_id, now)
+
+        def write(conn: sqlite3.Connection) -> NewSession:
+            closed = self.close_active_session(conn, chat_id, now)
+            new_id = self._active_session(conn, chat_id, now)
             job_id = None
             if closed is not None:
-                job_id = await self.on_session_closed(conn, chat_id, closed, now)
-        if job_id is not None:
+                job_id = self.on_session_closed(conn, chat_id, closed, now)
+            return NewSession(closed_session_id=closed, new_session_id=new_id, job_id=job_id)
+
+        started = await self.db.run_in_transaction(write)
+        if started.job_id is not None:
             self._job_enqueued()
-        return NewSession(closed_session_id=closed, new_session_id=new_id, job_id=job_id)
+        return started
 
     def _job_enqueued(self) -> None:
         if self.on_job_enqueued is not None:
             self.on_job_enqueued()
 
     @staticmethod
-    async def close_active_session(
-        conn: aiosqlite.Connection, chat_id: int, now: str
-    ) -> int | None:
-        cursor = await conn.execute(
+    def close_active_session(conn: sqlite3.Connection, chat_id: int, now: str) -> int | None:
+        row = conn.execute(
             "UPDATE sessions SET closed_at = ? WHERE chat_id = ? AND closed_at IS NULL "
             "RETURNING id",
             (now, chat_id),
-        )
-        row = await cursor.fetchone()
+        ).fetchone()
         return int(row["id"]) if row else None
 
-    async def on_session_closed(
-        self, conn: aiosqlite.Connection, chat_id: int, session_id: int, now: str
+    def on_session_closed(
+        self, conn: sqlite3.Connection, chat_id: int, session_id: int, now: str
     ) -> int | None:
         """Hook inside /new's transaction: queue consolidation of the closed session."""
-        return await enqueue_consolidation(conn, chat_id, session_id, now)
+        return enqueue_consolidation(conn, chat_id, session_id, now)
 
     # messages ----------------------------------------------------------------------------
 
@@ -264,11 +277,12 @@ class Store:
         file id, caption, file name); `content` is always the text models read.
         """
         now = self.now()
-        async with self.db.transaction() as conn:
-            stored, window_job = await self._insert_message(
+        stored, window_job = await self.db.run_in_transaction(
+            lambda conn: self._insert_message(
                 conn, now, chat_id, role, content, user_id, model_id, tool_calls, tool_call_id,
                 usage, session_id, media,
-            )  # fmt: skip
+            )
+        )  # fmt: skip
         if window_job is not None:
             self._job_enqueued()
         return stored
@@ -292,20 +306,25 @@ class Store:
         and never an answer stored without its spend (or the reverse) if the process dies.
         """
         now = self.now()
-        async with self.db.transaction() as conn:
-            stored, window_job = await self._insert_message(
+        spends = list(spends)
+
+        def write(conn: sqlite3.Connection) -> tuple[StoredMessage, int | None]:
+            stored = self._insert_message(
                 conn, now, chat_id, "assistant", content, None, model_id, None, None, usage,
                 session_id, None,
             )  # fmt: skip
             for spent_on, spent in spends:
-                await self.insert_usage(conn, chat_id, user_id, spent_on, purpose, spent, now)
+                self._insert_usage(conn, chat_id, user_id, spent_on, purpose, spent, now)
+            return stored
+
+        stored, window_job = await self.db.run_in_transaction(write)
         if window_job is not None:
             self._job_enqueued()
         return stored
 
-    async def _insert_message(
+    def _insert_message(
         self,
-        conn: aiosqlite.Connection,
+        conn: sqlite3.Connection,
         now: str,
         chat_id: int,
         role: str,
@@ -318,8 +337,8 @@ class Store:
         session_id: int | None,
         media: dict[str, object] | None,
     ) -> tuple[StoredMessage, int | None]:
-        """Insert one message inside the caller's transaction (one round trip: each waits for
-        a turn of the event loop); returns it and the automatic-consolidation job it queued."""
+        """Insert one message inside the caller's transaction; returns it and the
+        automatic-consolidation job it queued."""
         calls_json = (
             json.dumps(
                 [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls],
@@ -329,10 +348,10 @@ class Store:
             else None
         )
         if session_id is None:
-            session_id = await self._active_session(conn, chat_id, now)
-        elif not await self._takes_messages(conn, session_id):
+            session_id = self._active_session(conn, chat_id, now)
+        elif not self._takes_messages(conn, session_id):
             raise SessionClosedError(session_id)
-        rows = await conn.execute_fetchall(
+        row = conn.execute(
             "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
             "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
             "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
@@ -350,11 +369,10 @@ class Store:
                 now,
                 json.dumps(media, ensure_ascii=False) if media else None,
             ),
-        )
-        row = next(iter(rows))
+        ).fetchone()
         window_job = None
         if self.memory_window is not None:
-            window_job = await maybe_enqueue_window(
+            window_job = maybe_enqueue_window(
                 conn,
                 chat_id,
                 session_id,
@@ -386,45 +404,44 @@ class Store:
         """
         moment = self.clock()
         now = to_iso(moment)
-        idle_closed = job_id = None
-        async with self.db.transaction() as conn:
-            if key is not None and not await self._claim_key(conn, key, chat_id, moment):
-                unanswered = await self._unanswered(conn, key)
-                return None if unanswered is None else TurnStart(unanswered, resumed=True)
-            session_id = await self._active_session(conn, chat_id, now)
-            if self.session_idle is not None and await self._idle(
-                conn, session_id, moment - self.session_idle
-            ):
-                idle_closed = await self.close_active_session(conn, chat_id, now)
-                session_id = await self._active_session(conn, chat_id, now)
+        idle = self.session_idle
+
+        def write(conn: sqlite3.Connection) -> tuple[TurnStart | None, int | None]:
+            idle_closed = job_id = None
+            if key is not None and not self._claim_key(conn, key, chat_id, moment):
+                unanswered = self._unanswered(conn, key)
+                return (None if unanswered is None else TurnStart(unanswered, resumed=True)), None
+            session_id = self._active_session(conn, chat_id, now)
+            if idle is not None and self._idle(conn, session_id, moment - idle):
+                idle_closed = self.close_active_session(conn, chat_id, now)
+                session_id = self._active_session(conn, chat_id, now)
                 if idle_closed is not None:
-                    job_id = await self.on_session_closed(conn, chat_id, idle_closed, now)
-            message, window_job = await self._insert_message(
+                    job_id = self.on_session_closed(conn, chat_id, idle_closed, now)
+            message, window_job = self._insert_message(
                 conn, now, chat_id, "user", content, user_id, None, None, None, None,
                 session_id, media,
             )  # fmt: skip
             if key is not None:
-                await conn.execute(
-                    "UPDATE turn_keys SET message_id = ? WHERE key = ?", (message.id, key)
-                )
-        if job_id is not None or window_job is not None:
+                conn.execute("UPDATE turn_keys SET message_id = ? WHERE key = ?", (message.id, key))
+            return TurnStart(message, idle_closed, job_id), window_job
+
+        started, window_job = await self.db.run_in_transaction(write)
+        if started is not None and (started.job_id is not None or window_job is not None):
             self._job_enqueued()
-        return TurnStart(message, idle_closed, job_id)
+        return started
 
     @staticmethod
-    async def _claim_key(
-        conn: aiosqlite.Connection, key: str, chat_id: int, moment: datetime
-    ) -> bool:
+    def _claim_key(conn: sqlite3.Connection, key: str, chat_id: int, moment: datetime) -> bool:
         """Record `key`; False if it was already recorded (the input was handled before)."""
-        await conn.execute(
+        conn.execute(
             "DELETE FROM turn_keys WHERE created_at < ?", (to_iso(moment - TURN_KEY_RETENTION),)
         )
-        cursor = await conn.execute(
+        cursor = conn.execute(
             "INSERT INTO turn_keys(key, chat_id, created_at) VALUES (?, ?, ?) "
             "ON CONFLICT(key) DO NOTHING RETURNING key",
             (key, chat_id, to_iso(moment)),
         )
-        return await cursor.fetchone() is not None
+        return cursor.fetchone() is not None
 
     _UNANSWERED = (
         "SELECT m.* FROM turn_keys k JOIN messages m ON m.id = k.message_id "
@@ -445,32 +462,29 @@ class Store:
         return row is not None and bool(row["seen"]) and not row["open"]
 
     @classmethod
-    async def _unanswered(cls, conn: aiosqlite.Connection, key: str) -> StoredMessage | None:
+    def _unanswered(cls, conn: sqlite3.Connection, key: str) -> StoredMessage | None:
         """The key's message if it is still the last message of an open session."""
-        cursor = await conn.execute(cls._UNANSWERED, (key,))
-        row = await cursor.fetchone()
+        row = conn.execute(cls._UNANSWERED, (key,)).fetchone()
         return _row_to_message(row) if row is not None else None
 
     @staticmethod
-    async def _idle(conn: aiosqlite.Connection, session_id: int, since: datetime) -> bool:
+    def _idle(conn: sqlite3.Connection, session_id: int, since: datetime) -> bool:
         """True if the session has messages and the last one is older than `since`."""
-        cursor = await conn.execute(
+        row = conn.execute(
             "SELECT MAX(created_at) AS last FROM messages WHERE session_id = ?", (session_id,)
-        )
-        row = await cursor.fetchone()
+        ).fetchone()
         return row is not None and row["last"] is not None and from_iso(row["last"]) <= since
 
     @staticmethod
-    async def _takes_messages(conn: aiosqlite.Connection, session_id: int) -> bool:
+    def _takes_messages(conn: sqlite3.Connection, session_id: int) -> bool:
         """Open, or closed with a consolidation that has not started (it reads the session's
         messages when it runs, so a message written now is consolidated with the rest)."""
-        cursor = await conn.execute(
+        row = conn.execute(
             "SELECT s.closed_at IS NULL AS open, EXISTS(SELECT 1 FROM consolidation_jobs j "
             "WHERE j.session_id = s.id AND j.kind = 'session_closed' AND j.state = 'pending') "
             "AS waiting FROM sessions s WHERE s.id = ?",
             (session_id,),
-        )
-        row = await cursor.fetchone()
+        ).fetchone()
         return row is not None and bool(row["open"] or row["waiting"])
 
     async def add_tool_round(
@@ -495,12 +509,13 @@ class Store:
         )
         rows = [("assistant", text, calls_json, None, model_id, usage)]
         rows += [("tool", content, None, call_id, None, None) for call_id, content in results]
-        stored: list[StoredMessage] = []
-        async with self.db.transaction() as conn:
-            if not await self._takes_messages(conn, session_id):
+
+        def write(conn: sqlite3.Connection) -> list[StoredMessage]:
+            if not self._takes_messages(conn, session_id):
                 raise SessionClosedError(session_id)
+            stored: list[StoredMessage] = []
             for role, content, tool_calls, tool_call_id, model, spent in rows:
-                cursor = await conn.execute(
+                row = conn.execute(
                     "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
                     "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, "
                     "created_at) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?) RETURNING *",
@@ -516,11 +531,12 @@ class Store:
                         spent.completion_tokens if spent else None,
                         now,
                     ),
-                )
-                row = await cursor.fetchone()
+                ).fetchone()
                 assert row is not None
                 stored.append(_row_to_message(row))
-        return stored
+            return stored
+
+        return await self.db.run_in_transaction(write)
 
     async def session_messages(self, session_id: int) -> list[StoredMessage]:
         rows = await self.db.fetchall(
@@ -569,11 +585,14 @@ class Store:
         purpose: str,
         usage: Usage,
     ) -> None:
-        async with self.db.transaction() as conn:
-            await self.insert_usage(conn, chat_id, user_id, model_id, purpose, usage, self.now())
+        now = self.now()
+        await self.db.run_in_transaction(
+            lambda conn: self._insert_usage(conn, chat_id, user_id, model_id, purpose, usage, now)
+        )
 
-    @staticmethod
+    @classmethod
     async def insert_usage(
+        cls,
         conn: aiosqlite.Connection,
         chat_id: int,
         user_id: int | None,
@@ -582,7 +601,20 @@ class Store:
         usage: Usage,
         now: str,
     ) -> None:
-        await conn.execute(
+        """One usage row inside the caller's `transaction()` block."""
+        await run_sync(conn, cls._insert_usage, chat_id, user_id, model_id, purpose, usage, now)
+
+    @staticmethod
+    def _insert_usage(
+        conn: sqlite3.Connection,
+        chat_id: int,
+        user_id: int | None,
+        model_id: str,
+        purpose: str,
+        usage: Usage,
+        now: str,
+    ) -> None:
+        conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
             "completion_tokens, cost_usd, created_at, estimated, audio_seconds) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
