@@ -66,6 +66,8 @@ class Database:
         self.path = path
         self._lock = asyncio.Lock()
         self._readers = list(readers or [])
+        self._pending: list[_Write] = []  # run_in_transaction's writes not sent yet
+        self._drainer: asyncio.Task[None] | None = None
         self._idle_readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         for reader in self._readers:
             self._idle_readers.put_nowait(reader)
@@ -169,44 +171,80 @@ class Database:
                 raise
 
     async def run_in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn` inside BEGIN IMMEDIATE … COMMIT as ONE call on the writer's thread.
+        """Run `fn` inside BEGIN IMMEDIATE … COMMIT in one call on the writer's thread.
 
         `transaction()` makes a round trip to aiosqlite's thread for BEGIN, for each statement
         and for COMMIT, and each round trip also waits for a turn of the event loop: under load
         (a hundred chats at once) the writer's lock is then held across many turns of a busy
-        loop, and every other write queues behind them. Here the lock is held for one round
-        trip: `fn` runs synchronously on the thread that owns the connection (plain sqlite3
-        calls, no awaits) and its result is returned.
+        loop, and every other write queues behind them. Here `fn` runs synchronously on the
+        thread that owns the connection (plain sqlite3 calls, no awaits) and its result is
+        returned. Writes that queued up meanwhile go to the thread together, each still in its
+        own transaction (in the order they were asked), so a hundred waiting writes cost one
+        turn of the event loop, not a hundred.
 
         Same semantics as `transaction()`: any exception in `fn` or in the COMMIT (SQLITE_BUSY,
         an I/O error, a full disk, a deferred constraint; SQLite then leaves the transaction
-        open) rolls back, and the caller gets the error with the connection clean. The call
-        runs to its end on the thread even if the caller is cancelled meanwhile (/cancel, /new):
-        if it committed, the write happened, so the caller gets its result (a turn must know
-        its message is stored) and the cancellation lands at its next await; if it rolled
-        back, nothing was written and the cancellation is raised.
+        open) rolls back, and the caller gets the error with the connection clean. A caller
+        cancelled (/cancel, /new, shutdown) before its write went to the thread writes nothing.
+        Once there, the write runs to its end whatever happens to the caller: if it committed,
+        the write happened, so the caller gets its result (a turn must know its message is
+        stored) and the cancellation lands at its next await; if it rolled back, nothing was
+        written and the cancellation is raised.
         """
-        async with self._lock:
-            call = asyncio.ensure_future(
-                self._conn._execute(_run_in_transaction, self._conn._conn, fn)
-            )
-            cancelled = False
-            while not call.done():
-                try:
-                    # Unlike awaiting `call`, waiting neither cancels it nor raises its error.
-                    await asyncio.wait([call])
-                except asyncio.CancelledError:
-                    cancelled = True
-            if call.cancelled():
-                raise asyncio.CancelledError
-            error = call.exception()
-            if error is not None:
-                if cancelled:
-                    raise asyncio.CancelledError from error
-                raise error
+        write = _Write(fn, asyncio.get_running_loop().create_future())
+        self._pending.append(write)
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.create_task(self._drain_writes())
+        cancelled = False
+        while not write.outcome.done():
+            try:
+                # Unlike awaiting the future, waiting neither cancels it nor raises its error.
+                await asyncio.wait([write.outcome])
+            except asyncio.CancelledError:
+                if not write.sent:
+                    self._pending.remove(write)
+                    raise
+                cancelled = True
+        error = write.outcome.exception()
+        if error is not None:
             if cancelled:
-                _cancel_at_next_await()
-            return call.result()  # type: ignore[no-any-return]
+                raise asyncio.CancelledError from error
+            raise error
+        if cancelled:
+            _cancel_at_next_await()
+        return write.outcome.result()  # type: ignore[no-any-return]
+
+    async def _drain_writes(self) -> None:
+        """Send the queued writes to the writer's thread, all that are waiting at once, under
+        the writer's lock (so they never interleave with a `transaction()` block).
+
+        A batch on the thread runs to its end even if this task is cancelled (shutdown): its
+        callers get their outcomes; writes still queued then are cancelled, never lost silently.
+        """
+        batch: list[_Write] = []
+        try:
+            async with self._lock:
+                while self._pending:
+                    batch, self._pending = self._pending, []
+                    for write in batch:
+                        write.sent = True
+                    call = asyncio.ensure_future(
+                        self._conn._execute(_run_writes, self._conn._conn, [w.fn for w in batch])
+                    )
+                    cancelled = False
+                    while not call.done():
+                        try:
+                            await asyncio.wait([call])
+                        except asyncio.CancelledError:
+                            cancelled = True
+                    _deliver(batch, call)
+                    batch = []
+                    if cancelled:
+                        raise asyncio.CancelledError
+        finally:
+            for write in [*batch, *self._pending]:
+                write.outcome.cancel()
+            self._pending.clear()
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         """Rows of one query, from a read connection (never waits for a write)."""
@@ -238,6 +276,8 @@ class Database:
                 await dest.close()
 
     async def close(self) -> None:
+        if self._drainer is not None and not self._drainer.done():
+            await asyncio.wait([self._drainer])  # writes already asked for are written first
         for reader in self._readers:
             await reader.close()
         self._readers.clear()
@@ -252,9 +292,51 @@ async def _connect(path: Path, opened: list[aiosqlite.Connection]) -> aiosqlite.
     return conn
 
 
+class _Write:
+    """One `run_in_transaction` call: its body, whether it went to the thread, its outcome."""
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], outcome: asyncio.Future[Any]):
+        self.fn = fn
+        self.outcome = outcome
+        self.sent = False
+
+
+def _deliver(batch: list[_Write], call: asyncio.Future[list[tuple[bool, Any]]]) -> None:
+    """Hand each write of a batch its outcome (all of them the error if the call failed)."""
+    failed = call.cancelled() or call.exception() is not None
+    outcomes = [] if failed else call.result()
+    for index, write in enumerate(batch):
+        if write.outcome.done():
+            continue
+        if call.cancelled():
+            write.outcome.cancel()
+        elif failed:
+            write.outcome.set_exception(call.exception())  # type: ignore[arg-type]
+        else:
+            ok, value = outcomes[index]
+            if ok:
+                write.outcome.set_result(value)
+            else:
+                write.outcome.set_exception(value)
+
+
+def _run_writes(
+    conn: sqlite3.Connection, bodies: list[Callable[[sqlite3.Connection], Any]]
+) -> list[tuple[bool, Any]]:
+    """On the writer's thread: each body in its own transaction; (True, result) or
+    (False, the exception) for each."""
+    outcomes: list[tuple[bool, Any]] = []
+    for fn in bodies:
+        try:
+            outcomes.append((True, _run_in_transaction(conn, fn)))
+        except BaseException as error:  # the caller gets it; the next body starts clean
+            outcomes.append((False, error))
+    return outcomes
+
+
 def _run_in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """On the writer's thread: BEGIN IMMEDIATE, `fn`, COMMIT; ROLLBACK on any exception
-    (including a failed COMMIT, which leaves the transaction open)."""
+    """BEGIN IMMEDIATE, `fn`, COMMIT; ROLLBACK on any exception (including a failed COMMIT,
+    which leaves the transaction open)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = fn(conn)

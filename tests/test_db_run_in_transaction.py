@@ -177,3 +177,34 @@ async def test_a_writer_cancelled_while_waiting_for_the_lock_writes_nothing(
     assert ran == []
     assert await _chats(db) == [1]
     await _still_writes(db)
+
+
+async def test_writes_queued_together_each_commit_or_roll_back_on_their_own(
+    db: Database,
+) -> None:
+    # Writes that wait while another runs go to the thread together: one failing among them
+    # rolls back only itself, in the order they were asked.
+    first, started, release = _held(lambda conn: _add_chat(conn, 1))
+
+    def failing(conn: sqlite3.Connection) -> None:
+        _add_chat(conn, 2)
+        raise ValueError("only this write fails")
+
+    def counting(conn: sqlite3.Connection) -> int:
+        _add_chat(conn, 3)
+        return int(conn.execute("SELECT COUNT(*) FROM chats").fetchone()[0])
+
+    holder = asyncio.create_task(db.run_in_transaction(first))
+    assert await asyncio.to_thread(started.wait, 30)
+    queued = [
+        asyncio.create_task(db.run_in_transaction(failing)),
+        asyncio.create_task(db.run_in_transaction(counting)),
+    ]
+    await asyncio.sleep(0)
+    release.set()
+    await holder
+    outcomes = await asyncio.gather(*queued, return_exceptions=True)
+    assert isinstance(outcomes[0], ValueError)
+    assert outcomes[1] == 2  # chats 1 and 3: the failed write left nothing behind
+    assert await _chats(db) == [1, 3]
+    await _still_writes(db)
