@@ -124,6 +124,53 @@ def _row_to_message(row: sqlite3.Row) -> StoredMessage:
     )
 
 
+def _calls_json(calls: list[ToolCall] | None) -> str | None:
+    if not calls:
+        return None
+    return json.dumps(
+        [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+        ensure_ascii=False,
+    )
+
+
+def _insert_row(
+    conn: sqlite3.Connection,
+    session_id: int,
+    chat_id: int,
+    role: str,
+    content: str,
+    calls_json: str | None,
+    tool_call_id: str | None,
+    user_id: int | None,
+    model_id: str | None,
+    usage: Usage | None,
+    now: str,
+    media: dict[str, object] | None = None,
+) -> StoredMessage:
+    """The one INSERT of a message row, for every path that stores messages."""
+    row = conn.execute(
+        "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
+        "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
+        "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+        (
+            session_id,
+            chat_id,
+            role,
+            content,
+            calls_json,
+            tool_call_id,
+            user_id,
+            model_id,
+            usage.prompt_tokens if usage else None,
+            usage.completion_tokens if usage else None,
+            now,
+            json.dumps(media, ensure_ascii=False) if media else None,
+        ),
+    ).fetchone()
+    assert row is not None
+    return _row_to_message(row)
+
+
 class Store:
     """Typed access to the core tables. Every write is one transaction."""
 
@@ -339,37 +386,24 @@ class Store:
     ) -> tuple[StoredMessage, int | None]:
         """Insert one message inside the caller's transaction; returns it and the
         automatic-consolidation job it queued."""
-        calls_json = (
-            json.dumps(
-                [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in tool_calls],
-                ensure_ascii=False,
-            )
-            if tool_calls
-            else None
-        )
         if session_id is None:
             session_id = self._active_session(conn, chat_id, now)
         elif not self._takes_messages(conn, session_id):
             raise SessionClosedError(session_id)
-        row = conn.execute(
-            "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
-            "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
-            "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
-            (
-                session_id,
-                chat_id,
-                role,
-                content,
-                calls_json,
-                tool_call_id,
-                user_id,
-                model_id,
-                usage.prompt_tokens if usage else None,
-                usage.completion_tokens if usage else None,
-                now,
-                json.dumps(media, ensure_ascii=False) if media else None,
-            ),
-        ).fetchone()
+        message = _insert_row(
+            conn,
+            session_id,
+            chat_id,
+            role,
+            content,
+            _calls_json(tool_calls),
+            tool_call_id,
+            user_id,
+            model_id,
+            usage,
+            now,
+            media,
+        )
         window_job = None
         if self.memory_window is not None:
             window_job = maybe_enqueue_window(
@@ -380,7 +414,7 @@ class Store:
                 window=self.memory_window,
                 keep_recent=self.keep_recent,
             )
-        return _row_to_message(row), window_job
+        return message, window_job
 
     async def store_user_turn(
         self,
@@ -503,38 +537,28 @@ class Store:
         the next request's provider would refuse. No window consolidation is queued here: the
         turn is still running, and the final answer's `add_message` queues it."""
         now = self.now()
-        calls_json = json.dumps(
-            [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
-            ensure_ascii=False,
-        )
-        rows = [("assistant", text, calls_json, None, model_id, usage)]
+        rows = [("assistant", text, _calls_json(calls), None, model_id, usage)]
         rows += [("tool", content, None, call_id, None, None) for call_id, content in results]
 
         def write(conn: sqlite3.Connection) -> list[StoredMessage]:
             if not self._takes_messages(conn, session_id):
                 raise SessionClosedError(session_id)
-            stored: list[StoredMessage] = []
-            for role, content, tool_calls, tool_call_id, model, spent in rows:
-                row = conn.execute(
-                    "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
-                    "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, "
-                    "created_at) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?) RETURNING *",
-                    (
-                        session_id,
-                        chat_id,
-                        role,
-                        content,
-                        tool_calls,
-                        tool_call_id,
-                        model,
-                        spent.prompt_tokens if spent else None,
-                        spent.completion_tokens if spent else None,
-                        now,
-                    ),
-                ).fetchone()
-                assert row is not None
-                stored.append(_row_to_message(row))
-            return stored
+            return [
+                _insert_row(
+                    conn,
+                    session_id,
+                    chat_id,
+                    role,
+                    content,
+                    calls,
+                    call_id,
+                    None,
+                    model,
+                    spent,
+                    now,
+                )
+                for role, content, calls, call_id, model, spent in rows
+            ]
 
         return await self.db.run_in_transaction(write)
 
