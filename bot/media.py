@@ -151,12 +151,11 @@ async def media_message(update: Update, context: Context) -> None:
         return
     user = update.effective_user
     assert user is not None
-    if services.guard is not None:
-        refused = await services.guard.check_spend(user.id)
-        if refused is not None:
-            if refused.reply_key is not None:
-                await say(message, t(refused.reply_key, lang, **refused.reply_values))
-            return
+    refused = await _spend_refusal(services, user.id, lang)
+    if refused is not None:
+        if refused:
+            await say(message, refused)
+        return
     caption = message.caption or ""
     if group and caption:
         caption = strip_bot_mentions(message, bot.username, bot.id)
@@ -422,14 +421,11 @@ async def retry_callback(update: Update, context: Context) -> None:
         return
     user = update.effective_user
     assert user is not None
-    if services.guard is not None:
-        refused = await services.guard.check_spend(user.id)
-        if refused is not None:
-            if refused.reply_key is not None:
-                await query.answer(
-                    t(refused.reply_key, lang, **refused.reply_values), show_alert=True
-                )
-            return
+    refused = await _spend_refusal(services, user.id, lang)
+    if refused is not None:
+        if refused:
+            await query.answer(refused, show_alert=True)
+        return
     await query.answer()
     try:
         await query.edit_message_reply_markup(None)
@@ -445,6 +441,19 @@ async def retry_callback(update: Update, context: Context) -> None:
         private=chat.type == ChatType.PRIVATE,
     )
     await transcribe_and_answer(services, context.bot, request, item)
+
+
+async def _spend_refusal(services: Services, user_id: int, lang: str | None) -> str | None:
+    """None when the user may spend; else the line to show ("" when the guard stays silent,
+    e.g. a later refusal in a burst)."""
+    if services.guard is None:
+        return None
+    refused = await services.guard.check_spend(user_id)
+    if refused is None:
+        return None
+    if refused.reply_key is None:
+        return ""
+    return t(refused.reply_key, lang, **refused.reply_values)
 
 
 # --- photos ------------------------------------------------------------------------------------
