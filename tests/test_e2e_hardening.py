@@ -184,9 +184,9 @@ async def test_recall_with_nul_or_control_characters_answers(tmp_path: Path) -> 
         [fine] = await bot.ask(OWNER, "/recall PostgreSQL")
         assert fine.text == t("recall_none", query="PostgreSQL")
         # The search itself (also a chat tool's) takes such input without raising.
-        from memory.longterm import MemoryRepository
+        from memory.recall import Recall
 
-        assert await MemoryRepository(bot.services.db).search(OWNER, "a\x00b\udc80cde") == []
+        assert await Recall(bot.services.db).search(OWNER, "a\x00b\udc80cde") == []
 
 
 async def test_lone_surrogates_are_answered_and_stored(tmp_path: Path) -> None:

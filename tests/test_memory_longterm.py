@@ -1,4 +1,5 @@
-"""Long-term memory, history search (FTS5 trigram, CJK, short-query fallback), /forget, export."""
+"""Long-term memory, the history search (`recall`: syntax-hostile, short and CJK queries),
+/forget, export."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from memory.db import Database
 from memory.export import export_chat
 from memory.forget import forget_chat
-from memory.longterm import MemoryRepository, fts_query, write_memory
+from memory.longterm import MemoryRepository, write_memory
+from memory.recall import MAX_LIMIT, Recall
 from tests.memory_sessions import SessionMessage, oasst_messages, telegram_message
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +87,12 @@ async def repo(tmp_path: Path) -> AsyncIterator[MemoryRepository]:
 
 
 async def search(repo: MemoryRepository, query: str, chat_id: int = 1) -> list[str]:
-    return [h.entry for h in await repo.search(chat_id, query, limit=len(ENTRIES))]
+    """The chat's history entries `recall` finds for the query, best first (whole entries: a
+    hit carries a snippet, with white space folded)."""
+    entries = {e.id: e.entry for e in await repo.history(chat_id)}
+    hits = await Recall(repo.db).search(chat_id, query, limit=MAX_LIMIT)
+    assert all(hit.source == "history" for hit in hits)  # these chats store no messages
+    return [entries[hit.ref_id] for hit in hits]
 
 
 def keys(found: list[str]) -> set[str]:
@@ -97,44 +104,46 @@ def keys(found: list[str]) -> set[str]:
     ("query", "expected"),
     [("素食主菜", {"zh"}), ("信頼のある", {"ja"}), ("사람을", {"ko"}), ("詳細食譜", set())],
 )
-async def test_cjk_substring_search_uses_trigrams(
+async def test_cjk_queries_find_the_entry_written_without_spaces(
     repo: MemoryRepository, query: str, expected: set[str]
 ) -> None:
-    assert fts_query(query) is not None
     assert keys(await search(repo, query)) == expected
 
 
+# Two characters, which FTS5's trigram index cannot match ("기억" is a question word of recall's,
+# so the query is searched as the text it is).
 @pytest.mark.parametrize(("query", "expected"), [("食谱", {"zh"}), ("기억", {"ko"})])
-async def test_queries_under_three_characters_fall_back_to_like(
+async def test_queries_under_three_characters_are_found_all_the_same(
     repo: MemoryRepository, query: str, expected: set[str]
 ) -> None:
-    assert fts_query(query) is None
     assert keys(await search(repo, query)) == expected
 
 
 async def test_entries_matching_more_words_rank_first_and_other_chats_stay_out(
     repo: MemoryRepository,
 ) -> None:
-    found = await search(repo, "repeatable read snapshot")
-    assert keys(found[:1]) == {"snapshot"}  # all three words
-    assert keys(found) == {"snapshot", "commit", "mysql"}
+    found = await search(repo, "baca read commited")
+    # All three words, then two ("uncommited", "commited"); the snapshot entry says only "read",
+    # under a fifth of the best score, and is left out.
+    assert [keys([entry]) for entry in found] == [{"commit"}, {"mysql"}]
     assert keys(await search(repo, "coverage")) == {"coverage"}
     assert await search(repo, "coverage", chat_id=2) == [OTHER_CHAT[0]]
     assert keys(await search(repo, "nginx:stable")) == {"nginx"}
 
 
 # FTS5 syntax (operators, column filters, groups, prefixes, the initial-token caret) and LIKE
-# wildcards in a query are matched as the characters they are. Where the syntax would have
-# worked as syntax, the expected hits differ from what it would have found.
+# wildcards in a query are matched as the words, or where it has none the characters, they are.
+# Where the syntax would have worked as syntax, the expected hits differ from what it would have
+# found.
 SYNTAX_QUERIES: list[tuple[str, set[str]]] = [
     ('"', {"webp"}),
-    ("NEAR(binary data)", set()),  # as syntax: the collation entry
-    ("read AND snapshot", {"snapshot", "commit", "mysql"}),  # as syntax: snapshot alone
+    ("NEAR(binary snapshot)", {"collation", "snapshot"}),  # as syntax: none has both words
+    ("snapshot NOT repeatable", {"snapshot"}),  # as syntax: none (it says "repeatable read")
     ("*", {"kabur"}),
     ("*kabur", {"kabur"}),
     ("a OR", {"jadul"}),  # "saya orang"
     ("'; DROP", set()),
-    ("-commit", {"commit"}),  # "di-commit"
+    ("-commit", {"commit", "mysql"}),  # the word: "di-commit", "uncommited"
     ("-c", {"commit"}),
     ("(", {"collation", "webp", "jadul"}),
     (")", {"collation", "webp"}),
