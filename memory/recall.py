@@ -64,6 +64,9 @@ _CJK_STOP = frozenset(
 _SUFFIXES = ("'s", "ings", "ing", "ied", "ies", "es", "ed")
 _VOWELS = frozenset("aeiouy")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# Control characters (a NUL ends SQLite's parse of an FTS5 phrase: "unterminated string") and
+# lone surrogates (SQLite cannot encode them) are no search terms.
+_UNSEARCHABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 
 def _is_cjk(ch: str) -> bool:
@@ -190,7 +193,14 @@ class Recall:
         limit: int = DEFAULT_LIMIT,
         exclude_message_ids: Iterable[int] = (),
     ) -> list[RecallHit]:
+        """The best `limit` snippets for the query, best first.
+
+        Control characters and lone surrogates become spaces first, whoever asked (a user's
+        /recall or a model's tool call): a query with no term is searched as the text it is,
+        and they would reach SQLite in it and raise.
+        """
         limit = max(1, min(MAX_LIMIT, int(limit)))
+        query = _UNSEARCHABLE.sub(" ", query)
         terms = query_terms(query)
         if not terms:
             terms = [t for t in [normalise_plain(query)] if t]

@@ -162,6 +162,8 @@ async def test_bad_arguments_get_an_answer_the_model_can_act_on(tmp_path: Path) 
         assert len((await stack.repo.get(CHAT)).content.splitlines()) == 4
         limit = await tools.run(CHAT, call("recall", query="Atlas", limit=99))
         assert limit.ok
+        nul = await tools.run(CHAT, call("recall", query="\x00\x00\x00"))  # "\u0000" in JSON
+        assert nul.ok and nul.content.startswith("no earlier conversation matches")
     finally:
         await stack.close()
 

@@ -186,7 +186,8 @@ async def test_recall_with_nul_or_control_characters_answers(tmp_path: Path) -> 
         # The search itself (also a chat tool's) takes such input without raising.
         from memory.recall import Recall
 
-        assert await Recall(bot.services.db).search(OWNER, "a\x00b\udc80cde") == []
+        for hostile in ["a\x00b\udc80cde", "\x00\x00\x00", "\udc80"]:
+            assert await Recall(bot.services.db).search(OWNER, hostile) == [], hostile
 
 
 async def test_lone_surrogates_are_answered_and_stored(tmp_path: Path) -> None:

@@ -165,6 +165,26 @@ async def test_fts_and_like_syntax_in_a_query_is_matched_literally(
     assert keys(await search(repo, query)) == expected
 
 
+# Control characters and lone surrogates count as spaces: in a query with no word to search, the
+# text that reached SQLite raised (a NUL ends an FTS5 phrase: "unterminated string"; SQLite
+# cannot encode a surrogate).
+HOSTILE_QUERIES: list[tuple[str, set[str]]] = [
+    ("\x00\x00\x00", set()),
+    ("\udc80", set()),
+    ("\ud83d\ud83d\ud83d", set()),
+    ("a OR\x00", {"jadul"}),  # "saya orang"
+    ("\udc80^0.8", {"solidity"}),
+    ("\x01\x02\x03-c", {"commit"}),  # "di-commit"
+]
+
+
+@pytest.mark.parametrize(("query", "expected"), HOSTILE_QUERIES)
+async def test_control_characters_and_lone_surrogates_are_spaces(
+    repo: MemoryRepository, query: str, expected: set[str]
+) -> None:
+    assert keys(await search(repo, query)) == expected
+
+
 async def test_forget_clears_memory_and_history_and_bumps_the_version(
     repo: MemoryRepository,
 ) -> None:
