@@ -1,4 +1,4 @@
-"""Long-term memory and the searchable history, per chat.
+"""Long-term memory and the history entries, per chat (memory/recall.py searches them).
 
 The memory carries a version number that grows on every write. A consolidation remembers the
 version it started from and may only commit while it is unchanged, so a slow job can never
@@ -7,15 +7,11 @@ overwrite an update (or a /forget) it did not see.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import aiosqlite
 
 from memory.db import Database
-
-# FTS5's trigram tokenizer cannot match anything shorter than three characters.
-_MIN_TRIGRAM_CHARS = 3
 
 
 @dataclass(frozen=True)
@@ -85,26 +81,6 @@ async def write_memory(
     return int(row["version"])
 
 
-_UNSEARCHABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
-
-
-def fts_query(query: str) -> str | None:
-    """An FTS5 MATCH expression: every word of 3+ characters as a quoted phrase, OR-ed.
-
-    Quoting makes user input inert (no FTS5 operators); OR plus bm25 ranking puts entries that
-    contain more of the words first. None means no word is long enough for trigrams.
-    """
-    words = [w for w in re.split(r"\s+", query.strip()) if len(w) >= _MIN_TRIGRAM_CHARS]
-    if not words:
-        return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
-
-
-def _like_pattern(query: str) -> str:
-    escaped = query.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
 class MemoryRepository:
     """Reads of memory and history (/forget lives in memory/forget.py)."""
 
@@ -138,31 +114,5 @@ class MemoryRepository:
                 "SELECT * FROM (SELECT * FROM history_entries WHERE chat_id = ? "
                 "ORDER BY id DESC LIMIT ?) ORDER BY id",
                 (chat_id, limit),
-            )
-        return [_row_to_entry(r) for r in rows]
-
-    async def search(self, chat_id: int, query: str, *, limit: int = 5) -> list[HistoryEntry]:
-        """Best-matching history entries: FTS5 trigram + bm25, LIKE for very short queries.
-
-        Control characters are no search terms (a NUL even ends SQLite's parse of the FTS5
-        expression: "unterminated string"), nor are lone surrogates (SQLite cannot encode
-        them): both become spaces, whoever asked (a user's /recall or a model's tool call).
-        """
-        query = _UNSEARCHABLE.sub(" ", query)
-        if not query.strip():
-            return []
-        match = fts_query(query)
-        if match is None:
-            rows = await self.db.fetchall(
-                "SELECT * FROM history_entries WHERE chat_id = ? AND entry LIKE ? ESCAPE '\\' "
-                "ORDER BY id DESC LIMIT ?",
-                (chat_id, _like_pattern(query), limit),
-            )
-        else:
-            rows = await self.db.fetchall(
-                "SELECT h.* FROM history_fts JOIN history_entries h ON h.id = history_fts.rowid "
-                "WHERE history_fts MATCH ? AND h.chat_id = ? "
-                "ORDER BY bm25(history_fts), h.id DESC LIMIT ?",
-                (match, chat_id, limit),
             )
         return [_row_to_entry(r) for r in rows]
