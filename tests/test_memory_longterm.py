@@ -100,23 +100,16 @@ def keys(found: list[str]) -> set[str]:
     return {by_text[text] for text in found}
 
 
-@pytest.mark.parametrize(
-    ("query", "expected"),
-    [("素食主菜", {"zh"}), ("信頼のある", {"ja"}), ("사람을", {"ko"}), ("詳細食譜", set())],
-)
-async def test_cjk_queries_find_the_entry_written_without_spaces(
-    repo: MemoryRepository, query: str, expected: set[str]
-) -> None:
-    assert keys(await search(repo, query)) == expected
-
-
+# CJK is written without spaces: the query's words are found inside the entry.
+CJK_QUERIES: list[tuple[str, set[str]]] = [
+    ("素食主菜", {"zh"}),
+    ("信頼のある", {"ja"}),
+    ("사람을", {"ko"}),
+    ("詳細食譜", set()),
+]
 # Two characters, which FTS5's trigram index cannot match ("기억" is a question word of recall's,
 # so the query is searched as the text it is).
-@pytest.mark.parametrize(("query", "expected"), [("食谱", {"zh"}), ("기억", {"ko"})])
-async def test_queries_under_three_characters_are_found_all_the_same(
-    repo: MemoryRepository, query: str, expected: set[str]
-) -> None:
-    assert keys(await search(repo, query)) == expected
+SHORT_QUERIES: list[tuple[str, set[str]]] = [("食谱", {"zh"}), ("기억", {"ko"})]
 
 
 async def test_entries_matching_more_words_rank_first_and_other_chats_stay_out(
@@ -158,13 +151,6 @@ SYNTAX_QUERIES: list[tuple[str, set[str]]] = [
 ]
 
 
-@pytest.mark.parametrize(("query", "expected"), SYNTAX_QUERIES)
-async def test_fts_and_like_syntax_in_a_query_is_matched_literally(
-    repo: MemoryRepository, query: str, expected: set[str]
-) -> None:
-    assert keys(await search(repo, query)) == expected
-
-
 # Control characters and lone surrogates count as spaces: in a query with no word to search, the
 # text that reached SQLite raised (a NUL ends an FTS5 phrase: "unterminated string"; SQLite
 # cannot encode a surrogate).
@@ -178,8 +164,23 @@ HOSTILE_QUERIES: list[tuple[str, set[str]]] = [
 ]
 
 
-@pytest.mark.parametrize(("query", "expected"), HOSTILE_QUERIES)
-async def test_control_characters_and_lone_surrogates_are_spaces(
+QUERIES = {
+    "cjk": CJK_QUERIES,
+    "short": SHORT_QUERIES,
+    "syntax": SYNTAX_QUERIES,
+    "hostile": HOSTILE_QUERIES,
+}
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        pytest.param(query, expected, id=f"{kind}-{query!r}")
+        for kind, cases in QUERIES.items()
+        for query, expected in cases
+    ],
+)
+async def test_a_query_finds_the_entries_holding_its_words_or_characters(
     repo: MemoryRepository, query: str, expected: set[str]
 ) -> None:
     assert keys(await search(repo, query)) == expected
