@@ -5,8 +5,9 @@ aiosqlite, two coroutines sharing a connection would otherwise interleave statem
 other's transactions. Reads go to a small pool of read-only connections beside it: in WAL mode
 a reader sees the last committed state and neither waits for nor blocks the writer, so under
 load (a hundred chats at once) a turn's reads no longer queue behind every other turn's writes.
-Each read is one round trip to its connection's thread (`execute_fetchall`), because every round
-trip also waits for a turn of the event loop.
+Reads, like writes, go to a connection's thread in batches: every round trip to a thread also
+waits for a turn of the event loop, so under load a read asked for alone would wait for a busy
+loop twice (there and back), and every other read behind it.
 """
 
 from __future__ import annotations
@@ -68,9 +69,9 @@ class Database:
         self._readers = list(readers or [])
         self._pending: list[_Write] = []  # run_in_transaction's writes not sent yet
         self._drainer: asyncio.Task[None] | None = None
-        self._idle_readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
-        for reader in self._readers:
-            self._idle_readers.put_nowait(reader)
+        self._idle_readers = list(self._readers)
+        self._pending_reads: list[_Read] = []  # fetchall's queries not sent yet
+        self._read_drainers: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def open(
@@ -97,7 +98,7 @@ class Database:
                 reader = await _connect(path, opened)
                 await reader.execute("PRAGMA query_only=ON")  # a reader can never write
                 db._readers.append(reader)
-                db._idle_readers.put_nowait(reader)
+                db._idle_readers.append(reader)
         except BaseException:
             # aiosqlite's worker threads are not daemons: a connection left open on a failed
             # start-up keeps the process alive after the error was reported.
@@ -247,17 +248,62 @@ class Database:
             self._pending.clear()
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        """Rows of one query, from a read connection (never waits for a write)."""
+        """Rows of one query, from a read connection (never waits for a write).
+
+        Queries asked for while the read connections are busy go to a connection's thread
+        together, the next time one is free: a hundred turns reading at once cost a few turns
+        of the event loop, not two each. A caller cancelled meanwhile simply gets no rows.
+        """
         if not self._readers:
             async with self._lock:
                 return list(await self._conn.execute_fetchall(sql, tuple(params)))
-        reader = await self._idle_readers.get()
+        read = _Read(sql, tuple(params), asyncio.get_running_loop().create_future())
+        self._pending_reads.append(read)
+        if self._idle_readers:
+            reader = self._idle_readers.pop()
+            drainer = asyncio.create_task(self._drain_reads(reader))
+            self._read_drainers.add(drainer)
+            drainer.add_done_callback(self._read_drainers.discard)
+        return await read.outcome
+
+    async def _drain_reads(self, reader: aiosqlite.Connection) -> None:
+        """Send waiting queries to `reader`'s thread, its share of them at a time (the others
+        go to the other free connections), until none wait; then `reader` is free again."""
+        batch: list[_Read] = []
         try:
-            return list(await reader.execute_fetchall(sql, tuple(params)))
+            while self._pending_reads:
+                share = -(-len(self._pending_reads) // len(self._readers))  # ceiling
+                batch = self._pending_reads[:share]
+                del self._pending_reads[:share]
+                batch = [read for read in batch if not read.outcome.done()]
+                if not batch:
+                    continue
+                queries = [(read.sql, read.params) for read in batch]
+                outcomes = await reader._execute(_run_reads, reader._conn, queries)
+                for read, (ok, value) in zip(batch, outcomes, strict=True):
+                    if read.outcome.done():
+                        continue  # its caller was cancelled
+                    if ok:
+                        read.outcome.set_result(value)
+                    else:
+                        read.outcome.set_exception(value)
+                batch = []
+        except BaseException as error:
+            # Cancelled (shutdown) or the connection failed: the queries in hand get the error;
+            # a cancelled wait leaves the statement to finish on the reader's own thread, before
+            # the next one starts there, so the reader can go back at once.
+            cancelled = isinstance(error, asyncio.CancelledError)
+            if cancelled:  # nobody may be left to send the rest: they end too, not hang
+                batch, self._pending_reads = [*batch, *self._pending_reads], []
+            for read in batch:
+                if not read.outcome.done():
+                    if cancelled:
+                        read.outcome.cancel()
+                    else:
+                        read.outcome.set_exception(error)
+            raise
         finally:
-            # Even if we were cancelled, the statement finishes on the reader's own thread
-            # before the next one starts there, so the reader can go back at once.
-            self._idle_readers.put_nowait(reader)
+            self._idle_readers.append(reader)
 
     async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Row | None:
         """The first row of one query (use it for queries that return at most a few rows)."""
@@ -278,6 +324,8 @@ class Database:
     async def close(self) -> None:
         if self._drainer is not None and not self._drainer.done():
             await asyncio.wait([self._drainer])  # writes already asked for are written first
+        if self._read_drainers:
+            await asyncio.wait(self._read_drainers)  # reads already asked for are answered
         for reader in self._readers:
             await reader.close()
         self._readers.clear()
@@ -299,6 +347,28 @@ class _Write:
         self.fn = fn
         self.outcome = outcome
         self.sent = False
+
+
+class _Read:
+    """One `fetchall` call: its query and the future its caller awaits."""
+
+    def __init__(self, sql: str, params: tuple[Any, ...], outcome: asyncio.Future[Any]):
+        self.sql = sql
+        self.params = params
+        self.outcome = outcome
+
+
+def _run_reads(
+    conn: sqlite3.Connection, queries: list[tuple[str, tuple[Any, ...]]]
+) -> list[tuple[bool, Any]]:
+    """On a reader's thread: each query's rows, (True, rows) or (False, the exception)."""
+    outcomes: list[tuple[bool, Any]] = []
+    for sql, params in queries:
+        try:
+            outcomes.append((True, conn.execute(sql, params).fetchall()))
+        except Exception as error:  # that caller gets it; the next query runs as usual
+            outcomes.append((False, error))
+    return outcomes
 
 
 def _deliver(batch: list[_Write], call: asyncio.Future[list[tuple[bool, Any]]]) -> None:
