@@ -305,14 +305,21 @@ class GatewayPacer:
         """Right before the request leaves: keep the learned pace at the moment of sending too.
         Between admission and sending litellm sets the request up (in threads, under the GIL):
         requests admitted evenly can leave in a bunch, and a provider counts arrivals."""
-        limits = self.limits(ticket.model)
-        while True:
-            with limits.spacer_lock:
-                wait = limits.spacer.try_take() if limits.spacer is not None else 0.0
-            if wait <= 0.0:
-                break
+        while (wait := self._try_send(ticket)) > 0.0:
             await self._sleep(wait)
-        ticket.sent_at = self._clock()  # what the provider counts from
+
+    def send_now(self, ticket: Ticket) -> bool:
+        """`before_send` when it need not wait, from any thread (the request hook runs on the
+        provider loop): True, and the request counts as sent; False: await `before_send`."""
+        return self._try_send(ticket) <= 0.0
+
+    def _try_send(self, ticket: Ticket) -> float:
+        limits = self.limits(ticket.model)
+        with limits.spacer_lock:
+            wait = limits.spacer.try_take() if limits.spacer is not None else 0.0
+        if wait <= 0.0:
+            ticket.sent_at = self._clock()  # what the provider counts from
+        return wait
 
     def release(self, ticket: Ticket) -> None:
         """The request is over, however it ended (call once per ticket)."""

@@ -49,6 +49,8 @@ class WireRecord:
     error_body: Any = None  # parsed JSON body when it is not a completion
     # Awaited right before the request leaves (the gateway's send spacing, models/pacing.py).
     before_send: Callable[[], Awaitable[None]] | None = None
+    # The same gate without waiting, from any thread: True when the request may leave now.
+    send_now: Callable[[], bool] | None = None
     # The loop that started the attempt, where the pacer lives (the request itself is sent
     # from the provider loop, models/offloop.py).
     loop: asyncio.AbstractEventLoop | None = None
@@ -84,6 +86,8 @@ async def _on_request(request: httpx.Request) -> None:
     if record is None or record.before_send is None:
         return
     gate, record.before_send = record.before_send, None
+    if record.send_now is not None and record.send_now():
+        return  # the usual case: no round trip through the attempt's (busy) loop
     await on_loop(record.loop, gate)
 
 

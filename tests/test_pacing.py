@@ -132,6 +132,34 @@ async def test_a_learned_limit_paces_below_it_and_counts_our_own_sends() -> None
     assert moments[-1] >= 3 / 1.8
 
 
+async def test_the_send_gate_lets_a_request_go_at_once_from_any_thread_while_the_pace_allows(
+) -> None:  # fmt: skip
+    clock = FakeClock()
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=clock, sleep=sleep)
+    # 600 requests a minute: 0.9 x 10/s = 9/s, and at most 2 leave together.
+    headers = {"x-ratelimit-limit-requests": "600", "x-ratelimit-remaining-requests": "600"}
+    pacer.settle(Ticket("m", 0.0), read_windows("openai", headers))
+    tickets = [Ticket("m", 0.0) for _ in range(3)]
+
+    # The request hook asks from the provider loop's thread: no round trip to our loop.
+    answers = await asyncio.to_thread(lambda: [pacer.send_now(t) for t in tickets])
+
+    assert answers == [True, True, False]
+    assert [t.sent_at for t in tickets[:2]] == [clock.now, clock.now]
+    assert tickets[2].sent_at is None  # not sent: nothing counted
+    start = clock.now
+    await pacer.before_send(tickets[2])  # the third waits out the pace, then goes
+    assert slept and sum(slept) == pytest.approx(1 / 9)
+    assert tickets[2].sent_at == pytest.approx(start + 1 / 9)
+
+
 async def test_without_a_request_limit_a_slow_start_opens_one_more_per_answer() -> None:
     """Groq states no per-minute request limit in its headers: until a refusal names it,
     requests go one more at a time per answer, and a refusal halves the window."""
