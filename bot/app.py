@@ -12,8 +12,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import structlog
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
+from telegram.request import HTTPXRequest
 
 from bot.commands import register_commands
 from bot.config import ConfigError, Settings, gateway_keys
@@ -27,6 +29,7 @@ from bot.services import SERVICES_KEY, Prepared, Services, available_models
 from memory.store import Clock
 from models.catalog import Catalog, CatalogError, declared_gateways, load_catalog
 from models.gateways import Gateway
+from models.sockets import transport
 
 log = structlog.get_logger("bot.app")
 
@@ -146,6 +149,22 @@ def secrets_of(settings: Settings) -> list[str]:
     return [v for v in values if v]
 
 
+# PTB's own pool size for the Bot API; more idle connections kept than httpx's 20, so a burst of
+# replies does not close and reopen (TLS handshake included) all but 20 after every wave.
+TELEGRAM_LIMITS = httpx.Limits(
+    max_connections=256, max_keepalive_connections=64, keepalive_expiry=30.0
+)
+
+
+def telegram_request() -> HTTPXRequest:
+    """The Bot API client for everything but getUpdates: PTB's, over the socket-keeping
+    connection pool (models/sockets.py): its pool scan on every request was ~12 % of the event
+    loop's busy time while a hundred replies streamed (py-spy, benchmarks/turn_overhead.py)."""
+    return HTTPXRequest(
+        httpx_kwargs={"transport": transport(TELEGRAM_LIMITS, httpx.create_ssl_context())}
+    )
+
+
 def build_application(
     prepared: Prepared,
     *,
@@ -189,6 +208,7 @@ def build_application(
         .base_file_url(file_base_url(settings.TELEGRAM_BASE_URL))
         .concurrent_updates(lifecycle.tracker)
         .rate_limiter(AIORateLimiter(max_retries=0))
+        .request(telegram_request())
         .post_init(post_init)
         .post_shutdown(post_shutdown)
         .build()

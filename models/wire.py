@@ -26,6 +26,7 @@ from openai import AsyncOpenAI
 
 from models.gateways import Gateway
 from models.offloop import on_loop
+from models.sockets import transport
 
 _MAX_BODY_CHARS = 20_000
 
@@ -132,6 +133,9 @@ class ClientPool:
             self._tls = httpx.create_ssl_context()
         return self._tls
 
+    def _transport(self) -> httpx.AsyncHTTPTransport:
+        return transport(SHARD_LIMITS, self._tls_context())
+
     def prepare(self, gateway: Gateway, key_index: int, key: str) -> None:
         """Build every shard's client for this gateway and key now (start-up), not during the
         first requests."""
@@ -155,18 +159,13 @@ class ClientPool:
                     api_key=key,
                     base_url=gateway.api_base,
                     max_retries=0,
-                    http_client=httpx.AsyncClient(
-                        event_hooks=hooks, limits=SHARD_LIMITS, verify=self._tls_context()
-                    ),
+                    http_client=httpx.AsyncClient(event_hooks=hooks, transport=self._transport()),
                 )
             else:
                 client = AsyncHTTPHandler(event_hooks=hooks, ssl_verify=self._tls_context())
                 # litellm's handler builds its client with httpx's default pool; give it ours.
                 http = httpx.AsyncClient(
-                    event_hooks=hooks,
-                    limits=SHARD_LIMITS,
-                    follow_redirects=True,
-                    verify=self._tls_context(),
+                    event_hooks=hooks, follow_redirects=True, transport=self._transport()
                 )
                 self._http.append(http)
                 client.client = http
@@ -185,9 +184,7 @@ class ClientPool:
                 base_url=gateway.api_base,
                 max_retries=0,
                 http_client=httpx.AsyncClient(
-                    event_hooks={"response": [_on_response]},
-                    limits=SHARD_LIMITS,
-                    verify=self._tls_context(),
+                    event_hooks={"response": [_on_response]}, transport=self._transport()
                 ),
             )
             self._clients[slot] = client
