@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ import structlog
 from telegram.ext import Application
 
 from bot.health import HealthServer
+from bot.heap import freeze_start_up_heap
 from bot.lifecycle import lifecycle_of
 from bot.memory_handlers import MEMORY_KEY
 from bot.services import SERVICES_KEY, Services
@@ -230,15 +230,3 @@ def run_bot(application: App, settings: Settings) -> None:
         await serve(application, settings, freeze_heap=True)
 
     asyncio.run(main())
-
-
-def freeze_start_up_heap() -> None:
-    """Exclude everything alive after start-up from later garbage collections.
-
-    litellm and its dependencies leave a few hundred thousand long-lived objects, and every full
-    collection walked all of them while every thread of the process stood still: 0.3–0.6 s
-    each, measured under load by benchmarks/turn_overhead.py. They live as long as the process,
-    so they are collected once here, then frozen; later collections see only what turns create.
-    """
-    gc.collect()
-    gc.freeze()
