@@ -44,6 +44,7 @@ async def test_webhook_refuses_missing_or_wrong_secret_and_handles_the_right_one
             # The bot registers its public URL and the secret with Telegram on start.
             await tg.wait_for(lambda: tg.webhook_url == PUBLIC_URL, timeout=30)
             assert tg.webhook_secret == SECRET
+            await _accepting(port)  # PTB registers the URL first, then starts listening
             assert not any(call.method == "getUpdates" for call in tg.calls)
 
             update = tg.make_text_update(OWNER, OWNER, "hello over the webhook")
@@ -97,3 +98,17 @@ async def test_webhook_refuses_missing_or_wrong_secret_and_handles_the_right_one
             except aiohttp.ClientConnectionError:
                 status = None
         assert status is None
+
+
+async def _accepting(port: int) -> None:
+    """Until the bot's webhook server accepts connections (Telegram would retry meanwhile)."""
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.01)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            return
