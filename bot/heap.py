@@ -18,7 +18,7 @@ def freeze_start_up_heap() -> None:
 
     Before this, full collections under load took 0.3–0.6 s each (benchmarks/turn_overhead.py).
     But litellm and the SDKs still import modules during the first requests (about 40, among
-    them litellm's proxy types: ~60k more objects), which every full collection then walked
+    them litellm's proxy types: ~37k more objects), which every full collection then walked
     again: 30–75 ms with every thread stopped, the longest stalls of the event loop left.
     """
     gc.collect()
