@@ -393,8 +393,48 @@ def _deliver(batch: list[_Write], call: asyncio.Future[list[tuple[bool, Any]]]) 
 def _run_writes(
     conn: sqlite3.Connection, bodies: list[Callable[[sqlite3.Connection], Any]]
 ) -> list[tuple[bool, Any]]:
-    """On the writer's thread: each body in its own transaction; (True, result) or
-    (False, the exception) for each."""
+    """On the writer's thread: (True, result) or (False, the exception) for each body.
+
+    Group commit: the bodies share one transaction, each inside its own savepoint, so a body
+    that fails is undone alone and only its caller gets the error; and the batch costs one
+    COMMIT, one fsync of the WAL (synchronous=FULL), not one per write. At 300 chats the
+    fsyncs of a batch of a few hundred single-write transactions kept writers waiting 2.5 s.
+    No caller hears of its write before the COMMIT, so a crash loses nothing anyone was told
+    of. If the COMMIT itself fails (a deferred constraint, an I/O error, SQLITE_BUSY), the
+    batch is rolled back and every body runs again alone, in its own transaction, as before
+    batching: the failure then lands on the write that causes it (bodies only touch the
+    database, which the rollback restored).
+    """
+    if len(bodies) == 1:
+        return _run_alone(conn, bodies)
+    outcomes: list[tuple[bool, Any]] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for fn in bodies:
+            conn.execute("SAVEPOINT mnemobot_write")
+            try:
+                result = fn(conn)
+            except Exception as error:  # undone alone; the next body goes on
+                conn.execute("ROLLBACK TO mnemobot_write")
+                conn.execute("RELEASE mnemobot_write")
+                outcomes.append((False, error))
+            else:
+                conn.execute("RELEASE mnemobot_write")
+                outcomes.append((True, result))
+        conn.execute("COMMIT")
+    except BaseException as error:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if not isinstance(error, Exception):
+            raise  # not a database's refusal: nothing is written, every caller hears of it
+        return _run_alone(conn, bodies)
+    return outcomes
+
+
+def _run_alone(
+    conn: sqlite3.Connection, bodies: list[Callable[[sqlite3.Connection], Any]]
+) -> list[tuple[bool, Any]]:
+    """Each body in its own transaction."""
     outcomes: list[tuple[bool, Any]] = []
     for fn in bodies:
         try:

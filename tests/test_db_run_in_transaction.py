@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.db import Database
+from memory.db import Database, run_sync
 from memory.store import Store
 
 NOW = "2026-01-01T00:00:00Z"
@@ -207,4 +207,61 @@ async def test_writes_queued_together_each_commit_or_roll_back_on_their_own(
     assert isinstance(outcomes[0], ValueError)
     assert outcomes[1] == 2  # chats 1 and 3: the failed write left nothing behind
     assert await _chats(db) == [1, 3]
+    await _still_writes(db)
+
+
+async def test_writes_queued_together_share_one_commit(db: Database) -> None:
+    # Group commit: one COMMIT (one fsync of the WAL) for the writes that waited together.
+    statements: list[str] = []
+    # Traced on the writer's own sqlite3 connection, on its thread.
+    await run_sync(db._conn, lambda conn: conn.set_trace_callback(statements.append))
+    first, started, release = _held(lambda conn: _add_chat(conn, 0))
+    holder = asyncio.create_task(db.run_in_transaction(first))
+    assert await asyncio.to_thread(started.wait, 30)
+    queued = [
+        asyncio.create_task(db.run_in_transaction(lambda conn, c=c: _add_chat(conn, c)))
+        for c in range(1, 51)
+    ]
+    await asyncio.sleep(0)
+    release.set()
+    await holder
+    await asyncio.gather(*queued)
+    await run_sync(db._conn, lambda conn: conn.set_trace_callback(None))
+
+    assert await _chats(db) == list(range(51))
+    assert statements.count("COMMIT") == 2  # the first write alone, then the fifty together
+
+
+async def test_a_commit_refused_for_one_write_of_a_batch_fails_that_write_alone(
+    db: Database,
+) -> None:
+    # A dangling reference, checked only at COMMIT (deferred): the batch's COMMIT fails, the
+    # batch is rolled back, and each write runs again on its own; only the culprit fails.
+    first, started, release = _held(lambda conn: _add_chat(conn, 1))
+
+    def dangling(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA defer_foreign_keys = ON")
+        conn.execute(
+            "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
+            "VALUES (987654, 1, 'user', 'points at no session', ?)",
+            (NOW,),
+        )
+
+    holder = asyncio.create_task(db.run_in_transaction(first))
+    assert await asyncio.to_thread(started.wait, 30)
+    queued = [
+        asyncio.create_task(db.run_in_transaction(lambda conn: _add_chat(conn, 2))),
+        asyncio.create_task(db.run_in_transaction(dangling)),
+        asyncio.create_task(db.run_in_transaction(lambda conn: _add_chat(conn, 3))),
+    ]
+    await asyncio.sleep(0)
+    release.set()
+    await holder
+    outcomes = await asyncio.gather(*queued, return_exceptions=True)
+
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], sqlite3.IntegrityError)
+    assert "FOREIGN KEY" in str(outcomes[1])
+    assert await _chats(db) == [1, 2, 3]
+    assert await db.fetchall("SELECT 1 FROM messages") == []
     await _still_writes(db)
