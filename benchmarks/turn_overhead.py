@@ -18,8 +18,17 @@ the fake Bot API and a fake OpenAI gateway with a fixed latency, both in this pr
 Also: start-up time (process spawn → commands registered and polling), resident memory (RSS)
 idle and after each phase, Telegram calls per turn.
 
-Run: .venv/bin/python benchmarks/turn_overhead.py [--turns 10] [--chats 100,300] [--rounds 2]
-The last line is the 100-chat run:
+Phases, after one chat's sequential turns, for each chat count N:
+- N conversations at once: each chat sends its first message at its own moment within the
+  first second, then its next one as soon as it has the answer (no reading time), `--rounds`
+  turns each. Every chat always has a turn in flight; messages arrive one by one, as N people
+  typing send them. The summary line is this phase at 100 chats.
+- N chats in one burst: every message pushed in the same millisecond. Here the last intake is
+  bounded below by the CPU every intake needs (litellm's request set-up alone is a few ms per
+  request, all under one GIL), so it is printed on its own `burst:` line.
+
+Run: .venv/bin/python benchmarks/turn_overhead.py [--turns 10] [--chats 100,300] [--rounds 3]
+The last line is the 100-conversation run:
 overhead: chats=100 intake_p99_ms=N provider_ms=N loop_lag_max_ms=N turns_per_s=N
 """
 
@@ -33,7 +42,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -48,10 +59,14 @@ TOKEN = "777000:BENCH-TOKEN"
 KEY = "sk-bench-key"
 OWNER = 1000
 PROVIDER_LATENCY = 0.5  # seconds before the provider's first byte
-PROVIDER_RPS = 500.0  # the fake account's request limit: never the bottleneck here
+# The fake account's request limit, never the bottleneck here: at 500/s the pacer, spacing sends
+# at the learned pace, took 220 ms to send a burst of 100. That is the provider's limit, not the
+# bot's own delay this measures (benchmarks/burst.py measures limits).
+PROVIDER_RPS = 5000.0
 CHUNK_CHARS = 12
 CHUNK_DELAY = 0.05
 FLUSH_WAIT_S = 1.0
+RAMP_S = 1.0  # the conversations' first messages arrive within this time
 EDIT_INTERVAL = 1.0  # the bot's production edit interval per message
 ANSWER = " ".join(f"word{i:02d}" for i in range(40))  # 279 chars → 24 chunks ≈ 1.15 s of stream
 
@@ -115,49 +130,105 @@ def is_final(call: Call) -> bool:
     )
 
 
-async def run_turns(tg: FakeTelegram, openai: FakeProvider, turns: list[Turn]) -> None:
-    """Push every turn's update at once; wait for all final messages.
-
-    The fake's call list is scanned incrementally (each call once): a full rescan every poll
-    would cost this process — which also runs the fakes — O(turns x calls) CPU per 10 ms.
-    """
-    by_chat = {turn.chat_id: turn for turn in turns}
-    pending = set(by_chat)
+async def run_burst(tg: FakeTelegram, openai: FakeProvider, turns: list[Turn]) -> None:
+    """Push every turn's update in the same millisecond; wait for all final messages."""
     first_call = len(tg.calls)
-    scanned = first_call
     for turn in turns:
         turn.pushed_at = time.monotonic()
         tg.push(tg.make_text_update(turn.chat_id, OWNER, turn.text))
+    await _until_answered(tg, {turn.chat_id: turn for turn in turns}, first_call)
+    _fill_in(tg, openai, turns, first_call)
+
+
+async def run_conversations(
+    tg: FakeTelegram, openai: FakeProvider, chat_ids: list[int], rounds: int, ramp_s: float
+) -> list[Turn]:
+    """`len(chat_ids)` conversations at once: each chat sends its first message at its own
+    moment within the first `ramp_s` seconds, then each next one as soon as the answer to the
+    last is complete (no reading time), `rounds` in all. So every chat always has a turn in
+    flight, and messages arrive one by one, as a hundred people typing send them, not all in
+    the same millisecond (that is `run_burst`)."""
+    turns: list[Turn] = []
+    in_flight: dict[int, Turn] = {}
+    sent = dict.fromkeys(chat_ids, 0)
+    first_call = len(tg.calls)
+    begin = time.monotonic()
+    starts = {chat: begin + ramp_s * i / len(chat_ids) for i, chat in enumerate(chat_ids)}
+
+    def send(chat_id: int) -> None:
+        turn = Turn(chat_id, f"chat {chat_id}, round {sent[chat_id]}", time.monotonic())
+        sent[chat_id] += 1
+        in_flight[chat_id] = turn
+        turns.append(turn)
+        tg.push(tg.make_text_update(chat_id, OWNER, turn.text))
+
+    def answered(turn: Turn) -> None:
+        del in_flight[turn.chat_id]
+        if sent[turn.chat_id] < rounds:
+            send(turn.chat_id)
+
+    scanned = first_call
+    deadline = begin + 120 + 2 * len(chat_ids) * rounds
+    while starts or in_flight:
+        now = time.monotonic()
+        for chat_id in [c for c, at in starts.items() if at <= now]:
+            del starts[chat_id]
+            send(chat_id)
+        scanned = _scan_finals(tg, in_flight, scanned, answered)
+        if now > deadline:
+            raise AssertionError(f"{len(in_flight)} turns unanswered")
+        await asyncio.sleep(0.002)
+    _fill_in(tg, openai, turns, first_call)
+    return turns
+
+
+def _scan_finals(
+    tg: FakeTelegram, in_flight: dict[int, Turn], scanned: int, on_final: Callable[[Turn], None]
+) -> int:
+    """Look at the fake's calls from `scanned` on (each call once: a full rescan every poll
+    would cost this process, which also runs the fakes, O(turns x calls) CPU); a turn's final
+    message sets its `final_at` and is reported. Returns how far it looked."""
+    calls = tg.calls
+    while scanned < len(calls):
+        call = calls[scanned]
+        scanned += 1
+        turn = in_flight.get(call.params.get("chat_id"))  # type: ignore[arg-type]
+        if turn is not None and is_final(call):
+            turn.final_at = call.at
+            on_final(turn)
+    return scanned
+
+
+async def _until_answered(tg: FakeTelegram, in_flight: dict[int, Turn], first_call: int) -> None:
+    scanned = first_call
 
     def done() -> bool:
         nonlocal scanned
-        calls = tg.calls
-        while scanned < len(calls):
-            call = calls[scanned]
-            scanned += 1
-            chat_id = call.params.get("chat_id")
-            if chat_id in pending and is_final(call):
-                by_chat[chat_id].final_at = call.at
-                pending.discard(chat_id)
-        return not pending
+        scanned = _scan_finals(tg, in_flight, scanned, lambda turn: in_flight.pop(turn.chat_id))
+        return not in_flight
 
-    await tg.wait_for(done, timeout=120 + 2 * len(turns))
+    await tg.wait_for(done, timeout=120 + 2 * len(in_flight))
+
+
+def _fill_in(tg: FakeTelegram, openai: FakeProvider, turns: list[Turn], first_call: int) -> None:
+    """Each turn's provider request and the earliest moment its final edit was allowed."""
     by_text = {r.body["messages"][-1]["content"]: r for r in openai.requests}
-    earlier: dict[int, list[float]] = {}
+    by_chat: dict[int, list[Turn]] = {}
+    for turn in turns:
+        by_chat.setdefault(turn.chat_id, []).append(turn)
+    earlier: dict[int, float] = {}  # per turn (by id): its last message before the final
     for call in tg.calls[first_call:]:
-        turn = by_chat.get(call.params.get("chat_id"))  # type: ignore[arg-type]
-        if (
-            turn is not None
-            and call.at < turn.final_at
-            and call.method in ("sendMessage", "editMessageText")
-        ):
-            earlier.setdefault(turn.chat_id, []).append(call.at)
+        if call.method not in ("sendMessage", "editMessageText"):
+            continue
+        for turn in by_chat.get(call.params.get("chat_id"), []):  # type: ignore[arg-type]
+            if turn.pushed_at <= call.at < turn.final_at:
+                earlier[id(turn)] = max(earlier.get(id(turn), 0.0), call.at)
     for turn in turns:
         request = by_text[turn.text]
         turn.request_at = request.at
         turn.last_chunk_at = request.at + stream_seconds()
-        before = earlier.get(turn.chat_id)
-        turn.allowed_at = max(before) + EDIT_INTERVAL if before else 0.0
+        before = earlier.get(id(turn))
+        turn.allowed_at = before + EDIT_INTERVAL if before else 0.0
 
 
 @dataclass
@@ -248,15 +319,11 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
 
 
 async def run_phase(
-    name: str, process: asyncio.subprocess.Process, tg: FakeTelegram, openai: FakeProvider,
-    rounds: list[list[Turn]],
-) -> Phase:  # fmt: skip
+    name: str, process: asyncio.subprocess.Process, run: Callable[[], Awaitable[list[Turn]]]
+) -> Phase:
     started = time.monotonic()
     cpu_before = cpu_seconds(process.pid)
-    turns: list[Turn] = []
-    for batch in rounds:
-        await run_turns(tg, openai, batch)
-        turns.extend(batch)
+    turns = await run()
     cpu = cpu_seconds(process.pid) - cpu_before
     return Phase(name, turns, started, time.monotonic(), rss_mib(process.pid), cpu)
 
@@ -305,17 +372,36 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
             print(f"RSS idle: {idle_rss:.1f} MiB")
 
             phases: list[Phase] = []
-            single = [[Turn(OWNER, f"single chat, turn {k}", 0.0)] for k in range(turns_single)]
-            phases.append(await run_phase("1 chat, sequential turns", process, tg, openai, single))
+            bursts: list[Phase] = []
+            phases.append(
+                await run_phase(
+                    "1 chat, sequential turns",
+                    process,
+                    lambda: run_conversations(tg, openai, [OWNER], turns_single, 0.0),
+                )
+            )
             for index, chats in enumerate(chat_counts):
-                base = 100_000 * (index + 1)
-                batches = [
-                    [Turn(base + c, f"chat {c} of {chats}, round {r}", 0.0) for c in range(chats)]
-                    for r in range(rounds)
-                ]
-                name = f"{chats} concurrent chats x {rounds} rounds"
-                phases.append(await run_phase(name, process, tg, openai, batches))
+                ids = [100_000 * (index + 1) + c for c in range(chats)]
+                name = (
+                    f"{chats} conversations at once, {rounds} turns each "
+                    f"(first messages within {RAMP_S:.0f} s)"
+                )
+                phases.append(
+                    await run_phase(
+                        name, process, partial(run_conversations, tg, openai, ids, rounds, RAMP_S)
+                    )
+                )
                 await asyncio.sleep(1.0)  # let the last edits and writes settle between phases
+                burst = [Turn(chat_id, f"chat {chat_id}, burst", 0.0) for chat_id in ids]
+
+                async def run_one_burst(turns: list[Turn] = burst) -> list[Turn]:
+                    await run_burst(tg, openai, turns)
+                    return turns
+
+                name = f"{chats} chats in one burst (every message in the same millisecond)"
+                bursts.append(await run_phase(name, process, run_one_burst))
+                phases.append(bursts[-1])
+                await asyncio.sleep(1.0)
             await asyncio.sleep(FLUSH_WAIT_S)  # the probe writes its samples twice a second
             samples = read_probe(probe_file)
             for phase in phases:
@@ -323,11 +409,17 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
             fallbacks = sum(1 for r in openai.requests if r.model != "gpt-5")
             print(f"\nprovider requests: {len(openai.requests)} (fallbacks: {fallbacks})")
             print(f"machine load (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
-            summary = next((p for p in phases[1:] if len(p.turns) == 100 * rounds), None)
+            for burst in bursts:
+                intake = [t.intake_ms for t in burst.turns]
+                print(
+                    f"burst: chats={len(burst.turns)} intake_p50_ms={percentile(intake, 50):.0f} "
+                    f"intake_p99_ms={percentile(intake, 99):.0f}"
+                )
+            summary = next((p for p in phases[1:] if p.name.startswith("100 conv")), None)
             if summary is None and len(phases) > 1:
                 summary = phases[1]
             if summary is not None:
-                chats = len(summary.turns) // rounds
+                chats = len({t.chat_id for t in summary.turns})
                 lag = probe_values(samples, "lag", summary.started, summary.ended)
                 print(
                     f"overhead: chats={chats} "
@@ -353,7 +445,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--chats", default="100,300", help="concurrent chats per phase, comma-separated"
     )
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of concurrent turns")
+    parser.add_argument("--rounds", type=int, default=3, help="turns per conversation")
     args = parser.parse_args()
     counts = [int(n) for n in args.chats.split(",") if n.strip()]
     asyncio.run(main(args.turns, counts, args.rounds))
