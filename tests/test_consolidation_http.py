@@ -3,6 +3,7 @@ chain, nothing is lost, and the log names the model that failed and how."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,44 @@ async def test_consolidation_usage_is_priced_from_the_catalog(stack: Stack) -> N
     assert saver["prompt_tokens"] == 900
     expected = (saver["prompt_tokens"] * 0.29 + saver["completion_tokens"] * 0.59) / 1e6
     assert saver["cost_usd"] == pytest.approx(expected)
+
+
+async def test_time_spent_waiting_behind_chat_is_not_the_models_timeout(tmp_path: Path) -> None:
+    # Consolidation yields to chat in the gateway's queue (models/pacing.py). Its timeout bounds
+    # the model's answer, not the wait: here it waits ~1.1 s behind a chat at the learned pace
+    # of 0.9/s, then the model answers in 1.5 s; 2.6 s in all, past the 2 s timeout.
+    stack = await open_stack(
+        tmp_path / "q.sqlite3", head="gpt-4.1-mini", attempt_timeout=2.0, latency=1.5
+    )
+    try:
+        stack.openai.enforce_rate_limit(1.0, burst=2.0)  # 60 a minute, said in the headers
+        await stack.transport.complete(
+            "gpt-4.1-mini", [{"role": "user", "content": "hi"}], timeout=10
+        )
+        _, job_id = await closed_session(stack, 1)
+        chats = [
+            asyncio.create_task(
+                stack.transport.complete(
+                    "gpt-4.1-mini",
+                    [{"role": "user", "content": f"chat {n}"}],
+                    timeout=10,
+                    user_key=f"user {n}",
+                )
+            )
+            for n in range(1)
+        ]
+        await asyncio.sleep(0.05)  # the chats are in the queue first
+        with capture_logs() as logs:
+            await stack.worker.run_due()
+        await asyncio.gather(*chats)
+
+        job = await stack.queue.get(job_id)
+        assert job is not None and job.state == "done", job
+        assert failures(logs) == []  # before: ('gpt-4.1-mini', 'timeout'), 'no answer within 2s'
+        saved = [e for e in logs if e["event"] == "consolidation_saved"]
+        assert [e["model"] for e in saved] == ["gpt-4.1-mini"]
+        sent = [r.body["messages"][-1]["content"] for r in stack.openai.requests[1:]]
+        assert sent[0] == "chat 0"  # chat went first
+        assert stack.openai.rate_limited == 0
+    finally:
+        await stack.close()
