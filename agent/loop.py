@@ -147,6 +147,7 @@ class AgentLoop:
                 now_text=self.clock().strftime("%Y-%m-%d %H:%M"),
                 tools=tools,
                 context_window=self.context_window(model_id),
+                images=1 if turn.image_url is not None else 0,
             )
             messages = prompt.messages
             if turn.image_url is not None:

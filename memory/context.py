@@ -75,6 +75,12 @@ class Prompt:
     estimated_tokens: int
 
 
+# What one photo costs a model, counted before it is attached (`with_image`): Anthropic resizes
+# an image to at most ~1.15 megapixels, about (width x height) / 750 = 1,600 tokens; OpenAI's
+# high detail is at most ~1,100 for the sizes Telegram sends. The larger of the two.
+IMAGE_TOKENS = 1600
+
+
 def reply_reserve(context_window: int) -> int:
     """Tokens kept free for the answer."""
     return max(1024, min(8192, context_window // 4))
@@ -196,14 +202,16 @@ def build_prompt(
     tools: list[dict[str, Any]] | None = None,
     context_window: int = 128_000,
     system_prompt: str = SYSTEM_PROMPT,
+    images: int = 0,
 ) -> Prompt:
     """The full prompt for one model request, oldest message first, within the budget.
 
     The newest user message and everything after it (this turn's tool rounds) is always kept;
-    older units are added newest first while they fit, and the rest is left out.
+    older units are added newest first while they fit, and the rest is left out. `images`:
+    photos attached afterwards (`with_image`), whose tokens the budget keeps free.
     """
     framing = framing or Framing()
-    budget = context_window - reply_reserve(context_window)
+    budget = context_window - reply_reserve(context_window) - images * IMAGE_TOKENS
     fixed = NOTE_TOKENS + (estimate_tokens(json.dumps(tools, ensure_ascii=False)) if tools else 0)
     base_system = system_text(
         long_term_memory,
