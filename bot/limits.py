@@ -179,8 +179,14 @@ class TurnGuard:
             if not decision.allowed:
                 key = "rate_limited" if decision.notify else None
                 return Screened(None, key, {"seconds": math.ceil(decision.retry_after_s)}, parts)
+        return await self.check_budget(user_id, parts)
+
+    async def check_budget(self, user_id: int, parts: int = 1) -> Screened | None:
+        """The spending caps alone; a refusal, or None to go on. Asked again when the turn's
+        chat is free (`run_chat_turn`): a message sent while the chat's previous answer still
+        streamed passed the first check before that answer's cost was recorded."""
         budgets = self.budgets
-        if admin:
+        if user_id in self.admins:
             budgets = Budgets(
                 bot_daily_usd=budgets.bot_daily_usd, bot_monthly_usd=budgets.bot_monthly_usd
             )

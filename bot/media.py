@@ -45,7 +45,13 @@ from bot.i18n import t
 from bot.keyboards import model_keyboard
 from bot.render import utf16_len
 from bot.services import Services, services_of
-from bot.turns import TurnRequest, failure_reason, run_chat_turn, turn_request_for
+from bot.turns import (
+    TurnRequest,
+    failure_reason,
+    run_chat_turn,
+    send_plain,
+    turn_request_for,
+)
 from memory.documents import DocumentError, document_kind, extract_text
 from memory.media_inbox import InboxItem, MediaInbox
 from memory.store import StoredMessage
@@ -280,7 +286,7 @@ async def _transcribe(
     audio = await download(bot, item.file_id, TELEGRAM_DOWNLOAD_LIMIT)
     if audio is None:
         await inbox.mark_failed(item.id)
-        await _send(bot, request, t("download_failed", lang))
+        await send_plain(bot, request, t("download_failed", lang))
         return None
     settings = services.settings
     try:
@@ -299,7 +305,7 @@ async def _transcribe(
         if exc.attempts and all(a.detail == NO_KEY for a in exc.attempts):
             # Not a passing failure: no transcription model has a key. A retry cannot help.
             log.warning("transcription_unconfigured", chat_id=request.chat_id)
-            await _send(bot, request, t("transcription_unavailable", lang))
+            await send_plain(bot, request, t("transcription_unavailable", lang))
             return None
         log.warning(
             "transcription_failed",
@@ -310,7 +316,7 @@ async def _transcribe(
         button = InlineKeyboardButton(
             t("retry_button", lang), callback_data=f"{RETRY_PREFIX}{item.id}"
         )
-        await _send(
+        await send_plain(
             bot,
             request,
             t("transcription_failed", lang, reason=failure_reason(exc, lang)),
@@ -328,7 +334,7 @@ async def _transcribe(
     )
     if not result.text:
         await inbox.mark_failed(item.id)
-        await _send(bot, request, t("transcript_empty", lang))
+        await send_plain(bot, request, t("transcript_empty", lang))
         return None
     await _show_transcript(bot, request, result.text, lang)
     text = result.text
@@ -383,19 +389,6 @@ async def _show_transcript(
         )
     except TelegramError as exc:  # showing it is a courtesy; the turn goes on
         log.warning("transcript_not_shown", chat_id=request.chat_id, error=str(exc))
-
-
-async def _send(bot: Any, request: TurnRequest, text: str, **kwargs: Any) -> None:
-    try:
-        await bot.send_message(
-            request.chat_id,
-            text,
-            reply_to_message_id=request.reply_to_message_id,
-            message_thread_id=request.message_thread_id,
-            **kwargs,
-        )
-    except TelegramError as exc:
-        log.warning("reply_failed", chat_id=request.chat_id, error=str(exc))
 
 
 async def retry_callback(update: Update, context: Context) -> None:
@@ -480,7 +473,7 @@ async def _answer_photo(
     async def prepare(turn: TurnRequest) -> TurnRequest | None:
         data = await download(bot, incoming.file_id, TELEGRAM_DOWNLOAD_LIMIT)
         if data is None:
-            await _send(bot, turn, t("download_failed", turn.language))
+            await send_plain(bot, turn, t("download_failed", turn.language))
             return None
         mime = incoming.mime_type or "image/jpeg"
         url = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
@@ -522,7 +515,7 @@ async def _answer_document(
         limit = min(TELEGRAM_DOWNLOAD_LIMIT, settings.MAX_DOCUMENT_BYTES)
         data = await download(bot, incoming.file_id, limit)
         if data is None:
-            await _send(bot, turn, t("download_failed", lang))
+            await send_plain(bot, turn, t("download_failed", lang))
             return None
         try:
             document = extract_text(
@@ -533,7 +526,7 @@ async def _answer_document(
             )
         except DocumentError as exc:
             log.info("document_unreadable", chat_id=turn.chat_id, reason=exc.reason)
-            await _send(bot, turn, t(_DOCUMENT_ERRORS[exc.reason], lang, name=name))
+            await send_plain(bot, turn, t(_DOCUMENT_ERRORS[exc.reason], lang, name=name))
             return None
         log.info(
             "document_read",
@@ -544,7 +537,7 @@ async def _answer_document(
             cut_chars=document.cut_chars,
         )
         if document.trimmed:
-            await _send(
+            await send_plain(
                 bot,
                 turn,
                 t(

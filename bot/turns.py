@@ -7,11 +7,12 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from telegram import Bot, Message
 from telegram.constants import ChatType
+from telegram.error import TelegramError
 
 from agent.events import AgentDone, Receipt, ToolRound
 from agent.loop import AgentTurn
@@ -94,6 +95,20 @@ def failure_reason(error: TransportError, lang: str | None) -> str:
     return t(known.get(outcome, "reason_other"), lang) if outcome else t("reason_other", lang)
 
 
+async def send_plain(bot: Bot, request: TurnRequest, text: str, **kwargs: Any) -> None:
+    """A plain reply to the turn's message; a Telegram error is logged, not raised."""
+    try:
+        await bot.send_message(
+            request.chat_id,
+            text,
+            reply_to_message_id=request.reply_to_message_id,
+            message_thread_id=request.message_thread_id,
+            **kwargs,
+        )
+    except TelegramError as exc:
+        log.warning("reply_failed", chat_id=request.chat_id, error=str(exc))
+
+
 async def run_chat_turn(
     services: Services,
     bot: Bot,
@@ -117,6 +132,15 @@ async def run_chat_turn(
         if not admitted:
             return  # held: handled after the restart
         store, turns = services.store, services.turns
+        if services.guard is not None:
+            refused = await services.guard.check_budget(request.user_id)
+            if refused is not None and refused.reply_key is not None:
+                # What the chat's previous turn cost is recorded by now: the cap holds.
+                await send_plain(
+                    bot, request, t(refused.reply_key, request.language, **refused.reply_values)
+                )
+                log.info("turn_refused_budget", chat_id=request.chat_id, cap=refused.reply_key)
+                return
         if (
             prepare is not None
             and request.turn_key is not None

@@ -9,6 +9,7 @@ from pathlib import Path
 from bot.limits import money
 from tests.consolidation_stack import good_call
 from tests.e2e_bot import FRIEND, OWNER, BotUnderTest, bot_under_test
+from tests.fakes.providers import Reply
 
 
 async def _consolidated(bot: BotUnderTest) -> None:
@@ -119,3 +120,24 @@ async def test_stats_for_admins_only(tmp_path: Path) -> None:
         default = [c for c in admin_lists if not c.params.get("scope")]
         assert "stats" not in [cmd["command"] for cmd in default[-1].params["commands"]]
         assert "usage" in [cmd["command"] for cmd in default[-1].params["commands"]]
+
+
+async def test_a_message_sent_while_the_answer_streams_meets_the_cap_that_answer_reached(
+    tmp_path: Path,
+) -> None:
+    # The second message passes the first budget check while the first answer still streams
+    # (nothing is recorded yet); it waits for the chat, and by then the first answer's cost is
+    # recorded: the cap holds, and no second model call is made.
+    async with bot_under_test(tmp_path, USER_DAILY_BUDGET_USD=0.000001) as bot:
+        bot.openai.set_default("*", Reply("a slow answer " * 8, chunk_chars=4, chunk_delay=0.05))
+        bot.say(OWNER, "First question, still within budget.")
+        await bot.wait(lambda: len(bot.openai.requests) == 1)
+        bot.say(OWNER, "Second question, sent while the first answer streams.")
+        await bot.wait_idle(OWNER)
+        await bot.wait(lambda: any(t.startswith("You have reached") for t in bot.texts(OWNER)))
+
+        assert len(bot.openai.requests) == 1, "no model call past the cap"
+        users = await bot.rows("SELECT content FROM messages WHERE role = 'user'")
+        assert [u["content"] for u in users] == ["First question, still within budget."]
+        spent = await bot.rows("SELECT COUNT(*) AS n FROM usage WHERE user_id = ?", (OWNER,))
+        assert spent[0]["n"] == 1
