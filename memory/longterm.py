@@ -7,6 +7,7 @@ overwrite an update (or a /forget) it did not see.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 
 import aiosqlite
@@ -50,18 +51,23 @@ def _row_to_entry(row: aiosqlite.Row) -> HistoryEntry:
     )
 
 
-async def read_memory(conn: aiosqlite.Connection, chat_id: int) -> LongTermMemory:
-    """Memory as seen inside an open transaction (the commit re-reads it here)."""
-    cursor = await conn.execute(
-        "SELECT content, version, over_budget, updated_at FROM long_term_memory WHERE chat_id = ?",
-        (chat_id,),
-    )
-    row = await cursor.fetchone()
+_MEMORY_ROW = (
+    "SELECT content, version, over_budget, updated_at FROM long_term_memory WHERE chat_id = ?"
+)
+
+
+def _memory_from(chat_id: int, row: sqlite3.Row | None) -> LongTermMemory:
     if row is None:
         return LongTermMemory(chat_id=chat_id)
     return LongTermMemory(
         chat_id, row["content"], row["version"], bool(row["over_budget"]), row["updated_at"]
     )
+
+
+async def read_memory(conn: aiosqlite.Connection, chat_id: int) -> LongTermMemory:
+    """Memory as seen inside an open transaction (the commit re-reads it here)."""
+    cursor = await conn.execute(_MEMORY_ROW, (chat_id,))
+    return _memory_from(chat_id, await cursor.fetchone())
 
 
 async def write_memory(
@@ -88,16 +94,7 @@ class MemoryRepository:
         self.db = db
 
     async def get(self, chat_id: int) -> LongTermMemory:
-        row = await self.db.fetchone(
-            "SELECT content, version, over_budget, updated_at FROM long_term_memory "
-            "WHERE chat_id = ?",
-            (chat_id,),
-        )
-        if row is None:
-            return LongTermMemory(chat_id=chat_id)
-        return LongTermMemory(
-            chat_id, row["content"], row["version"], bool(row["over_budget"]), row["updated_at"]
-        )
+        return _memory_from(chat_id, await self.db.fetchone(_MEMORY_ROW, (chat_id,)))
 
     async def content(self, chat_id: int) -> str:
         """What goes into the chat's system prompt."""
