@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 import aiosqlite
 
@@ -214,29 +215,25 @@ class Store:
         return row["model_id"] if row else None
 
     async def set_chat_model(self, chat_id: int, model_id: str) -> None:
-        now = self.now()
-
-        def write(conn: sqlite3.Connection) -> None:
-            self._ensure_chat(conn, chat_id, now)
-            conn.execute(
-                "UPDATE chats SET model_id = ?, updated_at = ? WHERE chat_id = ?",
-                (model_id, now, chat_id),
-            )
-
-        await self.db.run_in_transaction(write)
+        await self._set_chat_setting(chat_id, "model_id", model_id)
 
     async def get_chat_language(self, chat_id: int) -> str | None:
         row = await self.db.fetchone("SELECT language FROM chats WHERE chat_id = ?", (chat_id,))
         return row["language"] if row else None
 
     async def set_chat_language(self, chat_id: int, language: str | None) -> None:
+        await self._set_chat_setting(chat_id, "language", language)
+
+    async def _set_chat_setting(
+        self, chat_id: int, column: Literal["model_id", "language"], value: str | None
+    ) -> None:
         now = self.now()
 
         def write(conn: sqlite3.Connection) -> None:
             self._ensure_chat(conn, chat_id, now)
             conn.execute(
-                "UPDATE chats SET language = ?, updated_at = ? WHERE chat_id = ?",
-                (language, now, chat_id),
+                f"UPDATE chats SET {column} = ?, updated_at = ? WHERE chat_id = ?",
+                (value, now, chat_id),
             )
 
         await self.db.run_in_transaction(write)
