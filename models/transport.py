@@ -237,7 +237,7 @@ class Transport:
                     slot, messages, timeout, max_tokens, tools=tools, tool_choice=tool_choice
                 )
                 wire = start_record()
-                wire.before_send, wire.send_now = slot.before_send, slot.send_now
+                wire.gate = slot
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
                         response = await PROVIDERS.acompletion(litellm.acompletion, **kwargs)
@@ -320,7 +320,7 @@ class Transport:
                 response: Any = None
                 failure: Classified | None = None
                 wire = start_record()
-                wire.before_send, wire.send_now = slot.before_send, slot.send_now
+                wire.gate = slot
                 try:
                     # A guard on silence, not on length: a long answer may stream for
                     # minutes, but no chunk for `timeout` seconds means the provider is gone.
@@ -443,7 +443,7 @@ class Transport:
                     cost_usd=slot.entry.audio_cost_usd(duration_s), audio_seconds=duration_s
                 )
                 wire = start_record()
-                wire.before_send, wire.send_now = slot.before_send, slot.send_now
+                wire.gate = slot
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
                         response = await PROVIDERS.acompletion(litellm.atranscription, **kwargs)

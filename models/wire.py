@@ -15,10 +15,9 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
@@ -41,6 +40,16 @@ POOL_SHARDS = 8
 SHARD_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=30.0)
 
 
+class SendGate(Protocol):
+    """The gateway's send spacing for one request (`_Slot` in models/transport.py)."""
+
+    def send_now(self) -> bool:
+        """From any thread, without waiting: True when the request may leave now."""
+
+    async def before_send(self) -> None:
+        """On the attempt's loop: wait until the request may leave."""
+
+
 @dataclass
 class WireRecord:
     """The last HTTP response seen for one attempt."""
@@ -48,10 +57,8 @@ class WireRecord:
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     error_body: Any = None  # parsed JSON body when it is not a completion
-    # Awaited right before the request leaves (the gateway's send spacing, models/pacing.py).
-    before_send: Callable[[], Awaitable[None]] | None = None
-    # The same gate without waiting, from any thread: True when the request may leave now.
-    send_now: Callable[[], bool] | None = None
+    # Passed right before the request leaves (the gateway's send spacing, models/pacing.py).
+    gate: SendGate | None = None
     # The loop that started the attempt, where the pacer lives (the request itself is sent
     # from the provider loop, models/offloop.py).
     loop: asyncio.AbstractEventLoop | None = None
@@ -84,12 +91,12 @@ async def _on_request(request: httpx.Request) -> None:
     """The last moment before a request leaves: wait for the gateway's send spacing, so
     requests admitted in pace but delayed by litellm's set-up do not arrive in a bunch."""
     record = _current.get()
-    if record is None or record.before_send is None:
+    if record is None or record.gate is None:
         return
-    gate, record.before_send = record.before_send, None
-    if record.send_now is not None and record.send_now():
+    gate, record.gate = record.gate, None
+    if gate.send_now():
         return  # the usual case: no round trip through the attempt's (busy) loop
-    await on_loop(record.loop, gate)
+    await on_loop(record.loop, gate.before_send)
 
 
 async def _on_response(response: httpx.Response) -> None:
