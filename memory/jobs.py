@@ -28,7 +28,7 @@ from memory.consolidation import (
     ModelAttempt,
     summarise_attempts,
 )
-from memory.db import Database
+from memory.db import Database, run_sync
 from memory.facts import Edit, replay
 from memory.longterm import LongTermMemory, read_memory, write_memory
 from memory.store import Store, StoredMessage, from_iso, to_iso, utc_now
@@ -371,7 +371,9 @@ async def _insert_spent(
     """Usage rows (purpose 'consolidation'), attributed to the chat's user."""
     user_id = next((m.user_id for m in reversed(chunk.messages) if m.user_id is not None), None)
     for model_id, usage in spent:
-        await store.insert_usage(conn, job.chat_id, user_id, model_id, "consolidation", usage, now)
+        await run_sync(
+            conn, store.insert_usage, job.chat_id, user_id, model_id, "consolidation", usage, now
+        )
 
 
 # --- figures for /stats ------------------------------------------------------------------------

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-import aiosqlite
-
-from memory.db import Database, run_sync
+from memory.db import Database
 from memory.queue import enqueue_consolidation, maybe_enqueue_window
 from models.types import ToolCall, Usage
 
@@ -358,7 +356,7 @@ class Store:
                 session_id, None,
             )  # fmt: skip
             for spent_on, spent in spends:
-                self._insert_usage(conn, chat_id, user_id, spent_on, purpose, spent, now)
+                self.insert_usage(conn, chat_id, user_id, spent_on, purpose, spent, now)
             return stored
 
         stored, window_job = await self.db.run_in_transaction(write)
@@ -608,25 +606,11 @@ class Store:
     ) -> None:
         now = self.now()
         await self.db.run_in_transaction(
-            lambda conn: self._insert_usage(conn, chat_id, user_id, model_id, purpose, usage, now)
+            lambda conn: self.insert_usage(conn, chat_id, user_id, model_id, purpose, usage, now)
         )
 
-    @classmethod
-    async def insert_usage(
-        cls,
-        conn: aiosqlite.Connection,
-        chat_id: int,
-        user_id: int | None,
-        model_id: str,
-        purpose: str,
-        usage: Usage,
-        now: str,
-    ) -> None:
-        """One usage row inside the caller's `transaction()` block."""
-        await run_sync(conn, cls._insert_usage, chat_id, user_id, model_id, purpose, usage, now)
-
     @staticmethod
-    def _insert_usage(
+    def insert_usage(
         conn: sqlite3.Connection,
         chat_id: int,
         user_id: int | None,
@@ -635,6 +619,8 @@ class Store:
         usage: Usage,
         now: str,
     ) -> None:
+        """One usage row, inside the caller's transaction (on its connection's thread; from a
+        `transaction()` block through `run_sync`)."""
         conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
             "completion_tokens, cost_usd, created_at, estimated, audio_seconds) "

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bot.backup import BackupError, backup_database
-from memory.db import Database
+from memory.db import Database, run_sync
 from memory.store import Store
 from models.types import Usage
 
@@ -46,7 +46,8 @@ async def _turn(store: Store, chat_id: int, user_text: str, reply: str) -> None:
                 "VALUES (?, ?, ?, ?, ?)",
                 (session_id, chat_id, role, content, now),
             )
-        await store.insert_usage(conn, chat_id, chat_id, "gpt-5", "chat", Usage(10, 5, 0.001), now)
+        usage = Usage(10, 5, 0.001)
+        await run_sync(conn, store.insert_usage, chat_id, chat_id, "gpt-5", "chat", usage, now)
 
 
 def _check_copy(path: Path) -> tuple[int, int]:
