@@ -39,6 +39,7 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common import percentile, serve_forever  # noqa: E402
 from tests.fakes.providers import FakeProvider, Reply  # noqa: E402
 from tests.fakes.telegram import FakeTelegram  # noqa: E402
 
@@ -47,12 +48,6 @@ KEY = "sk-burst-key"
 FIRST_USER = 50_000
 ANSWER = "Thanks, noted: the burst is handled fairly and nobody is refused."
 FAILED_PREFIX = "Sorry, no model could answer"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
@@ -132,12 +127,7 @@ async def serve_provider(rps: float, burst: float, latency: float) -> None:
     app = web.Application()
     app.router.add_get("/info", info)
     app.router.add_get("/stats", stats)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    print(site._server.sockets[0].getsockname()[1], flush=True)  # type: ignore[union-attr]
-    await asyncio.Event().wait()
+    await serve_forever(app)
 
 
 def turn_logs(stderr: str) -> dict[int, dict]:

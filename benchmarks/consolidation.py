@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import structlog
 
+from benchmarks.common import percentile
 from memory.consolidation import Consolidation, Consolidator
 from memory.longterm import LongTermMemory
 from memory.store import to_iso
@@ -194,13 +195,6 @@ async def seed(stack: Stack, jobs: int, pool: list[list[SessionMessage]]) -> dic
     return seeded
 
 
-def percentile(values: list[float], share: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
-
-
 async def run(jobs: int, seed_value: int) -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
     rng = random.Random(seed_value)
@@ -329,12 +323,12 @@ async def run(jobs: int, seed_value: int) -> int:
         f"whole-chain runs per job: mean {statistics.mean(whole_runs):.3f}, max {max(whole_runs)}"
     )
     print(
-        f"consolidation time beyond the fakes' latency: p50 {percentile(beyond_ms, 0.5):.1f} ms, "
-        f"p99 {percentile(beyond_ms, 0.99):.1f} ms"
+        f"consolidation time beyond the fakes' latency: p50 {percentile(beyond_ms, 50):.1f} ms, "
+        f"p99 {percentile(beyond_ms, 99):.1f} ms"
     )
     print(
-        f"/new acknowledgement while consolidating: p50 {percentile(ack_ms, 0.5):.2f} ms, "
-        f"p99 {percentile(ack_ms, 0.99):.2f} ms, max {max(ack_ms):.2f} ms"
+        f"/new acknowledgement while consolidating: p50 {percentile(ack_ms, 50):.2f} ms, "
+        f"p99 {percentile(ack_ms, 99):.2f} ms, max {max(ack_ms):.2f} ms"
     )
     print("failed model attempts by outcome:")
     failed = Counter()
@@ -343,7 +337,7 @@ async def run(jobs: int, seed_value: int) -> int:
             failed[outcome] += n
     for outcome, n in failed.most_common():
         print(f"  {outcome:18s} {n}")
-    print(f"lost={lost} saved={saved} ack_p99_ms={percentile(ack_ms, 0.99):.2f}")
+    print(f"lost={lost} saved={saved} ack_p99_ms={percentile(ack_ms, 99):.2f}")
     return 0 if lost == 0 and doubled == 0 and saved == jobs else 1
 
 

@@ -40,6 +40,7 @@ import litellm
 import structlog
 from aiohttp import web
 
+from benchmarks.common import serve_forever
 from models.catalog import Catalog, ModelEntry
 from models.gateways import Gateway
 from models.transport import Transport
@@ -173,12 +174,7 @@ async def serve_fleet(latency: float) -> None:
     app.router.add_get("/fleet", fleet)
     app.router.add_post("/faults", faults)
     app.router.add_get("/stats", stats)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    print(site._server.sockets[0].getsockname()[1], flush=True)  # type: ignore[union-attr]
-    await asyncio.Event().wait()
+    await serve_forever(app)
 
 
 # --- the two policies -------------------------------------------------------------------------

@@ -52,6 +52,7 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common import percentile  # noqa: E402
 from tests.fakes.providers import FakeProvider, Reply  # noqa: E402
 from tests.fakes.telegram import Call, FakeTelegram  # noqa: E402
 
@@ -116,12 +117,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def is_final(call: Call) -> bool:
     """The bot's formatted final message of a turn: an HTML send or edit."""
     return (
@@ -130,7 +125,7 @@ def is_final(call: Call) -> bool:
     )
 
 
-async def run_burst(tg: FakeTelegram, openai: FakeProvider, turns: list[Turn]) -> None:
+async def run_burst(tg: FakeTelegram, openai: FakeProvider, turns: list[Turn]) -> list[Turn]:
     """Push every turn's update in the same millisecond; wait for all final messages."""
     first_call = len(tg.calls)
     for turn in turns:
@@ -138,6 +133,7 @@ async def run_burst(tg: FakeTelegram, openai: FakeProvider, turns: list[Turn]) -
         tg.push(tg.make_text_update(turn.chat_id, OWNER, turn.text))
     await _until_answered(tg, {turn.chat_id: turn for turn in turns}, first_call)
     _fill_in(tg, openai, turns, first_call)
+    return turns
 
 
 async def run_conversations(
@@ -377,7 +373,7 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
                 await run_phase(
                     "1 chat, sequential turns",
                     process,
-                    lambda: run_conversations(tg, openai, [OWNER], turns_single, 0.0),
+                    partial(run_conversations, tg, openai, [OWNER], turns_single, 0.0),
                 )
             )
             for index, chats in enumerate(chat_counts):
@@ -393,13 +389,8 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
                 )
                 await asyncio.sleep(1.0)  # let the last edits and writes settle between phases
                 burst = [Turn(chat_id, f"chat {chat_id}, burst", 0.0) for chat_id in ids]
-
-                async def run_one_burst(turns: list[Turn] = burst) -> list[Turn]:
-                    await run_burst(tg, openai, turns)
-                    return turns
-
                 name = f"{chats} chats in one burst (every message in the same millisecond)"
-                bursts.append(await run_phase(name, process, run_one_burst))
+                bursts.append(await run_phase(name, process, partial(run_burst, tg, openai, burst)))
                 phases.append(bursts[-1])
                 await asyncio.sleep(1.0)
             await asyncio.sleep(FLUSH_WAIT_S)  # the probe writes its samples twice a second
