@@ -17,7 +17,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -385,6 +385,21 @@ async def bot_process(
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+def restartable_bot(
+    fakes: FakeServers, db_path: Path, *, user: int, **values: str
+) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
+    """`python -m bot` for stop and restart tests: gpt-5, consolidation retried after 1 s (its
+    timeout 60 s), a 1 s shutdown grace; `values` override any of these."""
+    settings = {
+        "DEFAULT_MODEL": "gpt-5",
+        "CONSOLIDATION_TIMEOUT": "60",
+        "CONSOLIDATION_RETRY_DELAYS": "1",
+        "SHUTDOWN_GRACE_SECONDS": "1",
+    }
+    env = subprocess_env(fakes, db_path, user=user, **(settings | values))
+    return bot_process(env, cwd=db_path.parent, log_path=db_path.with_suffix(".log"))
 
 
 async def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 60.0) -> None:

@@ -24,7 +24,7 @@ import pytest
 from memory.db import Database
 from memory.store import Store
 from tests.consolidation_stack import GOOD_ARGS, KEYS, WIRE, good_call
-from tests.e2e_bot import FakeServers, bot_process, confirmed, query, subprocess_env, wait_until
+from tests.e2e_bot import FakeServers, confirmed, query, restartable_bot, wait_until
 from tests.fakes.providers import Fault, Reply
 from tests.memory_sessions import SettableClock, oasst_multilingual, store_session
 
@@ -46,17 +46,7 @@ async def fakes() -> AsyncIterator[FakeServers]:
 def run_bot(
     fakes: FakeServers, db_path: Path, **values: str
 ) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
-    env = subprocess_env(
-        fakes,
-        db_path,
-        user=USER,
-        DEFAULT_MODEL="gpt-5",
-        CONSOLIDATION_TIMEOUT="60",
-        CONSOLIDATION_RETRY_DELAYS="1",
-        SHUTDOWN_GRACE_SECONDS="1",
-        **values,
-    )
-    return bot_process(env, cwd=db_path.parent, log_path=db_path.with_suffix(".log"))
+    return restartable_bot(fakes, db_path, user=USER, **values)
 
 
 async def stop(proc: asyncio.subprocess.Process) -> None:

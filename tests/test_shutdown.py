@@ -18,7 +18,7 @@ import pytest
 from memory.db import Database
 from memory.store import Store
 from tests.consolidation_stack import KEYS, good_call
-from tests.e2e_bot import FakeServers, bot_process, confirmed, query, subprocess_env, wait_until
+from tests.e2e_bot import FakeServers, confirmed, query, restartable_bot, wait_until
 from tests.fakes.providers import Fault, Reply
 from tests.memory_sessions import SettableClock, oasst_multilingual, store_session
 
@@ -34,16 +34,7 @@ SLOW_ANSWER = " ".join(f"word{i}" for i in range(400))
 def run_bot(
     fakes: FakeServers, db_path: Path, *, grace: float
 ) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
-    env = subprocess_env(
-        fakes,
-        db_path,
-        user=USER,
-        DEFAULT_MODEL="gpt-5",
-        CONSOLIDATION_TIMEOUT="60",
-        CONSOLIDATION_RETRY_DELAYS="1",
-        SHUTDOWN_GRACE_SECONDS=str(grace),
-    )
-    return bot_process(env, cwd=db_path.parent, log_path=db_path.with_suffix(".log"))
+    return restartable_bot(fakes, db_path, user=USER, SHUTDOWN_GRACE_SECONDS=str(grace))
 
 
 async def stop_with_sigterm(proc: asyncio.subprocess.Process, signum: int = signal.SIGTERM) -> int:
