@@ -24,6 +24,7 @@ does not hold it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
@@ -45,6 +46,7 @@ from models.errors import (
     exhausted_until_reset,
 )
 from models.gateways import Gateway
+from models.ipc import ClientSpec, ProviderFailure
 from models.keys import KeyRing
 from models.limits import BreakerChange, CircuitBreaker, RetryBudget
 from models.offloop import PROVIDERS
@@ -69,13 +71,16 @@ from models.types import (
     TransportError,
     Usage,
 )
-from models.wire import ClientPool, WireRecord, start_record
+from models.wire import WireRecord, start_record
+from models.worker import WORKER, acompletion, atranscription
 
 litellm.suppress_debug_info = True
 # Our usage estimates use the bundled tiktoken encoding: never a tokenizer download.
 litellm.disable_hf_tokenizer_download = True
 
 log = structlog.get_logger(__name__)
+
+_POOL_IDS = itertools.count(1)
 
 Sleep = Callable[[float], Awaitable[Any]]
 Clock = Callable[[], float]
@@ -201,7 +206,7 @@ class Transport:
                 ),
             )
         self._model_breakers: dict[str, CircuitBreaker] = {}
-        self._clients = ClientPool()
+        self._pool = next(_POOL_IDS)  # this transport's HTTP clients in the worker
         self.retry_budget = RetryBudget(
             initial=retry_budget_initial,
             cap=retry_budget_cap,
@@ -240,7 +245,7 @@ class Transport:
                 wire.gate = slot
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
-                        response = await PROVIDERS.acompletion(litellm.acompletion, **kwargs)
+                        response = await PROVIDERS.acompletion(acompletion, **kwargs)
                 except asyncio.CancelledError:
                     # The provider got the prompt and may be answering: count the prompt.
                     _tell(on_spend, slot.entry, messages, "", None, "cancelled")
@@ -325,7 +330,7 @@ class Transport:
                     # A guard on silence, not on length: a long answer may stream for
                     # minutes, but no chunk for `timeout` seconds means the provider is gone.
                     async with asyncio.timeout(timeout + self.timeout_grace) as silence:
-                        response = await PROVIDERS.acompletion(litellm.acompletion, **kwargs)
+                        response = await PROVIDERS.acompletion(acompletion, **kwargs)
                         headers = wire.headers or _success_headers(response)
                         slot.learn(headers)
                         async for chunk in response:
@@ -435,7 +440,7 @@ class Transport:
                     "file": (filename, audio, mime_type),
                     "api_base": gateway.api_base,
                     "api_key": slot.key,
-                    "client": self._clients.sdk_client_for(gateway, slot.key_index, slot.key),
+                    "client": ClientSpec(self._pool, gateway, slot.key_index, slot.key, sdk=True),
                     "max_retries": 0,
                     "timeout": timeout,
                 }
@@ -446,7 +451,7 @@ class Transport:
                 wire.gate = slot
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
-                        response = await PROVIDERS.acompletion(litellm.atranscription, **kwargs)
+                        response = await PROVIDERS.acompletion(atranscription, **kwargs)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -510,34 +515,36 @@ class Transport:
         }
 
     async def warm_up(self) -> None:
-        """Load what litellm otherwise loads during the first requests, off the event loop.
+        """Start the provider worker and load there what litellm otherwise loads during the
+        first requests.
 
         Every streamed request is priced by litellm when it starts, counting the prompt's
-        tokens; the first count loads its tokenizer (~1 s of CPU on the event loop, measured
-        by benchmarks/turn_overhead.py), during which every chat waits. The HTTP clients of
-        every gateway and key are built here too (TLS set-up). Call once at start-up.
+        tokens; the first count loads its tokenizer (~1 s of CPU), during which every request
+        waits. The HTTP clients of every gateway and key are built here too (TLS set-up). Our
+        own usage estimates count with gpt-4o's tokenizer here in the bot: loaded off the loop
+        too. Call once at start-up.
         """
         names: set[str] = set()
+        specs: list[ClientSpec] = []
         for entry in self.catalog.entries.values():
             state = self._gateways.get(entry.gateway)
             if state is not None and len(state.keys):
                 # litellm prices with either name, and picks a tokenizer per name.
                 names.update((state.gateway.litellm_model(entry), entry.wire_name))
+        for state in self._gateways.values():
+            for index, key in enumerate(state.gateway.keys):
+                specs.append(ClientSpec(self._pool, state.gateway, index, key))
         try:
-            await asyncio.to_thread(self._prepare_clients)
-            await asyncio.to_thread(_warm_litellm, sorted(names))
+            await PROVIDERS.run(WORKER.prepare(specs))
+            await PROVIDERS.run(WORKER.warm(sorted(names)))
+            await asyncio.to_thread(_count_tokens, text="warm up")
         except Exception as exc:  # only an optimisation: never a reason not to start
             log.warning("litellm_warm_up_failed", error=str(exc))
 
-    def _prepare_clients(self) -> None:
-        for state in self._gateways.values():
-            for index, key in enumerate(state.gateway.keys):
-                self._clients.prepare(state.gateway, index, key)
-
     async def aclose(self) -> None:
-        """Close the HTTP clients (connection pools) this transport handed to litellm, on the
-        loop that used them."""
-        await PROVIDERS.run(self._clients.aclose())
+        """Close the HTTP clients (connection pools) this transport's requests used, in the
+        worker."""
+        await PROVIDERS.run(WORKER.close_pool(self._pool))
 
     # --- internals ----------------------------------------------------------------------------
 
@@ -574,7 +581,7 @@ class Transport:
             "messages": messages,
             "api_base": gateway.api_base,
             "api_key": slot.key,
-            "client": self._clients.client_for(gateway, slot.key_index, slot.key),
+            "client": ClientSpec(self._pool, gateway, slot.key_index, slot.key),
             "max_retries": 0,
             "timeout": timeout,
         }
@@ -882,15 +889,12 @@ class _CallPlan:
         )
 
 
-def _warm_litellm(model_names: Sequence[str]) -> None:
-    for name in model_names:  # the first of a tokenizer loads it; the others cost microseconds
-        litellm.token_counter(model=name, messages=[{"role": "user", "content": "warm up"}])
-
-
 # --- response helpers -------------------------------------------------------------------------
 
 
 def _classify_failure(exc: BaseException, wire: WireRecord) -> Classified:
+    if isinstance(exc, ProviderFailure):  # classified in the worker, beside the exception
+        return exc.classified
     return classify_exception(exc, wire.status, wire.headers, wire.error_body)
 
 

@@ -71,6 +71,11 @@ class WireRecord:
 _current: ContextVar[WireRecord | None] = ContextVar("mnemobot_wire_record", default=None)
 
 
+def current_record() -> WireRecord | None:
+    """The record of the attempt this code runs for, if any."""
+    return _current.get()
+
+
 def start_record() -> WireRecord:
     record = WireRecord(loop=asyncio.get_running_loop())
     _current.set(record)

@@ -1,0 +1,206 @@
+"""The provider worker process: litellm's calls, the HTTP clients and the wire record live here.
+
+Started by models/worker.py with one end of a socket pair. It serves calls until that socket
+closes (the bot stopped, or was killed: the worker never outlives it). Each call runs as its
+own task; what the bot must decide from (the HTTP status, headers and error body, the classified
+failure) is sent back with the call's result, so nothing of litellm's crosses but plain data.
+
+The one thing asked of the bot during a call is the send gate: right before the request leaves,
+the request hook (models/wire.py) sends "gate" and waits for "go", so the gateway's pacing in the
+bot spaces the requests as they really leave, after litellm's set-up here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+
+import litellm
+
+from models.errors import classify_exception
+from models.ipc import (
+    ClientSpec,
+    WireFields,
+    chunk_data,
+    encode,
+    hidden_headers,
+    read_message,
+    response_data,
+)
+from models.wire import ClientPool, WireRecord, start_record
+
+litellm.suppress_debug_info = True
+litellm.disable_hf_tokenizer_download = True
+
+_CALLS = {"completion": litellm.acompletion, "transcription": litellm.atranscription}
+
+
+class _RemoteGate:
+    """The send gate of one call, asked of the bot (models/wire.SendGate)."""
+
+    def __init__(self, worker: _Worker, call_id: int) -> None:
+        self._worker = worker
+        self._call_id = call_id
+
+    def send_now(self) -> bool:
+        return False  # only the bot knows the pace
+
+    async def before_send(self) -> None:
+        go = asyncio.get_running_loop().create_future()
+        self._worker.gates[self._call_id] = go
+        self._worker.send(("gate", self._call_id))
+        try:
+            await go
+        finally:
+            self._worker.gates.pop(self._call_id, None)
+
+
+class _Worker:
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._pools: dict[int, ClientPool] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self.gates: dict[int, asyncio.Future[None]] = {}
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        if not self._writer.is_closing():
+            self._writer.write(encode(message))
+
+    def handle(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "call":
+            _, call_id, name, kwargs, spec, gated = message
+            task = asyncio.create_task(self._call(call_id, name, kwargs, spec, gated))
+            self._tasks[call_id] = task
+            task.add_done_callback(lambda _, i=call_id: self._tasks.pop(i, None))
+        elif kind == "go":
+            go = self.gates.get(message[1])
+            if go is not None and not go.done():
+                go.set_result(None)
+        elif kind == "cancel":
+            task = self._tasks.get(message[1])
+            if task is not None:
+                task.cancel()
+        elif kind == "prepare":
+            _, call_id, specs = message
+            self._track(call_id, self._prepare(specs))
+        elif kind == "warm":
+            _, call_id, names = message
+            self._track(call_id, asyncio.to_thread(_warm_litellm, names))
+        elif kind == "close_pool":
+            _, call_id, pool = message
+            self._track(call_id, self._close_pool(pool))
+
+    def _track(self, call_id: int, work: Any) -> None:
+        async def run() -> None:
+            try:
+                await work
+            finally:
+                self.send(("done", call_id))
+
+        task = asyncio.create_task(run())
+        self._tasks[call_id] = task
+        task.add_done_callback(lambda _, i=call_id: self._tasks.pop(i, None))
+
+    def _client(self, spec: ClientSpec) -> Any:
+        pool = self._pools.setdefault(spec.pool, ClientPool())
+        if spec.sdk:
+            return pool.sdk_client_for(spec.gateway, spec.key_index, spec.key)
+        return pool.client_for(spec.gateway, spec.key_index, spec.key)
+
+    async def _prepare(self, specs: Sequence[ClientSpec]) -> None:
+        def build() -> None:
+            for spec in specs:
+                self._pools.setdefault(spec.pool, ClientPool()).prepare(
+                    spec.gateway, spec.key_index, spec.key
+                )
+
+        build()
+
+    async def _close_pool(self, pool: int) -> None:
+        clients = self._pools.pop(pool, None)
+        if clients is not None:
+            await clients.aclose()
+
+    async def _call(
+        self, call_id: int, name: str, kwargs: dict[str, Any], spec: ClientSpec, gated: bool
+    ) -> None:
+        record = start_record()
+        if gated:
+            record.gate = _RemoteGate(self, call_id)
+        kwargs["client"] = self._client(spec)
+        try:
+            response = await _CALLS[name](**kwargs)
+        except asyncio.CancelledError:
+            return  # the bot gave up on it and forgot it
+        except Exception as exc:
+            failure = classify_exception(exc, record.status, record.headers, record.error_body)
+            self.send(("error", call_id, failure, _wire(record)))
+            return
+        if not hasattr(response, "__aiter__"):
+            self.send(("result", call_id, response_data(response), _wire(record)))
+            return
+        self.send(("stream", call_id, hidden_headers(response), _wire(record)))
+        failure = None
+        try:
+            async for chunk in response:
+                self.send(("chunk", call_id, chunk_data(chunk)))
+        except asyncio.CancelledError:
+            return  # closed by the bot (cancelled, timed out, or it stopped reading)
+        except Exception as exc:
+            failure = classify_exception(exc, record.status, record.headers, record.error_body)
+        finally:
+            close = getattr(response, "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:  # closing a broken stream may fail again; nothing to do
+                    pass
+        self.send(("end", call_id, failure, _wire(record)))
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        for pool in list(self._pools):
+            await self._close_pool(pool)
+
+
+def _wire(record: WireRecord) -> WireFields:
+    return record.status, record.headers, record.error_body
+
+
+def _warm_litellm(model_names: Sequence[str]) -> None:
+    for name in model_names:  # the first of a tokenizer loads it; the others cost microseconds
+        litellm.token_counter(model=name, messages=[{"role": "user", "content": "warm up"}])
+
+
+async def serve(sock: socket.socket) -> None:
+    reader, writer = await asyncio.open_unix_connection(sock=sock)
+    worker = _Worker(writer)
+    try:
+        while True:
+            try:
+                message = await read_message(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return  # the bot has gone
+            worker.handle(message)
+    finally:
+        await worker.aclose()
+        writer.close()
+
+
+def main() -> None:
+    """`python -c ... main()` with the socket's descriptor as the last argument."""
+    sock = socket.socket(fileno=int(sys.argv[-1]))
+    # Everything imported so far lives as long as the process: keep it out of collections.
+    gc.collect()
+    gc.freeze()
+    asyncio.run(serve(sock))
