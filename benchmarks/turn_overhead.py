@@ -15,7 +15,8 @@ the fake Bot API and a fake OpenAI gateway with a fixed latency, both in this pr
 - loop lag: how late the bot's event loop woke a 10 ms sleep, over the phase;
 - db:      waiting for the write transaction (and holding it), and the duration of reads.
 
-Also: start-up time (process spawn → commands registered and polling), resident memory (RSS)
+Also: start-up time (process spawn → commands registered and polling), resident memory (RSS, the
+bot and its provider worker process together; CPU too)
 idle and after each phase, Telegram calls per turn.
 
 Phases, after one chat's sequential turns, for each chat count N:
@@ -104,17 +105,34 @@ def stream_seconds() -> float:
     return PROVIDER_LATENCY + (chunks - 1) * CHUNK_DELAY
 
 
+def family(pid: int) -> list[int]:
+    """The bot's process and its children (the provider worker, models/worker.py)."""
+    pids = [pid]
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            pids += [int(child) for child in children.read_text().split()]
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return pids
+
+
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """Resident memory of the bot and its provider worker together."""
+    total = 0.0
+    for member in family(pid):
+        for line in Path(f"/proc/{member}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) / 1024
+    return total
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) the process used so far, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds (user + system) the bot and its provider worker used so far, all threads."""
+    total = 0.0
+    for member in family(pid):
+        fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def is_final(call: Call) -> bool:
@@ -288,7 +306,7 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
         mean = statistics.fmean(values)
         print(f"  {label:40s} p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   mean {mean:7.1f} ms")
     print(f"  provider time per turn (fixed): {stream_seconds() * 1000:.0f} ms")
-    print(f"  bot CPU per turn (all threads): {phase.cpu * 1000 / len(turns):.1f} ms")
+    print(f"  bot CPU per turn (bot and provider worker, all threads): {phase.cpu * 1000 / len(turns):.1f} ms")
     for label, kind in (
         ("event-loop lag (10 ms sleep, late by)", "lag"),
         ("  stalls ≥ 50 ms: loop thread's own CPU", "lag_busy"),
@@ -365,7 +383,7 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
             idle_rss = rss_mib(process.pid)
             print(f"machine load (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
             print(f"start-up (spawn → commands registered, polling): {startup:.2f} s")
-            print(f"RSS idle: {idle_rss:.1f} MiB")
+            print(f"RSS idle (bot and provider worker): {idle_rss:.1f} MiB")
 
             phases: list[Phase] = []
             bursts: list[Phase] = []

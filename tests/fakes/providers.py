@@ -707,6 +707,7 @@ class FakeProvider:
         # recorded): a test holds a call in flight, acts, then lets the call complete.
         self.gate: asyncio.Event | None = None
         self.answered = 0  # requests whose answer was sent (or failed) after the gate
+        self.streams_cut = 0  # streamed answers the client hung up on before their end
         self.rate_limited_at: list[float] = []
         # Wire model -> TOOL_CHOICE_REFUSALS key: that model answers every request that forces
         # a tool with the refusal (HTTP 400), as a provider does; automatic choice works.
@@ -1106,7 +1107,7 @@ class FakeProvider:
                     await response.write(data)
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
-            pass
+            self.streams_cut += 1
         return response
 
     def _openai_events(

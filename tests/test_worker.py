@@ -1,0 +1,120 @@
+"""models/worker.py: litellm runs in a process of its own, and the bot loses nothing by it.
+
+Real litellm in the real worker process over HTTP against the fake providers. What the worker
+adds that a thread did not have: it can die on its own, and a cancelled call must be stopped in
+another process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from contextlib import aclosing
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from models.types import Spend, StreamDone, StreamRestart, TextDelta
+from models.worker import WORKER
+from tests.conftest import make_transport
+from tests.e2e_bot import wait_until
+from tests.fakes.providers import Reply
+
+HI = [{"role": "user", "content": "Tell me a long story about a lighthouse, please."}]
+LONG = "The keeper climbed the stairs and lit the lamp again. " * 40
+
+
+async def test_a_worker_killed_mid_stream_falls_back_bills_and_is_replaced(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    spends: list[Spend] = []
+    fake_openai.script("gpt-5", Reply(LONG, chunk_chars=16, chunk_delay=0.02))
+    fake_openai.script("gpt-5-mini", Reply("fallback answer"))
+    events: list[object] = []
+    killed: int | None = None
+    async with aclosing(t.stream("gpt-5", HI, timeout=5, on_spend=spends.append)) as stream:
+        async for event in stream:
+            events.append(event)
+            if killed is None and isinstance(event, TextDelta):
+                killed = WORKER.pid
+                assert killed is not None and killed != os.getpid()
+                os.kill(killed, signal.SIGKILL)
+    [restart] = [e for e in events if isinstance(e, StreamRestart)]
+    assert (restart.from_model, restart.to_model) == ("gpt-5", "gpt-5-mini")
+    assert restart.reason == "provider worker stopped"
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert (done.result.model_id, done.result.text) == ("gpt-5-mini", "fallback answer")
+    # What gpt-5 streamed before the worker died is billed, as for any broken stream.
+    assert [(s.model_id, s.ended, s.usage.estimated) for s in spends] == [
+        ("gpt-5", "failed", True),
+        ("gpt-5-mini", "success", False),
+    ]
+    assert spends[0].usage.completion_tokens > 0
+    assert WORKER.pid not in (None, killed)
+    await t.aclose()
+
+
+async def test_a_caller_that_stops_reading_stops_the_request_in_the_worker(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    # 160 chunks 50 ms apart: 8 s if nobody hangs up.
+    fake_openai.script("gpt-5", Reply(LONG * 2, chunk_chars=27, chunk_delay=0.05))
+    cut_before = fake_openai.streams_cut
+    async with aclosing(t.stream("gpt-5", HI, timeout=5)) as stream:
+        async for event in stream:
+            assert isinstance(event, TextDelta)
+            break
+    await wait_until(lambda: fake_openai.streams_cut == cut_before + 1, "the hang-up", 3.0)
+    await t.aclose()
+
+
+async def test_the_worker_holds_the_clients_and_a_closed_transport_frees_them(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    """The bot process builds no HTTP client of its own for providers: every request leaves
+    from the worker, and the connections it opened close with the transport."""
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    fake_openai.script("gpt-4.1", Reply("short answer"))
+    result = await t.complete("gpt-4.1", HI, timeout=5)
+    assert result.text == "short answer"
+    worker = WORKER.pid
+    assert worker is not None and worker != os.getpid()
+    peers = _peer_pids(_port(fake_openai.base_url))
+    assert peers == {worker}
+    await t.aclose()
+    await wait_until(
+        lambda: not _peer_pids(_port(fake_openai.base_url)), "the connections to close", 5.0
+    )
+
+
+def _port(url: str) -> int:
+    port = urlsplit(url).port
+    assert port is not None
+    return port
+
+
+def _peer_pids(port: int) -> set[int]:
+    """Processes holding a TCP connection to 127.0.0.1:`port` (from /proc, Linux)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[3] == "01":  # ESTABLISHED
+                inodes.add(fields[9])
+    found: set[int] = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    found.add(int(pid))
+        except OSError:
+            continue
+    return found
