@@ -306,7 +306,8 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
         mean = statistics.fmean(values)
         print(f"  {label:40s} p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   mean {mean:7.1f} ms")
     print(f"  provider time per turn (fixed): {stream_seconds() * 1000:.0f} ms")
-    print(f"  bot CPU per turn (bot and provider worker, all threads): {phase.cpu * 1000 / len(turns):.1f} ms")
+    cpu_ms = phase.cpu * 1000 / len(turns)
+    print(f"  bot CPU per turn (bot and provider worker, all threads): {cpu_ms:.1f} ms")
     for label, kind in (
         ("event-loop lag (10 ms sleep, late by)", "lag"),
         ("  stalls ≥ 50 ms: loop thread's own CPU", "lag_busy"),

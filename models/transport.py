@@ -34,7 +34,6 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
-import litellm
 import structlog
 
 from models.catalog import Catalog, ModelEntry
@@ -53,6 +52,7 @@ from models.offloop import PROVIDERS
 from models.pacing import GatewayPacer, Priority, Ticket
 from models.ratelimits import read_windows, refusal_windows
 from models.streamtext import WholeCharacters
+from models.tokens import count_messages, count_text
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
     NO_KEY,
@@ -73,10 +73,6 @@ from models.types import (
 )
 from models.wire import WireRecord, start_record
 from models.worker import WORKER, acompletion, atranscription
-
-litellm.suppress_debug_info = True
-# Our usage estimates use the bundled tiktoken encoding: never a tokenizer download.
-litellm.disable_hf_tokenizer_download = True
 
 log = structlog.get_logger(__name__)
 
@@ -939,11 +935,11 @@ def _estimate_tokens(messages: list[Message]) -> float:
 
 
 def _count_tokens(*, messages: list[Message] | None = None, text: str = "") -> int:
-    """litellm's offline token counter (bundled tiktoken), or ~4 characters a token."""
+    """gpt-4o's tokens as litellm counts them (models/tokens.py), or ~4 characters a token."""
     try:
         if messages is not None:
-            return int(litellm.token_counter(model="gpt-4o", messages=messages))
-        return int(litellm.token_counter(model="gpt-4o", text=text)) if text else 0
+            return count_messages(messages)
+        return count_text(text)
     except Exception:  # an estimate must never fail the turn it accounts for
         size = len(str(messages)) if messages is not None else len(text)
         return max(1, size // 4)

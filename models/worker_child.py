@@ -25,6 +25,7 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
 import litellm
 
+from models.clients import ClientPool
 from models.errors import classify_exception
 from models.ipc import (
     ClientSpec,
@@ -35,7 +36,7 @@ from models.ipc import (
     read_message,
     response_data,
 )
-from models.wire import ClientPool, WireRecord, start_record
+from models.wire import WireRecord, start_record
 
 litellm.suppress_debug_info = True
 litellm.disable_hf_tokenizer_download = True

@@ -9,6 +9,9 @@ import its own layer and the ones below, never above; Telegram stays in `bot/`.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,3 +177,18 @@ def test_layer_check_flags_upward_and_telegram_imports(tmp_path: Path) -> None:
     )
     problems = layer_violations(modules, tmp_path)
     assert [p.split(":")[0] for p in problems] == ["agent/z.py", "memory/y.py", "models/x.py"]
+
+
+def test_the_bot_process_does_not_load_litellm() -> None:
+    """litellm runs in the provider worker (models/worker.py). Loaded in the bot too, it would
+    cost the bot ~150 MB of memory and its CPU would share the chat loop's GIL again."""
+    code = (
+        "import sys, bot.app, bot.runner, bot.services, agent.loop, memory.consolidation, "
+        "models.transport\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('litellm', 'openai')))"
+    )
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "true"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from bot.app import TELEGRAM_LIMITS, telegram_request
+from models.clients import SHARD_LIMITS, ClientPool
 from models.gateways import Gateway
 from models.sockets import SocketKeepingBackend, is_readable, transport
-from models.wire import SHARD_LIMITS, ClientPool
 
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok"
 
