@@ -62,6 +62,10 @@ class _Call:
         self.gate = record.gate if record is not None else None
         if record is not None:
             record.gate = None
+        if self.gate is not None and self.gate.send_now():
+            # The pace lets it leave now: it goes without a round trip at its send time (set-up
+            # in the worker takes a millisecond or two, far below any pace's spacing).
+            self.gate = None
         self.first = first
         self.stream: RemoteStream | None = None
         self.gate_wait: asyncio.Task[None] | None = None
