@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -226,6 +227,11 @@ async def serve(sock: socket.socket) -> None:
 def main() -> None:
     """`python -c ... main()` with the socket's descriptor as the last argument."""
     sock = socket.socket(fileno=int(sys.argv[-1]))
+    # Ctrl-C in a terminal (and a stop sent to the whole group) reaches us with the bot: the bot
+    # stops gracefully and still needs us for the replies it lets finish. We leave when it has
+    # gone and our socket closes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Everything imported so far lives as long as the process: keep it out of collections.
     gc.collect()
     gc.freeze()

@@ -377,7 +377,12 @@ async def bot_process(
     Run it in an empty `cwd`, so no stray .env is read."""
     with log_path.open("ab") as log:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", cwd=cwd, env=env, stdout=log, stderr=log
+            *(sys.executable, "-m", "bot"),
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,  # its own process group: a test can signal the whole group
         )
         try:
             yield proc

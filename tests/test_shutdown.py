@@ -9,6 +9,7 @@ this test process; the database is inspected with plain sqlite3 between runs.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -116,6 +117,40 @@ async def test_sigterm_with_enough_grace_lets_the_reply_finish(tmp_path: Path, s
         assert reply.text == answer
         assistant = query(db_path, "SELECT content FROM messages WHERE role = 'assistant'")
         assert [r["content"] for r in assistant] == [answer]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_stop_sent_to_the_whole_process_group_still_lets_the_reply_finish(
+    tmp_path: Path, signum: int
+) -> None:
+    """Ctrl-C in a terminal signals the foreground process group: the bot and its provider
+    worker (models/worker.py) at once. The worker must outlive the signal and serve the reply
+    through the grace period; it leaves when the bot has gone."""
+    db_path = tmp_path / "bot.sqlite3"
+    answer = " ".join(f"piece{i}" for i in range(30))
+    async with FakeServers(token=TOKEN, keys=KEYS) as fakes:
+        tg = fakes.tg
+        fakes.openai.set_default("*", Reply(answer, chunk_chars=6, chunk_delay=0.1))
+        async with run_bot(fakes, db_path, grace=30) as proc:
+            tg.push(tg.make_text_update(USER, USER, "Short story please"))
+            await wait_until(
+                lambda: any(m.text.startswith("piece0") for m in tg.bot_messages(USER)),
+                "the reply to start streaming",
+            )
+            group = [proc.pid, *_children(proc.pid)]
+            assert len(group) == 2  # the bot and its provider worker
+            os.killpg(proc.pid, signum)
+            assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
+            await wait_until(lambda: not Path(f"/proc/{group[1]}").exists(), "the worker to go")
+        [reply] = tg.bot_messages(USER)
+        assert reply.text == answer
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        found += [int(child) for child in children.read_text().split()]
+    return found
 
 
 async def _seed_session(db_path: Path, count: int) -> list[str]:
