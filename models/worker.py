@@ -21,6 +21,7 @@ worker's messages, and streams are handed to the caller's loop the way offloop a
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import itertools
 import os
@@ -183,8 +184,12 @@ class ProviderWorker:
         """Close the socket (the worker exits on it) and wait for the process."""
         writer, self._writer = self._writer, None
         process, self._process = self._process, None
+        reader, self._reader = self._reader, None
         if writer is not None:
             writer.close()
+        if reader is not None:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
         if process is not None:
             await _reap(process)
 
@@ -213,6 +218,8 @@ class ProviderWorker:
             finally:
                 theirs.close()
             reader, self._writer = await asyncio.open_unix_connection(sock=ours)
+            if not self.started:
+                atexit.register(_stop_at_exit, self, asyncio.get_running_loop())
             self.started += 1
             log.info("provider_worker_started", pid=self._process.pid)
             self._reader = asyncio.create_task(self._read(reader, self._writer, self._process))
@@ -297,6 +304,17 @@ def _fail(call: _Call, error: BaseException) -> None:
         call.stream.finish(error)
     elif not call.first.done():
         call.first.set_exception(error)
+
+
+def _stop_at_exit(worker: ProviderWorker, loop: asyncio.AbstractEventLoop) -> None:
+    """At interpreter exit: let the worker go and reap it, rather than leave the provider loop's
+    reader to be destroyed pending (a warning on every exit)."""
+    if loop.is_closed() or not loop.is_running():
+        return
+    try:
+        asyncio.run_coroutine_threadsafe(worker.stop(), loop).result(timeout=10)
+    except Exception:  # exiting anyway
+        pass
 
 
 async def _reap(process: asyncio.subprocess.Process) -> None:
