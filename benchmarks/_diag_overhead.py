@@ -358,7 +358,8 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
         probe_file = workdir / "probe.txt"
         env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
         env.update(
-            PYTHONPATH=str(REPO) + ":/tmp/diag4", DIAG_OUT="/tmp/diag4/out.txt",
+            PYTHONPATH=str(REPO) + ":/tmp/diag4",
+            DIAG_OUT="/tmp/diag4/out.txt",
             TELEGRAM_BOT_TOKEN=TOKEN,
             TELEGRAM_BASE_URL=tg.base_url,
             ALLOWED_USER_IDS=str(OWNER),

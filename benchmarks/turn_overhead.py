@@ -306,6 +306,11 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
         mean = statistics.fmean(values)
         print(f"  {label:40s} p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   mean {mean:7.1f} ms")
     print(f"  provider time per turn (fixed): {stream_seconds() * 1000:.0f} ms")
+    harness = [ms for at, ms in HARNESS_LAG if phase.started <= at <= phase.ended]
+    print(
+        f"  {'harness loop lag (the fakes stamp late)':40s} p50 {percentile(harness, 50):7.1f} ms"
+        f"   p99 {percentile(harness, 99):7.1f} ms   max {max(harness, default=0.0):7.1f} ms"
+    )
     cpu_ms = phase.cpu * 1000 / len(turns)
     print(f"  bot CPU per turn (bot and provider worker, all threads): {cpu_ms:.1f} ms")
     for label, kind in (
@@ -333,6 +338,19 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
     )
 
 
+HARNESS_LAG: list[tuple[float, float]] = []  # (when, ms late): this process's loop, the fakes'
+
+
+async def watch_harness_lag() -> None:
+    """The fakes stamp each request when their handler runs on this process's loop: if that
+    loop is late, every stamp is late by as much, and the bot's intake looks longer than it is."""
+    while True:
+        asked = time.monotonic()
+        await asyncio.sleep(0.01)
+        now = time.monotonic()
+        HARNESS_LAG.append((now, (now - asked - 0.01) * 1000))
+
+
 async def run_phase(
     name: str, process: asyncio.subprocess.Process, run: Callable[[], Awaitable[list[Turn]]]
 ) -> Phase:
@@ -344,6 +362,7 @@ async def run_phase(
 
 
 async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
+    watcher = asyncio.create_task(watch_harness_lag())
     async with (
         FakeTelegram(token=TOKEN) as tg,
         FakeProvider("openai", latency=PROVIDER_LATENCY) as openai,
@@ -447,6 +466,7 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
                 _, stderr = await process.communicate()
             if process.returncode:
                 print(stderr.decode(errors="replace")[-2000:], file=sys.stderr)
+    watcher.cancel()
 
 
 if __name__ == "__main__":
