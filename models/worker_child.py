@@ -90,10 +90,19 @@ class _Worker:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.gates: dict[int, asyncio.Future[None]] = {}
         self.setting_up = asyncio.Semaphore(SETTING_UP)
+        self._outbox: list[bytes] = []
 
     def send(self, message: tuple[Any, ...]) -> None:
+        """Queue `message`; what one turn of the loop queued leaves in one write (a system call
+        per streamed chunk was 5 % of the worker's loop with 100 streams)."""
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(encode(message))
+
+    def _flush(self) -> None:
+        outbox, self._outbox = self._outbox, []
         if not self._writer.is_closing():
-            self._writer.write(encode(message))
+            self._writer.write(b"".join(outbox))
 
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
