@@ -1,22 +1,17 @@
-"""litellm on an event loop of its own, on its own thread, so chats do not wait behind it.
+"""A second event loop, on its own thread, for the provider calls, so chats do not wait behind them.
 
-Measured with benchmarks/turn_overhead.py and py-spy at 100 concurrent chats: more than half of
-the bot's event-loop CPU went to litellm's and the OpenAI SDK's work per streamed chunk (SSE
-decoding, pydantic objects, litellm's chunk wrapper, ~0.2 ms of CPU per chunk against ~0.01 ms
-for the bytes alone) and per request (set-up, pricing). The loop then ran callbacks back to back
-for seconds, and every chat's Telegram calls, database round trips and new updates waited behind
-them (event-loop lag up to 1–2.5 s).
-
-Here every litellm call and every stream it returns runs on a second loop (`ProviderLoop`).
-Streamed chunks cross to the caller's loop in batches: the provider side appends to a buffer and
-wakes the consumer only when it is waiting, so all chunks that arrived since the consumer last
-looked cost it one wake-up, and each chunk a deque pop. The two threads still share the GIL, but
-the main loop is never more than a switch interval (5 ms) away from running.
+litellm itself runs in the provider worker process (models/worker.py): its CPU per request and
+per streamed chunk (set-up, SSE decoding, pydantic objects, litellm's chunk wrapper) would take
+the GIL from the loop that serves Telegram and the database. What stays in the bot is reading
+the worker's socket and relaying each call's messages; that runs here (`ProviderLoop`), and the
+caller's loop only takes what is ready. Streamed chunks cross to the caller's loop in batches:
+the provider side appends to a buffer and wakes the consumer only when it is waiting, so all
+chunks that arrived since the consumer last looked cost it one wake-up, and each chunk a deque
+pop.
 
 Context variables travel with each call (asyncio copies the caller's context into the task it
-starts on the other loop), so the wire record of models/wire.py reaches the HTTP hooks, which
-run on the provider loop. The HTTP clients handed to litellm must be used and closed there only:
-`ProviderLoop.run` is how the transport closes them.
+starts on the other loop), so the attempt's wire record (models/wire.py) reaches the code that
+fills it in from the worker's answers.
 """
 
 from __future__ import annotations

@@ -16,9 +16,10 @@ retry, fallback, key choice and wait is decided in this module:
 - circuit breakers per model and per gateway skip what keeps failing, with half-open probes;
 - one global retry budget bounds how much extra traffic an outage can make us send.
 
-litellm itself (request set-up, the HTTP exchange, per-chunk stream handling) runs on a loop of
-its own (models/offloop.py): the decisions here stay on the caller's loop, the CPU-heavy part
-does not hold it.
+litellm itself (request set-up, the HTTP exchange, per-chunk stream handling) runs in the
+provider worker process (models/worker.py), reached through a loop of its own in this process
+(models/offloop.py): the decisions here stay on the caller's loop, and litellm's CPU does not
+share its GIL.
 """
 
 from __future__ import annotations

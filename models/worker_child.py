@@ -45,35 +45,18 @@ litellm.disable_hf_tokenizer_download = True
 _CALLS = {"completion": litellm.acompletion, "transcription": litellm.atranscription}
 
 
-# Calls whose litellm set-up may run at once. The set-up is CPU (about 1.5 ms a request): if
-# every call of a burst were set up before any reached its send gate, the bot's answers to the
-# gates would wait behind all of them, and the first request would leave after the last set-up
-# (100 at once: the first after 120 ms, the median after 330). A few at a time, they leave as
-# they are ready.
-SETTING_UP = 8
+class _RemoteGate:
+    """The send gate of one call (models/wire.SendGate), asked of the bot, which keeps the
+    gateway's pace."""
 
-
-class _SendGate:
-    """The send gate of one call (models/wire.SendGate). Reaching it ends the call's set-up;
-    a gated call then asks the bot, which keeps the gateway's pace."""
-
-    def __init__(self, worker: _Worker, call_id: int, gated: bool) -> None:
+    def __init__(self, worker: _Worker, call_id: int) -> None:
         self._worker = worker
         self._call_id = call_id
-        self._gated = gated
-        self._setting_up = True
-
-    def set_up(self) -> None:
-        if self._setting_up:
-            self._setting_up = False
-            self._worker.setting_up.release()
 
     def send_now(self) -> bool:
-        self.set_up()
-        return not self._gated
+        return False  # only the bot knows the pace
 
     async def before_send(self) -> None:
-        self.set_up()
         go = asyncio.get_running_loop().create_future()
         self._worker.gates[self._call_id] = go
         self._worker.send(("gate", self._call_id))
@@ -89,7 +72,6 @@ class _Worker:
         self._pools: dict[int, ClientPool] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.gates: dict[int, asyncio.Future[None]] = {}
-        self.setting_up = asyncio.Semaphore(SETTING_UP)
         self._outbox: list[bytes] = []
 
     def send(self, message: tuple[Any, ...]) -> None:
@@ -164,14 +146,10 @@ class _Worker:
         self, call_id: int, name: str, kwargs: dict[str, Any], spec: ClientSpec, gated: bool
     ) -> None:
         record = start_record()
-        gate = _SendGate(self, call_id, gated)
+        if gated:
+            record.gate = _RemoteGate(self, call_id)
         kwargs["client"] = self._client(spec)
         try:
-            await self.setting_up.acquire()
-        except asyncio.CancelledError:
-            return  # cancelled while other calls were being set up
-        try:
-            record.gate = gate
             response = await _CALLS[name](**kwargs)
         except asyncio.CancelledError:
             return  # the bot gave up on it and forgot it
@@ -179,8 +157,6 @@ class _Worker:
             failure = classify_exception(exc, record.status, record.headers, record.error_body)
             self.send(("error", call_id, failure, _wire(record)))
             return
-        finally:
-            gate.set_up()  # a call that failed before its request left
         if not hasattr(response, "__aiter__"):
             self.send(("result", call_id, response_data(response), _wire(record)))
             return
