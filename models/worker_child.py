@@ -27,7 +27,7 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 import litellm
 
 from models.clients import ClientPool
-from models.errors import classify_exception
+from models.errors import Classified, classify_exception
 from models.ipc import (
     ClientSpec,
     WireFields,
@@ -37,6 +37,7 @@ from models.ipc import (
     read_message,
     response_data,
 )
+from models.types import Outcome
 from models.wire import WireRecord, start_record
 
 litellm.suppress_debug_info = True
@@ -143,6 +144,15 @@ class _Worker:
             await clients.aclose()
 
     async def _call(
+        self, call_id: int, name: str, kwargs: dict[str, Any], spec: ClientSpec, gated: bool
+    ) -> None:
+        try:
+            await self._run_call(call_id, name, kwargs, spec, gated)
+        except Exception as exc:  # ours, around litellm's answer (one we could not pickle, ...)
+            failure = Classified(Outcome.UNAVAILABLE, f"provider worker: {type(exc).__name__}")
+            self.send(("error", call_id, failure, (None, {}, None)))
+
+    async def _run_call(
         self, call_id: int, name: str, kwargs: dict[str, Any], spec: ClientSpec, gated: bool
     ) -> None:
         record = start_record()
