@@ -3,16 +3,18 @@
 litellm lives in the provider worker (models/worker.py); importing it here as well would cost
 the bot about 150 MB of memory for one function. `litellm.token_counter(model="gpt-4o", ...)`
 is tiktoken's o200k_base plus OpenAI's per-message framing (3 tokens a message, 1 for a name,
-3 to prime the reply); we do the same with the same encoding files, the ones litellm bundles
+3 to prime the reply, long texts encoded in pieces); we count the same way, exactly, with the
+same encoding files, the ones litellm bundles
 (found without importing it), so nothing is ever downloaded. tiktoken is pinned in
-requirements.lock as litellm's own dependency.
+requirements.lock as litellm's own dependency. The encoding itself is loaded only once an
+estimate is asked for (`count_text`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from functools import cache
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +22,50 @@ from typing import Any
 IMAGE_PART_TOKENS = 765
 
 
-@cache
-def _encoding() -> Any:
+_encoding: Any = None
+_loading = threading.Lock()
+_load_started = False
+
+
+def _load() -> None:
+    global _encoding
     spec = importlib.util.find_spec("litellm")
     if spec is not None and spec.submodule_search_locations:
         bundled = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils"
         os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled / "tokenizers")
     import tiktoken
 
-    return tiktoken.get_encoding("o200k_base")
+    _encoding = tiktoken.get_encoding("o200k_base")
+
+
+def load() -> None:
+    """Load the encoding now, in this thread (tests; `count_text` loads it in the background)."""
+    if _encoding is None:
+        _load()
+
+
+def _start_loading() -> None:
+    global _load_started
+    with _loading:
+        if _load_started:
+            return
+        _load_started = True
+    threading.Thread(target=_load, name="tokenizer-load", daemon=True).start()
 
 
 def count_text(text: str) -> int:
-    return len(_encoding().encode(text, disallowed_special=())) if text else 0
+    """o200k_base tokens of `text`. The encoding takes ~80 MB and ~0.25 s of CPU to load, for
+    estimates a bot may never need (providers report usage): it is loaded the first time one is
+    asked for, in the background, and until then a text counts a token per 4 bytes of UTF-8
+    (a CJK character is 3 bytes and usually one token or more, so this undercounts less than
+    characters / 4)."""
+    if not text:
+        return 0
+    encoding = _encoding
+    if encoding is None:
+        _start_loading()
+        return -(-len(text.encode("utf-8", "surrogatepass")) // 4)
+    return len(encoding.encode(text, disallowed_special=()))
 
 
 def count_messages(messages: list[dict[str, Any]]) -> int:

@@ -517,9 +517,9 @@ class Transport:
 
         Every streamed request is priced by litellm when it starts, counting the prompt's
         tokens; the first count loads its tokenizer (~1 s of CPU), during which every request
-        waits. The HTTP clients of every gateway and key are built here too (TLS set-up). Our
-        own usage estimates count with gpt-4o's tokenizer here in the bot: loaded off the loop
-        too. Call once at start-up.
+        waits; a mocked call per model loads the rest of what a first request loads. The HTTP
+        clients of every gateway and key are built there too (TLS set-up). Call once at
+        start-up.
         """
         names: set[str] = set()
         specs: list[ClientSpec] = []
@@ -534,7 +534,6 @@ class Transport:
         try:
             await PROVIDERS.run(WORKER.prepare(specs))
             await PROVIDERS.run(WORKER.warm(sorted(names)))
-            await asyncio.to_thread(_count_tokens, text="warm up")
         except Exception as exc:  # only an optimisation: never a reason not to start
             log.warning("litellm_warm_up_failed", error=str(exc))
 
