@@ -70,6 +70,7 @@ class Settings(BaseSettings):
         default_factory=lambda: [60.0, 300.0, 1800.0, 7200.0]
     )
     CONSOLIDATION_CONCURRENCY: int = Field(default=2, ge=1, le=32)
+    PROVIDER_WORKERS: int = Field(default=1, ge=1, le=16)
     MEMORY_WINDOW: int = Field(default=50, ge=4)
     MEMORY_KEEP_RECENT: int = Field(default=10, ge=1)
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)

@@ -90,13 +90,14 @@ class Services:
         transport_options: dict[str, Any] | None = None,
         clock: Clock | None = None,
     ) -> Services:
-        # Imported here: litellm takes seconds to import, and a configuration error should
-        # be reported before that.
+        # Imported here: a configuration error is reported before the transport's imports.
         from models.transport import Transport
+        from models.worker import WORKER
 
         settings = prepared.settings
+        WORKER.resize(settings.PROVIDER_WORKERS)
         transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
-        # litellm's first-request loading runs in a thread meanwhile, not in the first turns.
+        # The provider workers start and load what litellm's first requests load meanwhile.
         db, _ = await asyncio.gather(Database.open(settings.DATABASE_PATH), transport.warm_up())
         store = Store(db, clock or utc_now)
         services = cls(

@@ -138,6 +138,10 @@ class ProviderWorker:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
+    @property
+    def in_flight(self) -> int:
+        return len(self._calls)
+
     async def call(self, name: str, kwargs: dict[str, Any]) -> Any:
         """litellm's `acompletion` ("completion") or `atranscription` ("transcription") in the
         worker. The caller's wire record (models/wire.py) gets the HTTP fields; a failure is
@@ -325,14 +329,56 @@ async def _reap(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
-WORKER = ProviderWorker()
+class WorkerPool:
+    """The worker processes (PROVIDER_WORKERS, default 1): a call goes to the one with the
+    fewest calls in flight. One worker runs litellm on one core; past about 100 streams at once
+    its CPU is the limit, and a machine with cores to spare can take more workers (each about
+    300 MB of memory)."""
+
+    def __init__(self, count: int = 1) -> None:
+        self.workers = [ProviderWorker() for _ in range(count)]
+
+    def resize(self, count: int) -> None:
+        """Set the number of workers (at start-up, before any call)."""
+        if count < 1:
+            raise ValueError("at least one provider worker")
+        while len(self.workers) < count:
+            self.workers.append(ProviderWorker())
+        del self.workers[count:]
+
+    @property
+    def pid(self) -> int | None:
+        """The first worker's process id (None before it started)."""
+        return self.workers[0].pid
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.pid for w in self.workers if w.pid is not None]
+
+    async def call(self, name: str, kwargs: dict[str, Any]) -> Any:
+        worker = min(self.workers, key=lambda w: w.in_flight)
+        return await worker.call(name, kwargs)
+
+    async def prepare(self, specs: Sequence[ClientSpec]) -> None:
+        for worker in self.workers:
+            await worker.prepare(specs)
+
+    async def warm(self, model_names: Sequence[str]) -> None:
+        await asyncio.gather(*(worker.warm(model_names) for worker in self.workers))
+
+    async def close_pool(self, pool: int) -> None:
+        for worker in self.workers:
+            await worker.close_pool(pool)
+
+
+WORKER = WorkerPool()
 
 
 async def acompletion(**kwargs: Any) -> Any:
-    """`litellm.acompletion(**kwargs)` in the worker (`client` is a ClientSpec)."""
+    """`litellm.acompletion(**kwargs)` in a worker (`client` is a ClientSpec)."""
     return await WORKER.call("completion", kwargs)
 
 
 async def atranscription(**kwargs: Any) -> Any:
-    """`litellm.atranscription(**kwargs)` in the worker (`client` is a ClientSpec)."""
+    """`litellm.atranscription(**kwargs)` in a worker (`client` is a ClientSpec)."""
     return await WORKER.call("transcription", kwargs)

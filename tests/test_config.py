@@ -98,6 +98,7 @@ def test_unknown_setting_in_env_file_is_named(tmp_path: Path) -> None:
         ({"CONSOLIDATION_RETRY_DELAYS": "60,-5"}, "CONSOLIDATION_RETRY_DELAYS", "negative"),
         ({"CONSOLIDATION_RETRY_DELAYS": ""}, "CONSOLIDATION_RETRY_DELAYS", "at least one"),
         ({"MEMORY_WINDOW": "ten"}, "MEMORY_WINDOW", "integer"),
+        ({"PROVIDER_WORKERS": "0"}, "PROVIDER_WORKERS", "greater than or equal to 1"),
         ({"TELEGRAM_MODE": "push"}, "TELEGRAM_MODE", "polling"),
         ({"LOG_LEVEL": "LOUD"}, "LOG_LEVEL", "DEBUG"),
         ({"WEBHOOK_PORT": "70000"}, "WEBHOOK_PORT", "65535"),

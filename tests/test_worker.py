@@ -7,12 +7,14 @@ another process.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from contextlib import aclosing
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from models.offloop import PROVIDERS
 from models.types import Spend, StreamDone, StreamRestart, TextDelta
 from models.worker import WORKER
 from tests.conftest import make_transport
@@ -118,3 +120,31 @@ def _peer_pids(port: int) -> set[int]:
         except OSError:
             continue
     return found
+
+
+async def test_with_two_workers_concurrent_calls_are_spread_over_both(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    """PROVIDER_WORKERS=2: a call goes to the worker with fewer calls in flight."""
+    WORKER.resize(2)
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    try:
+        for _ in range(2):
+            fake_openai.script("gpt-5", Reply(LONG, chunk_chars=16, chunk_delay=0.02))
+
+        async def read() -> str:
+            text = ""
+            async for event in t.stream("gpt-5", HI, timeout=5):
+                if isinstance(event, TextDelta):
+                    text += event.text
+            return text
+
+        calls = [asyncio.create_task(read()) for _ in range(2)]
+        port = _port(fake_openai.base_url)
+        await wait_until(lambda: len(_peer_pids(port)) == 2, "both workers to be connected", 10.0)
+        assert _peer_pids(port) == set(WORKER.pids) and os.getpid() not in WORKER.pids
+        assert await asyncio.gather(*calls) == [LONG, LONG]
+    finally:
+        await t.aclose()
+        await PROVIDERS.run(WORKER.workers[1].stop())
+        WORKER.resize(1)
