@@ -18,7 +18,7 @@ from telegram.ext import Application
 from agent.loop import AgentLoop
 from bot.access import RefusalThrottle
 from bot.chat_turns import ChatTurns
-from bot.config import Settings
+from bot.config import Settings, provider_workers
 from bot.lifecycle import Lifecycle
 from memory.chat_tools import ChatTools
 from memory.db import Database
@@ -95,7 +95,7 @@ class Services:
         from models.worker import WORKER
 
         settings = prepared.settings
-        WORKER.resize(settings.PROVIDER_WORKERS)
+        WORKER.resize(provider_workers(settings))
         transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
         # The provider workers start and load what litellm's first requests load meanwhile.
         db, _ = await asyncio.gather(Database.open(settings.DATABASE_PATH), transport.warm_up())

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bot.app import build_gateways, prepare, resolve_default_model, secrets_of
-from bot.config import ConfigError, Settings, load_settings
+from bot.config import GIB, ConfigError, Settings, load_settings, provider_workers
 from models.catalog import load_catalog
 
 TOKEN = "123456:TEST-TOKEN"
@@ -232,3 +232,14 @@ def test_only_a_groq_key_is_enough_to_start() -> None:
     prepared = prepare(settings)
     assert prepared.default_model == "llama-4-scout"
     assert prepared.catalog.get(prepared.default_model).gateway == "groq"
+
+
+def test_provider_workers_follow_the_machine_unless_set() -> None:
+    unset = load_settings(TELEGRAM_BOT_TOKEN=TOKEN)
+    assert provider_workers(unset, cpus=2, memory_bytes=4 * GIB) == 2
+    assert provider_workers(unset, cpus=8, memory_bytes=64 * GIB) == 2
+    assert provider_workers(unset, cpus=1, memory_bytes=4 * GIB) == 1
+    assert provider_workers(unset, cpus=1.5, memory_bytes=4 * GIB) == 1  # a container's quota
+    assert provider_workers(unset, cpus=2, memory_bytes=1 * GIB) == 1  # a 1 GB VPS
+    chosen = load_settings(TELEGRAM_BOT_TOKEN=TOKEN, PROVIDER_WORKERS="3")
+    assert provider_workers(chosen, cpus=1, memory_bytes=1 * GIB) == 3
