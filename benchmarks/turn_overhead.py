@@ -106,7 +106,7 @@ def stream_seconds() -> float:
 
 
 def family(pid: int) -> list[int]:
-    """The bot's process and its children (the provider worker, models/worker.py)."""
+    """The bot's process and its children (the provider workers, models/worker.py)."""
     pids = [pid]
     for children in Path(f"/proc/{pid}/task").glob("*/children"):
         try:
@@ -312,7 +312,7 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
         f"   p99 {percentile(harness, 99):7.1f} ms   max {max(harness, default=0.0):7.1f} ms"
     )
     cpu_ms = phase.cpu * 1000 / len(turns)
-    print(f"  bot CPU per turn (bot and provider worker, all threads): {cpu_ms:.1f} ms")
+    print(f"  bot CPU per turn (bot and provider workers, all threads): {cpu_ms:.1f} ms")
     for label, kind in (
         ("event-loop lag (10 ms sleep, late by)", "lag"),
         ("  stalls ≥ 50 ms: loop thread's own CPU", "lag_busy"),
@@ -403,7 +403,7 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
             idle_rss = rss_mib(process.pid)
             print(f"machine load (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
             print(f"start-up (spawn → commands registered, polling): {startup:.2f} s")
-            print(f"RSS idle (bot and provider worker): {idle_rss:.1f} MiB")
+            print(f"RSS idle (bot and provider workers): {idle_rss:.1f} MiB")
 
             phases: list[Phase] = []
             bursts: list[Phase] = []
