@@ -16,7 +16,7 @@ the fake Bot API and a fake OpenAI gateway with a fixed latency, both in this pr
 - db:      waiting for the write transaction (and holding it), and the duration of reads.
 
 Also: start-up time (process spawn → commands registered and polling), resident memory (RSS, the
-bot and its provider worker process together; CPU too)
+bot and its provider worker processes together; CPU too)
 idle and after each phase, Telegram calls per turn.
 
 Phases, after one chat's sequential turns, for each chat count N:
@@ -117,7 +117,7 @@ def family(pid: int) -> list[int]:
 
 
 def rss_mib(pid: int) -> float:
-    """Resident memory of the bot and its provider worker together."""
+    """Resident memory of the bot and its provider workers together."""
     total = 0.0
     for member in family(pid):
         for line in Path(f"/proc/{member}/status").read_text().splitlines():
@@ -127,7 +127,7 @@ def rss_mib(pid: int) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) the bot and its provider worker used so far, all threads."""
+    """CPU seconds (user + system) the bot and its provider workers used so far, all threads."""
     total = 0.0
     for member in family(pid):
         fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
