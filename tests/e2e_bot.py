@@ -97,6 +97,9 @@ class FakeServers(_ProviderShortcuts):
         values: dict[str, Any] = {
             "TELEGRAM_BOT_TOKEN": self.tg.token,
             "TELEGRAM_BASE_URL": self.tg.base_url,
+            # One provider worker whatever the machine, so what a test costs does not depend on
+            # the CPUs of the machine running it (tests/test_worker.py runs two).
+            "PROVIDER_WORKERS": "1",
         }
         for name, provider in self.providers.items():
             values[f"{name.upper()}_API_KEY"] = self.keys[name]
