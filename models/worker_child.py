@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +43,14 @@ from models.wire import WireRecord, start_record
 
 litellm.suppress_debug_info = True
 litellm.disable_hf_tokenizer_download = True
+# litellm.acompletion builds the request's coroutine in a thread (`run_in_executor`) and awaits
+# it when the thread returns; a call cancelled meanwhile (a timeout, a /cancel) drops it unrun,
+# so no request left, and Python warns on stderr. Seen in benchmarks/consolidation.py.
+warnings.filterwarnings(
+    "ignore",
+    message=r"coroutine '(OpenAIChatCompletion|BaseLLMHTTPHandler|AnthropicChatCompletion)\.",
+    category=RuntimeWarning,
+)
 
 _CALLS = {"completion": litellm.acompletion, "transcription": litellm.atranscription}
 
