@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import signal
 import socket
 import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
 import litellm
 

@@ -100,32 +100,13 @@ async def test_sigterm_mid_reply_ends_it_with_a_note_and_loses_no_message(tmp_pa
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-async def test_sigterm_with_enough_grace_lets_the_reply_finish(tmp_path: Path, signum: int) -> None:
-    db_path = tmp_path / "bot.sqlite3"
-    answer = " ".join(f"piece{i}" for i in range(30))
-    async with FakeServers(token=TOKEN, keys=KEYS) as fakes:
-        tg = fakes.tg
-        fakes.openai.set_default("*", Reply(answer, chunk_chars=6, chunk_delay=0.1))
-        async with run_bot(fakes, db_path, grace=30) as proc:
-            tg.push(tg.make_text_update(USER, USER, "Short story please"))
-            await wait_until(
-                lambda: any(m.text.startswith("piece0") for m in tg.bot_messages(USER)),
-                "the reply to start streaming",
-            )
-            assert await stop_with_sigterm(proc, signum) == 0
-        [reply] = tg.bot_messages(USER)
-        assert reply.text == answer
-        assistant = query(db_path, "SELECT content FROM messages WHERE role = 'assistant'")
-        assert [r["content"] for r in assistant] == [answer]
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-async def test_a_stop_sent_to_the_whole_process_group_still_lets_the_reply_finish(
-    tmp_path: Path, signum: int
+@pytest.mark.parametrize("whole_group", [False, True], ids=["bot", "process-group"])
+async def test_sigterm_with_enough_grace_lets_the_reply_finish(
+    tmp_path: Path, signum: int, whole_group: bool
 ) -> None:
-    """Ctrl-C in a terminal signals the foreground process group: the bot and its provider
-    worker (models/worker.py) at once. The worker must outlive the signal and serve the reply
-    through the grace period; it leaves when the bot has gone."""
+    """Also when the signal reaches the whole process group, as Ctrl-C in a terminal does: the
+    bot and its provider workers (models/worker.py) at once. The workers must outlive the
+    signal and serve the reply through the grace period; they leave when the bot has gone."""
     db_path = tmp_path / "bot.sqlite3"
     answer = " ".join(f"piece{i}" for i in range(30))
     async with FakeServers(token=TOKEN, keys=KEYS) as fakes:
@@ -139,14 +120,19 @@ async def test_a_stop_sent_to_the_whole_process_group_still_lets_the_reply_finis
             )
             workers = _children(proc.pid)
             assert workers  # the provider workers, in the bot's process group
-            os.killpg(proc.pid, signum)
-            assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
+            if whole_group:
+                os.killpg(proc.pid, signum)
+                assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
+            else:
+                assert await stop_with_sigterm(proc, signum) == 0
             await wait_until(
                 lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers),
                 "the workers to go",
             )
         [reply] = tg.bot_messages(USER)
         assert reply.text == answer
+        assistant = query(db_path, "SELECT content FROM messages WHERE role = 'assistant'")
+        assert [r["content"] for r in assistant] == [answer]
 
 
 def _children(pid: int) -> list[int]:
