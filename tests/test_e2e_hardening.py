@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from telegram import Update
 from telegram.ext import ContextTypes, MessageHandler, filters
 
@@ -245,9 +246,15 @@ async def test_a_refused_reply_is_logged_and_the_user_told(tmp_path: Path) -> No
     async with bot_under_test(tmp_path) as bot:
         await _set_memory(bot, OWNER, "- likes tea")
         bot.tg.inject_error("sendMessage", description="Bad Request: message is too long")
-        bot.say(OWNER, "/memory")
-        await bot.wait_messages(OWNER, 1)
+        with structlog.testing.capture_logs() as logs:
+            bot.say(OWNER, "/memory")
+            await bot.wait_messages(OWNER, 1)
         assert bot.texts(OWNER) == [t("send_failed")]
+        [refused] = [e for e in logs if e["event"] == "reply_failed"]
+        assert refused["chat_id"] == OWNER
+        assert refused["error"] == "Message is too long"
+        # The refused text is the /memory reply: its size is logged, never its words.
+        assert refused["units"] > len("- likes tea") and "likes tea" not in str(refused)
 
 
 # --- items 9 and 12: split messages in groups; the joiner's caps --------------------------------

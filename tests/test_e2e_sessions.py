@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.consolidation_stack import GOOD_ARGS, StepClock, good_call
-from tests.e2e_bot import OWNER, BotUnderTest, bot_under_test, real_update
+from tests.e2e_bot import OWNER, BotUnderTest, bot_under_test, memory_block, real_update
 from tests.fakes.providers import Reply
 
 CHAT = OWNER  # a private chat: its id is the user's id
@@ -112,7 +112,7 @@ async def nothing_reaches_the_model(bot: BotUnderTest) -> None:
     await bot.ask(CHAT, "What do you know about me?")
     request = bot.chat_requests()[-1][1]
     messages = request.body["messages"]
-    assert "<long_term_memory>" not in str(messages[0]["content"])
+    assert memory_block(messages[0]["content"]) is None
     assert [m["content"] for m in messages[1:]] == ["What do you know about me?"]
 
 
