@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from telegram import Bot, Message
+from telegram import Bot, Message, User
 from telegram.constants import ChatType
 from telegram.error import TelegramError
 
@@ -21,6 +22,7 @@ from bot.i18n import t
 from bot.render import utf16_len
 from bot.streaming import StreamingReply
 from memory.facts import MAX_FACT_CHARS
+from memory.longterm import take_memory_notice
 from memory.quoting import with_quote
 from memory.store import StoredMessage, TurnStart
 from models.catalog import ModelEntry
@@ -55,12 +57,28 @@ class TurnRequest:
     quoted_text: str | None = None
     # Identifies the input across deliveries (a replayed update); the turn runs once per key.
     turn_key: str | None = None
+    # Who wrote it, in a group ("Ana (id 101)"): stored beside the text, so the consolidation
+    # transcript names the speaker and memory lines can say whom they are about.
+    speaker: str | None = None
 
     def stored_text(self) -> str:
         """What is stored and sent to the model: the text, framed with its quote if any."""
         if self.quoted_text and self.quoted_text.strip():
             return with_quote(self.text, self.quoted_text)
         return self.text
+
+    def stored_media(self) -> dict[str, object] | None:
+        """The JSON stored beside the text: how it came, and who said it in a group."""
+        if self.speaker is None:
+            return self.media
+        return {**(self.media or {}), "speaker": self.speaker}
+
+
+def speaker_label(user: User) -> str:
+    """A group member as the transcript names them: the name they chose (one line, no
+    brackets or colons, which the transcript's own lines use) and their id, which is unique."""
+    name = " ".join(re.sub(r"[\[\]:<>]", " ", user.full_name).split())[:64]
+    return f"{name} (id {user.id})" if name else f"id {user.id}"
 
 
 Prepare = Callable[[TurnRequest], Awaitable[TurnRequest | None]]
@@ -84,6 +102,7 @@ def turn_request_for(
         message_thread_id=message.message_thread_id if message.is_topic_message else None,
         quoted_text=quoted_text(message),
         turn_key=f"tg:{bot.id}:{update_id}",
+        speaker=speaker_label(message.from_user) if group and message.from_user else None,
     )
 
 
@@ -171,7 +190,7 @@ async def run_chat_turn(
                 request.stored_text(),
                 user_id=request.user_id,
                 key=request.turn_key,
-                media=request.media,
+                media=request.stored_media(),
             )
             mark_message_saved()  # from here on, an error reply may say the message is saved
             if started is None:
@@ -256,6 +275,11 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         attempts = done.attempts
         text = done.text.strip() or t("agent_no_answer", lang)
         footer = _footer(services, done, receipts, model, lang)
+        notice = await take_memory_notice(services.db, request.chat_id)
+        if notice is not None:
+            # A consolidation changed the memory since the last reply: say so, once.
+            line = t("memory_updated", lang, added=notice.added, removed=notice.removed)
+            footer = f"{footer}\n{line}" if footer else line
         if start.idle_closed_session_id is not None:
             idle = t("idle_new_session", lang)
             footer = f"{footer}\n{idle}" if footer else idle

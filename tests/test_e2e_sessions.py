@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from bot.i18n import t
 from tests.consolidation_stack import GOOD_ARGS, StepClock, good_call
 from tests.e2e_bot import OWNER, BotUnderTest, bot_under_test, memory_block, real_update
 from tests.fakes.providers import Reply
@@ -60,11 +61,13 @@ async def test_a_message_after_the_idle_time_opens_a_new_session_and_consolidate
         assert await bot.rows("SELECT * FROM consolidation_jobs") == []
 
         clock.advance(361 * 60)  # past SESSION_IDLE_MINUTES since the last answer
+        bot.groq.gate = asyncio.Event()  # the old session's consolidation waits for this
         [fourth] = await bot.ask(CHAT, "Back after a long pause")
         assert fourth.text == f"echo: Back after a long pause\n\n{IDLE_NOTE}"
         # The model saw only the new session.
         request = bot.chat_requests()[-1][1]
         assert [m["content"] for m in request.body["messages"][1:]] == ["Back after a long pause"]
+        bot.groq.gate.set()
         await bot.consolidations_settled(CHAT)
 
         [job] = await bot.rows("SELECT kind, state, session_id FROM consolidation_jobs")
@@ -78,6 +81,9 @@ async def test_a_message_after_the_idle_time_opens_a_new_session_and_consolidate
         assert await chat_sessions(bot) == [
             ["Back after a long pause", "echo: Back after a long pause"]
         ]
+        # The consolidation wrote the memory: the next answer says so.
+        [fifth] = await bot.ask(CHAT, "Anything new?")
+        assert fifth.text == "echo: Anything new?\n\n" + t("memory_updated", added=2, removed=0)
         memory = await bot.memory.repo.get(CHAT)
         assert memory.content == GOOD_ARGS["memory_update"]
 
