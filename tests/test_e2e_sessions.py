@@ -101,7 +101,8 @@ async def test_idle_sessions_are_off_with_zero(tmp_path: Path) -> None:
 async def forget_confirmed(bot: BotUnderTest) -> None:
     """/forget, then the "Yes, forget" button; until the bot says it is done."""
     [prompt] = await bot.ask(CHAT, "/forget")
-    bot.tg.push(bot.tg.make_callback_update(CHAT, OWNER, "fg:y", message_id=prompt.message_id))
+    yes = prompt.button_data()[0]
+    bot.tg.push(bot.tg.make_callback_update(CHAT, OWNER, yes, message_id=prompt.message_id))
     await bot.wait(lambda: bot.texts(CHAT)[-1].startswith("Done"))
 
 
@@ -172,7 +173,8 @@ async def test_new_and_forget_in_one_batch_leave_nothing(tmp_path: Path, first: 
         await bot.ask(CHAT, "Hi, I am Rina and I smoke")
         [prompt] = await bot.ask(CHAT, "/forget")
         new = bot.tg.make_text_update(CHAT, OWNER, "/new")
-        press = bot.tg.make_callback_update(CHAT, OWNER, "fg:y", message_id=prompt.message_id)
+        yes = prompt.button_data()[0]
+        press = bot.tg.make_callback_update(CHAT, OWNER, yes, message_id=prompt.message_id)
         for update in [new, press] if first == "new" else [press, new]:
             bot.tg.push(update)  # fetched by one getUpdates call, handled concurrently
         await bot.wait(

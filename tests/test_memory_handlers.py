@@ -177,7 +177,8 @@ async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
     assert (await bot.memory.repo.get(USER)).content  # asking is not doing
 
     # A stranger pressing the button changes nothing: wait for the refusal of that very press.
-    press = bot.tg.make_callback_update(USER, STRANGER, "fg:y", message_id=prompt.message_id)
+    yes, _ = prompt.button_data()
+    press = bot.tg.make_callback_update(USER, STRANGER, yes, message_id=prompt.message_id)
     bot.tg.push(press)
     press_id = press["callback_query"]["id"]
     await bot.tg.wait_for(
@@ -190,7 +191,7 @@ async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
     assert str(STRANGER) in answer.params["text"]  # the refusal, not a confirmation
     assert (await bot.memory.repo.get(USER)).content
 
-    bot.tg.push(bot.tg.make_callback_update(USER, USER, "fg:y", message_id=prompt.message_id))
+    bot.tg.push(bot.tg.make_callback_update(USER, USER, yes, message_id=prompt.message_id))
     await bot.tg.wait_for(lambda: bot.tg.bot_messages(USER)[-1].text.startswith("Done"))
     memory = await bot.memory.repo.get(USER)
     assert memory.content == "" and await bot.memory.repo.history(USER) == []
@@ -203,7 +204,8 @@ async def test_keep_it_button_clears_nothing(bot: Bot) -> None:
     await consolidated(bot)
     await bot.say("/forget")
     prompt = bot.tg.bot_messages(USER)[-1]
-    bot.tg.push(bot.tg.make_callback_update(USER, USER, "fg:n", message_id=prompt.message_id))
+    _, no = prompt.button_data()
+    bot.tg.push(bot.tg.make_callback_update(USER, USER, no, message_id=prompt.message_id))
     await bot.tg.wait_for(lambda: bot.tg.bot_messages(USER)[-1].text == "Nothing was cleared.")
     assert (await bot.memory.repo.get(USER)).content == GOOD_ARGS["memory_update"]
 
