@@ -112,3 +112,19 @@ async def test_tool_calls_are_capped_per_round(tmp_path: Path) -> None:
         results = openai_chat(bot)[-1].tool_results()
         assert len(results) == 12  # every call has its result
         assert sum("not run: at most 8 tool calls per round" in r["content"] for r in results) == 4
+
+
+async def test_tool_calls_are_capped_per_turn(tmp_path: Path) -> None:
+    """Two full rounds spend the turn's 16 calls: the next request allows no tool call."""
+    facts = long_facts(16, 20, 60)
+    async with bot_under_test(tmp_path, MEMORY_MAX_CHARS=50_000) as bot:
+        bot.openai.script(
+            "gpt-5", remember_all(facts[:8]), remember_all(facts[8:]), Reply("Sixteen kept.")
+        )
+        [shown] = await bot.ask(CHAT, "Remember sixteen things")
+        assert shown.text.startswith("Sixteen kept.")
+        first, second, third = openai_chat(bot)
+        assert first.tool_choice() is None and second.tool_choice() is None
+        assert third.tool_choice() == "none"
+        [memory] = await bot.rows("SELECT content FROM long_term_memory")
+        assert memory["content"].splitlines() == [f"- {fact}" for fact in facts]
