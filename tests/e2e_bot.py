@@ -294,6 +294,20 @@ class BotUnderTest(_ProviderShortcuts):
     async def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         return [dict(r) for r in await self.services.db.fetchall(sql, params)]
 
+    async def set_memory(self, chat_id: int, content: str) -> None:
+        """Give a chat a long-term memory directly, as a consolidation would have written it."""
+        from memory.longterm import write_memory
+        from memory.store import to_iso, utc_now
+
+        now = to_iso(utc_now())
+        async with self.services.db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(chat_id) DO NOTHING",
+                (chat_id, now, now),
+            )
+            await write_memory(conn, chat_id, content, over_budget=False, now=now)
+
 
 def real_update(name: str, chat_id: int, user_id: int) -> dict[str, Any]:
     """A real payload from the shared test data with our chat and user ids (and no update_id).

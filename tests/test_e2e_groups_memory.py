@@ -9,10 +9,8 @@ import json
 from pathlib import Path
 
 from bot.i18n import t
-from memory.longterm import write_memory
-from memory.store import to_iso, utc_now
 from tests.consolidation_stack import good_call
-from tests.e2e_bot import FRIEND, OWNER, BotUnderTest, bot_under_test
+from tests.e2e_bot import FRIEND, OWNER, bot_under_test
 from tests.memory_sessions import framed
 
 GROUP = -100777001
@@ -20,21 +18,10 @@ IN_GROUP = {"chat_type": "supergroup"}
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "locomo" / "conv-26.json"
 
 
-async def set_memory(bot: BotUnderTest, chat_id: int, content: str) -> None:
-    now = to_iso(utc_now())
-    async with bot.services.db.transaction() as conn:
-        await conn.execute(
-            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT(chat_id) DO NOTHING",
-            (chat_id, now, now),
-        )
-        await write_memory(conn, chat_id, content, over_budget=False, now=now)
-
-
 async def test_only_the_asker_can_confirm_a_forget_in_a_group(tmp_path: Path) -> None:
     """Before: any allowed member could press the Yes someone else's /forget showed."""
     async with bot_under_test(tmp_path) as bot:
-        await set_memory(bot, GROUP, "- Caroline: researching adoption agencies")
+        await bot.set_memory(GROUP, "- Caroline: researching adoption agencies")
         [prompt] = await bot.ask(GROUP, "/forget", **IN_GROUP)
         yes, no = prompt.button_data()
 
