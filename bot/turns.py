@@ -363,7 +363,7 @@ def _footer(
     model: ModelEntry,
     lang: str | None,
 ) -> str | None:
-    lines = receipt_lines(receipts or done.receipts, lang)
+    lines = receipt_lines(receipts, lang)
     if done.model_id != model.id:
         lines.append(
             t("answered_by", lang, label=services.label(done.model_id), requested=model.label)

@@ -9,7 +9,14 @@ import pytest
 
 from memory.consolidation import FORCED_TOOL_CHOICE, Consolidator
 from memory.db import Database
-from memory.longterm import LongTermMemory, MemoryRepository, write_memory
+from memory.forget import forget_chat
+from memory.longterm import (
+    LongTermMemory,
+    MemoryNotice,
+    MemoryRepository,
+    take_memory_notice,
+    write_memory,
+)
 from memory.store import Store, to_iso
 from memory.transcript import chunk_messages
 from models.catalog import load_catalog
@@ -174,3 +181,37 @@ async def test_more_malformed_arguments_are_failures(
         (CHAIN[1], "saved"),
     ]
     assert result.memory_update == "- ok"
+
+
+async def test_a_commit_counts_the_lines_it_added_and_removed_for_the_next_reply(
+    tmp_path: Path,
+) -> None:
+    db = await Database.open(tmp_path / "n.sqlite3")
+    clock = SettableClock()
+    async with db.transaction() as conn:
+        await conn.execute(
+            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')"
+        )
+        await write_memory(conn, 1, "- Name: Rina\n- Smokes", over_budget=False, now="x")
+    assert await take_memory_notice(db, 1) is None  # a write outside consolidation: no count
+
+    # Rewording a kept line is no change; one line dropped, two added.
+    update = "- name: rina.\n- Moving billing to PostgreSQL\n- Lives in Porto"
+    transport = ScriptedTransport(lambda m, msgs: save_call("[2026-03-01 09:00] a", update))
+    store, worker = make_worker(db, clock, transport)
+    await store.add_message(1, "user", "I quit smoking; I live in Porto and move billing")
+    await store.start_new_session(1)
+    await worker.run_due()
+    assert await take_memory_notice(db, 1) == MemoryNotice(added=2, removed=1)
+    assert await take_memory_notice(db, 1) is None  # announced once
+
+    # Counts add up until a reply takes them; /forget leaves nothing to announce.
+    await store.add_message(1, "user", "And I have a cat")
+    await store.start_new_session(1)
+    transport.responder = lambda m, msgs: save_call("[2026-03-01 09:00] b", update + "\n- Cat")
+    await worker.run_due()
+    row = await db.fetchone("SELECT unreported_added, unreported_removed FROM long_term_memory")
+    assert row is not None and (row["unreported_added"], row["unreported_removed"]) == (1, 0)
+    await forget_chat(db, 1, "y")
+    assert await take_memory_notice(db, 1) is None
+    await db.close()
