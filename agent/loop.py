@@ -47,6 +47,11 @@ from models.types import (
 log = structlog.get_logger("agent.loop")
 
 DEFAULT_MAX_STEPS = 4
+# Tool calls run per round and per turn. A model that asks for more gets, for each call past
+# the cap, a result saying it was not run (every call needs a result), and once the turn's cap
+# is spent the next round allows no tool call: one answer cannot write the memory without end.
+MAX_TOOL_CALLS_PER_ROUND = 8
+MAX_TOOL_CALLS_PER_TURN = 16
 
 
 class StreamingClient(Protocol):
@@ -107,12 +112,17 @@ class AgentLoop:
         the same prompt."""
         return min((e.context_window for e in self.catalog.chain(model_id)), default=8192)
 
-    async def run(self, turn: AgentTurn) -> AsyncGenerator[AgentEvent, None]:
+    async def run(
+        self, turn: AgentTurn, *, receipts: list[Receipt] | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """One turn. `receipts`, when given, gets each memory write's receipt the moment the
+        write is done: a caller sees them however the turn ends (an answer, a /cancel, a
+        failure in a later round, a session closed under the turn), not only in AgentDone."""
         # Every model call of the turn reports what it cost as it ends (an answer, a tool
         # round, a model that broke after text, a cancel or a stop); all of it is recorded.
         spending = SpendRecorder(self.store, turn.chat_id, turn.user_id, "chat")
         try:
-            async for event in self._rounds(turn, spending):
+            async for event in self._rounds(turn, spending, [] if receipts is None else receipts):
                 yield event
         finally:
             try:
@@ -121,11 +131,11 @@ class AgentLoop:
                 log.exception("usage_not_recorded", chat_id=turn.chat_id)
 
     async def _rounds(
-        self, turn: AgentTurn, spending: SpendRecorder
+        self, turn: AgentTurn, spending: SpendRecorder, receipts: list[Receipt]
     ) -> AsyncGenerator[AgentEvent, None]:
         framing = Framing()
         model_id = turn.model_id
-        receipts: list[Receipt] = []
+        calls_run = 0  # tool calls run this turn, against MAX_TOOL_CALLS_PER_TURN
         total = Usage()
         attempts = 0
         queued_s = 0.0  # waited for turns in gateway queues, all rounds
@@ -135,7 +145,7 @@ class AgentLoop:
         while True:
             entry = self.catalog.get(model_id)
             offer = self.max_steps > 0 and entry.tools
-            last_round = steps >= self.max_steps
+            last_round = steps >= self.max_steps or calls_run >= MAX_TOOL_CALLS_PER_TURN
             tools = CHAT_TOOLS if offer else None
             session, memory = await asyncio.gather(
                 self.store.session_messages(turn.session_id), self.memory_text(turn.chat_id)
@@ -245,9 +255,16 @@ class AgentLoop:
                     step_limit_reached=last_round and steps > 0,
                 )
                 return
-            outcomes = [
-                await self._run_tool(turn.chat_id, call, prompt.included_ids) for call in calls
-            ]
+            outcomes: list[ToolOutcome] = []
+            for index, call in enumerate(calls):
+                if index >= MAX_TOOL_CALLS_PER_ROUND or calls_run >= MAX_TOOL_CALLS_PER_TURN:
+                    outcomes.append(_not_run(call))
+                    continue
+                calls_run += 1
+                outcome = await self._run_tool(turn.chat_id, call, prompt.included_ids)
+                outcomes.append(outcome)
+                if outcome.receipt is not None:
+                    receipts.append(outcome.receipt)  # written: shown however the turn ends
             try:
                 await self.store.add_tool_round(
                     turn.chat_id,
@@ -276,7 +293,6 @@ class AgentLoop:
                 )
                 return
             await spending.flush()
-            receipts.extend(o.receipt for o in outcomes if o.receipt is not None)
             steps += 1
             log.info(
                 "agent_tool_round",
@@ -327,3 +343,14 @@ class AgentLoop:
                 chat_id=turn.chat_id,
                 session_id=turn.session_id,
             )
+
+
+def _not_run(call: ToolCall) -> ToolOutcome:
+    """The result of a call past the round's or the turn's cap: nothing was done."""
+    return ToolOutcome(
+        call.id,
+        call.name,
+        f"error: not run: at most {MAX_TOOL_CALLS_PER_ROUND} tool calls per round and "
+        f"{MAX_TOOL_CALLS_PER_TURN} per answer; nothing changed. Answer with what you have.",
+        ok=False,
+    )

@@ -37,8 +37,11 @@ from memory.store import to_iso
 log = structlog.get_logger("bot.memory")
 
 MEMORY_KEY = "memory"
+# Button data: "fg:y:<asker's user id>". The asker's id travels with the button, so in a group
+# only the member who asked can confirm (or cancel) their /forget.
 FORGET_YES = "fg:y"
 FORGET_NO = "fg:n"
+_FORGET_DATA = re.compile(r"^fg:([yn]):(\d+)$")
 RECALL_MAX_QUERY = 200
 RECALL_RESULTS = 5
 
@@ -149,11 +152,12 @@ async def forget_command(update: Update, context: Context) -> None:
     if message is None or not await _admit(update, context):
         return
     lang = user_language(update)
+    asker = update.effective_user.id if update.effective_user else 0
     keyboard = InlineKeyboardMarkup(
         [
             [
-                InlineKeyboardButton(t("forget_yes", lang), callback_data=FORGET_YES),
-                InlineKeyboardButton(t("forget_no", lang), callback_data=FORGET_NO),
+                InlineKeyboardButton(t("forget_yes", lang), callback_data=f"{FORGET_YES}:{asker}"),
+                InlineKeyboardButton(t("forget_no", lang), callback_data=f"{FORGET_NO}:{asker}"),
             ]
         ]
     )
@@ -171,7 +175,13 @@ async def forget_callback(update: Update, context: Context) -> None:
         await query.answer()
         return
     chat_id = message.chat.id
-    if query.data == FORGET_YES:
+    parsed = _FORGET_DATA.match(query.data or "")
+    if parsed is None or int(parsed.group(2)) != query.from_user.id:
+        # Someone else's /forget (a group): only its asker decides. Told privately, no effect.
+        log.info("forget_press_refused", chat_id=chat_id, user_id=query.from_user.id)
+        await query.answer(t("forget_not_yours", lang), show_alert=True)
+        return
+    if parsed.group(1) == "y":
         feature = memory_of(context)
         # A reply being written would store its answer (or what it showed) after the
         # forgetting: stop it first, under the session gate, as /new does. Should it outlive
@@ -238,7 +248,7 @@ def register_memory_handlers(application: Application[Any, Any, Any, Any, Any, A
     application.add_handler(CommandHandler("memory", memory_command))
     application.add_handler(CommandHandler("forget", forget_command))
     application.add_handler(CommandHandler("recall", recall_command))
-    application.add_handler(CallbackQueryHandler(forget_callback, pattern=r"^fg:[yn]$"))
+    application.add_handler(CallbackQueryHandler(forget_callback, pattern=r"^fg:[yn]"))
 
 
 # --- `python -m bot export CHAT_ID --out DIR` -------------------------------------------------

@@ -154,10 +154,14 @@ class StreamingReply:
     async def finish(self, final_markdown: str, footer: str | None = None) -> list[int]:
         """Replace the streamed text by the formatted answer; returns the final message ids."""
         await self._stop_background()
-        budget = self._limit - (utf16_len(footer) + 2 if footer else 0)
+        # A footer that would leave the answer too little room gets messages of its own.
+        alone = bool(footer) and utf16_len(footer or "") + 2 > self._limit // 2
+        budget = self._limit - (utf16_len(footer) + 2 if footer and not alone else 0)
         # Rendering a long answer takes a while (~0.1 s for 16 kB): keep other chats moving.
         pieces = await asyncio.to_thread(_render_pieces, final_markdown, budget)
-        if footer:
+        if footer and alone:
+            pieces += [_FinalPiece(plain=p) for p in plain_segments(footer, self._limit)]
+        elif footer:
             if pieces:
                 last = pieces[-1]
                 pieces[-1] = _FinalPiece(

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from telegram import Bot, Message
+from telegram import Bot, Message, User
 from telegram.constants import ChatType
 from telegram.error import TelegramError
 
@@ -18,7 +19,10 @@ from agent.events import AgentDone, Receipt, ToolRound
 from agent.loop import AgentTurn
 from bot.access import is_group, mark_message_saved, quoted_text
 from bot.i18n import t
+from bot.render import utf16_len
 from bot.streaming import StreamingReply
+from memory.facts import MAX_FACT_CHARS
+from memory.longterm import take_memory_notice
 from memory.quoting import with_quote
 from memory.store import StoredMessage, TurnStart
 from models.catalog import ModelEntry
@@ -28,6 +32,10 @@ if TYPE_CHECKING:
     from bot.services import Services
 
 log = structlog.get_logger("bot.turns")
+
+# UTF-16 units the receipt lines of one answer may take: with the answer's last piece cut to
+# leave room for them, a message never passes Telegram's 4096.
+RECEIPTS_MAX_UNITS = 1500
 
 
 @dataclass(frozen=True)
@@ -49,12 +57,28 @@ class TurnRequest:
     quoted_text: str | None = None
     # Identifies the input across deliveries (a replayed update); the turn runs once per key.
     turn_key: str | None = None
+    # Who wrote it, in a group ("Ana (id 101)"): stored beside the text, so the consolidation
+    # transcript names the speaker and memory lines can say whom they are about.
+    speaker: str | None = None
 
     def stored_text(self) -> str:
         """What is stored and sent to the model: the text, framed with its quote if any."""
         if self.quoted_text and self.quoted_text.strip():
             return with_quote(self.text, self.quoted_text)
         return self.text
+
+    def stored_media(self) -> dict[str, object] | None:
+        """The JSON stored beside the text: how it came, and who said it in a group."""
+        if self.speaker is None:
+            return self.media
+        return {**(self.media or {}), "speaker": self.speaker}
+
+
+def speaker_label(user: User) -> str:
+    """A group member as the transcript names them: the name they chose (one line, no
+    brackets or colons, which the transcript's own lines use) and their id, which is unique."""
+    name = " ".join(re.sub(r"[\[\]:<>]", " ", user.full_name).split())[:64]
+    return f"{name} (id {user.id})" if name else f"id {user.id}"
 
 
 Prepare = Callable[[TurnRequest], Awaitable[TurnRequest | None]]
@@ -78,6 +102,7 @@ def turn_request_for(
         message_thread_id=message.message_thread_id if message.is_topic_message else None,
         quoted_text=quoted_text(message),
         turn_key=f"tg:{bot.id}:{update_id}",
+        speaker=speaker_label(message.from_user) if group and message.from_user else None,
     )
 
 
@@ -165,7 +190,7 @@ async def run_chat_turn(
                 request.stored_text(),
                 user_id=request.user_id,
                 key=request.turn_key,
-                media=request.media,
+                media=request.stored_media(),
             )
             mark_message_saved()  # from here on, an error reply may say the message is saved
             if started is None:
@@ -213,6 +238,8 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
     agent = services.agent
     assert agent is not None, "Services.open builds the agent loop"
     done: AgentDone | None = None
+    # Filled by the loop as each memory write happens: shown whichever way the turn ends.
+    receipts: list[Receipt] = []
     outcome = "ok"
     attempts = 0
     restarts = 0
@@ -224,7 +251,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.
-        async with aclosing(agent.run(turn)) as events:
+        async with aclosing(agent.run(turn, receipts=receipts)) as events:
             async for event in events:
                 if isinstance(event, TextDelta):
                     await reply.append(event.text)
@@ -247,7 +274,12 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         reply.ended()  # no partial update now: the formatted answer follows at once
         attempts = done.attempts
         text = done.text.strip() or t("agent_no_answer", lang)
-        footer = _footer(services, done, model, lang)
+        footer = _footer(services, done, receipts, model, lang)
+        notice = await take_memory_notice(services.db, request.chat_id)
+        if notice is not None:
+            # A consolidation changed the memory since the last reply: say so, once.
+            line = t("memory_updated", lang, added=notice.added, removed=notice.removed)
+            footer = f"{footer}\n{line}" if footer else line
         if start.idle_closed_session_id is not None:
             idle = t("idle_new_session", lang)
             footer = f"{footer}\n{idle}" if footer else idle
@@ -257,7 +289,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         # Cut off by a stop of the bot (after the grace period) or by the user's /cancel; the
         # loop has stored what the user saw.
         note = "reply_interrupted" if services.lifecycle.closing else "reply_cancelled"
-        await reply.cancelled(t(note, lang))
+        await reply.cancelled(_with_receipts(t(note, lang), receipts, lang))
     except TransportError as exc:
         outcome = "failed"
         attempts = len(exc.attempts)
@@ -267,7 +299,8 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             model_requested=model.id,
             attempts=[f"{a.model_id}@{a.gateway}:{a.outcome}" for a in exc.attempts],
         )
-        await reply.fail(t("all_models_failed", lang, reason=failure_reason(exc, lang)))
+        failed = t("all_models_failed", lang, reason=failure_reason(exc, lang))
+        await reply.fail(_with_receipts(failed, receipts, lang))
     finally:
         usage = done.usage if done else None
         log.info(
@@ -289,14 +322,48 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
 
 
 def receipt_line(receipt: Receipt, lang: str | None) -> str:
-    """The bot's own words for a memory write, from the executed tool call."""
+    """The bot's own words for a memory write, from the executed tool call.
+
+    A remembered fact is shown whole: the tool refuses one longer than MAX_FACT_CHARS, so what
+    is saved is never longer than what the receipt shows. A forgotten text (memory lines, which
+    a consolidation may have written long) is shortened past that: it names what is gone."""
     key = "receipt_remembered" if receipt.kind == "remembered" else "receipt_forgotten"
-    fact = receipt.text if len(receipt.text) <= 300 else receipt.text[:299] + "…"
+    fact = receipt.text
+    if len(fact) > MAX_FACT_CHARS:
+        fact = fact[: MAX_FACT_CHARS - 1] + "…"
     return t(key, lang, fact=fact)
 
 
-def _footer(services: Services, done: AgentDone, model: ModelEntry, lang: str | None) -> str | None:
-    lines = [receipt_line(r, lang) for r in done.receipts]
+def receipt_lines(receipts: Sequence[Receipt], lang: str | None) -> list[str]:
+    """One line per write while they fit RECEIPTS_MAX_UNITS (a message holds 4096), then one
+    line saying how many more there are and where to see them: receipts never make an answer
+    undeliverable, and no write goes unmentioned."""
+    lines: list[str] = []
+    used = 0
+    for index, receipt in enumerate(receipts):
+        line = receipt_line(receipt, lang)
+        cost = utf16_len(line) + 1
+        if used + cost > RECEIPTS_MAX_UNITS:
+            lines.append(t("receipts_more", lang, count=len(receipts) - index))
+            break
+        lines.append(line)
+        used += cost
+    return lines
+
+
+def _with_receipts(note: str, receipts: Sequence[Receipt], lang: str | None) -> str:
+    """A cancel or failure note, followed by the receipts of the writes done before it."""
+    return "\n".join([note, *receipt_lines(receipts, lang)])
+
+
+def _footer(
+    services: Services,
+    done: AgentDone,
+    receipts: Sequence[Receipt],
+    model: ModelEntry,
+    lang: str | None,
+) -> str | None:
+    lines = receipt_lines(receipts, lang)
     if done.model_id != model.id:
         lines.append(
             t("answered_by", lang, label=services.label(done.model_id), requested=model.label)

@@ -16,12 +16,11 @@ estimate (memory/transcript.estimate_tokens), so a prompt that fits here fits th
 from __future__ import annotations
 
 import json
-import re
-import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from memory.framing import Framing
 from memory.store import StoredMessage
 from memory.transcript import estimate_tokens, trim_middle
 from models.types import Message
@@ -37,32 +36,12 @@ TOOLS_GUIDE = (
     "conversation that is not in front of you; call `remember` when the user asks you to keep "
     "a fact (or states a lasting one), and `forget_fact` when they ask you to forget one. "
     "The bot shows the user a receipt for every saved or removed fact, so never say that you "
-    "saved or forgot something unless the tool's result said it was done."
+    "saved or forgot something unless the tool's result said it was done. In a group chat, "
+    "write a fact so it says whom it is about (their name when you know it), not 'the user'."
 )
 
 MAX_TOOL_RESULT_CHARS = 8000
 NOTE_TOKENS = 80
-
-
-@dataclass(frozen=True)
-class Framing:
-    """Per-turn delimiters user text cannot forge (see the module docstring)."""
-
-    nonce: str = field(default_factory=lambda: secrets.token_hex(8))
-
-    def tag(self, name: str) -> str:
-        return f"{name}_{self.nonce}"
-
-    def defuse(self, text: str) -> str:
-        """Remove every occurrence of the nonce (in any case), until none is left."""
-        pattern = re.compile(re.escape(self.nonce), re.IGNORECASE)
-        while pattern.search(text):
-            text = pattern.sub("", text)
-        return text
-
-    def wrap(self, name: str, text: str) -> str:
-        tag = self.tag(name)
-        return f"<{tag}>\n{self.defuse(text)}\n</{tag}>"
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,12 @@ async def forget_chat_in(conn: aiosqlite.Connection, chat_id: int, now: str) -> 
         (chat_id, now, now),
     )
     await write_memory(conn, chat_id, "", over_budget=False, now=now)
+    # Nothing is left to announce either.
+    await conn.execute(
+        "UPDATE long_term_memory SET unreported_added = 0, unreported_removed = 0 "
+        "WHERE chat_id = ?",
+        (chat_id,),
+    )
     history = await _count(
         conn, "DELETE FROM history_entries WHERE chat_id = ? RETURNING id", chat_id
     )

@@ -30,7 +30,13 @@ from memory.consolidation import (
 )
 from memory.db import Database, run_sync
 from memory.facts import Edit, replay
-from memory.longterm import LongTermMemory, read_memory, write_memory
+from memory.longterm import (
+    LongTermMemory,
+    add_unreported,
+    changed_lines,
+    read_memory,
+    write_memory,
+)
 from memory.store import Store, StoredMessage, from_iso, to_iso, utc_now
 from memory.transcript import DEFAULT_MAX_MESSAGE_CHARS, Chunk, chunk_messages
 from models.types import Usage
@@ -225,6 +231,8 @@ class JobQueue:
                 over_budget=len(memory_update) > memory_max_chars,
                 now=now,
             )
+            # The user's next reply says what changed (bot/turns.py): no write is silent.
+            await add_unreported(conn, job.chat_id, changed_lines(current.content, memory_update))
             await _drop_edits(conn, job.chat_id)
             first, last = chunk.messages[0], chunk.messages[-1]
             await conn.execute(

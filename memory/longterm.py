@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import aiosqlite
 
 from memory.db import Database
+from memory.facts import is_content_line, normalise
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,54 @@ async def write_memory(
     row = await cursor.fetchone()
     assert row is not None
     return int(row["version"])
+
+
+@dataclass(frozen=True)
+class MemoryNotice:
+    """Lines consolidations added to and removed from the memory since the user was told."""
+
+    added: int
+    removed: int
+
+
+def changed_lines(before: str, after: str) -> MemoryNotice:
+    """How many content lines `after` has that `before` lacks, and the reverse (compared
+    case- and punctuation-insensitively, so a reformatted line is not a change)."""
+    old = {normalise(line) for line in before.splitlines() if is_content_line(line)}
+    new = {normalise(line) for line in after.splitlines() if is_content_line(line)}
+    return MemoryNotice(len(new - old), len(old - new))
+
+
+async def add_unreported(conn: aiosqlite.Connection, chat_id: int, change: MemoryNotice) -> None:
+    """Count a consolidation's change for the next reply to announce (inside its commit)."""
+    if change.added or change.removed:
+        await conn.execute(
+            "UPDATE long_term_memory SET unreported_added = unreported_added + ?, "
+            "unreported_removed = unreported_removed + ? WHERE chat_id = ?",
+            (change.added, change.removed, chat_id),
+        )
+
+
+async def take_memory_notice(db: Database, chat_id: int) -> MemoryNotice | None:
+    """The change not announced yet, marked as announced; None when there is none. A plain
+    read first: most replies have nothing to announce and need no write."""
+    row = await db.fetchone(_UNREPORTED, (chat_id,))
+    if row is None or not (row["unreported_added"] or row["unreported_removed"]):
+        return None
+    async with db.transaction() as conn:
+        cursor = await conn.execute(_UNREPORTED, (chat_id,))
+        row = await cursor.fetchone()
+        if row is None or not (row["unreported_added"] or row["unreported_removed"]):
+            return None
+        await conn.execute(
+            "UPDATE long_term_memory SET unreported_added = 0, unreported_removed = 0 "
+            "WHERE chat_id = ?",
+            (chat_id,),
+        )
+    return MemoryNotice(int(row["unreported_added"]), int(row["unreported_removed"]))
+
+
+_UNREPORTED = "SELECT unreported_added, unreported_removed FROM long_term_memory WHERE chat_id = ?"
 
 
 class MemoryRepository:

@@ -59,7 +59,8 @@ class StoredMessage:
     tool_call_id: str | None = None
     user_id: int | None = None
     model_id: str | None = None
-    media: dict[str, object] | None = None  # how it was sent, if not as text (file id, kind…)
+    # How it was sent, if not as text (file id, kind…); in a group, who sent it ("speaker").
+    media: dict[str, object] | None = None
 
     def as_prompt_message(self) -> dict[str, object]:
         """OpenAI-format message for the model's context."""

@@ -50,17 +50,26 @@ def trim_middle(text: str, max_chars: int) -> str:
 
 
 # How a message that came as media shows in a transcript. The stored content is already the
-# text models read ("[photo: caption]", a document's text, a voice note's transcript); voice
-# notes get a label so the consolidation model knows the words were spoken, not typed.
+# text models read ("[photo: caption]", a document's text, a voice note's transcript); the label
+# says where the words came from, so the consolidation model keeps only what the user stated
+# (an audio file or a document may be anyone's words; a voice note is the sender speaking).
 _MEDIA_LABELS = {
     "voice": "[voice note, transcribed] ",
-    "audio": "[audio file, transcribed] ",
+    "audio": "[audio file, transcribed: a recording the user sent, maybe not their words] ",
     "video_note": "[video note, transcribed] ",
+    "document": "[document the user sent: only a caption is the user's words] ",
 }
+TOOL_RESULT_LABEL = "data the bot looked up or wrote, not the user's words"
 
 
 def media_label(media: dict[str, object] | None) -> str:
     return _MEDIA_LABELS.get(str((media or {}).get("kind", "")), "")
+
+
+def speaker_of(message: StoredMessage) -> str | None:
+    """Who wrote a user message in a group (stored with it), for memory lines about people."""
+    speaker = (message.media or {}).get("speaker")
+    return str(speaker) if speaker else None
 
 
 def render_message(
@@ -73,7 +82,9 @@ def render_message(
     stamp = timestamp_label(message.created_at)
     role = message.role
     if message.tool_call_id:
-        role = f"tool result ({message.tool_call_id})"
+        role = f"tool result ({message.tool_call_id}; {TOOL_RESULT_LABEL})"
+    elif role == "user" and (speaker := speaker_of(message)):
+        role = f"user {speaker}"
     content = media_label(message.media) + message.content
     lines = [f"[{stamp}] {role}: {trim_middle(content, max_message_chars)}"]
     for call in message.tool_calls or []:

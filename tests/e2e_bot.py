@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import sqlite3
 import sys
@@ -117,6 +118,18 @@ def fake_settings(fakes: FakeServers, **values: Any) -> Settings:
         **values,
     }
     return load_settings(**{k: v for k, v in merged.items() if v is not None})
+
+
+_MEMORY_BLOCK = re.compile(r"<(long_term_memory_[0-9a-f]{16})>\n(.*?)\n</\1>", re.S)
+
+
+def memory_block(system_text: str) -> str | None:
+    """The long-term memory the model was given: the body of the nonce-tagged frame, or None
+    when the prompt holds no memory frame at all. The tag carries a random nonce, so a test must
+    look for the frame itself, never for a fixed tag name."""
+    found = _MEMORY_BLOCK.findall(system_text)
+    assert len(found) <= 1, "one memory frame at most"
+    return found[0][1] if found else None
 
 
 def confirmed(tg: FakeTelegram, update_id: int) -> bool:
@@ -280,6 +293,20 @@ class BotUnderTest(_ProviderShortcuts):
 
     async def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         return [dict(r) for r in await self.services.db.fetchall(sql, params)]
+
+    async def set_memory(self, chat_id: int, content: str) -> None:
+        """Give a chat a long-term memory directly, as a consolidation would have written it."""
+        from memory.longterm import write_memory
+        from memory.store import to_iso, utc_now
+
+        now = to_iso(utc_now())
+        async with self.services.db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(chat_id) DO NOTHING",
+                (chat_id, now, now),
+            )
+            await write_memory(conn, chat_id, content, over_budget=False, now=now)
 
 
 def real_update(name: str, chat_id: int, user_id: int) -> dict[str, Any]:

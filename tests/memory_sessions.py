@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.store import Store, StoredMessage
-from memory.transcript import timestamp_label
+from memory.transcript import TOOL_RESULT_LABEL, timestamp_label
 from models.types import ToolCall
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
@@ -217,7 +217,9 @@ REAL_SESSIONS: dict[str, Callable[[], list[SessionMessage]]] = {
 def needles(message: StoredMessage) -> list[str]:
     """Substrings that must appear, in this order, in a transcript holding `message`."""
     stamp = timestamp_label(message.created_at)
-    role = f"tool result ({message.tool_call_id})" if message.tool_call_id else message.role
+    role = message.role
+    if message.tool_call_id:
+        role = f"tool result ({message.tool_call_id}; {TOOL_RESULT_LABEL})"
     found = [f"[{stamp}] {role}: {message.content[:30]}"]
     found += [f"called tool {c.name} ({c.id})" for c in message.tool_calls or []]
     return found
@@ -238,9 +240,15 @@ def assert_in_order(transcript: str, messages: list[StoredMessage]) -> None:
 _TRANSCRIPT_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d)\] (user|assistant): ?(.*)$")
 
 
+def framed(text: str, name: str) -> str:
+    """The body of the one frame named `name` (its tag carries a nonce: `<name_3f9c…>`)."""
+    found = re.findall(rf"<({name}_[0-9a-f]{{16}})>\n(.*?)\n</\1>", text, re.S)
+    assert len(found) == 1, f"{len(found)} frames named {name}"
+    return found[0][1]
+
+
 def _between(text: str, tag: str) -> str:
-    start, end = text.find(f"<{tag}>"), text.find(f"</{tag}>")
-    return text[start + len(tag) + 2 : end].strip() if 0 <= start < end else ""
+    return framed(text, tag).strip()
 
 
 def transcript_messages(transcript: str) -> list[tuple[str, str, str]]:

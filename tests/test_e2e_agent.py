@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from memory.store import StoredMessage
-from tests.e2e_bot import OWNER, BotUnderTest, bot_under_test
+from tests.e2e_bot import OWNER, BotUnderTest, bot_under_test, memory_block
 from tests.fakes.providers import Fault, RecordedRequest, Reply, Respond, ToolCallReply
 from tests.memory_sessions import (
     SessionMessage,
@@ -172,10 +172,7 @@ async def test_remember_shows_a_receipt_and_the_fact_is_in_the_next_request(
 
         first, second = openai_chat(bot)
         assert fact not in first.system_text()
-        memory = re.search(
-            r"<(long_term_memory_[0-9a-f]{16})>\n(.*)\n</\1>", second.system_text(), re.S
-        )
-        assert memory is not None and memory.group(2) == f"- {fact}"
+        assert memory_block(second.system_text()) == f"- {fact}"
         [result] = second.tool_results()
         assert unframed(result["content"]) == [f"saved to long-term memory: - {fact}"]
 
@@ -208,7 +205,7 @@ async def test_forget_fact_removes_the_line_with_a_receipt_in_the_users_language
         [shown] = await bot.ask(CHAT, "タバコのことは忘れて", language_code="ja")
         assert shown.text.splitlines()[-1] == "🗑 忘れました: The user smokes"
         last = openai_chat(bot)[-1]
-        assert "smokes" not in last.system_text().split("long_term_memory_")[-1]
+        assert memory_block(last.system_text()) is None  # the only line is gone
         [memory] = await bot.rows("SELECT content FROM long_term_memory")
         assert memory["content"] == ""
 

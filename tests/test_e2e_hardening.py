@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from telegram import Update
 from telegram.ext import ContextTypes, MessageHandler, filters
 
@@ -214,25 +215,11 @@ async def test_usage_with_a_bad_user_id_says_how_to_use_it(tmp_path: Path, argum
 # --- item 10: /memory parts fit Telegram's 4096 UTF-16 units; no failed send is silent ------------
 
 
-async def _set_memory(bot: BotUnderTest, chat_id: int, content: str) -> None:
-    from memory.longterm import write_memory
-    from memory.store import to_iso, utc_now
-
-    now = to_iso(utc_now())
-    async with bot.services.db.transaction() as conn:
-        await conn.execute(
-            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT(chat_id) DO NOTHING",
-            (chat_id, now, now),
-        )
-        await write_memory(conn, chat_id, content, over_budget=False, now=now)
-
-
 async def test_memory_of_emoji_lines_arrives_whole(tmp_path: Path) -> None:
     # 250 lines of 📌 facts: cut at 4000 code points, a part held ~4470 UTF-16 units.
     lines = [f"📌 fact {i:03d} 📌📌📌📌📌📌📌📌" for i in range(250)]
     async with bot_under_test(tmp_path) as bot:
-        await _set_memory(bot, OWNER, "\n".join(lines))
+        await bot.set_memory(OWNER, "\n".join(lines))
         bot.say(OWNER, "/memory")
         await bot.wait(lambda: lines[-1] in "\n".join(bot.texts(OWNER)))
         sends = [c for c in bot.tg.calls_of("sendMessage") if c.params["chat_id"] == OWNER]
@@ -243,11 +230,17 @@ async def test_memory_of_emoji_lines_arrives_whole(tmp_path: Path) -> None:
 
 async def test_a_refused_reply_is_logged_and_the_user_told(tmp_path: Path) -> None:
     async with bot_under_test(tmp_path) as bot:
-        await _set_memory(bot, OWNER, "- likes tea")
+        await bot.set_memory(OWNER, "- likes tea")
         bot.tg.inject_error("sendMessage", description="Bad Request: message is too long")
-        bot.say(OWNER, "/memory")
-        await bot.wait_messages(OWNER, 1)
+        with structlog.testing.capture_logs() as logs:
+            bot.say(OWNER, "/memory")
+            await bot.wait_messages(OWNER, 1)
         assert bot.texts(OWNER) == [t("send_failed")]
+        [refused] = [e for e in logs if e["event"] == "reply_failed"]
+        assert refused["chat_id"] == OWNER
+        assert refused["error"] == "Message is too long"
+        # The refused text is the /memory reply: its size is logged, never its words.
+        assert refused["units"] > len("- likes tea") and "likes tea" not in str(refused)
 
 
 # --- items 9 and 12: split messages in groups; the joiner's caps --------------------------------

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from bot.i18n import t
 from tests.consolidation_stack import GOOD_ARGS, StepClock, good_call
-from tests.e2e_bot import OWNER, BotUnderTest, bot_under_test, real_update
+from tests.e2e_bot import OWNER, BotUnderTest, bot_under_test, memory_block, real_update
 from tests.fakes.providers import Reply
 
 CHAT = OWNER  # a private chat: its id is the user's id
@@ -60,11 +61,13 @@ async def test_a_message_after_the_idle_time_opens_a_new_session_and_consolidate
         assert await bot.rows("SELECT * FROM consolidation_jobs") == []
 
         clock.advance(361 * 60)  # past SESSION_IDLE_MINUTES since the last answer
+        bot.groq.gate = asyncio.Event()  # the old session's consolidation waits for this
         [fourth] = await bot.ask(CHAT, "Back after a long pause")
         assert fourth.text == f"echo: Back after a long pause\n\n{IDLE_NOTE}"
         # The model saw only the new session.
         request = bot.chat_requests()[-1][1]
         assert [m["content"] for m in request.body["messages"][1:]] == ["Back after a long pause"]
+        bot.groq.gate.set()
         await bot.consolidations_settled(CHAT)
 
         [job] = await bot.rows("SELECT kind, state, session_id FROM consolidation_jobs")
@@ -78,6 +81,9 @@ async def test_a_message_after_the_idle_time_opens_a_new_session_and_consolidate
         assert await chat_sessions(bot) == [
             ["Back after a long pause", "echo: Back after a long pause"]
         ]
+        # The consolidation wrote the memory: the next answer says so.
+        [fifth] = await bot.ask(CHAT, "Anything new?")
+        assert fifth.text == "echo: Anything new?\n\n" + t("memory_updated", added=2, removed=0)
         memory = await bot.memory.repo.get(CHAT)
         assert memory.content == GOOD_ARGS["memory_update"]
 
@@ -95,7 +101,8 @@ async def test_idle_sessions_are_off_with_zero(tmp_path: Path) -> None:
 async def forget_confirmed(bot: BotUnderTest) -> None:
     """/forget, then the "Yes, forget" button; until the bot says it is done."""
     [prompt] = await bot.ask(CHAT, "/forget")
-    bot.tg.push(bot.tg.make_callback_update(CHAT, OWNER, "fg:y", message_id=prompt.message_id))
+    yes = prompt.button_data()[0]
+    bot.tg.push(bot.tg.make_callback_update(CHAT, OWNER, yes, message_id=prompt.message_id))
     await bot.wait(lambda: bot.texts(CHAT)[-1].startswith("Done"))
 
 
@@ -112,7 +119,7 @@ async def nothing_reaches_the_model(bot: BotUnderTest) -> None:
     await bot.ask(CHAT, "What do you know about me?")
     request = bot.chat_requests()[-1][1]
     messages = request.body["messages"]
-    assert "<long_term_memory>" not in str(messages[0]["content"])
+    assert memory_block(messages[0]["content"]) is None
     assert [m["content"] for m in messages[1:]] == ["What do you know about me?"]
 
 
@@ -166,7 +173,8 @@ async def test_new_and_forget_in_one_batch_leave_nothing(tmp_path: Path, first: 
         await bot.ask(CHAT, "Hi, I am Rina and I smoke")
         [prompt] = await bot.ask(CHAT, "/forget")
         new = bot.tg.make_text_update(CHAT, OWNER, "/new")
-        press = bot.tg.make_callback_update(CHAT, OWNER, "fg:y", message_id=prompt.message_id)
+        yes = prompt.button_data()[0]
+        press = bot.tg.make_callback_update(CHAT, OWNER, yes, message_id=prompt.message_id)
         for update in [new, press] if first == "new" else [press, new]:
             bot.tg.push(update)  # fetched by one getUpdates call, handled concurrently
         await bot.wait(

@@ -24,7 +24,7 @@ from memory.store import Store, to_iso
 from models.catalog import load_catalog
 from models.types import Attempt, ChatResult, Message, Outcome, ToolCall, TransportError, Usage
 from tests.consolidation_stack import CHAIN
-from tests.memory_sessions import SettableClock
+from tests.memory_sessions import SettableClock, framed
 
 
 def save_call(history: str, memory: str) -> ChatResult:
@@ -87,8 +87,8 @@ def remembering(memory_of: Callable[[str], str] | None = None) -> Responder:
 
     def respond(model_id: str, messages: list[Message]) -> ChatResult:
         user = messages[-1]["content"]
-        current = user.split("<current_memory>\n", 1)[1].split("\n</current_memory>", 1)[0]
-        first_line = user.split("<transcript>\n", 1)[1].split("\n", 1)[0]
+        current = framed(user, "current_memory")
+        first_line = framed(user, "transcript").split("\n", 1)[0]
         base = "" if current.startswith("(empty") else current + "\n"
         return save_call(f"[2026-03-01 09:00] {first_line}", base + f"- {first_line}")
 
@@ -257,9 +257,9 @@ async def test_two_quick_news_run_in_order_each_from_the_previous_memory(
 
     prompts = [m[-1]["content"] for _, m in transport.calls]
     assert len(prompts) == 2
-    assert "first session fact" in prompts[0].split("<transcript>")[1]
+    assert "first session fact" in framed(prompts[0], "transcript")
     # The second job saw the first job's committed memory, and kept it.
-    assert "- [2026-03-01 09:00] user: first session fact" in prompts[1].split("<transcript>")[0]
+    assert "- [2026-03-01 09:00] user: first session fact" in framed(prompts[1], "current_memory")
     memory = await MemoryRepository(db).get(5)
     assert memory.version == 2
     assert memory.content.index("first session fact") < memory.content.index("second session")
@@ -340,7 +340,7 @@ async def test_messages_that_vanished_meanwhile_are_not_claimed_by_the_commit(
 
     history = await MemoryRepository(db).history(6)
     assert len(history) == 1 and history[0].message_count == 3
-    assert "one" not in transport.calls[-1][1][-1]["content"].split("<transcript>")[1]
+    assert "one" not in framed(transport.calls[-1][1][-1]["content"], "transcript")
     assert await store.messages_by_ids(ids) == []
 
 
@@ -448,7 +448,7 @@ async def test_a_session_too_big_for_one_request_is_committed_chunk_by_chunk(
 
     history = await MemoryRepository(db).history(13)
     assert len(history) == len(transport.calls) > 1
-    transcripts = [m[-1]["content"].split("<transcript>\n")[1] for _, m in transport.calls]
+    transcripts = [framed(m[-1]["content"], "transcript") for _, m in transport.calls]
     seen = [i for t in transcripts for i in range(10) if f"paragraph {i}:" in t]
     assert seen == list(range(10))  # every message once, in order
     assert sum(h.message_count for h in history) == 10

@@ -14,6 +14,7 @@ import pytest
 
 from bot.app import build_application, prepare, running
 from bot.config import load_settings
+from bot.i18n import t
 from bot.memory_handlers import MEMORY_KEY, MemoryFeature
 from bot.render import split_plain, utf16_len
 from bot.services import services_of
@@ -48,13 +49,16 @@ class Bot:
         await self.tg.wait_for(lambda: len(self.tg.bot_messages(user)) > before, timeout=20)
         return self.tg.bot_messages(user)[before].text
 
-    async def chat(self, text: str) -> None:
+    async def chat(self, text: str) -> str:
         """A chat turn: wait until the streamed answer is complete and the turn is over (its
-        answer is stored just after it is shown)."""
+        answer is stored just after it is shown); the answer as shown, with its footer."""
         await self.say(text)
-        await self.tg.wait_for(lambda: self.texts()[-1] == "Nice to meet you.", timeout=20)
+        await self.tg.wait_for(
+            lambda: self.texts()[-1].split("\n\n")[0] == "Nice to meet you.", timeout=20
+        )
         turns = services_of(self.app).turns
         await self.tg.wait_for(lambda: turns.waiting(USER) == 0, timeout=20)
+        return self.texts()[-1]
 
 
 @pytest.fixture
@@ -109,7 +113,8 @@ async def test_new_then_memory_reaches_the_next_session_and_the_commands(bot: Bo
     assert await bot.say("/new") == "New session started."
     await consolidated(bot)
 
-    await bot.chat("What do you remember about me?")
+    shown = await bot.chat("What do you remember about me?")
+    assert shown == "Nice to meet you.\n\n" + t("memory_updated", added=2, removed=0)
     system = str(bot.chat_provider.requests[-1].body["messages"][0]["content"])
     assert "<long_term_memory_" in system and GOOD_ARGS["memory_update"] in system
 
@@ -172,7 +177,8 @@ async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
     assert (await bot.memory.repo.get(USER)).content  # asking is not doing
 
     # A stranger pressing the button changes nothing: wait for the refusal of that very press.
-    press = bot.tg.make_callback_update(USER, STRANGER, "fg:y", message_id=prompt.message_id)
+    yes, _ = prompt.button_data()
+    press = bot.tg.make_callback_update(USER, STRANGER, yes, message_id=prompt.message_id)
     bot.tg.push(press)
     press_id = press["callback_query"]["id"]
     await bot.tg.wait_for(
@@ -185,7 +191,7 @@ async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
     assert str(STRANGER) in answer.params["text"]  # the refusal, not a confirmation
     assert (await bot.memory.repo.get(USER)).content
 
-    bot.tg.push(bot.tg.make_callback_update(USER, USER, "fg:y", message_id=prompt.message_id))
+    bot.tg.push(bot.tg.make_callback_update(USER, USER, yes, message_id=prompt.message_id))
     await bot.tg.wait_for(lambda: bot.tg.bot_messages(USER)[-1].text.startswith("Done"))
     memory = await bot.memory.repo.get(USER)
     assert memory.content == "" and await bot.memory.repo.history(USER) == []
@@ -198,7 +204,8 @@ async def test_keep_it_button_clears_nothing(bot: Bot) -> None:
     await consolidated(bot)
     await bot.say("/forget")
     prompt = bot.tg.bot_messages(USER)[-1]
-    bot.tg.push(bot.tg.make_callback_update(USER, USER, "fg:n", message_id=prompt.message_id))
+    _, no = prompt.button_data()
+    bot.tg.push(bot.tg.make_callback_update(USER, USER, no, message_id=prompt.message_id))
     await bot.tg.wait_for(lambda: bot.tg.bot_messages(USER)[-1].text == "Nothing was cleared.")
     assert (await bot.memory.repo.get(USER)).content == GOOD_ARGS["memory_update"]
 

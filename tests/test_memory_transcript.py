@@ -11,7 +11,13 @@ from memory.consolidation import Consolidator
 from memory.db import Database
 from memory.longterm import LongTermMemory
 from memory.store import Store
-from memory.transcript import chunk_messages, estimate_tokens, render_message, trim_middle
+from memory.transcript import (
+    TOOL_RESULT_LABEL,
+    chunk_messages,
+    estimate_tokens,
+    render_message,
+    trim_middle,
+)
 from models.catalog import load_catalog
 from tests.memory_sessions import (
     REAL_SESSIONS,
@@ -91,7 +97,7 @@ async def test_a_single_message_bigger_than_the_budget_still_fits_its_own_chunk(
     huge = await store.add_message(1, "tool", "日本語のログ " * 20_000, tool_call_id="call_9")
     chunks = chunk_messages([huge], 1000)
     assert len(chunks) == 1 and estimate_tokens(chunks[0].text) <= 1000
-    assert "tool result (call_9): 日本語のログ" in chunks[0].text
+    assert f"tool result (call_9; {TOOL_RESULT_LABEL}): 日本語のログ" in chunks[0].text
 
 
 def test_token_estimate_is_pessimistic_for_cjk_and_latin() -> None:

@@ -355,6 +355,11 @@ class BotMessage:
     sent_at: float = 0.0
     edit_times: list[float] = field(default_factory=list)
 
+    def button_data(self) -> list[str]:
+        """The callback data of its inline buttons, in reading order (what a press sends)."""
+        rows = (self.reply_markup or {}).get("inline_keyboard", [])
+        return [button["callback_data"] for row in rows for button in row]
+
 
 @dataclass
 class StoredFile:

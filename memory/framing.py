@@ -1,0 +1,42 @@
+"""Frames for data inside a prompt, which the data itself cannot close.
+
+Every block a prompt holds as data — the long-term memory, tool results, the consolidation's
+current memory and transcript, a document's text — sits between tags whose names carry a random
+nonce drawn for that prompt (`<transcript_3f9c…>`). Text written before the nonce existed cannot
+contain the closing tag, and any occurrence of the nonce inside the data is removed before
+framing, so nothing inside a frame can close it, whatever its case, nesting or spelling.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import secrets
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Framing:
+    """Per-turn delimiters user text cannot forge (see the module docstring)."""
+
+    nonce: str = field(default_factory=lambda: secrets.token_hex(8))
+
+    def tag(self, name: str) -> str:
+        return f"{name}_{self.nonce}"
+
+    def defuse(self, text: str) -> str:
+        """Remove every occurrence of the nonce (in any case), until none is left."""
+        pattern = re.compile(re.escape(self.nonce), re.IGNORECASE)
+        while pattern.search(text):
+            text = pattern.sub("", text)
+        return text
+
+    def wrap(self, name: str, text: str) -> str:
+        tag = self.tag(name)
+        return f"<{tag}>\n{self.defuse(text)}\n</{tag}>"
+
+    def attribute(self, value: str) -> str:
+        """A value for a tag attribute (a file name): one line, the nonce removed, quotes and
+        angle brackets escaped, so it can end neither the attribute nor the tag."""
+        one_line = " ".join(self.defuse(value).split())
+        return html.escape(one_line, quote=True)
