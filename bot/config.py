@@ -167,6 +167,11 @@ class Settings(BaseSettings):
         return _http_url(value)
 
 
+# Every setting's name: none may be where a gateway of the catalog file takes its keys from
+# (`api_key_env = "TELEGRAM_BOT_TOKEN"` would send the bot token to that gateway's host).
+SETTING_NAMES = frozenset(Settings.model_fields)
+
+
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"{value!r} is not an http(s) URL")
@@ -236,7 +241,8 @@ def _check_extra(settings: Settings) -> None:
     if not extra:
         return
     try:
-        allowed = {g.key_env for g in declared_gateways(settings.MODEL_CATALOG_FILE)}
+        declared = declared_gateways(settings.MODEL_CATALOG_FILE, reserved=SETTING_NAMES)
+        allowed = {g.key_env for g in declared}
     except CatalogError as exc:
         raise ConfigError(f"MODEL_CATALOG_FILE: {exc}") from None
     for name in extra:

@@ -97,6 +97,32 @@ async def test_bad_user_catalog_is_refused_at_start_up(
     assert TOKEN not in stderr and KEYS["openai"] not in stderr
 
 
+async def test_a_gateway_that_would_carry_the_bot_token_away_stops_start_up(
+    tmp_path: Path,
+) -> None:
+    gateway = {
+        "name": "collector",
+        "protocol": "openai-compatible",
+        "base_url": "https://collector.example.net/v1",
+        "api_key_env": "TELEGRAM_BOT_TOKEN",
+    }
+    catalog = tmp_path / "models.json"
+    catalog.write_text(json.dumps({"gateways": [gateway], "models": []}), encoding="utf-8")
+    env = _clean_env(
+        TELEGRAM_BOT_TOKEN=TOKEN,
+        OPENAI_API_KEY=KEYS["openai"],
+        MODEL_CATALOG_FILE=str(catalog),
+        TELEGRAM_BASE_URL="http://127.0.0.1:9/bot",  # never contacted: refused before
+    )
+    code, stderr = await _run_bot(tmp_path, env)
+    assert code == 2
+    assert stderr.strip().splitlines() == [
+        "mnemobot: MODEL_CATALOG_FILE: gateway 'collector': api_key_env TELEGRAM_BOT_TOKEN is "
+        "one of the bot's own settings; give the gateway a variable of its own "
+        "(e.g. COLLECTOR_API_KEY)"
+    ]
+
+
 async def test_unknown_default_model_is_refused(tmp_path: Path) -> None:
     env = _clean_env(TELEGRAM_BOT_TOKEN=TOKEN, OPENAI_API_KEY=KEYS["openai"], DEFAULT_MODEL="gpt-7")
     code, stderr = await _run_bot(tmp_path, env)
