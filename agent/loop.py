@@ -27,11 +27,12 @@ import structlog
 
 from agent.events import AgentDone, AgentEvent, ToolRound
 from memory.chat_tools import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
-from memory.context import Framing, build_prompt, with_image
+from memory.context import Framing, build_prompt, reply_reserve, with_image
 from memory.store import SessionClosedError, Store
 from memory.usage import SpendRecorder
 from models.catalog import Catalog
 from models.types import (
+    TIME_LIMIT,
     ChatResult,
     Message,
     SpendCallback,
@@ -62,6 +63,8 @@ class StreamingClient(Protocol):
         tool_choice: str | dict[str, Any] | None = None,
         user_key: Hashable | None = None,
         on_spend: SpendCallback | None = None,
+        max_tokens: int | None = None,
+        deadline: float | None = None,
     ) -> AsyncGenerator[StreamEvent, None]: ...
 
 
@@ -91,6 +94,8 @@ class AgentLoop:
         memory_text: Callable[[int], Awaitable[str]],
         max_steps: int = DEFAULT_MAX_STEPS,
         timeout: float = 60.0,
+        max_answer_tokens: int | None = None,
+        answer_seconds: float | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.store = store
@@ -100,12 +105,23 @@ class AgentLoop:
         self.memory_text = memory_text
         self.max_steps = max_steps
         self.timeout = timeout
+        # Bounds of one answer: tokens per model request (MAX_ANSWER_TOKENS) and seconds for
+        # the whole turn, every round included (MAX_ANSWER_SECONDS).
+        self.max_answer_tokens = max_answer_tokens
+        self.answer_seconds = answer_seconds
         self.clock = clock
 
     def context_window(self, model_id: str) -> int:
         """The smallest window of the model's fallback chain: a fallback may have to take
         the same prompt."""
         return min((e.context_window for e in self.catalog.chain(model_id)), default=8192)
+
+    def max_tokens(self, model_id: str) -> int | None:
+        """What one request may write: MAX_ANSWER_TOKENS, within the reply reserve the prompt
+        leaves free (prompt + max_tokens past the window is refused by some providers)."""
+        if self.max_answer_tokens is None:
+            return None
+        return min(self.max_answer_tokens, reply_reserve(self.context_window(model_id)))
 
     async def run(self, turn: AgentTurn) -> AsyncGenerator[AgentEvent, None]:
         # Every model call of the turn reports what it cost as it ends (an answer, a tool
@@ -124,6 +140,8 @@ class AgentLoop:
         self, turn: AgentTurn, spending: SpendRecorder
     ) -> AsyncGenerator[AgentEvent, None]:
         framing = Framing()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.answer_seconds if self.answer_seconds else None
         model_id = turn.model_id
         receipts: list[Receipt] = []
         total = Usage()
@@ -167,6 +185,8 @@ class AgentLoop:
                     # other users back (typing stays on while it waits).
                     user_key=turn.user_id,
                     on_spend=spending.add,
+                    max_tokens=self.max_tokens(model_id),
+                    deadline=deadline,
                 )
                 # aclosing: when we are closed at a yield, the transport's stream is closed
                 # right away too (its request ends now, not at garbage collection), and it
@@ -205,7 +225,8 @@ class AgentLoop:
             queued_s += result.queued_s
             total = total + result.usage
             model_id = result.model_id  # later rounds stay on the model that answered
-            calls = result.tool_calls if tools and not last_round else []
+            out_of_time = result.finish_reason == TIME_LIMIT
+            calls = result.tool_calls if tools and not last_round and not out_of_time else []
             text = result.text or "".join(round_text)
             shown_rounds.append("".join(round_text).strip())
             if not calls:
@@ -243,6 +264,7 @@ class AgentLoop:
                     steps=steps,
                     omitted=prompt.omitted,
                     step_limit_reached=last_round and steps > 0,
+                    time_limit_reached=out_of_time,
                 )
                 return
             outcomes = [

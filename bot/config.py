@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
     SESSION_IDLE_MINUTES: float = Field(default=360.0, ge=0)  # 0 = sessions never go idle
     AGENT_MAX_STEPS: int = Field(default=4, ge=0, le=20)
+    MAX_ANSWER_TOKENS: int = Field(default=8192, ge=256, le=1_000_000)
+    MAX_ANSWER_SECONDS: float = Field(default=300.0, gt=0)
 
     # Media: voice/audio/video notes are transcribed, photos seen, documents read.
     TRANSCRIPTION_MODEL: str = "whisper-large-v3-turbo"

@@ -248,6 +248,10 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         attempts = done.attempts
         text = done.text.strip() or t("agent_no_answer", lang)
         footer = _footer(services, done, model, lang)
+        if done.time_limit_reached:
+            seconds = f"{services.settings.MAX_ANSWER_SECONDS:g}"
+            cut = t("answer_time_limit", lang, seconds=seconds)
+            footer = f"{footer}\n{cut}" if footer else cut
         if start.idle_closed_session_id is not None:
             idle = t("idle_new_session", lang)
             footer = f"{footer}\n{idle}" if footer else idle
