@@ -48,6 +48,10 @@ from models.types import (
 log = structlog.get_logger("agent.loop")
 
 DEFAULT_MAX_STEPS = 4
+# A tool call's arguments past this are refused unread: every tool takes a fact, a query or a
+# short text, and parsing (and running) what a model poured into one call would cost the chat
+# loop. The model is told, so it can call again with less.
+MAX_TOOL_ARGUMENT_BYTES = 8192
 
 
 class StreamingClient(Protocol):
@@ -312,6 +316,16 @@ class AgentLoop:
     async def _run_tool(
         self, chat_id: int, call: ToolCall, included: frozenset[int]
     ) -> ToolOutcome:
+        size = len(call.arguments.encode("utf-8", errors="replace"))
+        if size > MAX_TOOL_ARGUMENT_BYTES:
+            return ToolOutcome(
+                call.id,
+                call.name,
+                f"error: the arguments are {size} bytes, over the limit of "
+                f"{MAX_TOOL_ARGUMENT_BYTES}; nothing was run. Call again with shorter arguments "
+                "(one short fact, a few search words).",
+                ok=False,
+            )
         try:
             return await self.tools.run(chat_id, call, exclude_message_ids=included)
         except asyncio.CancelledError:
