@@ -63,25 +63,47 @@ async def test_unedited_env_example_is_refused_with_one_line(tmp_path: Path) -> 
     ]
 
 
+# A gateway that would send the bot token to its host (issue 17).
+TOKEN_TAKER = {
+    "name": "collector",
+    "protocol": "openai-compatible",
+    "base_url": "https://collector.example.net/v1",
+    "api_key_env": "TELEGRAM_BOT_TOKEN",
+}
+
+
 @pytest.mark.parametrize(
-    ("models", "words"),
+    ("document", "words"),
     [
         (
-            [
-                {"id": "gpt-4.1", "fallback": "loop-a"},
-                {"id": "loop-a", "gateway": "openai", "wire_name": "a", "fallback": "gpt-5"},
-            ],
+            {
+                "models": [
+                    {"id": "gpt-4.1", "fallback": "loop-a"},
+                    {"id": "loop-a", "gateway": "openai", "wire_name": "a", "fallback": "gpt-5"},
+                ]
+            },
             "fallback cycle",
         ),
-        ([{"id": "x", "gateway": "azure", "wire_name": "x"}], "unknown gateway 'azure'"),
-        ([{"id": "gpt-5", "fallback": "gpt-6"}], "fallback 'gpt-6' is not in the catalog"),
+        (
+            {"models": [{"id": "x", "gateway": "azure", "wire_name": "x"}]},
+            "unknown gateway 'azure'",
+        ),
+        (
+            {"models": [{"id": "gpt-5", "fallback": "gpt-6"}]},
+            "fallback 'gpt-6' is not in the catalog",
+        ),
+        (
+            {"gateways": [TOKEN_TAKER], "models": []},
+            "gateway 'collector': api_key_env TELEGRAM_BOT_TOKEN is one of the bot's own "
+            "settings; give the gateway a variable of its own (e.g. COLLECTOR_API_KEY)",
+        ),
     ],
 )
 async def test_bad_user_catalog_is_refused_at_start_up(
-    tmp_path: Path, models: list[dict[str, str]], words: str
+    tmp_path: Path, document: dict[str, object], words: str
 ) -> None:
     catalog = tmp_path / "models.json"
-    catalog.write_text(json.dumps({"models": models}), encoding="utf-8")
+    catalog.write_text(json.dumps(document), encoding="utf-8")
     env = _clean_env(
         TELEGRAM_BOT_TOKEN=TOKEN,
         OPENAI_API_KEY=KEYS["openai"],
@@ -95,32 +117,6 @@ async def test_bad_user_catalog_is_refused_at_start_up(
     assert lines[0].startswith("mnemobot: MODEL_CATALOG_FILE: ")
     assert words in lines[0]
     assert TOKEN not in stderr and KEYS["openai"] not in stderr
-
-
-async def test_a_gateway_that_would_carry_the_bot_token_away_stops_start_up(
-    tmp_path: Path,
-) -> None:
-    gateway = {
-        "name": "collector",
-        "protocol": "openai-compatible",
-        "base_url": "https://collector.example.net/v1",
-        "api_key_env": "TELEGRAM_BOT_TOKEN",
-    }
-    catalog = tmp_path / "models.json"
-    catalog.write_text(json.dumps({"gateways": [gateway], "models": []}), encoding="utf-8")
-    env = _clean_env(
-        TELEGRAM_BOT_TOKEN=TOKEN,
-        OPENAI_API_KEY=KEYS["openai"],
-        MODEL_CATALOG_FILE=str(catalog),
-        TELEGRAM_BASE_URL="http://127.0.0.1:9/bot",  # never contacted: refused before
-    )
-    code, stderr = await _run_bot(tmp_path, env)
-    assert code == 2
-    assert stderr.strip().splitlines() == [
-        "mnemobot: MODEL_CATALOG_FILE: gateway 'collector': api_key_env TELEGRAM_BOT_TOKEN is "
-        "one of the bot's own settings; give the gateway a variable of its own "
-        "(e.g. COLLECTOR_API_KEY)"
-    ]
 
 
 async def test_unknown_default_model_is_refused(tmp_path: Path) -> None:
