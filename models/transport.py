@@ -341,34 +341,38 @@ class Transport:
                 wire = start_record()
                 wire.gate = slot
                 try:
-                    # A guard on silence (a long answer may stream for minutes) and on the
-                    # answer's deadline. It is paused while the caller holds a piece we
-                    # yielded: its time is not the provider's silence, and a timer firing
-                    # then would cancel the caller wherever it is.
-                    async with asyncio.timeout_at(guard_until()) as guard:
+                    # A guard on silence (no chunk for `timeout`: the provider is gone; a long
+                    # answer may stream for minutes) and on the answer's deadline, around each
+                    # wait for the provider only: the time the caller holds a piece we yielded
+                    # is neither, and a timer firing then would cancel the caller wherever it
+                    # is. (A context per chunk costs about what rescheduling one did.)
+                    async with asyncio.timeout_at(guard_until()):
                         response = await PROVIDERS.acompletion(acompletion, **kwargs)
-                        headers = wire.headers or _success_headers(response)
-                        slot.learn(headers)
-                        async for chunk in response:
-                            guard.reschedule(guard_until())
-                            if getattr(chunk, "usage", None):
-                                usage = chunk.usage
-                            for choice in getattr(chunk, "choices", None) or []:
-                                if choice.finish_reason:
-                                    finish_reason = choice.finish_reason
-                                delta = choice.delta
-                                if getattr(delta, "tool_calls", None):
-                                    calls.feed(delta.tool_calls)
-                                piece = getattr(delta, "content", None) or ""
-                                if not piece:
-                                    continue
-                                pieces.append(piece)
-                                whole = assembler.feed(piece)
-                                if whole:
-                                    shown_model = slot.entry.id
-                                    guard.reschedule(None)
-                                    yield TextDelta(whole)
-                                    guard.reschedule(guard_until())
+                    headers = wire.headers or _success_headers(response)
+                    slot.learn(headers)
+                    chunks = aiter(response)
+                    while True:
+                        async with asyncio.timeout_at(guard_until()):
+                            try:
+                                chunk = await anext(chunks)
+                            except StopAsyncIteration:
+                                break
+                        if getattr(chunk, "usage", None):
+                            usage = chunk.usage
+                        for choice in getattr(chunk, "choices", None) or []:
+                            if choice.finish_reason:
+                                finish_reason = choice.finish_reason
+                            delta = choice.delta
+                            if getattr(delta, "tool_calls", None):
+                                calls.feed(delta.tool_calls)
+                            piece = getattr(delta, "content", None) or ""
+                            if not piece:
+                                continue
+                            pieces.append(piece)
+                            whole = assembler.feed(piece)
+                            if whole:
+                                shown_model = slot.entry.id
+                                yield TextDelta(whole)
                 except (asyncio.CancelledError, GeneratorExit):
                     # Cut off by /cancel, a stop of the bot, or a caller that stopped reading:
                     # the provider billed the prompt and what it streamed so far.
