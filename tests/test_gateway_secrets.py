@@ -158,17 +158,22 @@ async def _redirector(target: str) -> tuple[web.AppRunner, str]:
 
 @pytest.mark.parametrize(
     ("protocol", "model_id", "base_suffix"),
-    [("anthropic", "claude-haiku-4-5", ""), ("groq", "llama-3.1-8b", "/openai/v1")],
+    [
+        ("anthropic", "claude-haiku-4-5", ""),
+        ("groq", "llama-3.1-8b", "/openai/v1"),
+        ("openai", "gpt-4.1", "/v1"),  # the OpenAI SDK's client
+    ],
 )
 async def test_a_redirect_is_not_followed_with_the_key(
     fake_anthropic: FakeProvider,
     fake_groq: FakeProvider,
+    fake_openai: FakeProvider,
     protocol: str,
     model_id: str,
     base_suffix: str,
 ) -> None:
     # The redirect leads to a working fake on another port: followed, it would answer there.
-    target = {"anthropic": fake_anthropic, "groq": fake_groq}[protocol]
+    target = {"anthropic": fake_anthropic, "groq": fake_groq, "openai": fake_openai}[protocol]
     target.set_default("*", Reply("answered where the redirect pointed"))
     runner, redirector = await _redirector(target.base_url.removesuffix("/v1") + "/v1")
     gateways = {
