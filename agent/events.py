@@ -37,6 +37,8 @@ class AgentDone:
     steps: int = 0
     omitted: int = 0  # session messages left out of the last prompt for the budget
     step_limit_reached: bool = False
+    # MAX_ANSWER_SECONDS ran out: `text` is what came until then (stored and billed as such).
+    time_limit_reached: bool = False
 
 
 AgentEvent = TextDelta | StreamRestart | ToolRound | AgentDone

@@ -27,11 +27,12 @@ import structlog
 
 from agent.events import AgentDone, AgentEvent, ToolRound
 from memory.chat_tools import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
-from memory.context import Framing, build_prompt, with_image
+from memory.context import Framing, build_prompt, reply_reserve, with_image
 from memory.store import SessionClosedError, Store
 from memory.usage import SpendRecorder
 from models.catalog import Catalog
 from models.types import (
+    TIME_LIMIT,
     ChatResult,
     Message,
     SpendCallback,
@@ -52,6 +53,10 @@ DEFAULT_MAX_STEPS = 4
 # is spent the next round allows no tool call: one answer cannot write the memory without end.
 MAX_TOOL_CALLS_PER_ROUND = 8
 MAX_TOOL_CALLS_PER_TURN = 16
+# A tool call's arguments past this are refused unread: every tool takes a fact, a query or a
+# short text, and parsing (and running) what a model poured into one call would cost the chat
+# loop. The model is told, so it can call again with less.
+MAX_TOOL_ARGUMENT_BYTES = 8192
 
 
 class StreamingClient(Protocol):
@@ -67,6 +72,8 @@ class StreamingClient(Protocol):
         tool_choice: str | dict[str, Any] | None = None,
         user_key: Hashable | None = None,
         on_spend: SpendCallback | None = None,
+        max_tokens: int | None = None,
+        deadline: float | None = None,
     ) -> AsyncGenerator[StreamEvent, None]: ...
 
 
@@ -96,6 +103,8 @@ class AgentLoop:
         memory_text: Callable[[int], Awaitable[str]],
         max_steps: int = DEFAULT_MAX_STEPS,
         timeout: float = 60.0,
+        max_answer_tokens: int | None = None,
+        answer_seconds: float | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.store = store
@@ -105,12 +114,23 @@ class AgentLoop:
         self.memory_text = memory_text
         self.max_steps = max_steps
         self.timeout = timeout
+        # Bounds of one answer: tokens per model request (MAX_ANSWER_TOKENS) and seconds for
+        # the whole turn, every round included (MAX_ANSWER_SECONDS).
+        self.max_answer_tokens = max_answer_tokens
+        self.answer_seconds = answer_seconds
         self.clock = clock
 
     def context_window(self, model_id: str) -> int:
         """The smallest window of the model's fallback chain: a fallback may have to take
         the same prompt."""
         return min((e.context_window for e in self.catalog.chain(model_id)), default=8192)
+
+    def max_tokens(self, model_id: str) -> int | None:
+        """What one request may write: MAX_ANSWER_TOKENS, within the reply reserve the prompt
+        leaves free (prompt + max_tokens past the window is refused by some providers)."""
+        if self.max_answer_tokens is None:
+            return None
+        return min(self.max_answer_tokens, reply_reserve(self.context_window(model_id)))
 
     async def run(
         self, turn: AgentTurn, *, receipts: list[Receipt] | None = None
@@ -134,6 +154,8 @@ class AgentLoop:
         self, turn: AgentTurn, spending: SpendRecorder, receipts: list[Receipt]
     ) -> AsyncGenerator[AgentEvent, None]:
         framing = Framing()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.answer_seconds if self.answer_seconds else None
         model_id = turn.model_id
         calls_run = 0  # tool calls run this turn, against MAX_TOOL_CALLS_PER_TURN
         total = Usage()
@@ -177,6 +199,8 @@ class AgentLoop:
                     # other users back (typing stays on while it waits).
                     user_key=turn.user_id,
                     on_spend=spending.add,
+                    max_tokens=self.max_tokens(model_id),
+                    deadline=deadline,
                 )
                 # aclosing: when we are closed at a yield, the transport's stream is closed
                 # right away too (its request ends now, not at garbage collection), and it
@@ -215,7 +239,8 @@ class AgentLoop:
             queued_s += result.queued_s
             total = total + result.usage
             model_id = result.model_id  # later rounds stay on the model that answered
-            calls = result.tool_calls if tools and not last_round else []
+            out_of_time = result.finish_reason == TIME_LIMIT
+            calls = result.tool_calls if tools and not last_round and not out_of_time else []
             text = result.text or "".join(round_text)
             shown_rounds.append("".join(round_text).strip())
             if not calls:
@@ -253,6 +278,7 @@ class AgentLoop:
                     steps=steps,
                     omitted=prompt.omitted,
                     step_limit_reached=last_round and steps > 0,
+                    time_limit_reached=out_of_time,
                 )
                 return
             outcomes: list[ToolOutcome] = []
@@ -306,6 +332,16 @@ class AgentLoop:
     async def _run_tool(
         self, chat_id: int, call: ToolCall, included: frozenset[int]
     ) -> ToolOutcome:
+        size = len(call.arguments.encode("utf-8", errors="replace"))
+        if size > MAX_TOOL_ARGUMENT_BYTES:
+            return ToolOutcome(
+                call.id,
+                call.name,
+                f"error: the arguments are {size} bytes, over the limit of "
+                f"{MAX_TOOL_ARGUMENT_BYTES}; nothing was run. Call again with shorter arguments "
+                "(one short fact, a few search words).",
+                ok=False,
+            )
         try:
             return await self.tools.run(chat_id, call, exclude_message_ids=included)
         except asyncio.CancelledError:

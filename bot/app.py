@@ -18,7 +18,7 @@ from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 from telegram.request import HTTPXRequest
 
 from bot.commands import register_commands
-from bot.config import ConfigError, Settings, gateway_keys
+from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys
 from bot.handlers import register_handlers
 from bot.lifecycle import LIFECYCLE_KEY, Lifecycle
 from bot.logging_setup import redactor
@@ -115,7 +115,7 @@ def resolve_default_model(
 def prepare(settings: Settings) -> Prepared:
     """Load the catalog and check the model settings. Raises ConfigError or CatalogError."""
     try:
-        catalog = load_catalog(settings.MODEL_CATALOG_FILE)
+        catalog = load_catalog(settings.MODEL_CATALOG_FILE, reserved=SETTING_NAMES)
     except CatalogError as exc:
         source = "MODEL_CATALOG_FILE" if settings.MODEL_CATALOG_FILE else "built-in catalog"
         raise CatalogError(f"{source}: {exc}") from None

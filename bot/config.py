@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
     SESSION_IDLE_MINUTES: float = Field(default=360.0, ge=0)  # 0 = sessions never go idle
     AGENT_MAX_STEPS: int = Field(default=4, ge=0, le=20)
+    MAX_ANSWER_TOKENS: int = Field(default=8192, ge=256, le=1_000_000)
+    MAX_ANSWER_SECONDS: float = Field(default=300.0, gt=0)
 
     # Media: voice/audio/video notes are transcribed, photos seen, documents read.
     TRANSCRIPTION_MODEL: str = "whisper-large-v3-turbo"
@@ -167,6 +169,11 @@ class Settings(BaseSettings):
         return _http_url(value)
 
 
+# Every setting's name: none may be where a gateway of the catalog file takes its keys from
+# (`api_key_env = "TELEGRAM_BOT_TOKEN"` would send the bot token to that gateway's host).
+SETTING_NAMES = frozenset(Settings.model_fields)
+
+
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"{value!r} is not an http(s) URL")
@@ -236,7 +243,8 @@ def _check_extra(settings: Settings) -> None:
     if not extra:
         return
     try:
-        allowed = {g.key_env for g in declared_gateways(settings.MODEL_CATALOG_FILE)}
+        declared = declared_gateways(settings.MODEL_CATALOG_FILE, reserved=SETTING_NAMES)
+        allowed = {g.key_env for g in declared}
     except CatalogError as exc:
         raise ConfigError(f"MODEL_CATALOG_FILE: {exc}") from None
     for name in extra:

@@ -118,6 +118,8 @@ class Services:
             memory_text=lambda chat_id: services.memory_text(chat_id),
             max_steps=settings.AGENT_MAX_STEPS,
             timeout=settings.CHAT_TIMEOUT,
+            max_answer_tokens=settings.MAX_ANSWER_TOKENS,
+            answer_seconds=settings.MAX_ANSWER_SECONDS,
         )
         return services
 

@@ -280,6 +280,10 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             # A consolidation changed the memory since the last reply: say so, once.
             line = t("memory_updated", lang, added=notice.added, removed=notice.removed)
             footer = f"{footer}\n{line}" if footer else line
+        if done.time_limit_reached:
+            seconds = f"{services.settings.MAX_ANSWER_SECONDS:g}"
+            cut = t("answer_time_limit", lang, seconds=seconds)
+            footer = f"{footer}\n{cut}" if footer else cut
         if start.idle_closed_session_id is not None:
             idle = t("idle_new_session", lang)
             footer = f"{footer}\n{idle}" if footer else idle

@@ -41,6 +41,9 @@ TOOLS_GUIDE = (
 )
 
 MAX_TOOL_RESULT_CHARS = 8000
+# A tool call's arguments as later prompts carry them (the stored call keeps them whole): a
+# call the loop refused for its size must not cost its size again in every later request.
+MAX_TOOL_ARGUMENT_CHARS = 2000
 NOTE_TOKENS = 80
 
 
@@ -112,7 +115,20 @@ def prompt_message(message: StoredMessage, framing: Framing) -> Message:
     if message.role == "tool":
         content = trim_middle(message.content, MAX_TOOL_RESULT_CHARS)
         out["content"] = framing.wrap("tool_result", content)
+    for call in out.get("tool_calls") or []:
+        function = call["function"]
+        function["arguments"] = prompt_arguments(function["arguments"])
     return out
+
+
+def prompt_arguments(arguments: str) -> str:
+    """A call's arguments within MAX_TOOL_ARGUMENT_CHARS. Longer ones become a JSON object
+    holding their head and tail (still JSON: Anthropic's format needs an object), not parsed:
+    they may be anything a model wrote."""
+    if len(arguments) <= MAX_TOOL_ARGUMENT_CHARS:
+        return arguments
+    trimmed = trim_middle(arguments, MAX_TOOL_ARGUMENT_CHARS)
+    return json.dumps({"trimmed_arguments": trimmed}, ensure_ascii=False)
 
 
 def _consistent(session: Sequence[StoredMessage]) -> list[StoredMessage]:

@@ -9,18 +9,29 @@ rather than discovered mid-outage.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import tomllib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 GATEWAY_NAMES = ("openai", "anthropic", "groq")
 # What a user file may call a gateway's protocol, and the protocol the transport speaks for it.
 GATEWAY_PROTOCOLS = {"openai-compatible": "openai", "openai": "openai", "anthropic": "anthropic"}
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+# The built-in gateways' key variables: a declared gateway naming one would send that
+# provider's keys to its own base_url.
+BUILT_IN_KEY_VARIABLES = frozenset(f"{name.upper()}_API_KEY" for name in GATEWAY_NAMES)
+# Where plain http may carry keys besides loopback: the private ranges of RFC 1918 and IPv6's
+# unique local addresses (not `is_private`, which also counts documentation and reserved ranges
+# and link-local, where a cloud's metadata service lives).
+_LOCAL_NETWORKS = tuple(
+    ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
+)
 MODEL_KINDS = ("chat", "transcription")
 # Gateways whose protocol has an audio transcription endpoint (Anthropic has none).
 TRANSCRIPTION_GATEWAYS = ("openai", "groq")
@@ -300,22 +311,27 @@ class Catalog:
             current = entry.fallback
 
 
-def load_catalog(user_file: Path | None = None) -> Catalog:
+def load_catalog(user_file: Path | None = None, *, reserved: Collection[str] = ()) -> Catalog:
     """Built-in entries, then the user's file (JSON or TOML) adding or overriding by id and
-    declaring more gateways."""
+    declaring more gateways. `reserved`: variable names no gateway may take its keys from
+    (the application's own settings: its bot token, webhook secret, other keys)."""
     entries = {e.id: e for e in DEFAULT_ENTRIES}
     declared: list[GatewaySpec] = []
     if user_file is not None:
         data = _read_user_file(user_file)
-        declared = _gateways_from(data)
+        declared = _gateways_from(data, reserved)
         for raw in _read_user_entries(user_file, data):
             entries[raw["id"]] = _entry_from_raw(raw, entries.get(raw["id"]))
     return Catalog.build(entries.values(), declared=declared)
 
 
-def declared_gateways(user_file: Path | None) -> list[GatewaySpec]:
+def declared_gateways(
+    user_file: Path | None, *, reserved: Collection[str] = ()
+) -> list[GatewaySpec]:
     """Only the gateways a user file declares (settings need their key variables' names)."""
-    return _gateways_from(_read_user_file(user_file)) if user_file is not None else []
+    if user_file is None:
+        return []
+    return _gateways_from(_read_user_file(user_file), reserved)
 
 
 _FIELDS = set(ModelEntry.__slots__)
@@ -333,8 +349,13 @@ def _read_user_file(path: Path) -> object:
         raise CatalogError(f"catalog file {path} is not valid: {exc}") from None
 
 
-def _gateways_from(data: object) -> list[GatewaySpec]:
-    """The `gateways` list of a user file, each checked so start-up can say what is wrong."""
+def _gateways_from(data: object, reserved: Collection[str] = ()) -> list[GatewaySpec]:
+    """The `gateways` list of a user file, each checked so start-up can say what is wrong.
+
+    A gateway's keys go to its base_url in every request, so a catalog file must not be able to
+    send a secret somewhere else: `api_key_env` may not name a built-in gateway's key variable,
+    one of `reserved` (the bot token, ...) or another declared gateway's on another host, and
+    keys travel in the clear only to a loopback or private address."""
     raw_list = data.get("gateways", []) if isinstance(data, dict) else []
     if not isinstance(raw_list, list):
         raise CatalogError("'gateways' must be a list of tables/objects")
@@ -362,9 +383,25 @@ def _gateways_from(data: object) -> list[GatewaySpec]:
             raise CatalogError(f"{where}: base_url {base_url!r} is not an http(s) URL")
         if protocol == "anthropic" and base_url.endswith("/v1"):
             raise CatalogError(f"{where}: an anthropic base_url must not end in /v1")
+        if not keys_may_travel(base_url):
+            raise CatalogError(
+                f"{where}: base_url must be https:// (plain http only to a loopback or private "
+                "address, e.g. http://127.0.0.1:11434/v1)"
+            )
         key_env = raw["api_key_env"]
         if not isinstance(key_env, str) or not _ENV_NAME.fullmatch(key_env):
             raise CatalogError(f"{where}: api_key_env must be an upper-case variable name")
+        if key_env in BUILT_IN_KEY_VARIABLES or key_env in reserved:
+            raise CatalogError(
+                f"{where}: api_key_env {key_env} is one of the bot's own settings; give the "
+                f"gateway a variable of its own (e.g. {name.upper().replace('-', '_')}_API_KEY)"
+            )
+        sharing = next((s for s in specs if s.key_env == key_env), None)
+        if sharing is not None and _host(sharing.base_url) != _host(base_url):
+            raise CatalogError(
+                f"{where}: api_key_env {key_env} already holds the keys of gateway "
+                f"{sharing.name!r} on another host"
+            )
         rps = raw.get("rps")
         if rps is not None and (
             isinstance(rps, bool) or not isinstance(rps, int | float) or rps <= 0
@@ -372,6 +409,31 @@ def _gateways_from(data: object) -> list[GatewaySpec]:
             raise CatalogError(f"{where}: rps must be a positive number")
         specs.append(GatewaySpec(name, protocol, base_url, key_env, float(rps) if rps else None))
     return specs
+
+
+def keys_may_travel(base_url: str) -> bool:
+    """Whether keys may be sent to `base_url`: over https anywhere, over plain http only to a
+    loopback or private address (a local Ollama or vLLM, a proxy on the same network)."""
+    scheme = urlsplit(base_url).scheme.lower()
+    if scheme == "https":
+        return True
+    host = _host(base_url)
+    if scheme != "http" or not host:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a name could resolve anywhere
+    return address.is_loopback or any(address in network for network in _LOCAL_NETWORKS)
+
+
+def _host(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
 
 
 def _read_user_entries(path: Path, data: object) -> list[dict[str, object]]:

@@ -78,8 +78,10 @@ class ClientPool:
             else:
                 client = AsyncHTTPHandler(event_hooks=hooks, ssl_verify=self._tls_context())
                 # litellm's handler builds its client with httpx's default pool; give it ours.
+                # Redirects are not followed: httpx drops only `Authorization` on the way, so
+                # Anthropic's `x-api-key` would go to whatever host a gateway redirects to.
                 http = httpx.AsyncClient(
-                    event_hooks=hooks, follow_redirects=True, transport=self._transport()
+                    event_hooks=hooks, follow_redirects=False, transport=self._transport()
                 )
                 self._http.append(http)
                 client.client = http

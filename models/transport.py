@@ -53,6 +53,7 @@ from models.tokens import count_messages, count_text
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
     NO_KEY,
+    TIME_LIMIT,
     Attempt,
     ChatResult,
     Message,
@@ -280,6 +281,7 @@ class Transport:
         user_key: Hashable | None = None,
         priority: Priority = Priority.CHAT,
         on_spend: SpendCallback | None = None,
+        deadline: float | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
 
@@ -295,12 +297,30 @@ class Transport:
         the caller is cancelled or stops iterating: close the generator (`aclosing`) so a
         cancellation while the caller was busy elsewhere is reported too. The provider's usage
         when it came, else an estimate of the prompt and the text received.
+
+        `deadline` (the event loop's clock) bounds the whole answer, however steadily it
+        streams: `timeout` is about silence, and a gateway that never stops (or ignores
+        `max_tokens`) would otherwise hold the turn and keep spending. When it passes, the
+        request is closed, what was received is billed (`Spend.ended` "cut") and the stream
+        ends with a StreamDone whose `finish_reason` is TIME_LIMIT, holding the text so far.
         """
+        loop = asyncio.get_running_loop()
         plan = _CallPlan(self, model_id, walk_chain, messages, timeout, user_key, priority)
         shown_model: str | None = None  # whose text the caller currently shows
         restart_reason = ""
+
+        def guard_until() -> float:
+            """No chunk for `timeout` seconds means the provider is gone; and no answer runs
+            past `deadline`."""
+            silent = loop.time() + timeout + self.timeout_grace
+            return silent if deadline is None else min(silent, deadline)
+
         while (slot := await plan.next_slot()) is not None:
             try:
+                if deadline is not None and loop.time() >= deadline:
+                    # Out of time between attempts (after a failure): nothing more is asked.
+                    yield StreamDone(_cut_result(slot.entry, model_id, "", Usage(), plan))
+                    return
                 if shown_model is not None:
                     yield StreamRestart(shown_model, slot.entry.id, restart_reason)
                     shown_model = None
@@ -317,49 +337,81 @@ class Transport:
                 headers: Mapping[str, str] = {}
                 response: Any = None
                 failure: Classified | None = None
+                out_of_time = False
                 wire = start_record()
                 wire.gate = slot
                 try:
-                    # A guard on silence, not on length: a long answer may stream for
-                    # minutes, but no chunk for `timeout` seconds means the provider is gone.
-                    async with asyncio.timeout(timeout + self.timeout_grace) as silence:
+                    # A guard on silence (no chunk for `timeout`: the provider is gone; a long
+                    # answer may stream for minutes) and on the answer's deadline, around each
+                    # wait for the provider only: the time the caller holds a piece we yielded
+                    # is neither, and a timer firing then would cancel the caller wherever it
+                    # is. (A context per chunk costs about what rescheduling one did.)
+                    async with asyncio.timeout_at(guard_until()):
                         response = await PROVIDERS.acompletion(acompletion, **kwargs)
-                        headers = wire.headers or _success_headers(response)
-                        slot.learn(headers)
-                        async for chunk in response:
-                            loop_now = asyncio.get_running_loop().time()
-                            silence.reschedule(loop_now + timeout + self.timeout_grace)
-                            if getattr(chunk, "usage", None):
-                                usage = chunk.usage
-                            for choice in getattr(chunk, "choices", None) or []:
-                                if choice.finish_reason:
-                                    finish_reason = choice.finish_reason
-                                delta = choice.delta
-                                if getattr(delta, "tool_calls", None):
-                                    calls.feed(delta.tool_calls)
-                                piece = getattr(delta, "content", None) or ""
-                                if not piece:
-                                    continue
-                                pieces.append(piece)
-                                whole = assembler.feed(piece)
-                                if whole:
-                                    shown_model = slot.entry.id
-                                    yield TextDelta(whole)
+                    headers = wire.headers or _success_headers(response)
+                    slot.learn(headers)
+                    chunks = aiter(response)
+                    while True:
+                        async with asyncio.timeout_at(guard_until()):
+                            try:
+                                chunk = await anext(chunks)
+                            except StopAsyncIteration:
+                                break
+                        if getattr(chunk, "usage", None):
+                            usage = chunk.usage
+                        for choice in getattr(chunk, "choices", None) or []:
+                            if choice.finish_reason:
+                                finish_reason = choice.finish_reason
+                            delta = choice.delta
+                            if getattr(delta, "tool_calls", None):
+                                calls.feed(delta.tool_calls)
+                            piece = getattr(delta, "content", None) or ""
+                            if not piece:
+                                continue
+                            pieces.append(piece)
+                            whole = assembler.feed(piece)
+                            if whole:
+                                shown_model = slot.entry.id
+                                yield TextDelta(whole)
                 except (asyncio.CancelledError, GeneratorExit):
                     # Cut off by /cancel, a stop of the bot, or a caller that stopped reading:
                     # the provider billed the prompt and what it streamed so far.
                     _tell(on_spend, slot.entry, messages, "".join(pieces), usage, "cancelled")
                     raise
                 except Exception as exc:
-                    failure = _classify_failure(exc, wire)
-                    if response is None and wire.headers:
-                        slot.learn(wire.headers, failure, wire.error_body)
+                    out_of_time = (
+                        isinstance(exc, TimeoutError)
+                        and deadline is not None
+                        and loop.time() >= deadline
+                    )
+                    if not out_of_time:
+                        failure = _classify_failure(exc, wire)
+                        if response is None and wire.headers:
+                            slot.learn(wire.headers, failure, wire.error_body)
                 finally:
                     if response is not None and hasattr(response, "aclose"):
                         try:
                             await response.aclose()
                         except Exception:  # closing a broken stream may fail again; nothing to do
                             pass
+                if out_of_time:
+                    # Not the model's failure (no breaker, no fallback): the answer ends here
+                    # with what came, and that is billed.
+                    text = "".join(pieces)
+                    spent = _usage(usage, slot.entry) if usage else None
+                    spent = spent or estimate_usage(slot.entry, messages, text)
+                    _tell(on_spend, slot.entry, messages, text, spent, "cut")
+                    log.warning(
+                        "answer_time_limit",
+                        model=slot.entry.id,
+                        chars=len(text),
+                        completion_tokens=spent.completion_tokens,
+                    )
+                    tail = assembler.flush()
+                    if tail:
+                        yield TextDelta(tail)
+                    yield StreamDone(_cut_result(slot.entry, model_id, text, spent, plan))
+                    return
                 if failure is not None:
                     if pieces or usage is not None:  # it answered before it broke: billed
                         _tell(on_spend, slot.entry, messages, "".join(pieces), usage, "failed")
@@ -976,9 +1028,34 @@ def _tell(
 def _usage(usage: Any, entry: ModelEntry) -> Usage:
     if usage is None:
         return Usage()
-    prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-    completion = int(getattr(usage, "completion_tokens", 0) or 0)
+    prompt = _token_count(getattr(usage, "prompt_tokens", 0))
+    completion = _token_count(getattr(usage, "completion_tokens", 0))
     return Usage(prompt, completion, entry.cost_usd(prompt, completion))
+
+
+def _token_count(value: Any) -> int:
+    """A token count as the gateway reported it, never below zero: a negative count would
+    take money off the ledger and let spending pass its cap."""
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def _cut_result(
+    entry: ModelEntry, requested: str, text: str, usage: Usage, plan: _CallPlan
+) -> ChatResult:
+    """The end of an answer whose time ran out: the text so far, no tool calls (a call cut
+    in the middle is not one)."""
+    return ChatResult(
+        model_id=entry.id,
+        text=text,
+        finish_reason=TIME_LIMIT,
+        usage=usage,
+        attempts=plan.attempts,
+        requested_model_id=requested,
+        queued_s=plan.queued_s,
+    )
 
 
 def _result_from_response(response: Any, entry: ModelEntry, requested: str) -> ChatResult:

@@ -70,7 +70,7 @@ class Spend:
     model_id: str
     gateway: str
     usage: Usage
-    ended: str  # "success", "failed" or "cancelled"
+    ended: str  # "success", "failed", "cancelled" or "cut" (the answer's time ran out)
 
 
 SpendCallback = Callable[[Spend], None]
@@ -89,6 +89,10 @@ class Attempt:
     latency_s: float = 0.0
     retry_after_s: float | None = None
     refused_param: str | None = None  # see models.errors.Classified
+
+
+# `ChatResult.finish_reason` of a stream ended by its deadline (Transport.stream), not the model.
+TIME_LIMIT = "time_limit"
 
 
 @dataclass

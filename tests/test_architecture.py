@@ -179,16 +179,108 @@ def test_layer_check_flags_upward_and_telegram_imports(tmp_path: Path) -> None:
     assert [p.split(":")[0] for p in problems] == ["agent/z.py", "memory/y.py", "models/x.py"]
 
 
-def test_the_bot_process_does_not_load_litellm() -> None:
-    """litellm runs in the provider worker (models/worker.py). Loaded in the bot too, it would
-    cost the bot ~150 MB of memory and its CPU would share the chat loop's GIL again."""
-    code = (
-        "import sys, bot.app, bot.runner, bot.services, agent.loop, memory.consolidation, "
-        "models.transport\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('litellm', 'openai')))"
+# litellm and the OpenAI SDK live in the provider worker (models/worker.py). Loaded in the bot
+# too, they would cost the bot ~150 MB of memory and their CPU would share the chat loop's GIL.
+WORKER_ONLY = ("litellm", "openai")
+BOT_ENTRY = "bot.__main__"
+
+
+def bot_process_modules(modules: dict[str, Path]) -> set[str]:
+    """Our modules the bot process may load: all that `python -m bot` reaches through any
+    import, lazy ones inside functions included (the worker is started from a command line,
+    so its modules are not reached)."""
+    graph = import_graph(modules)
+    seen: set[str] = set()
+    todo = [BOT_ENTRY]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in graph:
+            continue
+        seen.add(name)
+        # A module's package runs first: `import bot.app` runs bot/__init__.py too.
+        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        todo.extend([*graph[name], *parents])
+    return seen
+
+
+def worker_imports_in_the_bot(modules: dict[str, Path], root: Path = ROOT) -> list[str]:
+    problems = []
+    for name in sorted(bot_process_modules(modules)):
+        path = modules[name]
+        for target, line in imported_names(path, name):
+            if target.split(".")[0] in WORKER_ONLY:
+                problems.append(f"{path.relative_to(root)}:{line}: imports {target}")
+    return sorted(set(problems))
+
+
+def test_no_module_of_the_bot_process_imports_litellm_anywhere() -> None:
+    """Every import statement, at the top or inside a function, of every module the bot can
+    reach: a lazy import on a path no test runs is found too."""
+    modules = our_modules()
+    reached = bot_process_modules(modules)
+    assert {"bot.app", "agent.loop", "models.transport", "models.worker"} <= reached
+    assert "models.worker_child" not in reached
+    assert worker_imports_in_the_bot(modules) == []
+
+
+def test_the_litellm_check_sees_lazy_and_indirect_imports(tmp_path: Path) -> None:
+    modules = _write(
+        tmp_path,
+        {
+            "bot/__main__.py": "def main():\n    from bot import app\n",
+            "bot/app.py": "import agent.loop\n",
+            "agent/loop.py": "def turn():\n    import litellm\n    return litellm\n",
+            "models/ok.py": "from openai import AsyncOpenAI\n",  # not reached from the bot
+        },
     )
+    assert worker_imports_in_the_bot(modules, tmp_path) == ["agent/loop.py:2: imports litellm"]
+
+
+TURN_IN_A_FRESH_PROCESS = """
+import asyncio, sys, tempfile
+from pathlib import Path
+
+from tests.consolidation_stack import good_call
+from tests.e2e_bot import OWNER, bot_under_test
+from tests.fakes.providers import Reply, ToolCallReply
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        async with bot_under_test(Path(tmp)) as bot:
+            bot.openai.script(
+                "gpt-5",
+                ToolCallReply("remember", {"fact": "Likes green tea"}),
+                Reply("Noted: green tea."),
+            )
+            bot.groq.script("llama-3.3-70b-versatile", good_call())
+            [answer] = await bot.ask(OWNER, "remember that I like green tea")
+            assert answer.text.startswith("Noted: green tea."), answer.text
+            await bot.ask(OWNER, "/new")  # and a consolidation in the background
+            await bot.consolidations_settled(OWNER)
+            consolidated = [r for r in bot.groq.requests if r.model == "llama-3.3-70b-versatile"]
+            assert consolidated, "no consolidation request"
+            loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("litellm", "openai"))
+    print(loaded)
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_the_bot_process_does_not_load_litellm_while_it_answers() -> None:
+    """A fresh interpreter runs the bot against the fakes: a turn with a tool round, /new and
+    its consolidation. Whatever the bot loaded on the way (an import inside a function, one
+    made by a library) is in sys.modules; litellm and the SDK must not be."""
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "true"}
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", TURN_IN_A_FRESH_PROCESS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert done.stdout.strip() == "[]"
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from memory.store import StoredMessage
 from tests.e2e_bot import OWNER, BotUnderTest, bot_under_test, memory_block
 from tests.fakes.providers import Fault, RecordedRequest, Reply, Respond, ToolCallReply
@@ -354,24 +356,46 @@ async def test_a_fallback_without_tools_reads_the_tool_round_as_text(tmp_path: P
         assert "🧠 Remembered: Allergic to peanuts" in shown.text
 
 
+LONG_ANSWER = "".join(f"word{i:03d} " for i in range(400))
+
+
 async def test_cancel_in_the_middle_of_the_loop_keeps_the_round_and_what_was_shown(
     tmp_path: Path,
 ) -> None:
     async with bot_under_test(tmp_path) as bot:
         bot.openai.script(
             "gpt-5",
-            ToolCallReply("recall", {"query": "holiday"}),
-            Reply("word " * 400, chunk_chars=5, chunk_delay=0.02),
+            ToolCallReply("recall", {"query": "holiday"}, prompt_tokens=1234, completion_tokens=21),
+            # Every chunk different (litellm ends a stream repeating one chunk by itself).
+            Reply(LONG_ANSWER, chunk_chars=8, chunk_delay=0.02),
         )
         bot.say(CHAT, "tell me everything about the holiday")
         await bot.wait(lambda: len(bot.messages(CHAT)) == 1 and "word" in bot.texts(CHAT)[0])
         bot.say(CHAT, "/cancel")
         await bot.wait_idle(CHAT)
         await bot.wait(lambda: len(openai_chat(bot)) == 2)
+        # The second round's request was stopped at the provider, not left streaming.
+        await bot.wait(lambda: bot.openai.streams_cut == 1, timeout=5.0)
         rows = await bot.rows("SELECT role, content, tool_calls FROM messages ORDER BY id")
         assert [r["role"] for r in rows] == ["user", "assistant", "tool", "assistant"]
         assert json.loads(rows[1]["tool_calls"])[0]["name"] == "recall"
         assert 0 < rows[3]["content"].count("word") < 400
-        # The tool round's spend was recorded when it ended.
-        usage = await bot.rows("SELECT model_id FROM usage WHERE purpose = 'chat'")
-        assert [u["model_id"] for u in usage][:1] == ["gpt-5"]
+        # Both rounds are billed: the finished tool round with the provider's usage, and the
+        # cancelled answer estimated from its prompt and the words received before the cut.
+        usage = await bot.rows(
+            "SELECT model_id, prompt_tokens, completion_tokens, cost_usd, estimated FROM usage "
+            "WHERE purpose = 'chat' ORDER BY id"
+        )
+        [tool_round, cancelled] = usage
+        gpt5 = bot.services.catalog.get("gpt-5")
+        assert tool_round == {
+            "model_id": "gpt-5",
+            "prompt_tokens": 1234,
+            "completion_tokens": 21,
+            "cost_usd": pytest.approx(gpt5.cost_usd(1234, 21)),
+            "estimated": 0,
+        }
+        assert (cancelled["model_id"], cancelled["estimated"]) == ("gpt-5", 1)
+        assert cancelled["prompt_tokens"] > 0
+        assert 0 < cancelled["completion_tokens"] < len(LONG_ANSWER) // 4
+        assert cancelled["cost_usd"] > 0

@@ -126,14 +126,19 @@ async def test_new_opens_a_session_and_keeps_old_messages(tmp_path: Path) -> Non
 
 
 async def test_cancel_stops_a_running_reply_at_once(tmp_path: Path) -> None:
-    long_answer = "word " * 400
+    # Every chunk different: litellm ends a stream that repeats one chunk 100 times by itself,
+    # which would pass for a cut the cancel made.
+    long_answer = "".join(f"word{i:03d} " for i in range(400))
     async with bot_under_test(tmp_path) as bot:
-        bot.openai.set_default("*", Reply(long_answer, chunk_chars=5, chunk_delay=0.02))
+        bot.openai.set_default("*", Reply(long_answer, chunk_chars=8, chunk_delay=0.02))
         bot.say(CHAT, "talk for a long time")
         await bot.wait(lambda: len(bot.messages(CHAT)) == 1 and "word" in bot.texts(CHAT)[0])
         bot.say(CHAT, "/cancel")
         await bot.wait(lambda: t("cancelled") in bot.texts(CHAT))
         await bot.wait_idle(CHAT)
+        # The request itself was stopped: the provider saw the client hang up before the end
+        # (400 chunks 20 ms apart: a stream left running would end, uncut, after 8 s).
+        await bot.wait(lambda: bot.openai.streams_cut == 1, timeout=5.0)
         reply = bot.messages(CHAT)[0]
         assert t("reply_cancelled") in reply.text
         assert reply.text.count("word") < 400  # stopped long before the end

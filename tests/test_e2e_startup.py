@@ -63,25 +63,47 @@ async def test_unedited_env_example_is_refused_with_one_line(tmp_path: Path) -> 
     ]
 
 
+# A gateway that would send the bot token to its host (issue 17).
+TOKEN_TAKER = {
+    "name": "collector",
+    "protocol": "openai-compatible",
+    "base_url": "https://collector.example.net/v1",
+    "api_key_env": "TELEGRAM_BOT_TOKEN",
+}
+
+
 @pytest.mark.parametrize(
-    ("models", "words"),
+    ("document", "words"),
     [
         (
-            [
-                {"id": "gpt-4.1", "fallback": "loop-a"},
-                {"id": "loop-a", "gateway": "openai", "wire_name": "a", "fallback": "gpt-5"},
-            ],
+            {
+                "models": [
+                    {"id": "gpt-4.1", "fallback": "loop-a"},
+                    {"id": "loop-a", "gateway": "openai", "wire_name": "a", "fallback": "gpt-5"},
+                ]
+            },
             "fallback cycle",
         ),
-        ([{"id": "x", "gateway": "azure", "wire_name": "x"}], "unknown gateway 'azure'"),
-        ([{"id": "gpt-5", "fallback": "gpt-6"}], "fallback 'gpt-6' is not in the catalog"),
+        (
+            {"models": [{"id": "x", "gateway": "azure", "wire_name": "x"}]},
+            "unknown gateway 'azure'",
+        ),
+        (
+            {"models": [{"id": "gpt-5", "fallback": "gpt-6"}]},
+            "fallback 'gpt-6' is not in the catalog",
+        ),
+        (
+            {"gateways": [TOKEN_TAKER], "models": []},
+            "gateway 'collector': api_key_env TELEGRAM_BOT_TOKEN is one of the bot's own "
+            "settings; give the gateway a variable of its own (e.g. COLLECTOR_API_KEY)",
+        ),
     ],
 )
 async def test_bad_user_catalog_is_refused_at_start_up(
-    tmp_path: Path, models: list[dict[str, str]], words: str
+    tmp_path: Path, document: dict[str, object], words: str
 ) -> None:
     catalog = tmp_path / "models.json"
-    catalog.write_text(json.dumps({"models": models}), encoding="utf-8")
+    catalog.write_text(json.dumps(document), encoding="utf-8")
     env = _clean_env(
         TELEGRAM_BOT_TOKEN=TOKEN,
         OPENAI_API_KEY=KEYS["openai"],

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import math
 import random
@@ -83,6 +84,9 @@ class Reply:
     completion_tokens: int | None = None
     headers: dict[str, str] | None = None
     send_usage: bool = True  # False: a gateway that never reports usage in a stream
+    # A gateway that never ends its stream: the text's chunks again and again (ignoring
+    # max_tokens), until the client hangs up. Set a chunk_delay.
+    endless: bool = False
 
 
 @dataclass
@@ -1095,6 +1099,12 @@ class FakeProvider:
             if self.kind == "anthropic"
             else self._openai_events(body, pieces, step, tool_args, prompt, completion)
         )
+        if getattr(step, "endless", False):
+            # After the opening events (message start; Anthropic's ping and block start),
+            # the text's own chunks in a loop: never a finish, never usage.
+            opening = 3 if self.kind == "anthropic" else 1
+            content = events[opening : opening + len(pieces)]
+            events = itertools.chain(events[:opening], itertools.cycle(content))
         try:
             for index, event in enumerate(events):
                 if chunk_delay and index:

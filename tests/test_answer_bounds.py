@@ -1,0 +1,126 @@
+"""One answer is bounded in tokens and in time, and a gateway cannot lower what it is billed
+(issue 17, item 8).
+
+A gateway that streams forever (or ignores `max_tokens`) keeps the silence guard happy with
+every chunk: without a wall-clock cap it would hold the turn and keep spending past the caps.
+Real litellm in the provider worker over HTTP against the fakes; the end-to-end test runs the
+real bot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import aclosing
+from dataclasses import replace
+from pathlib import Path
+
+from agent.loop import AgentLoop
+from memory.context import reply_reserve
+from models.catalog import Catalog, load_catalog
+from models.types import TIME_LIMIT, Spend, StreamDone, TextDelta, Usage
+from tests.conftest import make_transport
+from tests.e2e_bot import OWNER, bot_under_test, wait_until
+from tests.fakes.providers import Reply
+
+HI = [{"role": "user", "content": "Tell me everything, and never stop."}]
+# Every chunk different: litellm itself ends a stream that repeats one chunk 100 times.
+ENDLESS_TEXT = "".join(f"part{i:03d} " for i in range(50))
+
+
+async def test_a_stream_that_never_ends_is_cut_at_the_deadline_and_billed(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    await t.warm_up()  # the worker is up: the deadline is not spent starting it
+    fake_openai.script("gpt-5", Reply(ENDLESS_TEXT, chunk_chars=8, chunk_delay=0.01, endless=True))
+    spends: list[Spend] = []
+    events: list[object] = []
+    deadline = asyncio.get_running_loop().time() + 1.5
+    # The silence timeout (5 s) is never reached: a chunk comes every 10 ms.
+    stream = t.stream("gpt-5", HI, timeout=5, on_spend=spends.append, deadline=deadline)
+    async with aclosing(stream):
+        async for event in stream:
+            events.append(event)
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    shown = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert done.result.finish_reason == TIME_LIMIT
+    assert (done.result.model_id, done.result.tool_calls) == ("gpt-5", [])
+    assert done.result.text == shown and shown.startswith("part000 part001 ")
+    # Billed once, for what came (the gateway sent no usage: our estimate of prompt and text).
+    [spend] = spends
+    assert (spend.model_id, spend.ended, spend.usage.estimated) == ("gpt-5", "cut", True)
+    assert spend.usage == done.result.usage
+    assert spend.usage.completion_tokens >= len(shown) // 8 and spend.usage.cost_usd > 0
+    # The request was closed at the provider, and no other model was asked.
+    await wait_until(lambda: fake_openai.streams_cut == 1, "the provider to see the hang-up", 5.0)
+    assert [r.model for r in fake_openai.requests] == ["gpt-5"]
+    await t.aclose()
+
+
+async def test_negative_token_counts_from_a_gateway_are_clamped_at_zero(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    spends: list[Spend] = []
+    lying = Reply("Hello there.", prompt_tokens=-50_000, completion_tokens=-1_000_000)
+    fake_openai.script("gpt-4.1", lying, lying)
+    result = await t.complete("gpt-4.1", HI, timeout=10, on_spend=spends.append)
+    assert result.usage == Usage(0, 0, 0.0)
+    async with aclosing(t.stream("gpt-4.1", HI, timeout=10, on_spend=spends.append)) as stream:
+        events = [event async for event in stream]
+    done = events[-1]
+    assert isinstance(done, StreamDone) and done.result.text == "Hello there."
+    assert done.result.usage == Usage(0, 0, 0.0)
+    assert [(s.ended, s.usage) for s in spends] == [("success", Usage(0, 0, 0.0))] * 2
+    await t.aclose()
+
+
+def test_max_tokens_stays_within_the_reply_room_of_the_smallest_window() -> None:
+    catalog = load_catalog()
+    entries = {e.id: e for e in catalog.entries.values()}
+    entries["gpt-4.1"] = replace(entries["gpt-4.1"], context_window=8192)  # gpt-5's last fallback
+    small = Catalog.build(entries.values())
+
+    def loop(catalog: Catalog, limit: int | None) -> AgentLoop:
+        return AgentLoop(
+            store=None,  # type: ignore[arg-type]  # only the limits are asked
+            transport=None,  # type: ignore[arg-type]
+            catalog=catalog,
+            tools=None,  # type: ignore[arg-type]
+            memory_text=None,  # type: ignore[arg-type]
+            max_answer_tokens=limit,
+        )
+
+    assert loop(catalog, 1000).max_tokens("gpt-5") == 1000
+    assert loop(catalog, 500_000).max_tokens("gpt-5") == 8192
+    assert loop(small, 500_000).max_tokens("gpt-5") == reply_reserve(8192) == 2048
+    assert loop(catalog, None).max_tokens("gpt-5") is None
+
+
+async def test_a_reply_that_runs_out_of_time_keeps_its_text_says_so_and_is_billed(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path, MAX_ANSWER_SECONDS="2", MAX_ANSWER_TOKENS="1000") as bot:
+        bot.openai.set_default(
+            "*", Reply(ENDLESS_TEXT, chunk_chars=8, chunk_delay=0.01, endless=True)
+        )
+        bot.say(OWNER, "tell me everything")
+        note = "⏱ Cut off after 2 s, the time limit of one answer."
+        await bot.wait(lambda: any(note in text for text in bot.texts(OWNER)))
+        await bot.wait_idle(OWNER)
+        [reply] = bot.messages(OWNER)
+        shown, _, footer = reply.text.rpartition("\n")
+        assert footer == note
+        assert shown.startswith("part000 part001 ")
+        # The request carried the answer's token limit and was closed at the provider.
+        [request] = [r for r in bot.openai.requests if r.stream]
+        assert request.body.get("max_completion_tokens", request.body.get("max_tokens")) == 1000
+        await bot.wait(lambda: bot.openai.streams_cut == 1, timeout=5.0)
+        # What was shown is the stored answer, and what came is billed (estimated: no usage).
+        rows = await bot.rows("SELECT role, content FROM messages ORDER BY id")
+        assert [r["role"] for r in rows] == ["user", "assistant"]
+        assert rows[1]["content"].strip() == shown.strip()
+        [usage] = await bot.rows("SELECT model_id, estimated, completion_tokens FROM usage")
+        assert (usage["model_id"], usage["estimated"]) == ("gpt-5", 1)
+        assert usage["completion_tokens"] >= len(shown) // 8
