@@ -13,9 +13,10 @@ downloaded, so a stranger, an over-long note or a user over their cap costs noth
 - Photos (and image documents): sent to the chat model as an image part when its catalog entry
   says `vision`; otherwise a polite line with buttons to switch to a model that can see. The
   session stores "[photo: caption]" and the file id, never the bytes.
-- Documents: text extracted (memory/documents.py), trimmed to DOCUMENT_TOKEN_BUDGET with a
-  note, stored with the file name so it can be recalled, and answered with the caption as the
-  question.
+- Documents: text extracted in a supervised child process (memory/document_reader.py: a time,
+  CPU and memory bound, so a hostile PDF never holds the chat loop), trimmed to
+  DOCUMENT_TOKEN_BUDGET with a note, stored with the file name so it can be recalled, and
+  answered with the caption as the question.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ from bot.turns import (
     send_plain,
     turn_request_for,
 )
-from memory.documents import DocumentError, document_kind, extract_text
+from memory.document_reader import read_document
+from memory.documents import DocumentError, document_kind
 from memory.media_inbox import InboxItem, MediaInbox
 from memory.store import StoredMessage
 from models.types import NO_KEY, TransportError, Usage
@@ -501,6 +503,7 @@ _DOCUMENT_ERRORS = {
     "unreadable_pdf": "document_unreadable",
     "binary": "document_binary",
     "empty": "document_empty",
+    "too_complex": "document_too_complex",
 }
 
 
@@ -518,15 +521,18 @@ async def _answer_document(
             await send_plain(bot, turn, t("download_failed", lang))
             return None
         try:
-            document = extract_text(
+            document = await read_document(
                 data,
                 file_name=incoming.file_name,
                 mime_type=incoming.mime_type,
                 token_budget=settings.DOCUMENT_TOKEN_BUDGET,
+                timeout=settings.DOCUMENT_TIMEOUT,
             )
         except DocumentError as exc:
             log.info("document_unreadable", chat_id=turn.chat_id, reason=exc.reason)
-            await send_plain(bot, turn, t(_DOCUMENT_ERRORS[exc.reason], lang, name=name))
+            seconds = f"{settings.DOCUMENT_TIMEOUT:g}"
+            reply = t(_DOCUMENT_ERRORS[exc.reason], lang, name=name, seconds=seconds)
+            await send_plain(bot, turn, reply)
             return None
         log.info(
             "document_read",

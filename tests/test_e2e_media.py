@@ -24,8 +24,17 @@ from bot.keyboards import model_callback_data
 from bot.media import RETRY_PREFIX
 from models.types import Usage
 from tests.consolidation_stack import good_call
-from tests.e2e_bot import MEDIA, OWNER, STRANGER, BotUnderTest, bot_under_test, real_update
+from tests.e2e_bot import (
+    FRIEND,
+    MEDIA,
+    OWNER,
+    STRANGER,
+    BotUnderTest,
+    bot_under_test,
+    real_update,
+)
 from tests.fakes.providers import Fault
+from tests.hostile_pdfs import pdf_bomb, surrogate_pdf
 
 VOICE = (MEDIA / "voice_en.ogg").read_bytes()
 SPOKEN = (MEDIA / "voice_en.txt").read_text(encoding="utf-8").strip()
@@ -274,6 +283,33 @@ async def test_scanned_pdf_without_text_layer_gets_a_clear_line(tmp_path: Path) 
         await bot.wait(lambda: bot.services.turns.waiting(OWNER) == 0)
         assert not bot.chat_requests()
         assert await bot.rows("SELECT * FROM messages") == []
+
+
+BOMB_PAGES = 1000  # ~0.6 s of CPU each: ten minutes of a frozen loop without a bound
+
+
+async def test_a_pdf_bomb_gets_a_clear_answer_and_never_holds_other_chats(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path, DOCUMENT_TIMEOUT=8) as bot:
+        bot.send_media(OWNER, bot.document(pdf_bomb(BOMB_PAGES), "bomb.pdf", "application/pdf"))
+        await bot.wait(lambda: bool(bot.tg.downloads))  # the bomb is being read now
+        # Another chat is answered meanwhile, before the bomb's sender hears anything.
+        bot.say(FRIEND, "hello", user_id=FRIEND)
+        await bot.wait(lambda: answered(bot, FRIEND))
+        assert bot.texts(OWNER) == []
+        # The sender gets a clear line, not a stall; nothing is stored, no model called.
+        too_complex = t("document_too_complex", name="bomb.pdf", seconds="8")
+        await bot.wait(lambda: bot.texts(OWNER) == [too_complex], timeout=30)
+        await bot.wait_idle(OWNER)
+        assert [g for g, _ in bot.chat_requests()] == ["openai"]  # FRIEND's hello only
+        assert await bot.rows("SELECT content FROM messages WHERE chat_id = ?", (OWNER,)) == []
+
+
+async def test_a_pdf_whose_text_holds_a_lone_surrogate_is_answered(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        bot.send_media(OWNER, bot.document(surrogate_pdf(), "s.pdf", "application/pdf"))
+        await bot.wait(lambda: answered(bot, OWNER))
+        [row] = await bot.rows("SELECT content FROM messages WHERE role = 'user'")
+        assert row["content"].endswith("[page 1]\nAA\ufffd\n</document>")
 
 
 async def test_oversize_files_are_refused_without_a_download(tmp_path: Path) -> None:
