@@ -1,6 +1,7 @@
 """The child process that reads one document (started by `memory/document_reader.py`).
 
-It limits itself first (RLIMIT_CPU, RLIMIT_AS: a hostile PDF then dies here, not in the bot),
+It limits itself first (RLIMIT_CPU, RLIMIT_AS: a hostile PDF then dies here, not in the bot;
+and a lower scheduling priority, so its CPU time never comes out of the chat loop's),
 reads a JSON header line and the document's bytes from stdin, and writes one JSON answer to
 stdout. It imports nothing of the bot and holds nothing worth keeping.
 """
@@ -8,14 +9,19 @@ stdout. It imports nothing of the bot and holds nothing worth keeping.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 
 from memory.document_reader import answer_line
 from memory.documents import DocumentError, extract_text
 
+# Scheduling niceness: on a machine with one or two cores the reader yields to the bot's loop.
+NICENESS = 10
+
 
 def main() -> None:
+    os.nice(NICENESS)
     stdin = sys.stdin.buffer
     header = json.loads(stdin.readline())
     cpu = int(header["cpu_seconds"])
