@@ -404,22 +404,20 @@ async def retry_callback(update: Update, context: Context) -> None:
     lang = user_language(update)
     message = query.message
     item_id = (query.data or "").removeprefix(RETRY_PREFIX)
-    item = await MediaInbox(services.db).get(int(item_id)) if item_id.isdigit() else None
-    if (
-        item is None
-        or message is None
-        or item.chat_id != message.chat.id
-        or item.state == "done"
-        or services.turns.is_running(item.chat_id)
-    ):
-        await query.answer(t("retry_gone", lang), show_alert=True)
-        return
     user = update.effective_user
     assert user is not None
+    if message is None or not item_id.isdigit() or services.turns.is_running(message.chat.id):
+        await query.answer(t("retry_gone", lang), show_alert=True)
+        return
     refused = await _spend_refusal(services, user.id, lang)
     if refused is not None:
         if refused:
             await query.answer(refused, show_alert=True)
+        return
+    inbox = MediaInbox(services.db)
+    item = await inbox.claim(int(item_id), message.chat.id)  # a second press finds it claimed
+    if item is None:
+        await query.answer(t("retry_gone", lang), show_alert=True)
         return
     await query.answer()
     try:
@@ -435,7 +433,10 @@ async def retry_callback(update: Update, context: Context) -> None:
         reply_to_message_id=None,
         private=chat.type == ChatType.PRIVATE,
     )
-    await transcribe_and_answer(services, context.bot, request, item)
+    try:
+        await transcribe_and_answer(services, context.bot, request, item)
+    finally:
+        await inbox.release(item.id)  # only if the turn never settled it (refused, cancelled)
 
 
 async def _spend_refusal(services: Services, user_id: int, lang: str | None) -> str | None:

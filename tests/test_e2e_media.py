@@ -162,18 +162,31 @@ async def test_every_transcription_model_failing_keeps_the_note_for_a_retry(
         [[button]] = notice.reply_markup["inline_keyboard"]  # type: ignore[index]
         assert button["callback_data"] == f"{RETRY_PREFIX}{inbox['id']}"
 
-        # The providers are back: the Retry button transcribes and answers the same note.
+        # The providers are back: Retry, pressed twice in a row (both presses arrive in one
+        # batch), transcribes, stores, bills and answers the same note once.
         bot.groq.hears(VOICE, SPOKEN)
-        bot.tg.push(
-            bot.tg.make_callback_update(
-                OWNER, OWNER, button["callback_data"], message_id=notice.message_id
+        before = len(bot.transcription_requests())
+        presses = [
+            bot.tg.push(
+                bot.tg.make_callback_update(
+                    OWNER, OWNER, button["callback_data"], message_id=notice.message_id
+                )
             )
-        )
+            for _ in range(2)
+        ]
         await bot.wait(lambda: answered(bot, OWNER))
+        for update_id in presses:
+            await bot.wait_handled(update_id)
+        await bot.wait_idle(OWNER)
         [user_row] = await bot.rows("SELECT content FROM messages WHERE role = 'user'")
         assert user_row["content"] == SPOKEN
         [state] = await bot.rows("SELECT state FROM media_inbox")
         assert state["state"] == "done"
+        assert [g for g, _ in bot.transcription_requests()[before:]] == ["groq"]
+        assert len(await bot.rows("SELECT id FROM usage WHERE purpose = 'chat'")) == 1
+        assert [m.text for m in bot.messages(OWNER)].count(f"echo: {SPOKEN}") == 1
+        alerts = [c.params.get("text") for c in bot.tg.calls_of("answerCallbackQuery")]
+        assert sorted(alerts, key=str) == sorted([None, t("retry_gone")], key=str)
 
 
 async def test_photo_reaches_a_vision_model_as_an_image_part(tmp_path: Path) -> None:
