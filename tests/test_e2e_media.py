@@ -387,10 +387,13 @@ async def test_in_a_group_only_voice_notes_replying_to_the_bot_are_read(tmp_path
     group = -1001
     async with bot_under_test(tmp_path) as bot:
         bot.groq.hears(VOICE, SPOKEN)
-        # Group chatter: not for the bot, so not downloaded.
-        bot.send_media(group, bot.voice(VOICE, duration=3), chat_type="supergroup")
+        # Group chatter: not for the bot, so not downloaded (checked once it was handled).
+        chatter = bot.send_media(group, bot.voice(VOICE, duration=3), chat_type="supergroup")
         await bot.ask(group, "@mnemo_test_bot hi", chat_type="supergroup")
+        await bot.wait_handled(chatter)
+        await bot.wait_idle(group)
         assert bot.downloads_and_file_calls() == ([], [])
+        assert not bot.transcription_requests()
         # A voice note replying to the bot is addressed to it: transcribed, answered as a reply,
         # with the bot's message it replies to given to the model as a quote.
         update_id = bot.send_media(
