@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -185,13 +186,27 @@ def trim_to_tokens(text: str, budget: int) -> tuple[str, int]:
     returns (text, characters cut). Cuts at line boundaries when one is near."""
     if estimate_tokens(text) <= budget:
         return text, 0
-    # estimate_tokens counts 0.4 token per UTF-8 byte; find how many characters fit.
+    # estimate_tokens counts 0.4 token per UTF-8 byte; the marker costs about 20.
+    return _trim_middle(text, lambda kept: estimate_tokens(kept) + 20 <= budget)
+
+
+def trim_to_chars(text: str, limit: int) -> tuple[str, int]:
+    """`text` if it has at most `limit` characters, else its head and tail with a marker (the
+    whole fits `limit`); returns (text, characters cut). A transcript is trimmed this way to
+    MAX_INPUT_CHARS, the bound of a typed message."""
+    if len(text) <= limit:
+        return text, 0
+    return _trim_middle(text, lambda kept: len(kept) + 40 <= limit)
+
+
+def _trim_middle(text: str, fits: Callable[[str], bool]) -> tuple[str, int]:
+    """The head (two thirds) and tail (one third) of `text` that `fits`, with a marker."""
     low, high = 0, len(text)
     while low < high:
         middle = (low + high + 1) // 2
         head_len = middle * 2 // 3
         tail_len = middle - head_len
-        if estimate_tokens(text[:head_len] + text[len(text) - tail_len :]) + 20 <= budget:
+        if fits(text[:head_len] + text[len(text) - tail_len :]):
             low = middle
         else:
             high = middle - 1

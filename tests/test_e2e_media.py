@@ -14,6 +14,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from tests.e2e_bot import (
     MEDIA,
     OWNER,
     STRANGER,
+    TESTDATA,
     BotUnderTest,
     bot_under_test,
     real_update,
@@ -41,6 +43,9 @@ SPOKEN = (MEDIA / "voice_en.txt").read_text(encoding="utf-8").strip()
 PDF = (MEDIA / "multilingual.pdf").read_bytes()
 SCANNED = (MEDIA / "scanned.pdf").read_bytes()
 ROSE = (MEDIA / "rose.jpg").read_bytes()
+# voice_en.ogg's own length: its last Ogg page's granule position (115714 samples at 48 kHz)
+# minus the Opus pre-skip (312). The updates below announce 3 s: the sender's word.
+VOICE_SECONDS = (115_714 - 312) / 48_000
 GROQ_PER_SECOND = 0.04 / 3600
 MINI_TRANSCRIBE_PER_SECOND = 0.003 / 60
 
@@ -96,12 +101,14 @@ async def test_voice_note_is_transcribed_answered_stored_and_recalled(tmp_path: 
         [inbox] = await bot.rows("SELECT state, message_id FROM media_inbox")
         assert inbox == {"state": "done", "message_id": user_row["id"]}
 
-        # Billed per second at the catalog's Groq price, under its own purpose.
+        # Billed per second of the recording's real length (not the 3 s announced) at the
+        # catalog's Groq price, under its own purpose.
         [usage] = await bot.rows(
             "SELECT model_id, cost_usd, audio_seconds FROM usage WHERE purpose = 'transcription'"
         )
-        assert usage["model_id"] == "whisper-large-v3-turbo" and usage["audio_seconds"] == 3
-        assert usage["cost_usd"] == pytest.approx(3 * GROQ_PER_SECOND)
+        assert usage["model_id"] == "whisper-large-v3-turbo"
+        assert usage["audio_seconds"] == pytest.approx(VOICE_SECONDS)
+        assert usage["cost_usd"] == pytest.approx(VOICE_SECONDS * GROQ_PER_SECOND)
         usage_reply = await bot.ask(OWNER, "/usage")
         assert t("usage_purpose_transcription") in usage_reply[-1].text
 
@@ -117,6 +124,65 @@ async def test_voice_note_is_transcribed_answered_stored_and_recalled(tmp_path: 
         await wait_for_rows(bot, "SELECT id FROM history_entries")
         found = await bot.ask(OWNER, "/recall pancake")
         assert "By voice, the user asked for a vegan pancake recipe." in found[-1].text
+
+
+async def test_a_voice_notes_length_is_bounded_by_its_size_and_its_own_bytes(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path, MAX_VOICE_SECONDS=2) as bot:
+        # "1 s" in 19 MB: at the most bits a voice note carries, at least 1,246 s. Refused from
+        # the update alone: nothing is downloaded, no row is written.
+        big = bot.tg.add_file(VOICE, file_path="voice/big.oga", size=19 * 1024 * 1024)
+        fields = {**bot.tg.file_fields(big), "duration": 1, "mime_type": "audio/ogg"}
+        bot.send_media(OWNER, {"voice": fields})
+        refused = t("voice_too_long_for_size", size="19.0 MB", seconds=1246, limit=2)
+        await bot.wait(lambda: bot.texts(OWNER) == [refused])
+        assert bot.downloads_and_file_calls() == ([], [])
+        assert await bot.rows("SELECT * FROM media_inbox") == []
+        # "1 s" in the real 7.9 KB file: its own Ogg pages say 2.4 s, over the limit. Refused
+        # after the download, before any transcription.
+        bot.send_media(OWNER, bot.voice(VOICE, duration=1))
+        await bot.wait(lambda: len(bot.texts(OWNER)) == 2)
+        await bot.wait_idle(OWNER)
+        assert bot.texts(OWNER)[1] == t("voice_too_long", seconds=3, limit=2)
+        assert not bot.transcription_requests() and not bot.chat_requests()
+        assert await bot.rows("SELECT * FROM usage") == []
+
+
+async def test_transcription_is_billed_by_the_duration_the_provider_reports(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path, TRANSCRIPTION_MODEL="whisper-1") as bot:
+        bot.openai.hears(VOICE, SPOKEN, seconds=2.41)  # Whisper's verbose_json `duration`
+        bot.send_media(OWNER, bot.voice(VOICE, duration=1))
+        await bot.wait(lambda: answered(bot, OWNER))
+        [(_, upload)] = bot.transcription_requests()
+        assert upload.body["response_format"] == "verbose_json"
+        [usage] = await bot.rows(
+            "SELECT model_id, audio_seconds FROM usage WHERE purpose = 'transcription'"
+        )
+        assert usage == {"model_id": "whisper-1", "audio_seconds": 2.41}
+
+
+async def test_a_long_transcript_is_trimmed_like_a_typed_message(tmp_path: Path) -> None:
+    first = (TESTDATA / "oasst2" / "oasst2_filtered.jsonl").open(encoding="utf-8").readline()
+    replies = json.loads(first)["prompt"]["replies"]
+    spoken = "\n".join(reply["text"] for reply in replies)  # real multi-paragraph answers
+    assert len(spoken) > 1500
+    async with bot_under_test(tmp_path, MAX_INPUT_CHARS=1000) as bot:
+        bot.groq.hears(VOICE, spoken)
+        bot.send_media(OWNER, bot.voice(VOICE, duration=3))
+        await bot.wait(lambda: answered(bot, OWNER))
+        [row] = await bot.rows("SELECT content FROM messages WHERE role = 'user'")
+        content = row["content"]
+        assert len(content) <= 1000
+        found = re.fullmatch(r"(.*)\n\n\[… (\d+) characters cut …\]\n\n(.*)", content, re.S)
+        assert found is not None
+        head, cut, tail = found.group(1), int(found.group(2)), found.group(3)
+        assert spoken.startswith(head) and spoken.endswith(tail)
+        assert len(head) + cut + len(tail) == len(spoken)
+        kept = f"{len(spoken) - cut:,}"
+        assert t("transcript_trimmed", kept=kept, total=f"{len(spoken):,}") in bot.texts(OWNER)
 
 
 async def test_transcription_falls_back_from_groq_to_openai(tmp_path: Path) -> None:
@@ -138,7 +204,7 @@ async def test_transcription_falls_back_from_groq_to_openai(tmp_path: Path) -> N
             "SELECT model_id, cost_usd FROM usage WHERE purpose = 'transcription'"
         )
         assert [r["model_id"] for r in rows] == ["gpt-4o-mini-transcribe"]
-        assert rows[0]["cost_usd"] == pytest.approx(3 * MINI_TRANSCRIBE_PER_SECOND)
+        assert rows[0]["cost_usd"] == pytest.approx(VOICE_SECONDS * MINI_TRANSCRIBE_PER_SECOND)
 
 
 async def test_every_transcription_model_failing_keeps_the_note_for_a_retry(

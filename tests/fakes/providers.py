@@ -699,6 +699,7 @@ class FakeProvider:
         self.invalid_keys: set[str] = set()
         # What the fake "hears" in uploaded audio: sha256 of the file -> transcript.
         self.speech: dict[str, str] = {}
+        self.speech_seconds: dict[str, float] = {}
         # Optional provider-side rate limit (see enforce_rate_limit); rejections are counted.
         self._limit_terms: tuple[float, float, float, float] | None = None
         self.limits: dict[str, ProviderLimit] = {}  # per model, as providers count them
@@ -885,9 +886,13 @@ class FakeProvider:
         finally:
             self.answered += 1
 
-    def hears(self, audio: bytes, transcript: str) -> None:
-        """Answer transcription requests uploading exactly `audio` with `transcript`."""
-        self.speech[hashlib.sha256(audio).hexdigest()] = transcript
+    def hears(self, audio: bytes, transcript: str, seconds: float | None = None) -> None:
+        """Answer transcription requests uploading exactly `audio` with `transcript`; a
+        verbose_json answer (Whisper's) reports `seconds` as the audio's duration."""
+        digest = hashlib.sha256(audio).hexdigest()
+        self.speech[digest] = transcript
+        if seconds is not None:
+            self.speech_seconds[digest] = seconds
 
     def transcription_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.is_transcription]
@@ -940,23 +945,24 @@ class FakeProvider:
 
     def _transcription_body(self, model: str, fields: dict[str, Any], text: str) -> dict[str, Any]:
         """The provider's own success shape for the response format asked for."""
+        seconds = self.speech_seconds.get(fields.get("file", {}).get("sha256", ""), 1.0)
         if self.kind == "groq":
             body: dict[str, Any] = {"text": text, "x_groq": {"id": _id("req_")}}
             if fields.get("response_format") == "verbose_json":
-                body = {"task": "transcribe", "language": "English", "duration": 1.0, **body}
+                body = {"task": "transcribe", "language": "English", "duration": seconds, **body}
             return body
         if fields.get("response_format") == "verbose_json":  # whisper-1 through litellm
             return {
                 "task": "transcribe",
                 "language": "english",
-                "duration": 1.0,
+                "duration": seconds,
                 "text": text,
                 "segments": [
                     {
                         "id": 0,
                         "seek": 0,
                         "start": 0.0,
-                        "end": 1.0,
+                        "end": seconds,
                         "text": text,
                         "tokens": [50364, 50414],
                         "temperature": 0.0,
@@ -965,7 +971,7 @@ class FakeProvider:
                         "no_speech_prob": 0.01,
                     }
                 ],
-                "usage": {"type": "duration", "seconds": 1},
+                "usage": {"type": "duration", "seconds": math.ceil(seconds)},
             }
         # gpt-4o(-mini)-transcribe: text plus token usage
         tokens = max(1, len(text) // 4)
