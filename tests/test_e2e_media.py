@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import io
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from bot.i18n import t
 from bot.keyboards import model_callback_data
@@ -289,6 +291,61 @@ async def test_photo_to_an_anthropic_vision_model(tmp_path: Path) -> None:
         assert chat.image_parts() == [
             {"media_type": "image/jpeg", "data": base64.b64encode(ROSE).decode()}
         ]
+
+
+def large_photo_png() -> bytes:
+    """The real rose photograph blown up to 2000×1314 with noise (which PNG cannot compress):
+    a ~6 MB image file, as a phone's screenshot or a camera's PNG export can be."""
+    with Image.open(io.BytesIO(ROSE)) as rose:
+        big = rose.convert("RGB").resize((2000, 1314))
+    noise = Image.effect_noise(big.size, 80).convert("RGB")
+    out = io.BytesIO()
+    Image.blend(big, noise, 0.5).save(out, "PNG")
+    return out.getvalue()
+
+
+async def test_a_large_image_is_scaled_to_fit_anthropic(tmp_path: Path) -> None:
+    png = large_photo_png()
+    assert len(base64.b64encode(png)) > 5 * 1024 * 1024  # Anthropic would refuse it as is
+    async with bot_under_test(tmp_path, DEFAULT_MODEL="claude-sonnet-4-5") as bot:
+        bot.send_media(OWNER, bot.document(png, "screen.png", "image/png"), caption="what?")
+        await bot.wait(lambda: answered(bot, OWNER))
+        [(gateway, chat)] = bot.chat_requests()
+        [part] = chat.image_parts()
+        assert gateway == "anthropic" and part["media_type"] == "image/jpeg"
+        sent = base64.b64decode(part["data"])
+        assert len(part["data"]) <= 5 * 1024 * 1024
+        with Image.open(io.BytesIO(sent)) as image:
+            assert image.format == "JPEG" and image.size == (1568, 1030)
+
+
+async def test_an_image_file_is_what_its_bytes_say_not_its_mime_type(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        # A JPEG sent as "image/png": the model is told it is a JPEG.
+        bot.send_media(OWNER, bot.document(ROSE, "rose.png", "image/png"))
+        await bot.wait(lambda: answered(bot, OWNER))
+        [(_, chat)] = bot.chat_requests()
+        assert chat.image_parts() == [
+            {"media_type": "image/jpeg", "data": base64.b64encode(ROSE).decode()}
+        ]
+        # A PDF sent as "image/png": refused with a clear line, no model called.
+        bot.send_media(OWNER, bot.document(PDF, "fake.png", "image/png"))
+        await bot.wait(lambda: t("image_not_an_image") in bot.texts(OWNER))
+        await bot.wait_idle(OWNER)
+        assert len(bot.chat_requests()) == 1
+
+
+async def test_an_image_of_unknown_size_is_read_only_up_to_the_limit(tmp_path: Path) -> None:
+    png = large_photo_png()
+    async with bot_under_test(tmp_path, MAX_DOCUMENT_BYTES=1024 * 1024) as bot:
+        stored = bot.tg.add_file(png, file_path="documents/big.png", size_unknown=True)
+        fields = {**bot.tg.file_fields(stored), "file_name": "big.png", "mime_type": "image/png"}
+        assert "file_size" not in fields
+        bot.send_media(OWNER, {"document": fields})
+        await bot.wait(lambda: bool(bot.texts(OWNER)))
+        await bot.wait_idle(OWNER)
+        assert bot.texts(OWNER) == [t("file_too_big", size="> 1.0 MB", limit="1.0 MB")]
+        assert not bot.chat_requests()
 
 
 async def test_photo_to_a_model_that_cannot_see_gets_a_polite_line_and_no_call(

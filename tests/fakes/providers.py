@@ -45,6 +45,7 @@ from aiohttp import web
 
 PROVIDER_KINDS = ("openai", "groq", "anthropic")
 
+ANTHROPIC_IMAGE_MAX_BYTES = 5 * 1024 * 1024
 FAULT_KINDS = (
     "rate_limit_429",
     "quota_429",
@@ -860,6 +861,9 @@ class FakeProvider:
         refusal = self.refuse_forced_tool_choice.get(model or "")
         if refusal is not None and _forces_a_tool(body):
             return _json_response(TOOL_CHOICE_REFUSALS[refusal], status=400)
+        oversized = self._oversized_image(recorded)
+        if oversized is not None:
+            return _json_response(oversized, status=400)
         if self.gate is not None:
             await self.gate.wait()
         try:
@@ -885,6 +889,26 @@ class FakeProvider:
             return self._complete(step, body)
         finally:
             self.answered += 1
+
+    def _oversized_image(self, recorded: RecordedRequest) -> dict[str, Any] | None:
+        """Anthropic's real refusal of an image over 5 MB (counted on its base64 text)."""
+        if self.kind != "anthropic":
+            return None
+        for index, image in enumerate(recorded.image_parts()):
+            size = len(image["data"])
+            if size > ANTHROPIC_IMAGE_MAX_BYTES:
+                return {
+                    "type": "error",
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": (
+                            f"messages.0.content.{index}.image.source.base64: image exceeds 5 MB "
+                            f"maximum: {size} bytes > {ANTHROPIC_IMAGE_MAX_BYTES} bytes"
+                        ),
+                    },
+                    "request_id": "req_011CFAKEimagesize",
+                }
+        return None
 
     def hears(self, audio: bytes, transcript: str, seconds: float | None = None) -> None:
         """Answer transcription requests uploading exactly `audio` with `transcript`; a
