@@ -46,6 +46,12 @@ from aiohttp import web
 PROVIDER_KINDS = ("openai", "groq", "anthropic")
 
 ANTHROPIC_IMAGE_MAX_BYTES = 5 * 1024 * 1024
+# Faults only one provider sends (each fake serves its own body for `rate_limit_429`).
+PROVIDER_FAULTS = {
+    "quota_429": "openai",  # insufficient_quota; Groq's daily cap is groq_tpd_429
+    "overloaded_529": "anthropic",
+    "anthropic_rate_limit_429": "anthropic",
+}
 FAULT_KINDS = (
     "rate_limit_429",
     "quota_429",
@@ -492,11 +498,11 @@ def _groq_tokens_error(message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "tokens", "code": "rate_limit_exceeded"}}
 
 
-def _groq_tpm_429(model: str) -> dict[str, Any]:
+def _groq_tpm_429(model: str, wait_s: float = 1.5) -> dict[str, Any]:
     return _groq_tokens_error(
         f"Rate limit reached for model `{model}` in organization `org_x` service tier "
         "`on_demand` on tokens per minute (TPM): Limit 12000, Used 11000, Requested 2000. "
-        "Please try again in 1.5s." + _GROQ_UPGRADE
+        f"Please try again in {go_duration(wait_s)}." + _GROQ_UPGRADE
     )
 
 
@@ -759,15 +765,26 @@ class FakeProvider:
 
     def script(self, model: str, *steps: Step) -> None:
         """Queue steps for a wire model ("*" = any model), consumed one per request."""
+        for step in steps:
+            self._check_own(step)
         self._scripts.setdefault(model, deque()).extend(steps)
 
     def set_default(self, model: str, step: Step) -> None:
+        self._check_own(step)
         self._defaults[model] = step
+
+    def _check_own(self, step: Step | str) -> None:
+        """A fault one provider alone sends cannot come from another's fake."""
+        kind = step.kind if isinstance(step, Fault) else step
+        owner = PROVIDER_FAULTS.get(kind) if isinstance(kind, str) else None
+        if owner is not None and owner != self.kind:
+            raise ValueError(f"{kind!r} is {owner}'s fault; the {self.kind} fake never sends it")
 
     def set_failure_mix(self, rate: float, kinds: list[str], seed: int) -> None:
         for kind in kinds:
             if kind not in FAULT_KINDS:
                 raise ValueError(f"unknown fault kind {kind!r}")
+            self._check_own(kind)
         self._failure_rate = rate
         self._failure_kinds = list(kinds)
         self._rng = random.Random(seed)
@@ -1322,10 +1339,9 @@ class FakeProvider:
         headers = dict(fault.headers or {})
         if fault.retry_after is not None:
             headers["retry-after"] = _number(fault.retry_after)
-        if kind == "rate_limit_429":
-            if self.kind == "groq" and fault.retry_after is not None:
-                headers.setdefault("x-ratelimit-reset-requests", f"{_number(fault.retry_after)}s")
-            return _json_response(_OPENAI_RATE_LIMIT, status=429, headers=headers)
+        self._check_own(fault)
+        if kind in ("rate_limit_429", "anthropic_rate_limit_429"):
+            return self._rate_limit_429(str(body.get("model", "")), fault, headers)
         if kind == "quota_429":
             return _json_response(_OPENAI_QUOTA, status=429, headers=headers)
         if kind == "overloaded_529":
@@ -1404,6 +1420,21 @@ class FakeProvider:
             pass
         _drop(request)
         return response
+
+    def _rate_limit_429(
+        self, model: str, fault: Fault, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        """This provider's own 429 (design brief): OpenAI's tokens-per-minute body; Groq's,
+        always with a retry-after header (it rounds the wait up) and the billing link inside;
+        Anthropic's rate_limit_error."""
+        if self.kind == "anthropic":
+            return _json_response(_ANTHROPIC_RATE_LIMIT, status=429, headers=headers)
+        if self.kind == "groq":
+            wait = fault.retry_after if fault.retry_after is not None else 1.5
+            headers.setdefault("retry-after", _number(math.ceil(wait)))
+            headers.setdefault("x-ratelimit-reset-requests", go_duration(wait))
+            return _json_response(_groq_tpm_429(model, wait), status=429, headers=headers)
+        return _json_response(_OPENAI_RATE_LIMIT, status=429, headers=headers)
 
     def _default_text(self, body: dict[str, Any]) -> str:
         step = self._defaults.get(body.get("model", "")) or self._defaults.get("*")
