@@ -48,25 +48,32 @@ async def test_real_bodies_outcome_and_what_rests(
     first = result.attempts[0]
     assert (first.model_id, first.outcome) == (A, outcome)
     key0 = t.status()["gateways"]["groq"]["keys"][0]
+    assert_rests(key0, scope, A, rest_s)
     if scope == "key":
-        assert not key0["available"] and key0["cooling_s"] >= rest_s
         # Nothing else was asked on Groq: the account is the problem.
         assert result.model_id == "gpt-4.1-mini"
         assert [r.model for r in fake_groq.requests] == [A]
     else:
-        assert key0["available"], key0
         # The key serves the next model of the chain right away.
         assert result.model_id == B
         assert [(r.model, r.api_key) for r in fake_groq.requests] == [
             (A, GROQ_KEY),
             (B_WIRE, GROQ_KEY),
         ]
-        if scope == "model":
-            assert list(key0["model_rests"]) == [A]
-            assert key0["model_rests"][A]["cooling_s"] >= rest_s
-        else:
-            assert key0["model_rests"] == {}
     await t.aclose()
+
+
+def assert_rests(key: dict, scope: str | None, model: str, rest_s: float) -> None:
+    """The key's status: resting whole ("key"), for `model` only ("model"), or not at all."""
+    if scope == "key":
+        assert not key["available"] and key["cooling_s"] >= rest_s
+        return
+    assert key["available"], key
+    if scope == "model":
+        assert list(key["model_rests"]) == [model]
+        assert key["model_rests"][model]["cooling_s"] >= rest_s
+    else:
+        assert key["model_rests"] == {}
 
 
 # The other providers' bodies, each from its own fake: (gateway, model, fault, outcome, what
@@ -95,16 +102,7 @@ async def test_real_bodies_of_openai_and_anthropic_rest_what_they_name(
         await t.complete(model, HI, timeout=5, walk_chain=False)
     [attempt] = caught.value.attempts
     assert (attempt.model_id, attempt.outcome) == (model, outcome)
-    key0 = t.status()["gateways"][gateway]["keys"][0]
-    if scope == "key":
-        assert not key0["available"] and key0["cooling_s"] >= rest_s
-    else:
-        assert key0["available"], key0
-        if scope == "model":
-            assert list(key0["model_rests"]) == [model]
-            assert key0["model_rests"][model]["cooling_s"] >= rest_s
-        else:
-            assert key0["model_rests"] == {}
+    assert_rests(t.status()["gateways"][gateway]["keys"][0], scope, model, rest_s)
     await t.aclose()
 
 
