@@ -37,6 +37,8 @@ _BOOT = (
 MEMORY_LIMIT_BYTES = 1024 * 1024 * 1024
 # Children reading at once; the machines this runs on have one or two cores to spare.
 MAX_READERS = 2
+# The child parses hostile files: it gets no secret (no key, no bot token), only these.
+CHILD_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 _slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
 
@@ -79,7 +81,7 @@ async def read_document(
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            env=os.environ.copy(),
+            env={name: os.environ[name] for name in CHILD_ENV if name in os.environ},
         )
         header = child_request(
             file_name=file_name, mime_type=mime_type, token_budget=token_budget, timeout=timeout

@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+import memory.document_reader
 import memory.documents
 from memory.document_reader import read_document
 from memory.documents import DocumentError, document_kind, extract_text, trim_to_tokens
@@ -193,3 +194,21 @@ def _children() -> list[int]:
         if int(fields[1]) == me:
             found.append(int(entry))
     return found
+
+
+async def test_the_reader_child_gets_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A child that parses hostile files must not hold the keys: it is given a few variables.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-in-the-reader")
+    monkeypatch.setattr(memory.document_reader, "_BOOT", _PRINT_ENV)
+    document = await read_document(
+        b"", file_name="a.txt", mime_type=None, token_budget=100, timeout=30
+    )
+    assert "sk-never-in-the-reader" not in document.text
+    assert "PATH" in document.text
+
+
+# Stands in for the child's entry point: answers with its own environment as the "text".
+_PRINT_ENV = (
+    "import json, os, sys; sys.stdin.buffer.read(); "
+    "print(json.dumps({'text': {'kind': 'text', 'text': json.dumps(dict(os.environ))}}))"
+)
