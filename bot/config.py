@@ -85,6 +85,7 @@ class Settings(BaseSettings):
     MAX_VOICE_SECONDS: int = Field(default=600, ge=1)
     MAX_DOCUMENT_BYTES: int = Field(default=10_000_000, ge=1)
     DOCUMENT_TOKEN_BUDGET: int = Field(default=12_000, ge=500)
+    DOCUMENT_TIMEOUT: float = Field(default=30.0, gt=0)
 
     # Gateways: any *_API_KEY may hold several comma-separated keys (rotated).
     OPENAI_API_KEY: KeyList = Field(default_factory=list)

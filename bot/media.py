@@ -13,19 +13,23 @@ downloaded, so a stranger, an over-long note or a user over their cap costs noth
 - Photos (and image documents): sent to the chat model as an image part when its catalog entry
   says `vision`; otherwise a polite line with buttons to switch to a model that can see. The
   session stores "[photo: caption]" and the file id, never the bytes.
-- Documents: text extracted (memory/documents.py), trimmed to DOCUMENT_TOKEN_BUDGET with a
-  note, stored with the file name so it can be recalled, and answered with the caption as the
-  question.
+- Documents: text extracted in a supervised child process (memory/document_reader.py: a time,
+  CPU and memory bound, so a hostile PDF never holds the chat loop), trimmed to
+  DOCUMENT_TOKEN_BUDGET with a note, stored with the file name so it can be recalled, and
+  answered with the caption as the question.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import html
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import httpx
 import structlog
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
 from telegram.constants import ChatType, ParseMode
@@ -52,8 +56,11 @@ from bot.turns import (
     send_plain,
     turn_request_for,
 )
-from memory.documents import DocumentError, document_kind, extract_text
+from memory.audio import ogg_seconds
+from memory.document_reader import read_document
+from memory.documents import DocumentError, document_kind, trim_to_chars
 from memory.framing import Framing
+from memory.images import ImageError, ImageLimit, fit_image, limit_for
 from memory.media_inbox import InboxItem, MediaInbox
 from memory.store import StoredMessage
 from models.types import NO_KEY, TransportError, Usage
@@ -65,12 +72,19 @@ Context = ContextTypes.DEFAULT_TYPE
 # Bots may download files up to 20 MB through getFile on the public Bot API.
 TELEGRAM_DOWNLOAD_LIMIT = 20 * 1024 * 1024
 RETRY_PREFIX = "mr:"
+# Seconds without progress before a file download gives up.
+DOWNLOAD_TIMEOUT_S = 60.0
 # A transcript longer than this is shown collapsed (expandable blockquote).
 EXPAND_AFTER_CHARS = 300
 # What the transcript message may show (UTF-16 units, under Telegram's 4096); the whole
 # transcript is stored and answered anyway.
 SHOWN_TRANSCRIPT_UNITS = 4000
 VOICE_KINDS = ("voice", "audio", "video_note")
+# The most bits per second each kind plausibly carries (Telegram records voice notes as Opus at
+# ~24-35 kbps; MP3 tops out at 320 kbps; a video note is mostly video). A file's size divided by
+# this is the least it can last: a 20 MB "1 s" voice note holds at least 1,310 s. The size a
+# sender announces with no duration check is how hours of speech would pass as one second.
+MAX_AUDIO_BITRATE = {"voice": 128_000, "audio": 320_000, "video_note": 4_000_000}
 IMAGE_MIME_TYPES = ("image/jpeg", "image/png", "image/webp", "image/gif")
 
 
@@ -116,6 +130,24 @@ def incoming_media(message: Message) -> Incoming | None:
         kind = "photo" if mime in IMAGE_MIME_TYPES else "document"
         return Incoming(kind, d.file_id, d.file_unique_id, d.file_size, 0, mime, d.file_name)
     return None
+
+
+def file_limit(services: Services, incoming: Incoming) -> int:
+    """The most bytes downloaded for this file: Telegram's limit for bots, and for documents
+    and images (photos too) MAX_DOCUMENT_BYTES."""
+    if incoming.kind in VOICE_KINDS:
+        return TELEGRAM_DOWNLOAD_LIMIT
+    return min(TELEGRAM_DOWNLOAD_LIMIT, services.settings.MAX_DOCUMENT_BYTES)
+
+
+def least_audio_seconds(kind: str, size: int) -> int:
+    """The fewest whole seconds `size` bytes of this kind of recording can last."""
+    return math.ceil(size * 8 / MAX_AUDIO_BITRATE[kind])
+
+
+def audio_download_limit(kind: str, max_seconds: int) -> int:
+    """The most bytes a recording within `max_seconds` may have: the download cap."""
+    return min(TELEGRAM_DOWNLOAD_LIMIT, max_seconds * MAX_AUDIO_BITRATE[kind] // 8)
 
 
 def human_size(size: int) -> str:
@@ -202,21 +234,26 @@ async def _refusal_before_download(
     services: Services, message: Message, incoming: Incoming, lang: str | None
 ) -> tuple[str, InlineKeyboardMarkup | None] | None:
     """Whatever can be refused from the update alone: nothing is downloaded for these."""
-    settings = services.settings
-    if incoming.kind in VOICE_KINDS and incoming.duration > settings.MAX_VOICE_SECONDS:
-        return (
-            t("voice_too_long", lang, seconds=incoming.duration, limit=settings.MAX_VOICE_SECONDS),
-            None,
-        )
-    limit = TELEGRAM_DOWNLOAD_LIMIT
-    if incoming.kind == "document":
-        if document_kind(incoming.file_name, incoming.mime_type) is None:
-            name = incoming.file_name or incoming.mime_type or "?"
-            return t("document_unsupported", lang, name=name), None
-        limit = min(limit, settings.MAX_DOCUMENT_BYTES)
+    limit_s = services.settings.MAX_VOICE_SECONDS
+    if incoming.kind in VOICE_KINDS and incoming.duration > limit_s:
+        return t("voice_too_long", lang, seconds=incoming.duration, limit=limit_s), None
+    if (
+        incoming.kind == "document"
+        and document_kind(incoming.file_name, incoming.mime_type) is None
+    ):
+        name = incoming.file_name or incoming.mime_type or "?"
+        return t("document_unsupported", lang, name=name), None
+    limit = file_limit(services, incoming)
     if incoming.file_size is not None and incoming.file_size > limit:
         size, most = human_size(incoming.file_size), human_size(limit)
         return t("file_too_big", lang, size=size, limit=most), None
+    if incoming.kind in VOICE_KINDS and incoming.file_size is not None:
+        # The duration is the sender's word; the size bounds how short the recording can be.
+        least = least_audio_seconds(incoming.kind, incoming.file_size)
+        if least > limit_s:
+            size = human_size(incoming.file_size)
+            text = t("voice_too_long_for_size", lang, size=size, seconds=least, limit=limit_s)
+            return text, None
     if incoming.kind == "photo":
         model = await services.chat_model(message.chat_id)
         if not model.vision:
@@ -232,23 +269,67 @@ async def _refusal_before_download(
 # --- downloads ---------------------------------------------------------------------------------
 
 
-async def download(bot: Any, file_id: str, limit: int) -> bytes | None:
-    """The file's bytes through getFile and the Bot API's file endpoint, or None on failure.
+@dataclass(frozen=True)
+class Download:
+    """A file's bytes, or why there are none: `too_big` (past the limit: announced by getFile
+    or found while streaming), else a failure."""
 
-    The size getFile reports is checked again before the download (an update may omit it).
+    data: bytes | None
+    too_big: bool = False
+
+
+async def download(bot: Any, file_id: str, limit: int) -> Download:
+    """The file through getFile and the Bot API's file endpoint, read at most to `limit` bytes.
+
+    The size getFile reports is checked first; the download itself is streamed and stopped
+    past `limit`, since an update and getFile may both omit the size (and a local Bot API
+    server serves files of up to 2 GB).
     """
     try:
         telegram_file = await bot.get_file(file_id)
         if telegram_file.file_size is not None and telegram_file.file_size > limit:
             log.info("download_refused", size=telegram_file.file_size, limit=limit)
-            return None
-        data = await telegram_file.download_as_bytearray()
-    except TelegramError as exc:
-        log.warning("download_failed", error=str(exc))
-        return None
+            return Download(None, too_big=True)
+        url = telegram_file.file_path or ""
+        if not url.startswith(("http://", "https://")):  # a local Bot API server's own path
+            data = bytes(await telegram_file.download_as_bytearray())
+        else:
+            data = await _stream(url, limit + 1)
+    except (TelegramError, httpx.HTTPError) as exc:
+        # httpx errors name the URL, which holds the bot token: only the class is logged.
+        log.warning("download_failed", error=type(exc).__name__)
+        return Download(None)
     if len(data) > limit:
-        return None
-    return bytes(data)
+        log.info("download_stopped", limit=limit)
+        return Download(None, too_big=True)
+    return Download(data)
+
+
+async def _stream(url: str, most: int) -> bytes:
+    """At most `most` bytes of the file at `url` (the connection is dropped there)."""
+    chunks: list[bytes] = []
+    size = 0
+    async with (
+        httpx.AsyncClient(timeout=DOWNLOAD_TIMEOUT_S) as client,
+        client.stream("GET", url) as response,
+    ):
+        response.raise_for_status()
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= most:
+                break
+    return b"".join(chunks)[:most]
+
+
+async def _refuse_download(bot: Any, turn: TurnRequest, got: Download, limit: int) -> None:
+    """The line for a download that brought no bytes."""
+    lang = turn.language
+    if got.too_big:
+        most = human_size(limit)
+        await send_plain(bot, turn, t("file_too_big", lang, size=f"> {most}", limit=most))
+    else:
+        await send_plain(bot, turn, t("download_failed", lang))
 
 
 # --- voice -------------------------------------------------------------------------------------
@@ -284,19 +365,29 @@ async def _transcribe(
 ) -> TurnRequest | None:
     lang = request.language
     inbox = MediaInbox(services.db)
-    audio = await download(bot, item.file_id, TELEGRAM_DOWNLOAD_LIMIT)
-    if audio is None:
-        await inbox.mark_failed(item.id)
-        await send_plain(bot, request, t("download_failed", lang))
-        return None
     settings = services.settings
+    limit_s = settings.MAX_VOICE_SECONDS
+    most = audio_download_limit(item.kind, limit_s)
+    got = await download(bot, item.file_id, most)
+    if got.data is None:
+        await inbox.mark_failed(item.id)
+        await _refuse_download(bot, request, got, most)
+        return None
+    audio = got.data
+    seconds = audio_seconds(item, audio)
+    if seconds > limit_s:
+        log.info("voice_too_long", chat_id=request.chat_id, inbox_id=item.id, seconds=seconds)
+        await inbox.mark_failed(item.id)
+        shown = math.ceil(seconds)
+        await send_plain(bot, request, t("voice_too_long", lang, seconds=shown, limit=limit_s))
+        return None
     try:
         result = await services.transport.transcribe(
             settings.TRANSCRIPTION_MODEL,
             audio,
             filename=_audio_file_name(item),
             mime_type=item.mime_type or "audio/ogg",
-            duration_s=float(item.duration),
+            duration_s=seconds,
             timeout=settings.TRANSCRIPTION_TIMEOUT,
             user_key=request.user_id,  # a turn in the gateway's fair queue, like chat
         )
@@ -330,7 +421,7 @@ async def _transcribe(
         chat_id=request.chat_id,
         inbox_id=item.id,
         model=result.model_id,
-        seconds=item.duration,
+        seconds=seconds,
         chars=len(result.text),
     )
     if not result.text:
@@ -338,10 +429,22 @@ async def _transcribe(
         await send_plain(bot, request, t("transcript_empty", lang))
         return None
     await _show_transcript(bot, request, result.text, lang)
-    text = result.text
-    if item.caption:
-        text = f"{item.caption}\n\n{text}"
-    return replace(request, text=text, media=item.media())
+    caption = f"{item.caption}\n\n" if item.caption else ""
+    # A transcript is what the user says, so it keeps to the bound of a typed message.
+    text, cut = trim_to_chars(result.text, max(1, settings.MAX_INPUT_CHARS - len(caption)))
+    if cut:
+        total = len(result.text)
+        note = t("transcript_trimmed", lang, kept=f"{total - cut:,}", total=f"{total:,}")
+        await send_plain(bot, request, note)
+    return replace(request, text=caption + text, media=item.media())
+
+
+def audio_seconds(item: InboxItem, audio: bytes) -> float:
+    """How long the recording is (at least): what an Ogg file's last page says, else what the
+    sender announced, and never less than its size allows."""
+    measured = ogg_seconds(audio)
+    told = float(item.duration) if measured is None else measured
+    return max(told, float(least_audio_seconds(item.kind, len(audio))))
 
 
 def _audio_file_name(item: InboxItem) -> str:
@@ -403,22 +506,20 @@ async def retry_callback(update: Update, context: Context) -> None:
     lang = user_language(update)
     message = query.message
     item_id = (query.data or "").removeprefix(RETRY_PREFIX)
-    item = await MediaInbox(services.db).get(int(item_id)) if item_id.isdigit() else None
-    if (
-        item is None
-        or message is None
-        or item.chat_id != message.chat.id
-        or item.state == "done"
-        or services.turns.is_running(item.chat_id)
-    ):
-        await query.answer(t("retry_gone", lang), show_alert=True)
-        return
     user = update.effective_user
     assert user is not None
+    if message is None or not item_id.isdigit() or services.turns.is_running(message.chat.id):
+        await query.answer(t("retry_gone", lang), show_alert=True)
+        return
     refused = await _spend_refusal(services, user.id, lang)
     if refused is not None:
         if refused:
             await query.answer(refused, show_alert=True)
+        return
+    inbox = MediaInbox(services.db)
+    item = await inbox.claim(int(item_id), message.chat.id)  # a second press finds it claimed
+    if item is None:
+        await query.answer(t("retry_gone", lang), show_alert=True)
         return
     await query.answer()
     try:
@@ -434,7 +535,10 @@ async def retry_callback(update: Update, context: Context) -> None:
         reply_to_message_id=None,
         private=chat.type == ChatType.PRIVATE,
     )
-    await transcribe_and_answer(services, context.bot, request, item)
+    try:
+        await transcribe_and_answer(services, context.bot, request, item)
+    finally:
+        await inbox.release(item.id)  # only if the turn never settled it (refused, cancelled)
 
 
 async def _spend_refusal(services: Services, user_id: int, lang: str | None) -> str | None:
@@ -472,15 +576,36 @@ async def _answer_photo(
         media["file_name"] = incoming.file_name
 
     async def prepare(turn: TurnRequest) -> TurnRequest | None:
-        data = await download(bot, incoming.file_id, TELEGRAM_DOWNLOAD_LIMIT)
-        if data is None:
-            await send_plain(bot, turn, t("download_failed", turn.language))
+        most = file_limit(services, incoming)
+        got = await download(bot, incoming.file_id, most)
+        if got.data is None:
+            await _refuse_download(bot, turn, got, most)
             return None
-        mime = incoming.mime_type or "image/jpeg"
-        url = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+        limit = await _image_limit(services, turn.chat_id)
+        try:
+            image = await asyncio.to_thread(fit_image, got.data, limit)
+        except ImageError as exc:
+            log.info("image_refused", chat_id=turn.chat_id, reason=exc.reason, size=len(got.data))
+            await send_plain(bot, turn, t(f"image_{exc.reason}", turn.language))
+            return None
+        if image.scaled:
+            log.info("image_scaled", chat_id=turn.chat_id, size=len(got.data), sent=len(image.data))
+        encoded = base64.b64encode(image.data).decode("ascii")
+        url = f"data:{image.mime_type};base64,{encoded}"
         return replace(turn, text=photo_text(caption), media=media, image_url=url)
 
     await run_chat_turn(services, bot, request, prepare=prepare)
+
+
+async def _image_limit(services: Services, chat_id: int) -> ImageLimit:
+    """What every model of the chat model's fallback chain accepts."""
+    model = await services.chat_model(chat_id)
+    gateways = services.gateways
+    return limit_for(
+        gateways[entry.gateway].protocol
+        for entry in services.catalog.chain(model.id)
+        if entry.gateway in gateways
+    )
 
 
 # --- documents ---------------------------------------------------------------------------------
@@ -515,6 +640,7 @@ _DOCUMENT_ERRORS = {
     "unreadable_pdf": "document_unreadable",
     "binary": "document_binary",
     "empty": "document_empty",
+    "too_complex": "document_too_complex",
 }
 
 
@@ -526,21 +652,25 @@ async def _answer_document(
 
     async def prepare(turn: TurnRequest) -> TurnRequest | None:
         lang = turn.language
-        limit = min(TELEGRAM_DOWNLOAD_LIMIT, settings.MAX_DOCUMENT_BYTES)
-        data = await download(bot, incoming.file_id, limit)
-        if data is None:
-            await send_plain(bot, turn, t("download_failed", lang))
+        most = file_limit(services, incoming)
+        got = await download(bot, incoming.file_id, most)
+        if got.data is None:
+            await _refuse_download(bot, turn, got, most)
             return None
+        data = got.data
         try:
-            document = extract_text(
+            document = await read_document(
                 data,
                 file_name=incoming.file_name,
                 mime_type=incoming.mime_type,
                 token_budget=settings.DOCUMENT_TOKEN_BUDGET,
+                timeout=settings.DOCUMENT_TIMEOUT,
             )
         except DocumentError as exc:
             log.info("document_unreadable", chat_id=turn.chat_id, reason=exc.reason)
-            await send_plain(bot, turn, t(_DOCUMENT_ERRORS[exc.reason], lang, name=name))
+            seconds = f"{settings.DOCUMENT_TIMEOUT:g}"
+            reply = t(_DOCUMENT_ERRORS[exc.reason], lang, name=name, seconds=seconds)
+            await send_plain(bot, turn, reply)
             return None
         log.info(
             "document_read",

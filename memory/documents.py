@@ -3,11 +3,19 @@
 This knows nothing of Telegram: it gets a file name, a MIME type and bytes. What it returns is
 what the model reads and what the session stores, so a document can be recalled later.
 
-- PDFs are read with pypdf, page by page. A PDF whose pages hold no text (a scan, a photo of a
-  page) is reported as such rather than handed to the model empty.
+- PDFs are read with pypdf, page by page, at most `MAX_PDF_PAGES` pages, and reading stops once
+  the text is `TEXT_CAP_FACTOR` times what the token budget keeps (it is trimmed to that
+  anyway). A PDF whose pages hold no text (a scan, a photo of a page) is reported as such rather
+  than handed to the model empty. Any exception of the parser is the document's error, never
+  ours. pypdf is CPU-bound on hostile input (one small file can cost minutes): the bot never
+  calls `extract_text` on its event loop but in a supervised child process
+  (`memory/document_reader.py`).
 - Text files are decoded as UTF-8 (with or without BOM), then UTF-16 when there is a BOM, then
   Latin-1 as a last resort (every byte is valid there), so no text file is ever refused for its
-  encoding; a file with NUL bytes and no BOM is taken as binary.
+  encoding; a file with NUL bytes in its first 4 KB and no BOM is taken as binary.
+- Every text, PDF or not, loses its NULs and control characters (tabs and line breaks stay),
+  and lone surrogates (pypdf decodes a ToUnicode map to `<D800>` with `surrogatepass`; such a
+  string cannot be encoded later) become U+FFFD.
 - The text is trimmed to a token budget: the head and the tail are kept (a document's start
   says what it is, its end often concludes), and a note says how much of the middle was cut.
 """
@@ -16,6 +24,8 @@ from __future__ import annotations
 
 import io
 import logging
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -41,6 +51,14 @@ TEXT_MIME_TYPES = frozenset(
     }
 )  # fmt: skip
 PDF_MIME = "application/pdf"
+# Pages read at most: past this the rest of the PDF is left out (with a note).
+MAX_PDF_PAGES = 300
+# Reading stops once the text holds this many times what the token budget keeps.
+TEXT_CAP_FACTOR = 4
+# estimate_tokens counts 0.4 token per UTF-8 byte, so a budget of N tokens keeps ~2.5 N bytes.
+BYTES_PER_TOKEN = 2.5
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class DocumentError(Exception):
@@ -81,19 +99,32 @@ def document_kind(file_name: str | None, mime_type: str | None) -> str | None:
     return None
 
 
+def clean_text(text: str) -> str:
+    """`text` without NULs and control characters, lone surrogates replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", _CONTROL.sub("", text))
+
+
+def text_cap(token_budget: int) -> int:
+    """Characters of text worth reading for a budget: a few times what trimming keeps."""
+    return int(token_budget * BYTES_PER_TOKEN * TEXT_CAP_FACTOR)
+
+
 def extract_text(
     data: bytes, *, file_name: str | None, mime_type: str | None, token_budget: int
 ) -> DocumentText:
     """The document's text trimmed to `token_budget`; raises DocumentError (reason keys:
-    "unsupported", "no_text_layer", "unreadable_pdf", "binary", "empty")."""
+    "unsupported", "no_text_layer", "unreadable_pdf", "binary", "empty", "too_complex").
+
+    CPU-bound and unbounded in time on a hostile PDF: call it through
+    `memory.document_reader.read_document`, never on an event loop."""
     kind = document_kind(file_name, mime_type)
     if kind is None:
         raise DocumentError("unsupported")
     if kind == "pdf":
-        text, pages = _pdf_text(data)
+        text, pages = _pdf_text(data, text_cap(token_budget))
     else:
         text, pages = _decode_text(data), 0
-    text = text.strip()
+    text = clean_text(text).strip()
     if not text:
         raise DocumentError("no_text_layer" if kind == "pdf" else "empty")
     kept, cut = trim_to_tokens(text, token_budget)
@@ -107,29 +138,32 @@ def extract_text(
     )
 
 
-def _pdf_text(data: bytes) -> tuple[str, int]:
+def _pdf_text(data: bytes, cap: int) -> tuple[str, int]:
+    """The text of the first MAX_PDF_PAGES pages, until `cap` characters; (text, page count)."""
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
 
     # pypdf logs warnings about every quirk of real-world PDFs; they are not our errors.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
-            try:
-                reader.decrypt("")  # many "protected" PDFs only restrict printing
-            except Exception:
-                raise DocumentError("unreadable_pdf") from None
-        pages = []
-        for number, page in enumerate(reader.pages, start=1):
-            page_text = (page.extract_text() or "").strip()
+            reader.decrypt("")  # many "protected" PDFs only restrict printing
+        count = len(reader.pages)
+        pages: list[str] = []
+        size = read = 0
+        for index in range(min(count, MAX_PDF_PAGES)):
+            read = index + 1
+            page_text = clean_text(reader.pages[index].extract_text() or "").strip()
             if page_text:
-                pages.append(f"[page {number}]\n{page_text}")
-        return "\n\n".join(pages), len(reader.pages)
-    except DocumentError:
-        raise
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError, RecursionError):
-        raise DocumentError("unreadable_pdf") from None
+                pages.append(f"[page {read}]\n{page_text}")
+                size += len(pages[-1])
+            if size >= cap:
+                break
+        if size and read < count:
+            pages.append(f"[… pages {read + 1}–{count} not read …]")
+        return "\n\n".join(pages), count
+    except MemoryError:
+        raise DocumentError("too_complex") from None
     except Exception:  # pypdf raises many kinds on broken files; none may crash a turn
         raise DocumentError("unreadable_pdf") from None
 
@@ -152,13 +186,27 @@ def trim_to_tokens(text: str, budget: int) -> tuple[str, int]:
     returns (text, characters cut). Cuts at line boundaries when one is near."""
     if estimate_tokens(text) <= budget:
         return text, 0
-    # estimate_tokens counts 0.4 token per UTF-8 byte; find how many characters fit.
+    # estimate_tokens counts 0.4 token per UTF-8 byte; the marker costs about 20.
+    return _trim_middle(text, lambda kept: estimate_tokens(kept) + 20 <= budget)
+
+
+def trim_to_chars(text: str, limit: int) -> tuple[str, int]:
+    """`text` if it has at most `limit` characters, else its head and tail with a marker (the
+    whole fits `limit`); returns (text, characters cut). A transcript is trimmed this way to
+    MAX_INPUT_CHARS, the bound of a typed message."""
+    if len(text) <= limit:
+        return text, 0
+    return _trim_middle(text, lambda kept: len(kept) + 40 <= limit)
+
+
+def _trim_middle(text: str, fits: Callable[[str], bool]) -> tuple[str, int]:
+    """The head (two thirds) and tail (one third) of `text` that `fits`, with a marker."""
     low, high = 0, len(text)
     while low < high:
         middle = (low + high + 1) // 2
         head_len = middle * 2 // 3
         tail_len = middle - head_len
-        if estimate_tokens(text[:head_len] + text[len(text) - tail_len :]) + 20 <= budget:
+        if fits(text[:head_len] + text[len(text) - tail_len :]):
             low = middle
         else:
             high = middle - 1

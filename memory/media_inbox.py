@@ -98,6 +98,28 @@ class MediaInbox:
         row = await self.db.fetchone("SELECT * FROM media_inbox WHERE id = ?", (item_id,))
         return _item(row) if row else None
 
+    async def claim(self, item_id: int, chat_id: int) -> InboxItem | None:
+        """The failed row, now pending again, for the one caller that claimed it; None when it is
+        not this chat's, not failed, or another caller (a second press of Retry) claimed it
+        first. One UPDATE: two presses can never both transcribe, store and answer it."""
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "UPDATE media_inbox SET state = 'pending', updated_at = ? "
+                "WHERE id = ? AND chat_id = ? AND state = 'failed' RETURNING *",
+                (to_iso(utc_now()), item_id, chat_id),
+            )
+            row = await cursor.fetchone()
+        return _item(row) if row else None
+
+    async def release(self, item_id: int) -> None:
+        """A claimed row whose turn never settled it (refused, cancelled) can be retried again."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "UPDATE media_inbox SET state = 'failed', updated_at = ? "
+                "WHERE id = ? AND state = 'pending'",
+                (to_iso(utc_now()), item_id),
+            )
+
     async def mark_failed(self, item_id: int) -> None:
         await self._set(item_id, "failed", None)
 

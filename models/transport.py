@@ -472,8 +472,10 @@ class Transport:
 
         An empty transcript is a success (the note may hold no words); a 200 whose body is an
         error object is classified from that body. Cost is the catalog's price per second times
-        `duration_s` (the length Telegram announced). A timed-out attempt is billed too: the
-        provider may have transcribed the audio before we gave up.
+        the duration the provider reports (Whisper's verbose_json `duration`), else `duration_s`
+        (the caller's best bound: never just what the sender announced). A timed-out attempt is
+        billed too, at `duration_s`: the provider may have transcribed the audio before we gave
+        up.
         """
         plan = _CallPlan(self, model_id, walk_chain, [], timeout, user_key, priority)
         billed: list[tuple[str, Usage]] = []
@@ -513,6 +515,14 @@ class Transport:
                     await plan.report(slot, _classify_empty(wire, "200 without a transcript"))
                     continue
                 plan.report_success(slot, wire.headers or _success_headers(response))
+                reported = getattr(response, "duration", None)  # verbose_json: what it heard
+                if (
+                    isinstance(reported, int | float)
+                    and not isinstance(reported, bool)
+                    and 0 < reported < 86_400
+                ):
+                    seconds = float(reported)
+                    cost = Usage(cost_usd=slot.entry.audio_cost_usd(seconds), audio_seconds=seconds)
                 billed.append((slot.entry.id, cost))
                 return Transcription(
                     model_id=slot.entry.id,

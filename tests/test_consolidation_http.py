@@ -63,7 +63,7 @@ HEAD = CHAIN[0]
 # the transport's own retries on that model all fail too.
 HTTP_FAULTS: dict[str, tuple[Step, set[str]]] = {
     "429 with Retry-After": (Fault("rate_limit_429", retry_after=1), {"rate_limit"}),
-    "quota 429": (Fault("quota_429"), {"quota"}),
+    "Groq per-day 429": (Fault("groq_tpd_429"), {"quota"}),
     "500": (Fault("server_500"), {"unavailable"}),
     "502 HTML": (Fault("bad_gateway_502"), {"unavailable"}),
     "Cloudflare 524 HTML": (Fault("cloudflare_524"), {"unavailable", "timeout"}),
@@ -77,7 +77,7 @@ HTTP_FAULTS: dict[str, tuple[Step, set[str]]] = {
 }
 # Billing is the account's (the whole key rests); rate limits are per model, so a 429 on the
 # head leaves the key free for the next Groq model.
-GATEWAY_WIDE = {"quota 429", "Arrearage inside 200"}
+GATEWAY_WIDE = {"Arrearage inside 200"}
 TASK_FAILURES: dict[str, tuple[Step, set[str]]] = {
     "text reply instead of the tool": (
         Reply("Summary: Rina moves billing to PostgreSQL."),

@@ -3,11 +3,18 @@ of real oasst2 Portuguese and Japanese text, an image-only PDF, and real multili
 
 from __future__ import annotations
 
+import asyncio
+import os
+
 import pytest
 
+import memory.document_reader
+import memory.documents
+from memory.document_reader import read_document
 from memory.documents import DocumentError, document_kind, extract_text, trim_to_tokens
 from memory.transcript import estimate_tokens
 from tests.e2e_bot import MEDIA, TESTDATA
+from tests.hostile_pdfs import pdf_bomb, surrogate_pdf
 
 PDF = (MEDIA / "multilingual.pdf").read_bytes()
 SOURCE_TEXT = (MEDIA / "multilingual.txt").read_text(encoding="utf-8")
@@ -95,3 +102,113 @@ def test_long_real_text_is_trimmed_to_the_budget_keeping_head_and_tail() -> None
 
 def test_short_text_is_not_trimmed() -> None:
     assert trim_to_tokens("short", 100) == ("short", 0)
+
+
+def test_a_surrogate_from_a_tounicode_map_is_replaced() -> None:
+    # pypdf itself hands back "AA\ud800": a string no encoder accepts.
+    document = extract_text(surrogate_pdf(), file_name="s.pdf", mime_type=None, token_budget=1000)
+    assert document.text == "[page 1]\nAA\ufffd"
+    document.text.encode("utf-8")  # what storing and sending it does
+
+
+def test_nuls_and_control_characters_are_stripped_from_the_whole_text() -> None:
+    head = "a" * 5000  # past the first 4 KB, where the binary check looks
+    data = f"{head}\x00b\x07c\x1b[31md\te\r\nf\x7f".encode()
+    document = extract_text(data, file_name="a.txt", mime_type=None, token_budget=100_000)
+    assert document.text == f"{head}bc[31md\te\r\nf"
+    utf16 = extract_text(
+        "x\x00y".encode("utf-16"), file_name="a.txt", mime_type=None, token_budget=100
+    )
+    assert utf16.text == "xy"
+
+
+def test_pages_past_the_cap_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory.documents, "MAX_PDF_PAGES", 3)
+    pdf = pdf_bomb(7, operators=2, text=b"word")
+    document = extract_text(pdf, file_name="p.pdf", mime_type=None, token_budget=100_000)
+    assert document.pages == 7
+    assert document.text.count("[page ") == 3
+    assert document.text.endswith("[… pages 4–7 not read …]")
+
+
+def test_reading_stops_once_the_text_is_several_times_the_budget() -> None:
+    # 20 pages of 1,500 words each (6,000 characters); a 500-token budget keeps ~1,250 bytes,
+    # so reading stops once 5,000 characters are in: after the first page.
+    pdf = pdf_bomb(20, operators=1500, text=b"word")
+    document = extract_text(pdf, file_name="p.pdf", mime_type=None, token_budget=500)
+    assert document.pages == 20 and document.trimmed
+    assert "[page 2]" not in document.text
+    assert document.text.endswith("[… pages 2–20 not read …]")
+
+
+async def test_a_pdf_bomb_is_stopped_at_the_timeout_while_the_loop_runs() -> None:
+    # 1,000 pages at ~0.6 s of CPU each: without a bound, ten minutes of a frozen event loop.
+    bomb = pdf_bomb(1000)
+    assert len(bomb) < 200_000
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    running = asyncio.create_task(ticker())
+    before = set(_children())
+    with pytest.raises(DocumentError) as caught:
+        await read_document(
+            bomb, file_name="bomb.pdf", mime_type=None, token_budget=12_000, timeout=2
+        )
+    running.cancel()
+    assert caught.value.reason == "too_complex"
+    assert ticks > 10  # the loop kept running while the child worked
+    assert set(_children()) <= before  # killed and reaped: no child (or zombie) left
+
+
+async def test_a_child_reads_a_real_pdf_like_the_function_does() -> None:
+    document = await read_document(
+        PDF, file_name="a.pdf", mime_type="application/pdf", token_budget=100_000, timeout=30
+    )
+    assert document == extract_text(
+        PDF, file_name="a.pdf", mime_type="application/pdf", token_budget=100_000
+    )
+    with pytest.raises(DocumentError) as caught:
+        await read_document(
+            b"\x00\x01", file_name="a.txt", mime_type=None, token_budget=100, timeout=30
+        )
+    assert caught.value.reason == "binary"
+
+
+def _children() -> list[int]:
+    """Process ids whose parent is this process (zombies included)."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            found.append(int(entry))
+    return found
+
+
+async def test_the_reader_child_gets_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A child that parses hostile files must not hold the keys: it is given a few variables.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-in-the-reader")
+    monkeypatch.setattr(memory.document_reader, "_BOOT", _PRINT_ENV)
+    document = await read_document(
+        b"", file_name="a.txt", mime_type=None, token_budget=100, timeout=30
+    )
+    assert "sk-never-in-the-reader" not in document.text
+    assert "PATH" in document.text
+
+
+# Stands in for the child's entry point: answers with its own environment as the "text".
+_PRINT_ENV = (
+    "import json, os, sys; sys.stdin.buffer.read(); "
+    "print(json.dumps({'text': {'kind': 'text', 'text': json.dumps(dict(os.environ))}}))"
+)

@@ -13,25 +13,41 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from bot.i18n import t
 from bot.keyboards import model_callback_data
 from bot.media import RETRY_PREFIX
 from models.types import Usage
 from tests.consolidation_stack import good_call
-from tests.e2e_bot import MEDIA, OWNER, STRANGER, BotUnderTest, bot_under_test, real_update
+from tests.e2e_bot import (
+    FRIEND,
+    MEDIA,
+    OWNER,
+    STRANGER,
+    TESTDATA,
+    BotUnderTest,
+    bot_under_test,
+    real_update,
+)
 from tests.fakes.providers import Fault
+from tests.hostile_pdfs import pdf_bomb, surrogate_pdf
 
 VOICE = (MEDIA / "voice_en.ogg").read_bytes()
 SPOKEN = (MEDIA / "voice_en.txt").read_text(encoding="utf-8").strip()
 PDF = (MEDIA / "multilingual.pdf").read_bytes()
 SCANNED = (MEDIA / "scanned.pdf").read_bytes()
 ROSE = (MEDIA / "rose.jpg").read_bytes()
+# voice_en.ogg's own length: its last Ogg page's granule position (115714 samples at 48 kHz)
+# minus the Opus pre-skip (312). The updates below announce 3 s: the sender's word.
+VOICE_SECONDS = (115_714 - 312) / 48_000
 GROQ_PER_SECOND = 0.04 / 3600
 MINI_TRANSCRIBE_PER_SECOND = 0.003 / 60
 
@@ -87,12 +103,14 @@ async def test_voice_note_is_transcribed_answered_stored_and_recalled(tmp_path: 
         [inbox] = await bot.rows("SELECT state, message_id FROM media_inbox")
         assert inbox == {"state": "done", "message_id": user_row["id"]}
 
-        # Billed per second at the catalog's Groq price, under its own purpose.
+        # Billed per second of the recording's real length (not the 3 s announced) at the
+        # catalog's Groq price, under its own purpose.
         [usage] = await bot.rows(
             "SELECT model_id, cost_usd, audio_seconds FROM usage WHERE purpose = 'transcription'"
         )
-        assert usage["model_id"] == "whisper-large-v3-turbo" and usage["audio_seconds"] == 3
-        assert usage["cost_usd"] == pytest.approx(3 * GROQ_PER_SECOND)
+        assert usage["model_id"] == "whisper-large-v3-turbo"
+        assert usage["audio_seconds"] == pytest.approx(VOICE_SECONDS)
+        assert usage["cost_usd"] == pytest.approx(VOICE_SECONDS * GROQ_PER_SECOND)
         usage_reply = await bot.ask(OWNER, "/usage")
         assert t("usage_purpose_transcription") in usage_reply[-1].text
 
@@ -108,6 +126,65 @@ async def test_voice_note_is_transcribed_answered_stored_and_recalled(tmp_path: 
         await wait_for_rows(bot, "SELECT id FROM history_entries")
         found = await bot.ask(OWNER, "/recall pancake")
         assert "By voice, the user asked for a vegan pancake recipe." in found[-1].text
+
+
+async def test_a_voice_notes_length_is_bounded_by_its_size_and_its_own_bytes(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path, MAX_VOICE_SECONDS=2) as bot:
+        # "1 s" in 19 MB: at the most bits a voice note carries, at least 1,246 s. Refused from
+        # the update alone: nothing is downloaded, no row is written.
+        big = bot.tg.add_file(VOICE, file_path="voice/big.oga", size=19 * 1024 * 1024)
+        fields = {**bot.tg.file_fields(big), "duration": 1, "mime_type": "audio/ogg"}
+        bot.send_media(OWNER, {"voice": fields})
+        refused = t("voice_too_long_for_size", size="19.0 MB", seconds=1246, limit=2)
+        await bot.wait(lambda: bot.texts(OWNER) == [refused])
+        assert bot.downloads_and_file_calls() == ([], [])
+        assert await bot.rows("SELECT * FROM media_inbox") == []
+        # "1 s" in the real 7.9 KB file: its own Ogg pages say 2.4 s, over the limit. Refused
+        # after the download, before any transcription.
+        bot.send_media(OWNER, bot.voice(VOICE, duration=1))
+        await bot.wait(lambda: len(bot.texts(OWNER)) == 2)
+        await bot.wait_idle(OWNER)
+        assert bot.texts(OWNER)[1] == t("voice_too_long", seconds=3, limit=2)
+        assert not bot.transcription_requests() and not bot.chat_requests()
+        assert await bot.rows("SELECT * FROM usage") == []
+
+
+async def test_transcription_is_billed_by_the_duration_the_provider_reports(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path, TRANSCRIPTION_MODEL="whisper-1") as bot:
+        bot.openai.hears(VOICE, SPOKEN, seconds=2.41)  # Whisper's verbose_json `duration`
+        bot.send_media(OWNER, bot.voice(VOICE, duration=1))
+        await bot.wait(lambda: answered(bot, OWNER))
+        [(_, upload)] = bot.transcription_requests()
+        assert upload.body["response_format"] == "verbose_json"
+        [usage] = await bot.rows(
+            "SELECT model_id, audio_seconds FROM usage WHERE purpose = 'transcription'"
+        )
+        assert usage == {"model_id": "whisper-1", "audio_seconds": 2.41}
+
+
+async def test_a_long_transcript_is_trimmed_like_a_typed_message(tmp_path: Path) -> None:
+    first = (TESTDATA / "oasst2" / "oasst2_filtered.jsonl").open(encoding="utf-8").readline()
+    replies = json.loads(first)["prompt"]["replies"]
+    spoken = "\n".join(reply["text"] for reply in replies)  # real multi-paragraph answers
+    assert len(spoken) > 1500
+    async with bot_under_test(tmp_path, MAX_INPUT_CHARS=1000) as bot:
+        bot.groq.hears(VOICE, spoken)
+        bot.send_media(OWNER, bot.voice(VOICE, duration=3))
+        await bot.wait(lambda: answered(bot, OWNER))
+        [row] = await bot.rows("SELECT content FROM messages WHERE role = 'user'")
+        content = row["content"]
+        assert len(content) <= 1000
+        found = re.fullmatch(r"(.*)\n\n\[… (\d+) characters cut …\]\n\n(.*)", content, re.S)
+        assert found is not None
+        head, cut, tail = found.group(1), int(found.group(2)), found.group(3)
+        assert spoken.startswith(head) and spoken.endswith(tail)
+        assert len(head) + cut + len(tail) == len(spoken)
+        kept = f"{len(spoken) - cut:,}"
+        assert t("transcript_trimmed", kept=kept, total=f"{len(spoken):,}") in bot.texts(OWNER)
 
 
 async def test_transcription_falls_back_from_groq_to_openai(tmp_path: Path) -> None:
@@ -129,7 +206,7 @@ async def test_transcription_falls_back_from_groq_to_openai(tmp_path: Path) -> N
             "SELECT model_id, cost_usd FROM usage WHERE purpose = 'transcription'"
         )
         assert [r["model_id"] for r in rows] == ["gpt-4o-mini-transcribe"]
-        assert rows[0]["cost_usd"] == pytest.approx(3 * MINI_TRANSCRIBE_PER_SECOND)
+        assert rows[0]["cost_usd"] == pytest.approx(VOICE_SECONDS * MINI_TRANSCRIBE_PER_SECOND)
 
 
 async def test_every_transcription_model_failing_keeps_the_note_for_a_retry(
@@ -153,18 +230,31 @@ async def test_every_transcription_model_failing_keeps_the_note_for_a_retry(
         [[button]] = notice.reply_markup["inline_keyboard"]  # type: ignore[index]
         assert button["callback_data"] == f"{RETRY_PREFIX}{inbox['id']}"
 
-        # The providers are back: the Retry button transcribes and answers the same note.
+        # The providers are back: Retry, pressed twice in a row (both presses arrive in one
+        # batch), transcribes, stores, bills and answers the same note once.
         bot.groq.hears(VOICE, SPOKEN)
-        bot.tg.push(
-            bot.tg.make_callback_update(
-                OWNER, OWNER, button["callback_data"], message_id=notice.message_id
+        before = len(bot.transcription_requests())
+        presses = [
+            bot.tg.push(
+                bot.tg.make_callback_update(
+                    OWNER, OWNER, button["callback_data"], message_id=notice.message_id
+                )
             )
-        )
+            for _ in range(2)
+        ]
         await bot.wait(lambda: answered(bot, OWNER))
+        for update_id in presses:
+            await bot.wait_handled(update_id)
+        await bot.wait_idle(OWNER)
         [user_row] = await bot.rows("SELECT content FROM messages WHERE role = 'user'")
         assert user_row["content"] == SPOKEN
         [state] = await bot.rows("SELECT state FROM media_inbox")
         assert state["state"] == "done"
+        assert [g for g, _ in bot.transcription_requests()[before:]] == ["groq"]
+        assert len(await bot.rows("SELECT id FROM usage WHERE purpose = 'chat'")) == 1
+        assert [m.text for m in bot.messages(OWNER)].count(f"echo: {SPOKEN}") == 1
+        alerts = [c.params.get("text") for c in bot.tg.calls_of("answerCallbackQuery")]
+        assert sorted(alerts, key=str) == sorted([None, t("retry_gone")], key=str)
 
 
 async def test_photo_reaches_a_vision_model_as_an_image_part(tmp_path: Path) -> None:
@@ -201,6 +291,61 @@ async def test_photo_to_an_anthropic_vision_model(tmp_path: Path) -> None:
         assert chat.image_parts() == [
             {"media_type": "image/jpeg", "data": base64.b64encode(ROSE).decode()}
         ]
+
+
+def large_photo_png() -> bytes:
+    """The real rose photograph blown up to 2000×1314 with noise (which PNG cannot compress):
+    a ~6 MB image file, as a phone's screenshot or a camera's PNG export can be."""
+    with Image.open(io.BytesIO(ROSE)) as rose:
+        big = rose.convert("RGB").resize((2000, 1314))
+    noise = Image.effect_noise(big.size, 80).convert("RGB")
+    out = io.BytesIO()
+    Image.blend(big, noise, 0.5).save(out, "PNG")
+    return out.getvalue()
+
+
+async def test_a_large_image_is_scaled_to_fit_anthropic(tmp_path: Path) -> None:
+    png = large_photo_png()
+    assert len(base64.b64encode(png)) > 5 * 1024 * 1024  # Anthropic would refuse it as is
+    async with bot_under_test(tmp_path, DEFAULT_MODEL="claude-sonnet-4-5") as bot:
+        bot.send_media(OWNER, bot.document(png, "screen.png", "image/png"), caption="what?")
+        await bot.wait(lambda: answered(bot, OWNER))
+        [(gateway, chat)] = bot.chat_requests()
+        [part] = chat.image_parts()
+        assert gateway == "anthropic" and part["media_type"] == "image/jpeg"
+        sent = base64.b64decode(part["data"])
+        assert len(part["data"]) <= 5 * 1024 * 1024
+        with Image.open(io.BytesIO(sent)) as image:
+            assert image.format == "JPEG" and image.size == (1568, 1030)
+
+
+async def test_an_image_file_is_what_its_bytes_say_not_its_mime_type(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        # A JPEG sent as "image/png": the model is told it is a JPEG.
+        bot.send_media(OWNER, bot.document(ROSE, "rose.png", "image/png"))
+        await bot.wait(lambda: answered(bot, OWNER))
+        [(_, chat)] = bot.chat_requests()
+        assert chat.image_parts() == [
+            {"media_type": "image/jpeg", "data": base64.b64encode(ROSE).decode()}
+        ]
+        # A PDF sent as "image/png": refused with a clear line, no model called.
+        bot.send_media(OWNER, bot.document(PDF, "fake.png", "image/png"))
+        await bot.wait(lambda: t("image_not_an_image") in bot.texts(OWNER))
+        await bot.wait_idle(OWNER)
+        assert len(bot.chat_requests()) == 1
+
+
+async def test_an_image_of_unknown_size_is_read_only_up_to_the_limit(tmp_path: Path) -> None:
+    png = large_photo_png()
+    async with bot_under_test(tmp_path, MAX_DOCUMENT_BYTES=1024 * 1024) as bot:
+        stored = bot.tg.add_file(png, file_path="documents/big.png", size_unknown=True)
+        fields = {**bot.tg.file_fields(stored), "file_name": "big.png", "mime_type": "image/png"}
+        assert "file_size" not in fields
+        bot.send_media(OWNER, {"document": fields})
+        await bot.wait(lambda: bool(bot.texts(OWNER)))
+        await bot.wait_idle(OWNER)
+        assert bot.texts(OWNER) == [t("file_too_big", size="> 1.0 MB", limit="1.0 MB")]
+        assert not bot.chat_requests()
 
 
 async def test_photo_to_a_model_that_cannot_see_gets_a_polite_line_and_no_call(
@@ -276,6 +421,34 @@ async def test_scanned_pdf_without_text_layer_gets_a_clear_line(tmp_path: Path) 
         assert await bot.rows("SELECT * FROM messages") == []
 
 
+BOMB_PAGES = 1000  # ~0.6 s of CPU each: ten minutes of a frozen loop without a bound
+
+
+async def test_a_pdf_bomb_gets_a_clear_answer_and_never_holds_other_chats(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path, DOCUMENT_TIMEOUT=8) as bot:
+        bot.send_media(OWNER, bot.document(pdf_bomb(BOMB_PAGES), "bomb.pdf", "application/pdf"))
+        await bot.wait(lambda: bool(bot.tg.downloads))  # the bomb is being read now
+        # Another chat is answered meanwhile, before the bomb's sender hears anything.
+        bot.say(FRIEND, "hello", user_id=FRIEND)
+        await bot.wait(lambda: answered(bot, FRIEND))
+        assert bot.texts(OWNER) == []
+        # The sender gets a clear line, not a stall; nothing is stored, no model called.
+        too_complex = t("document_too_complex", name="bomb.pdf", seconds="8")
+        await bot.wait(lambda: bot.texts(OWNER) == [too_complex], timeout=30)
+        await bot.wait_idle(OWNER)
+        assert [g for g, _ in bot.chat_requests()] == ["openai"]  # FRIEND's hello only
+        assert await bot.rows("SELECT content FROM messages WHERE chat_id = ?", (OWNER,)) == []
+
+
+async def test_a_pdf_whose_text_holds_a_lone_surrogate_is_answered(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        bot.send_media(OWNER, bot.document(surrogate_pdf(), "s.pdf", "application/pdf"))
+        await bot.wait(lambda: answered(bot, OWNER))
+        [row] = await bot.rows("SELECT content FROM messages WHERE role = 'user'")
+        # The frame's tag carries a nonce: the lone surrogate became U+FFFD inside it.
+        assert re.search(r"\[page 1\]\nAA\ufffd\n</document_[0-9a-f]+>$", row["content"])
+
+
 async def test_oversize_files_are_refused_without_a_download(tmp_path: Path) -> None:
     mib = 1024 * 1024
     async with bot_under_test(tmp_path, MAX_DOCUMENT_BYTES=2 * mib, MAX_VOICE_SECONDS=60) as bot:
@@ -338,10 +511,13 @@ async def test_in_a_group_only_voice_notes_replying_to_the_bot_are_read(tmp_path
     group = -1001
     async with bot_under_test(tmp_path) as bot:
         bot.groq.hears(VOICE, SPOKEN)
-        # Group chatter: not for the bot, so not downloaded.
-        bot.send_media(group, bot.voice(VOICE, duration=3), chat_type="supergroup")
+        # Group chatter: not for the bot, so not downloaded (checked once it was handled).
+        chatter = bot.send_media(group, bot.voice(VOICE, duration=3), chat_type="supergroup")
         await bot.ask(group, "@mnemo_test_bot hi", chat_type="supergroup")
+        await bot.wait_handled(chatter)
+        await bot.wait_idle(group)
         assert bot.downloads_and_file_calls() == ([], [])
+        assert not bot.transcription_requests()
         # A voice note replying to the bot is addressed to it: transcribed, answered as a reply,
         # with the bot's message it replies to given to the model as a quote.
         update_id = bot.send_media(

@@ -82,6 +82,54 @@ async def test_fault_bodies_and_retry_after_header() -> None:
         Fault("no_such_fault")
 
 
+async def test_each_fake_serves_its_own_providers_429() -> None:
+    """The design brief's bodies, verbatim, each from its own provider."""
+    body = {"model": "llama-3.3-70b-versatile", "messages": [{"role": "user", "content": "x"}]}
+    async with FakeProvider("groq") as groq:
+        groq.script("*", Fault("rate_limit_429"), Fault("rate_limit_429", retry_after=30))
+        status, text, headers = await _post(groq, body)
+        error = json.loads(text)["error"]
+        assert status == 429 and headers["retry-after"] == "2"  # 1.5 s, rounded up
+        assert error["type"] == "tokens" and error["code"] == "rate_limit_exceeded"
+        assert error["message"].startswith(
+            "Rate limit reached for model `llama-3.3-70b-versatile` in organization `org_x` "
+            "service tier `on_demand` on tokens per minute (TPM): Limit 12000, Used 11000, "
+            "Requested 2000. Please try again in 1.5s. Need more tokens? Upgrade to Dev Tier"
+        )
+        status, text, headers = await _post(groq, body)
+        assert headers["retry-after"] == "30"
+        assert "Please try again in 30s." in json.loads(text)["error"]["message"]
+    async with FakeProvider("anthropic") as anthropic:
+        anthropic.script("*", Fault("rate_limit_429", retry_after=9))
+        status, text, headers = await _post(anthropic, body)
+        payload = json.loads(text)
+        assert status == 429 and headers["retry-after"] == "9"
+        assert payload["type"] == "error" and payload["error"]["type"] == "rate_limit_error"
+    async with FakeProvider("openai") as openai:
+        openai.script("*", Fault("rate_limit_429"))
+        status, text, _ = await _post(openai, body)
+        assert json.loads(text)["error"]["message"].startswith("Rate limit reached for gpt-4.1")
+
+
+@pytest.mark.parametrize(
+    ("kind", "fault"),
+    [
+        ("groq", "quota_429"),
+        ("anthropic", "quota_429"),
+        ("groq", "overloaded_529"),
+        ("openai", "overloaded_529"),
+        ("groq", "anthropic_rate_limit_429"),
+        ("openai", "anthropic_rate_limit_429"),
+    ],
+)
+async def test_a_fake_refuses_another_providers_fault(kind: str, fault: str) -> None:
+    async with FakeProvider(kind) as fp:
+        with pytest.raises(ValueError, match="never sends it"):
+            fp.script("*", Fault(fault))
+        with pytest.raises(ValueError, match="never sends it"):
+            fp.set_default("*", Fault(fault))
+
+
 async def test_failure_mix_is_deterministic_for_a_seed() -> None:
     async def run() -> list[int]:
         async with FakeProvider("openai") as fp:

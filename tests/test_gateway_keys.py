@@ -20,23 +20,25 @@ KEYS = ("gsk_key_zero_0000", "gsk_key_one_1111", "gsk_key_two_2222")
 
 
 def transport_with_groq_keys(
-    fake_openai, fake_groq, fake_anthropic, keys=KEYS, **options: Any
+    fake_openai, fake_groq, fake_anthropic, keys=KEYS, gateway: str = "groq", **options: Any
 ) -> Transport:
-    """A transport built as the bot builds it: GROQ_API_KEY holds the keys comma-separated
-    (with the spaces people type), read by load_settings, turned into gateways by
-    build_gateways; the keys then reach the fake over HTTP."""
-    settings = load_settings(
-        TELEGRAM_BOT_TOKEN="123456:TEST-TOKEN",
-        GROQ_API_KEY=" , ".join(keys),
-        GROQ_API_BASE=fake_groq.base_url,
-        OPENAI_API_KEY=TEST_KEYS["openai"],
-        OPENAI_API_BASE=fake_openai.base_url,
-        ANTHROPIC_API_KEY=TEST_KEYS["anthropic"],
-        ANTHROPIC_API_BASE=fake_anthropic.base_url,
-        GROQ_RPS=50,
-        OPENAI_RPS=50,
-        ANTHROPIC_RPS=50,
-    )
+    """A transport built as the bot builds it: GROQ_API_KEY (or `gateway`'s) holds the keys
+    comma-separated (with the spaces people type), read by load_settings, turned into gateways
+    by build_gateways; the keys then reach the fake over HTTP."""
+    values = {
+        "TELEGRAM_BOT_TOKEN": "123456:TEST-TOKEN",
+        "GROQ_API_KEY": TEST_KEYS["groq"],
+        "GROQ_API_BASE": fake_groq.base_url,
+        "OPENAI_API_KEY": TEST_KEYS["openai"],
+        "OPENAI_API_BASE": fake_openai.base_url,
+        "ANTHROPIC_API_KEY": TEST_KEYS["anthropic"],
+        "ANTHROPIC_API_BASE": fake_anthropic.base_url,
+        "GROQ_RPS": 50,
+        "OPENAI_RPS": 50,
+        "ANTHROPIC_RPS": 50,
+    }
+    values[f"{gateway.upper()}_API_KEY"] = " , ".join(keys)
+    settings = load_settings(**values)
     options.setdefault("backoff", (0.01, 0.02, 0.04))
     options.setdefault("retry_after_cap", 0.5)
     return Transport(load_catalog(), build_gateways(settings), **options)
@@ -156,11 +158,13 @@ async def test_success_headers_with_a_spent_window_rest_the_key(
 async def test_quota_on_one_key_moves_to_the_next_key(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
-    t = transport_with_groq_keys(fake_openai, fake_groq, fake_anthropic, KEYS[:2])
-    fake_groq.script("qwen/qwen3-32b", Fault("quota_429"))
+    # OpenAI's insufficient_quota: the account behind the key is out of money.
+    t = transport_with_groq_keys(fake_openai, fake_groq, fake_anthropic, KEYS[:2], "openai")
+    fake_openai.script("gpt-4.1", Fault("quota_429"))
     with structlog.testing.capture_logs() as logs:
-        result = await t.complete("qwen3-32b", HI, timeout=5)
-    assert result.model_id == "qwen3-32b"
+        result = await t.complete("gpt-4.1", HI, timeout=5)
+    assert result.model_id == "gpt-4.1"
+    assert [r.api_key for r in fake_openai.requests] == list(KEYS[:2])
     assert [a.outcome for a in result.attempts] == [Outcome.QUOTA, Outcome.SUCCESS]
     assert [e["key_position"] for e in logs if e["event"] == "api_key_out_of_quota"] == [0]
     await t.aclose()
@@ -169,10 +173,11 @@ async def test_quota_on_one_key_moves_to_the_next_key(
 async def test_single_key_rate_limit_without_hint_is_retried_after_backoff(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
-    # "Please try again" missing: a bare 429, so the key rests only as long as our backoff.
+    # Anthropic's 429 without retry-after names no wait: the key rests only as long as our
+    # backoff.
     t = make_transport(fake_openai, fake_groq, fake_anthropic, backoff=(0.05, 0.1))
-    fake_groq.script("qwen/qwen3-32b", Fault("anthropic_rate_limit_429"))
-    result = await t.complete("qwen3-32b", HI, timeout=5)
+    fake_anthropic.script("claude-haiku-4-5", Fault("anthropic_rate_limit_429"))
+    result = await t.complete("claude-haiku-4-5", HI, timeout=5)
     assert [a.outcome for a in result.attempts] == [Outcome.RATE_LIMIT, Outcome.SUCCESS]
-    assert result.model_id == "qwen3-32b" and len(fake_groq.requests) == 2
+    assert result.model_id == "claude-haiku-4-5" and len(fake_anthropic.requests) == 2
     await t.aclose()

@@ -17,6 +17,7 @@ from models.pacing import Priority
 from models.transport import Transport
 from models.types import Outcome
 from tests.conftest import FakeClock, make_gateways
+from tests.e2e_bot import wait_until
 from tests.fakes.providers import Reply
 
 HI = [{"role": "user", "content": "hi"}]
@@ -147,8 +148,12 @@ async def test_consolidation_yields_to_chat_and_catches_up_when_chat_is_idle(
             )
         )
 
+    def jobs_queued_or_sent() -> bool:
+        queue = t.status()["gateways"]["openai"]["queue"]
+        return queue["waiting_background"] + queue["served"] == 1 + 5  # warm-up and the jobs
+
     jobs = [ask(f"job {n}", Priority.BACKGROUND) for n in range(5)]
-    await asyncio.sleep(0.05)  # the jobs are queued first
+    await wait_until(jobs_queued_or_sent, "the jobs in the queue, before any chat")
     chats = [ask(f"chat {n}", Priority.CHAT) for n in range(5)]
     results = await asyncio.gather(*jobs, *chats)
     assert {r.model_id for r in results} == {"gpt-4.1"}

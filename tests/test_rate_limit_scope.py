@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.types import Outcome
+from models.types import Outcome, TransportError
 from tests.conftest import TEST_KEYS, make_transport
 from tests.fakes.providers import Fault
 
@@ -24,15 +24,6 @@ GROQ_KEY = TEST_KEYS["groq"]
 # body served for A -> (outcome, what rests: "model" = (key, A) only, "key" = whole key,
 # None = nothing; the shortest rest in seconds when something rests)
 BODIES: dict[str, tuple[Fault, Outcome, str | None, float]] = {
-    "OpenAI 429 TPM": (Fault("rate_limit_429"), Outcome.RATE_LIMIT, "model", 3.8),
-    "OpenAI insufficient_quota": (Fault("quota_429"), Outcome.QUOTA, "key", 500.0),
-    "Anthropic 429 rate_limit_error": (
-        Fault("anthropic_rate_limit_429", retry_after=9),
-        Outcome.RATE_LIMIT,
-        "model",
-        8.0,
-    ),
-    "Anthropic 529 overloaded": (Fault("overloaded_529"), Outcome.UNAVAILABLE, None, 0.0),
     "Groq 429 TPM (billing link inside)": (
         Fault("groq_tpm_429"),
         Outcome.RATE_LIMIT,
@@ -57,24 +48,61 @@ async def test_real_bodies_outcome_and_what_rests(
     first = result.attempts[0]
     assert (first.model_id, first.outcome) == (A, outcome)
     key0 = t.status()["gateways"]["groq"]["keys"][0]
+    assert_rests(key0, scope, A, rest_s)
     if scope == "key":
-        assert not key0["available"] and key0["cooling_s"] >= rest_s
         # Nothing else was asked on Groq: the account is the problem.
         assert result.model_id == "gpt-4.1-mini"
         assert [r.model for r in fake_groq.requests] == [A]
     else:
-        assert key0["available"], key0
         # The key serves the next model of the chain right away.
         assert result.model_id == B
         assert [(r.model, r.api_key) for r in fake_groq.requests] == [
             (A, GROQ_KEY),
             (B_WIRE, GROQ_KEY),
         ]
-        if scope == "model":
-            assert list(key0["model_rests"]) == [A]
-            assert key0["model_rests"][A]["cooling_s"] >= rest_s
-        else:
-            assert key0["model_rests"] == {}
+    await t.aclose()
+
+
+def assert_rests(key: dict, scope: str | None, model: str, rest_s: float) -> None:
+    """The key's status: resting whole ("key"), for `model` only ("model"), or not at all."""
+    if scope == "key":
+        assert not key["available"] and key["cooling_s"] >= rest_s
+        return
+    assert key["available"], key
+    if scope == "model":
+        assert list(key["model_rests"]) == [model]
+        assert key["model_rests"][model]["cooling_s"] >= rest_s
+    else:
+        assert key["model_rests"] == {}
+
+
+# The other providers' bodies, each from its own fake: (gateway, model, fault, outcome, what
+# rests, the shortest rest in seconds when something rests).
+OWN_BODIES: dict[str, tuple[str, str, Fault, Outcome, str | None, float]] = {
+    "OpenAI 429 TPM": ("openai", "gpt-4.1", Fault("rate_limit_429"), Outcome.RATE_LIMIT,
+                       "model", 3.8),
+    "OpenAI insufficient_quota": ("openai", "gpt-4.1", Fault("quota_429"), Outcome.QUOTA, "key",
+                                  500.0),
+    "Anthropic 429 rate_limit_error": ("anthropic", "claude-haiku-4-5",
+                                       Fault("anthropic_rate_limit_429", retry_after=9),
+                                       Outcome.RATE_LIMIT, "model", 8.0),
+    "Anthropic 529 overloaded": ("anthropic", "claude-haiku-4-5", Fault("overloaded_529"),
+                                 Outcome.UNAVAILABLE, None, 0.0),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(OWN_BODIES))
+async def test_real_bodies_of_openai_and_anthropic_rest_what_they_name(
+    fake_openai, fake_groq, fake_anthropic, name: str
+) -> None:
+    gateway, model, fault, outcome, scope, rest_s = OWN_BODIES[name]
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, backoff=(), quota_cooldown=600)
+    {"openai": fake_openai, "anthropic": fake_anthropic}[gateway].script(model, fault)
+    with pytest.raises(TransportError) as caught:
+        await t.complete(model, HI, timeout=5, walk_chain=False)
+    [attempt] = caught.value.attempts
+    assert (attempt.model_id, attempt.outcome) == (model, outcome)
+    assert_rests(t.status()["gateways"][gateway]["keys"][0], scope, model, rest_s)
     await t.aclose()
 
 

@@ -47,7 +47,7 @@ async def test_groq_transcribes_the_upload_and_the_catalog_prices_it(transport, 
     ("fault", "outcome"),
     [
         (Fault("rate_limit_429", retry_after=30), Outcome.RATE_LIMIT),
-        (Fault("quota_429"), Outcome.QUOTA),
+        (Fault("groq_tpd_429"), Outcome.QUOTA),  # Groq's daily cap: its quota
         (Fault("unauthorized_401"), Outcome.AUTH),
         (Fault("throttling_in_200"), Outcome.RATE_LIMIT),
         (Fault("arrearage_in_200"), Outcome.QUOTA),

@@ -46,6 +46,13 @@ from aiohttp import web
 
 PROVIDER_KINDS = ("openai", "groq", "anthropic")
 
+ANTHROPIC_IMAGE_MAX_BYTES = 5 * 1024 * 1024
+# Faults only one provider sends (each fake serves its own body for `rate_limit_429`).
+PROVIDER_FAULTS = {
+    "quota_429": "openai",  # insufficient_quota; Groq's daily cap is groq_tpd_429
+    "overloaded_529": "anthropic",
+    "anthropic_rate_limit_429": "anthropic",
+}
 FAULT_KINDS = (
     "rate_limit_429",
     "quota_429",
@@ -495,11 +502,11 @@ def _groq_tokens_error(message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "tokens", "code": "rate_limit_exceeded"}}
 
 
-def _groq_tpm_429(model: str) -> dict[str, Any]:
+def _groq_tpm_429(model: str, wait_s: float = 1.5) -> dict[str, Any]:
     return _groq_tokens_error(
         f"Rate limit reached for model `{model}` in organization `org_x` service tier "
         "`on_demand` on tokens per minute (TPM): Limit 12000, Used 11000, Requested 2000. "
-        "Please try again in 1.5s." + _GROQ_UPGRADE
+        f"Please try again in {go_duration(wait_s)}." + _GROQ_UPGRADE
     )
 
 
@@ -703,6 +710,7 @@ class FakeProvider:
         self.invalid_keys: set[str] = set()
         # What the fake "hears" in uploaded audio: sha256 of the file -> transcript.
         self.speech: dict[str, str] = {}
+        self.speech_seconds: dict[str, float] = {}
         # Optional provider-side rate limit (see enforce_rate_limit); rejections are counted.
         self._limit_terms: tuple[float, float, float, float] | None = None
         self.limits: dict[str, ProviderLimit] = {}  # per model, as providers count them
@@ -761,15 +769,26 @@ class FakeProvider:
 
     def script(self, model: str, *steps: Step) -> None:
         """Queue steps for a wire model ("*" = any model), consumed one per request."""
+        for step in steps:
+            self._check_own(step)
         self._scripts.setdefault(model, deque()).extend(steps)
 
     def set_default(self, model: str, step: Step) -> None:
+        self._check_own(step)
         self._defaults[model] = step
+
+    def _check_own(self, step: Step | str) -> None:
+        """A fault one provider alone sends cannot come from another's fake."""
+        kind = step.kind if isinstance(step, Fault) else step
+        owner = PROVIDER_FAULTS.get(kind) if isinstance(kind, str) else None
+        if owner is not None and owner != self.kind:
+            raise ValueError(f"{kind!r} is {owner}'s fault; the {self.kind} fake never sends it")
 
     def set_failure_mix(self, rate: float, kinds: list[str], seed: int) -> None:
         for kind in kinds:
             if kind not in FAULT_KINDS:
                 raise ValueError(f"unknown fault kind {kind!r}")
+            self._check_own(kind)
         self._failure_rate = rate
         self._failure_kinds = list(kinds)
         self._rng = random.Random(seed)
@@ -863,6 +882,9 @@ class FakeProvider:
         refusal = self.refuse_forced_tool_choice.get(model or "")
         if refusal is not None and _forces_a_tool(body):
             return _json_response(TOOL_CHOICE_REFUSALS[refusal], status=400)
+        oversized = self._oversized_image(recorded)
+        if oversized is not None:
+            return _json_response(oversized, status=400)
         if self.gate is not None:
             await self.gate.wait()
         try:
@@ -889,9 +911,33 @@ class FakeProvider:
         finally:
             self.answered += 1
 
-    def hears(self, audio: bytes, transcript: str) -> None:
-        """Answer transcription requests uploading exactly `audio` with `transcript`."""
-        self.speech[hashlib.sha256(audio).hexdigest()] = transcript
+    def _oversized_image(self, recorded: RecordedRequest) -> dict[str, Any] | None:
+        """Anthropic's real refusal of an image over 5 MB (counted on its base64 text)."""
+        if self.kind != "anthropic":
+            return None
+        for index, image in enumerate(recorded.image_parts()):
+            size = len(image["data"])
+            if size > ANTHROPIC_IMAGE_MAX_BYTES:
+                return {
+                    "type": "error",
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": (
+                            f"messages.0.content.{index}.image.source.base64: image exceeds 5 MB "
+                            f"maximum: {size} bytes > {ANTHROPIC_IMAGE_MAX_BYTES} bytes"
+                        ),
+                    },
+                    "request_id": "req_011CFAKEimagesize",
+                }
+        return None
+
+    def hears(self, audio: bytes, transcript: str, seconds: float | None = None) -> None:
+        """Answer transcription requests uploading exactly `audio` with `transcript`; a
+        verbose_json answer (Whisper's) reports `seconds` as the audio's duration."""
+        digest = hashlib.sha256(audio).hexdigest()
+        self.speech[digest] = transcript
+        if seconds is not None:
+            self.speech_seconds[digest] = seconds
 
     def transcription_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.is_transcription]
@@ -944,23 +990,24 @@ class FakeProvider:
 
     def _transcription_body(self, model: str, fields: dict[str, Any], text: str) -> dict[str, Any]:
         """The provider's own success shape for the response format asked for."""
+        seconds = self.speech_seconds.get(fields.get("file", {}).get("sha256", ""), 1.0)
         if self.kind == "groq":
             body: dict[str, Any] = {"text": text, "x_groq": {"id": _id("req_")}}
             if fields.get("response_format") == "verbose_json":
-                body = {"task": "transcribe", "language": "English", "duration": 1.0, **body}
+                body = {"task": "transcribe", "language": "English", "duration": seconds, **body}
             return body
         if fields.get("response_format") == "verbose_json":  # whisper-1 through litellm
             return {
                 "task": "transcribe",
                 "language": "english",
-                "duration": 1.0,
+                "duration": seconds,
                 "text": text,
                 "segments": [
                     {
                         "id": 0,
                         "seek": 0,
                         "start": 0.0,
-                        "end": 1.0,
+                        "end": seconds,
                         "text": text,
                         "tokens": [50364, 50414],
                         "temperature": 0.0,
@@ -969,7 +1016,7 @@ class FakeProvider:
                         "no_speech_prob": 0.01,
                     }
                 ],
-                "usage": {"type": "duration", "seconds": 1},
+                "usage": {"type": "duration", "seconds": math.ceil(seconds)},
             }
         # gpt-4o(-mini)-transcribe: text plus token usage
         tokens = max(1, len(text) // 4)
@@ -1302,10 +1349,9 @@ class FakeProvider:
         headers = dict(fault.headers or {})
         if fault.retry_after is not None:
             headers["retry-after"] = _number(fault.retry_after)
-        if kind == "rate_limit_429":
-            if self.kind == "groq" and fault.retry_after is not None:
-                headers.setdefault("x-ratelimit-reset-requests", f"{_number(fault.retry_after)}s")
-            return _json_response(_OPENAI_RATE_LIMIT, status=429, headers=headers)
+        self._check_own(fault)
+        if kind in ("rate_limit_429", "anthropic_rate_limit_429"):
+            return self._rate_limit_429(str(body.get("model", "")), fault, headers)
         if kind == "quota_429":
             return _json_response(_OPENAI_QUOTA, status=429, headers=headers)
         if kind == "overloaded_529":
@@ -1384,6 +1430,21 @@ class FakeProvider:
             pass
         _drop(request)
         return response
+
+    def _rate_limit_429(
+        self, model: str, fault: Fault, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        """This provider's own 429 (design brief): OpenAI's tokens-per-minute body; Groq's,
+        always with a retry-after header (it rounds the wait up) and the billing link inside;
+        Anthropic's rate_limit_error."""
+        if self.kind == "anthropic":
+            return _json_response(_ANTHROPIC_RATE_LIMIT, status=429, headers=headers)
+        if self.kind == "groq":
+            wait = fault.retry_after if fault.retry_after is not None else 1.5
+            headers.setdefault("retry-after", _number(math.ceil(wait)))
+            headers.setdefault("x-ratelimit-reset-requests", go_duration(wait))
+            return _json_response(_groq_tpm_429(model, wait), status=429, headers=headers)
+        return _json_response(_OPENAI_RATE_LIMIT, status=429, headers=headers)
 
     def _default_text(self, body: dict[str, Any]) -> str:
         step = self._defaults.get(body.get("model", "")) or self._defaults.get("*")

@@ -443,6 +443,7 @@ class FakeTelegram:
         self._delivered_upto = 0
         self._files: dict[str, StoredFile] = {}
         self._announced_sizes: dict[str, int] = {}
+        self._unknown_sizes: set[str] = set()
         self.downloads: list[str] = []  # file_path of every file download served
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -548,28 +549,39 @@ class FakeTelegram:
         return {"message": message}
 
     def add_file(
-        self, data: bytes, *, file_path: str, size: int | None = None, file_id: str | None = None
+        self,
+        data: bytes,
+        *,
+        file_path: str,
+        size: int | None = None,
+        file_id: str | None = None,
+        size_unknown: bool = False,
     ) -> StoredFile:
         """Register a file users "sent"; getFile and the download serve it.
 
         `size` lets a test announce a size other than the real one (a 30 MB file without
-        30 MB in memory): getFile then refuses it the way Telegram does. `file_id` keeps the
-        id a real recorded update carries.
+        30 MB in memory): getFile then refuses it the way Telegram does. `size_unknown`: the
+        update and getFile omit `file_size` (it is optional in the Bot API). `file_id` keeps
+        the id a real recorded update carries.
         """
         digest = hashlib.sha256(data + file_path.encode()).hexdigest()
         stored = StoredFile(file_id or f"BQAC{digest[:40]}", f"AgAD{digest[:12]}", file_path, data)
         self._files[stored.file_id] = stored
         if size is not None:
             self._announced_sizes[stored.file_id] = size
+        if size_unknown:
+            self._unknown_sizes.add(stored.file_id)
         return stored
 
     def file_fields(self, stored: StoredFile) -> dict[str, Any]:
         """The file fields an update carries (file_id, file_unique_id, file_size)."""
-        return {
+        fields: dict[str, Any] = {
             "file_id": stored.file_id,
             "file_unique_id": stored.file_unique_id,
-            "file_size": self._announced_sizes.get(stored.file_id, stored.file_size),
         }
+        if stored.file_id not in self._unknown_sizes:
+            fields["file_size"] = self._announced_sizes.get(stored.file_id, stored.file_size)
+        return fields
 
     def make_media_update(
         self,
@@ -830,12 +842,15 @@ class FakeTelegram:
         size = self._announced_sizes.get(stored.file_id, stored.file_size)
         if size > MAX_DOWNLOAD_BYTES:
             raise _ApiError(400, "Bad Request: file is too big")
-        return {
+        answer = {
             "file_id": stored.file_id,
             "file_unique_id": stored.file_unique_id,
             "file_size": size,
             "file_path": stored.file_path,
         }
+        if stored.file_id in self._unknown_sizes:
+            del answer["file_size"]
+        return answer
 
     async def _api_sendchataction(self, params: dict[str, Any]) -> bool:
         self._chat_id(params)

@@ -1,0 +1,89 @@
+"""PDF bomb: one small PDF whose pages all share a compressed content stream of text operators.
+
+The bot runs in this process (real PTB and litellm against the fakes on 127.0.0.1, as in the
+end-to-end tests); a ticker on the bot's event loop measures how late it wakes up (the loop
+stall) from the moment the document is sent until the sender gets an answer. One text turn
+runs first, so the figure is the bomb's, not the first turn's one-time imports. Each page of the
+bomb (tests/hostile_pdfs.py, made in code) costs pypdf ~0.6 s of CPU and shows no text.
+
+Printed: the file's size, the stall of the idle bot over a few seconds (the machine's own
+noise: other processes' load shows there too), the answer the sender got, and a last line
+`pdf_bomb: pages=N loop_stall_max_ms=N answered_in_s=N`.
+Goal: the stall stays under 50 ms and a clear answer arrives within DOCUMENT_TIMEOUT.
+
+Run: .venv/bin/python benchmarks/pdf_bomb.py [--pages 1000] [--timeout 30]
+(`--timeout` sets DOCUMENT_TIMEOUT; leave it out on a checkout that has no such setting.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.e2e_bot import OWNER, bot_under_test  # noqa: E402
+from tests.hostile_pdfs import pdf_bomb  # noqa: E402
+
+TICK_S = 0.005
+IDLE_S = 5.0
+
+
+async def measure(pages: int, document_timeout: float | None) -> None:
+    bomb = pdf_bomb(pages)
+    print(f"bomb: {pages} pages in {len(bomb):,} bytes")
+    settings = {} if document_timeout is None else {"DOCUMENT_TIMEOUT": document_timeout}
+    with tempfile.TemporaryDirectory() as tmp:
+        async with bot_under_test(Path(tmp), **settings) as bot:
+            await bot.ask(OWNER, "hello")  # warm up: the first turn's imports are not the bomb's
+            answers = len(bot.texts(OWNER))
+            stall_max = 0.0
+            stop = asyncio.Event()
+
+            async def ticker() -> None:
+                nonlocal stall_max
+                while not stop.is_set():
+                    before = time.perf_counter()
+                    await asyncio.sleep(TICK_S)
+                    stall_max = max(stall_max, time.perf_counter() - before - TICK_S)
+
+            # The machine's own noise first: the same ticker on the idle bot for IDLE_S seconds.
+            ticking = asyncio.create_task(ticker())
+            await asyncio.sleep(IDLE_S)
+            stop.set()
+            await ticking
+            print(f"idle: loop_stall_max_ms={stall_max * 1000:.0f} over {IDLE_S:g} s")
+            stall_max = 0.0
+            stop.clear()
+            started = time.perf_counter()
+            bot.send_media(OWNER, bot.document(bomb, "bomb.pdf", "application/pdf"))
+            ticking = asyncio.create_task(ticker())
+            await bot.wait(lambda: len(bot.texts(OWNER)) > answers, timeout=3600)
+            answered_in = time.perf_counter() - started
+            stop.set()
+            await ticking
+            print(f"answer: {bot.texts(OWNER)[answers]}")
+    print(
+        f"pdf_bomb: pages={pages} loop_stall_max_ms={stall_max * 1000:.0f} "
+        f"answered_in_s={answered_in:.1f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=1000)
+    parser.add_argument("--timeout", type=float, default=None, help="DOCUMENT_TIMEOUT")
+    args = parser.parse_args()
+    asyncio.run(measure(args.pages, args.timeout))
+
+
+if __name__ == "__main__":
+    main()
