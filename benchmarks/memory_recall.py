@@ -492,8 +492,9 @@ async def run_scale(total: int) -> None:
                         )
                         row = await cursor.fetchone()
                         stored.append(
-                            StoredMessage(int(row["id"]), session, chat, "user", text,
-                                          at.isoformat())  # fmt: skip
+                            StoredMessage(
+                                int(row["id"]), session, chat, "user", text, at.isoformat()
+                            )  # fmt: skip
                         )
                     rows = await asyncio.to_thread(index_messages, stored)
                     await archive_in(conn, rows, "2024-01-01T00:00:00+00:00")

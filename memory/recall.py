@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from memory.db import Database
-from memory.search_terms import QueryTerm, fold, query_terms, text_terms
+from memory.search_terms import Period, QueryTerm, fold, query_period, query_terms, text_terms
 
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 10
@@ -44,10 +44,12 @@ MESSAGE_SCAN_CHARS = 120_000  # and at most this much of their text
 MESSAGE_CHARS = 4_000  # of one of them
 _TERMS_READ = 8_000  # characters of a stored turn's terms scored
 # BM25 and fusion parameters (generic, tuned on LoCoMo: see benchmarks/memory_recall.py).
-K1 = 1.2
+K1 = 0.6
 B = 0.75
-NEIGHBOUR_WEIGHT = 0.5  # a neighbouring turn's words count this much toward a turn
+NEIGHBOUR_WEIGHT = 0.7  # a neighbouring turn's words count this much toward a turn
 SESSION_SHARE = 0.3  # of a session's summary score added to its turns, and back
+SECOND_HIT_FACTOR = 0.5  # a session's second hit counts this much of its score
+DATE_BOOST = 0.5  # a result from the days a query names gains this share of its score
 COMMON_SHARE = 0.2  # a form in more of the archive than this is scored, not searched
 
 # Control characters (a NUL ends SQLite's parse of an FTS5 phrase: "unterminated string") and
@@ -128,7 +130,7 @@ class Recall:
         """
         limit = max(1, min(MAX_LIMIT, int(limit)))
         query = _UNSEARCHABLE.sub(" ", query)
-        terms = await asyncio.to_thread(query_terms, query)
+        terms, period = await asyncio.to_thread(_analyse, query)
         if not terms:
             return []
         forms = sorted({form for term in terms for form, _ in term.forms})
@@ -137,7 +139,7 @@ class Recall:
         history_rows = await self._history_rows(chat_id, forms)
         message_rows = await self._message_rows(chat_id, set(exclude_message_ids))
         return await asyncio.to_thread(
-            _rank, terms, archive, history_rows, message_rows, archive_df, archive_n, limit
+            _rank, terms, period, archive, history_rows, message_rows, archive_df, archive_n, limit
         )
 
     # candidates -------------------------------------------------------------------------------
@@ -253,13 +255,24 @@ class Recall:
             text = r["content"][:budget]
             budget -= len(text)
             docs.append(
-                _Doc("message", int(r["id"]), int(r["session_id"]), r["created_at"], text,
-                     r["role"], [])  # fmt: skip
+                _Doc(
+                    "message",
+                    int(r["id"]),
+                    int(r["session_id"]),
+                    r["created_at"],
+                    text,
+                    r["role"],
+                    [],
+                )  # fmt: skip
             )
             if budget <= 0 or len(docs) >= MESSAGE_SCAN:
                 break
         docs.reverse()
         return docs
+
+
+def _analyse(query: str) -> tuple[list[QueryTerm], Period | None]:
+    return query_terms(query), query_period(query)
 
 
 def _link_neighbours(docs: Sequence[_Doc]) -> None:
@@ -277,6 +290,7 @@ def _link_neighbours(docs: Sequence[_Doc]) -> None:
 
 def _rank(
     terms: list[QueryTerm],
+    period: Period | None,
     archive: list[_Doc],
     history: list[_Doc],
     messages: list[_Doc],
@@ -285,7 +299,8 @@ def _rank(
     limit: int,
 ) -> list[RecallHit]:
     """BM25 (K1, B) of each candidate, its neighbours' words at NEIGHBOUR_WEIGHT; summaries and
-    turns of one session lend each other SESSION_SHARE of their scores; MAX_HITS_PER_SESSION."""
+    turns of one session lend each other SESSION_SHARE of their scores; results from the days
+    the query names gain DATE_BOOST; MAX_HITS_PER_SESSION."""
     for doc in history + messages:
         doc.terms = text_terms(doc.text)
     _link_neighbours(messages)
@@ -324,6 +339,10 @@ def _rank(
         doc.score += SESSION_SHARE * summary_of.get(doc.session_id, 0.0)
     for doc in history:
         doc.score += SESSION_SHARE * words_of.get(doc.session_id, 0.0)
+    if period is not None:  # "in July 2022": what was said then comes first
+        for doc in turns + history:
+            if period.first <= doc.at[:10] <= period.last:
+                doc.score *= 1 + DATE_BOOST
     return _select([d for d in turns + history if d.score > 0], terms, limit)
 
 
@@ -350,26 +369,31 @@ def _score(
 
 
 def _select(scored: list[_Doc], terms: list[QueryTerm], limit: int) -> list[RecallHit]:
+    """At most MAX_HITS_PER_SESSION per session (a turn shown beside a better one is not a
+    hit of its own), a session's later hits counting SECOND_HIT_FACTOR of their score, so the
+    first results cover different conversations; ties go to the newer."""
     if not scored:
         return []
     scored.sort(key=lambda d: (round(d.score, 6), d.at), reverse=True)
     best = scored[0].score
-    per_session: Counter[int | None] = Counter()
+    taken: dict[int | None, int] = {}
     shown: set[tuple[str, int]] = set()
-    hits: list[RecallHit] = []
+    chosen: list[tuple[float, _Doc]] = []
     for doc in scored:
-        if doc.score < best * 0.2 or len(hits) == limit:
+        if doc.score < best * 0.2:
             break
         if (doc.source, doc.ref_id) in shown:
             continue  # already shown as a neighbour of a better turn
-        if doc.session_id is not None and per_session[doc.session_id] >= MAX_HITS_PER_SESSION:
+        count = taken.get(doc.session_id, 0)
+        if doc.session_id is not None and count >= MAX_HITS_PER_SESSION:
             continue
-        per_session[doc.session_id] += 1
-        hits.append(_hit(doc, terms))
+        taken[doc.session_id] = count + 1
+        chosen.append((doc.score * (SECOND_HIT_FACTOR if count else 1.0), doc))
         for near in (doc, doc.before, doc.after):
             if near is not None:
                 shown.add((near.source, near.ref_id))
-    return hits
+    chosen.sort(key=lambda pair: (round(pair[0], 6), pair[1].at), reverse=True)
+    return [_hit(doc, terms) for _, doc in chosen[:limit]]
 
 
 def _hit(doc: _Doc, terms: list[QueryTerm]) -> RecallHit:
@@ -378,7 +402,9 @@ def _hit(doc: _Doc, terms: list[QueryTerm]) -> RecallHit:
     def turn(near: _Doc | None) -> tuple[Turn, ...]:
         if near is None:
             return ()
-        return (Turn(near.role or "", near.at, _snippet(near.text, terms, NEIGHBOUR_SNIPPET_CHARS)),)
+        return (
+            Turn(near.role or "", near.at, _snippet(near.text, terms, NEIGHBOUR_SNIPPET_CHARS)),
+        )
 
     return RecallHit(
         doc.source,
@@ -399,9 +425,7 @@ def _snippet(text: str, terms: list[QueryTerm], size: int) -> str:
     if len(text) <= size:
         return text
     folded = fold(text)
-    positions = [
-        p for term in terms for form, _ in term.forms if (p := folded.find(form[:4])) >= 0
-    ]
+    positions = [p for term in terms for form, _ in term.forms if (p := folded.find(form[:4])) >= 0]
     centre = min(positions) if positions and len(folded) == len(text) else 0
     start = max(0, min(centre - size // 3, len(text) - size))
     piece = text[start : start + size]

@@ -19,6 +19,7 @@ import re
 import threading
 import unicodedata
 from dataclasses import dataclass
+from datetime import date, timedelta
 
 import Stemmer
 
@@ -26,6 +27,8 @@ import Stemmer
 LANGUAGES = ("english", "portuguese", "indonesian", "turkish", "spanish", "french", "german")
 MAX_QUERY_TERMS = 32  # a query's terms beyond this are not searched (bounded scoring)
 VARIANT_WEIGHT = 0.6  # a query word's stem in another language counts this much
+_BEFORE_DAYS = 3  # a query's day matches conversations this many days before it
+_AFTER_DAYS = 10  # and this many after (people tell what they did in the days after)
 
 # Function words per language: they tell a text's language and are never search terms.
 _FUNCTION_WORDS = {
@@ -34,7 +37,8 @@ _FUNCTION_WORDS = {
         under again than then there here have has had having does did doing done can could
         should would will shall may might must not but all any some such only own same very
         just also too more most other each few both nor off out onto upon its it's i'm i've
-        we're you're he's she's let's""",
+        we're you're he's she's let's she her hers herself him his himself myself yourself
+        been being i'd i'll he'll she'll they're they've""",
     "portuguese": """que com para por uma das dos nas nos não sim foi era são ser ter tem isso
         isto esse essa ele ela eles elas você vocês nós quando onde como qual quais sobre mais
         muito pela pelo""",
@@ -52,7 +56,7 @@ _QUESTION_WORDS = frozenset(
     """
     tell said say says talk talked talking told remember recall earlier before last time ago
     discuss discussed mention mentioned decide decided anything something thing things
-    yesterday previously conversation chatted
+    yesterday previously conversation chatted kind sort type likely
     falamos falar conversamos lembra lembro ontem disse dissemos passado passada
     kemarin bahas dibahas ngobrol ngomong bilang ingat inget tadi soal lalu pernah dong sih kok
     konuştuk hatırlıyor musun dün hakkında neydi
@@ -187,3 +191,71 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[QueryTerm]:
     for pair in pairs:
         terms.setdefault(pair, QueryTerm(((pair, 1.0),)))
     return list(terms.values())[:limit]
+
+
+# Month names of the served languages (and their common short forms), for a query's dates.
+_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        (
+            "january jan januari janeiro ocak enero janvier januar",
+            "february feb februari fevereiro şubat subat febrero février februar",
+            "march mar maret março marco mart marzo mars märz",
+            "april apr abril nisan avril",
+            "may mei maio mayıs mayis mayo mai",
+            "june jun juni junho haziran junio juin",
+            "july jul juli julho temmuz julio juillet",
+            "august aug agustus agosto ağustos agustos août",
+            "september sep sept setembro eylül eylul septiembre septembre",
+            "october oct oktober outubro ekim octubre octobre",
+            "november nov novembro kasım kasim noviembre novembre",
+            "december dec desember dezembro aralık aralik diciembre décembre dezember",
+        ),
+        start=1,
+    )
+    for name in names.split()
+}
+_DAY_MONTH_YEAR = re.compile(
+    r"\b(\d{1,2})(?:st|nd|rd|th)?\s+(?:de\s+)?([^\W\d_]+)\.?,?\s+(?:de\s+)?((?:19|20)\d\d)\b"
+)
+_MONTH_DAY_YEAR = re.compile(r"\b([^\W\d_]+)\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+((?:19|20)\d\d)\b")
+_MONTH_YEAR = re.compile(r"\b([^\W\d_]+)\.?,?\s+(?:de\s+)?((?:19|20)\d\d)\b")
+_YEAR = re.compile(r"\b((?:19|20)\d\d)\b")
+
+
+@dataclass(frozen=True)
+class Period:
+    """The days a query's date names, as ISO dates (inclusive), widened by a few days after:
+    what happened on a day is often told in the days that follow."""
+
+    first: str
+    last: str
+
+
+def query_period(query: str) -> Period | None:
+    """The first date a query names (a day, a month or a year), if any."""
+    text = fold(query)
+    for pattern, order in ((_DAY_MONTH_YEAR, "dmy"), (_MONTH_DAY_YEAR, "mdy")):
+        for match in pattern.finditer(text):
+            parts = dict(zip(order, match.groups(), strict=True))
+            month = _MONTHS.get(parts["m"])
+            if month and 1 <= int(parts["d"]) <= 31:
+                try:
+                    day = date(int(parts["y"]), month, int(parts["d"]))
+                except ValueError:
+                    continue
+                return Period(
+                    (day - timedelta(days=_BEFORE_DAYS)).isoformat(),
+                    (day + timedelta(days=_AFTER_DAYS)).isoformat(),
+                )
+    for match in _MONTH_YEAR.finditer(text):
+        month = _MONTHS.get(match.group(1))
+        if month:
+            year = int(match.group(2))
+            start = date(year, month, 1)
+            end = date(year + month // 12, month % 12 + 1, 1) - timedelta(days=1)
+            return Period(start.isoformat(), (end + timedelta(days=_AFTER_DAYS)).isoformat())
+    match = _YEAR.search(text)
+    if match:
+        return Period(f"{match.group(1)}-01-01", f"{match.group(1)}-12-31")
+    return None
