@@ -500,7 +500,7 @@ async def run_scale(total: int) -> None:
                     await archive_in(conn, rows, "2024-01-01T00:00:00+00:00")
                     await conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
                 written += len(batch)
-            size = Path(tmp, "scale.sqlite3").stat().st_size
+            size = os.path.getsize(Path(tmp) / "scale.sqlite3")
             print(
                 f"recall_scale: wrote {written} archived turns ({copy} copies of LoCoMo) in "
                 f"{time.perf_counter() - started:.1f} s, database {size / 1e6:.1f} MB"

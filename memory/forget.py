@@ -2,8 +2,9 @@
 
 What goes: the long-term memory (including facts a chat tool wrote into it, and the
 `memory_edits` log of those writes), every history entry, every consolidation job not yet
-done (pending and running), the archive of consolidated messages, the stored messages of closed sessions not yet consolidated, the
-current session's messages, and voice notes waiting for a transcript (`media_inbox`). What
+done (pending and running), the archive (the words of consolidated sessions), the stored
+messages of closed sessions not yet consolidated, the current session's messages, and voice
+notes waiting for a transcript (`media_inbox`). What
 stays: the chat's settings (model, language) and the usage ledger (tokens and cost, no text).
 
 Why it cannot come back:
