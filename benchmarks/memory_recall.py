@@ -494,13 +494,13 @@ async def run_scale(total: int) -> None:
                         stored.append(
                             StoredMessage(
                                 int(row["id"]), session, chat, "user", text, at.isoformat()
-                            )  # fmt: skip
+                            )
                         )
                     rows = await asyncio.to_thread(index_messages, stored)
                     await archive_in(conn, rows, "2024-01-01T00:00:00+00:00")
                     await conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
                 written += len(batch)
-            size = os.path.getsize(Path(tmp) / "scale.sqlite3")
+            size = await asyncio.to_thread(os.path.getsize, Path(tmp) / "scale.sqlite3")
             print(
                 f"recall_scale: wrote {written} archived turns ({copy} copies of LoCoMo) in "
                 f"{time.perf_counter() - started:.1f} s, database {size / 1e6:.1f} MB"

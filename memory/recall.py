@@ -263,7 +263,7 @@ class Recall:
                     text,
                     r["role"],
                     [],
-                )  # fmt: skip
+                )
             )
             if budget <= 0 or len(docs) >= MESSAGE_SCAN:
                 break
