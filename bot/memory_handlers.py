@@ -103,17 +103,24 @@ async def attach_memory(
 # --- text helpers ------------------------------------------------------------------------------
 
 
-def format_hit(hit: RecallHit) -> str:
-    """'• 2026-03-01 09:00 — summary' (our own timestamp, the model's stamp removed); a stored
-    message not yet consolidated gets 💬 instead of the bullet, so the user can tell a summary
-    from the words themselves."""
+def format_hit(hit: RecallHit, lang: str | None = None) -> str:
+    """One result block (design brief, "Archive"): '• 2026-03-01 09:00 — summary' (our own
+    timestamp, the model's stamp removed), or '💬 2026-03-01 09:00 — you: words' for what was
+    said itself, followed by the turns before (↑) and after (↓) it."""
     moment = hit.at[:16].replace("T", " ")
     text = hit.text.strip()
     if hit.source == "history":
         if text.startswith("[") and "]" in text[:40]:
             text = text[text.index("]") + 1 :].strip()
         return f"• {moment} — {text}"
-    return f"💬 {moment} — {text}"
+    lines = [f"💬 {moment} — {_who(hit.role, lang)}: {text}"]
+    lines += [f"   ↑ {_who(turn.role, lang)}: {turn.text}" for turn in hit.before]
+    lines += [f"   ↓ {_who(turn.role, lang)}: {turn.text}" for turn in hit.after]
+    return "\n".join(lines)
+
+
+def _who(role: str | None, lang: str | None) -> str:
+    return t("recall_role_assistant" if role == "assistant" else "recall_role_user", lang)
 
 
 # --- handlers ----------------------------------------------------------------------------------
@@ -212,9 +219,9 @@ async def recall_command(update: Update, context: Context) -> None:
     if len(query) > RECALL_MAX_QUERY:
         await say(message, t("recall_too_long", lang, limit=RECALL_MAX_QUERY))
         return
-    # The same search the model's `recall` tool uses: history entries and the messages of
-    # closed sessions not consolidated yet, so the user finds what the model can find. The open
-    # session is on screen already and is left out.
+    # The same search the model's `recall` tool uses: the archive, history entries and the
+    # messages of closed sessions not consolidated yet, so the user finds what the model can
+    # find. The open session is on screen already and is left out.
     store = services_of(context.application).store
     shown = await store.open_session_message_ids(message.chat_id)
     hits = await Recall(store.db).search(
@@ -224,7 +231,7 @@ async def recall_command(update: Update, context: Context) -> None:
         await say(message, t("recall_none", lang, query=query))
         return
     text = t("recall_header", lang, query=query) + "\n\n"
-    text += "\n\n".join(format_hit(hit) for hit in hits)
+    text += "\n\n".join(format_hit(hit, lang) for hit in hits)
     for part in split_plain(text):
         if not await say(message, part):
             break

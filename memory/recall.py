@@ -29,7 +29,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from memory.db import Database
-from memory.search_terms import Period, QueryTerm, fold, query_period, query_terms, text_terms
+from memory.search_terms import (
+    MAX_PREFIX_WORDS,
+    Period,
+    QueryTerm,
+    fold,
+    query_period,
+    query_terms,
+    text_terms,
+)
 
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 10
@@ -42,6 +50,8 @@ HISTORY_CANDIDATES = 100
 MESSAGE_SCAN = 400  # newest unconsolidated messages considered per query
 MESSAGE_SCAN_CHARS = 120_000  # and at most this much of their text
 MESSAGE_CHARS = 4_000  # of one of them
+MAX_PLAIN_CHARS = 100  # of a query with no term, searched as it is
+PLAIN_ARCHIVE_SCAN = 5_000  # newest archived turns such a query looks through
 _TERMS_READ = 8_000  # characters of a stored turn's terms scored
 # BM25 and fusion parameters (generic, tuned on LoCoMo: see benchmarks/memory_recall.py).
 K1 = 0.6
@@ -126,30 +136,53 @@ class Recall:
         """The best `limit` results for the query, best first.
 
         Control characters and lone surrogates become spaces first, whoever asked (a user's
-        /recall or a model's tool call): they would reach SQLite and raise.
+        /recall or a model's tool call): they would reach SQLite and raise. A query with no
+        term ("*", "C#", a function word) is searched as the text it is, in the history, the
+        unconsolidated messages and the newest PLAIN_ARCHIVE_SCAN archived turns.
         """
         limit = max(1, min(MAX_LIMIT, int(limit)))
         query = _UNSEARCHABLE.sub(" ", query)
         terms, period = await asyncio.to_thread(_analyse, query)
+        plain = None
         if not terms:
-            return []
+            plain = fold(query).strip()[:MAX_PLAIN_CHARS]
+            if not plain:
+                return []
+            terms = [QueryTerm(((plain, 1.0),))]
         forms = sorted({form for term in terms for form, _ in term.forms})
-        archive_df, archive_n = await self._archive_stats(forms)
-        archive = await self._archive_candidates(chat_id, forms, archive_df, archive_n)
+        if plain is None:
+            archive_df, archive_n = await self._archive_stats(terms)
+            terms = [term.expanded(archive_df) for term in terms]
+            forms = sorted({form for term in terms for form, _ in term.forms})
+            archive = await self._archive_candidates(chat_id, forms, archive_df, archive_n)
+        else:
+            archive_df, archive_n = {}, 0
+            archive = await self._archive_containing(chat_id, plain)
         history_rows = await self._history_rows(chat_id, forms)
         message_rows = await self._message_rows(chat_id, set(exclude_message_ids))
         return await asyncio.to_thread(
-            _rank, terms, period, archive, history_rows, message_rows, archive_df, archive_n, limit
+            _rank,
+            terms,
+            period,
+            _Sources(archive, history_rows, message_rows, archive_df, archive_n, plain),
+            limit,
         )
 
     # candidates -------------------------------------------------------------------------------
 
-    async def _archive_stats(self, forms: list[str]) -> tuple[dict[str, int], int]:
-        """In how many archived turns each form occurs, and how many turns there are."""
-        marks = ",".join("?" * len(forms))
-        rows = await self.db.fetchall(
-            f"SELECT term, doc FROM archive_vocab WHERE term IN ({marks})", forms
-        )
+    async def _archive_stats(self, terms: list[QueryTerm]) -> tuple[dict[str, int], int]:
+        """In how many archived turns each form occurs, the words that begin with a query
+        word among them, and how many turns there are."""
+        forms = sorted({form for term in terms for form, _ in term.forms})
+        prefixes = sorted({term.prefix for term in terms if term.prefix})
+        sql = f"SELECT term, doc FROM archive_vocab WHERE term IN ({','.join('?' * len(forms))})"
+        for _ in prefixes:
+            sql += (
+                " UNION SELECT * FROM (SELECT term, doc FROM archive_vocab "
+                f"WHERE term > ? AND term < ? LIMIT {MAX_PREFIX_WORDS})"
+            )
+        ranges = [bound for p in prefixes for bound in (p, p + "\U0010ffff")]
+        rows = await self.db.fetchall(sql, [*forms, *ranges])
         total = await self.db.fetchone("SELECT COUNT(*) AS n FROM archived_messages")
         return {r["term"]: int(r["doc"]) for r in rows}, int(total["n"]) if total else 0
 
@@ -166,7 +199,7 @@ class Recall:
         searched = searched or sorted(present, key=lambda f: df[f])[:3]
         match = " OR ".join(_fts_phrase(f) for f in searched)
         rows = await self.db.fetchall(
-            "WITH hit(id, session_id) AS ("
+            "WITH hit(id, session_id) AS MATERIALIZED ("
             "  SELECT a.id, a.session_id FROM archive_fts JOIN archived_messages a "
             "  ON a.id = archive_fts.rowid WHERE archive_fts MATCH ? AND a.chat_id = ? "
             "  ORDER BY bm25(archive_fts) LIMIT ?), "
@@ -199,6 +232,28 @@ class Recall:
         }
         _link_neighbours(list(docs.values()))
         return [d for d in docs.values() if d.score]
+
+    async def _archive_containing(self, chat_id: int, plain: str) -> list[_Doc]:
+        """The newest archived turns holding `plain` as it is (no index: a bounded scan)."""
+        rows = await self.db.fetchall(
+            "SELECT id, session_id, role, substr(content, 1, ?) AS content, created_at "
+            "FROM archived_messages WHERE id IN (SELECT id FROM archived_messages "
+            "WHERE chat_id = ? AND terms != '' ORDER BY id DESC LIMIT ?) "
+            "AND content LIKE ? ESCAPE '\\' ORDER BY id LIMIT ?",
+            (MESSAGE_CHARS, chat_id, PLAIN_ARCHIVE_SCAN, _like(plain), ARCHIVE_CANDIDATES),
+        )
+        return [
+            _Doc(
+                "archive",
+                int(r["id"]),
+                int(r["session_id"]),
+                r["created_at"],
+                r["content"],
+                r["role"],
+                [],
+            )
+            for r in rows
+        ]
 
     async def _history_rows(self, chat_id: int, forms: list[str]) -> list[_Doc]:
         """History entries holding a form (trigram index; two-character CJK pairs by LIKE,
@@ -288,32 +343,51 @@ def _link_neighbours(docs: Sequence[_Doc]) -> None:
 # ranking ----------------------------------------------------------------------------------------
 
 
+@dataclass
+class _Sources:
+    """The candidates of one query, and the archive's term counts for their rarity. `plain`:
+    the query had no term and is searched as the text it is."""
+
+    archive: list[_Doc]
+    history: list[_Doc]
+    messages: list[_Doc]
+    archive_df: dict[str, int]
+    archive_n: int
+    plain: str | None
+
+
 def _rank(
-    terms: list[QueryTerm],
-    period: Period | None,
-    archive: list[_Doc],
-    history: list[_Doc],
-    messages: list[_Doc],
-    archive_df: dict[str, int],
-    archive_n: int,
-    limit: int,
+    terms: list[QueryTerm], period: Period | None, sources: _Sources, limit: int
 ) -> list[RecallHit]:
     """BM25 (K1, B) of each candidate, its neighbours' words at NEIGHBOUR_WEIGHT; summaries and
     turns of one session lend each other SESSION_SHARE of their scores; results from the days
     the query names gain DATE_BOOST; MAX_HITS_PER_SESSION."""
+    archive, history, messages = sources.archive, sources.history, sources.messages
     for doc in history + messages:
         doc.terms = text_terms(doc.text)
     _link_neighbours(messages)
-    message_hits = [d for d in messages if d.terms]
+    plain = sources.plain
+    if plain is None:  # "postgres" finds "postgresql" in the summaries and messages too
+        seen = {t for doc in history + messages for t in doc.terms}
+        terms = [term.expanded(seen | {f for f, _ in term.forms}) for term in terms]
     forms = {form for term in terms for form, _ in term.forms}
+    if plain is not None:
+        for doc in archive:
+            doc.terms = text_terms(doc.text)
+        for doc in archive + history + messages:
+            found = fold(doc.text).count(plain)
+            doc.counts = Counter({plain: found} if found else {})
+    else:
+        for doc in archive + history + messages:
+            doc.counts = Counter(t for t in doc.terms if t in forms)
+    message_hits = [d for d in messages if d.counts]
     turns = archive + message_hits
-    for doc in turns + history:
-        doc.counts = Counter(t for t in doc.terms if t in forms)
     # Rarity: the archive's counts, plus the history entries and unconsolidated messages seen.
-    df = Counter(archive_df)
-    for doc in history + message_hits:
+    df = Counter(sources.archive_df)
+    for doc in history + message_hits + (archive if plain is not None else []):
         df.update(doc.counts.keys())
-    n = archive_n + len(history) + len(message_hits)
+    n = sources.archive_n + len(history) + len(message_hits)
+    n += len(archive) if plain is not None else 0
     idf = {f: math.log(1 + (n - df[f] + 0.5) / (df[f] + 0.5)) for f in forms}
 
     def window(doc: _Doc) -> tuple[dict[str, float], float]:
@@ -326,8 +400,7 @@ def _rank(
                 length += NEIGHBOUR_WEIGHT * len(near.terms)
         return counts, length
 
-    windows = [window(doc) for doc in turns]
-    _score(turns, windows, terms, idf)
+    _score(turns, [window(doc) for doc in turns], terms, idf)
     _score(history, [(dict(d.counts), float(len(d.terms))) for d in history], terms, idf)
     summary_of: dict[int | None, float] = {}
     for doc in history:

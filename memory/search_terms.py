@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -27,6 +28,9 @@ import Stemmer
 LANGUAGES = ("english", "portuguese", "indonesian", "turkish", "spanish", "french", "german")
 MAX_QUERY_TERMS = 32  # a query's terms beyond this are not searched (bounded scoring)
 VARIANT_WEIGHT = 0.6  # a query word's stem in another language counts this much
+PREFIX_WEIGHT = 0.5  # a longer word a query word begins ("postgres": "postgresql") this much
+MIN_PREFIX = 4  # letters a query word needs to match the words it begins
+MAX_PREFIX_WORDS = 8  # longer words tried per query word
 _BEFORE_DAYS = 3  # a query's day matches conversations this many days before it
 _AFTER_DAYS = 10  # and this many after (people tell what they did in the days after)
 
@@ -170,10 +174,23 @@ class QueryTerm:
     """One word of a query: the forms a stored text may hold it in, each with its weight."""
 
     forms: tuple[tuple[str, float], ...]
+    prefix: str | None = None  # the word as written: a longer word it begins also matches
 
     @property
     def key(self) -> str:
         return self.forms[0][0]
+
+    def expanded(self, words: Iterable[str]) -> QueryTerm:
+        """With the `words` that begin with its prefix ("postgres": "postgresql") as weaker
+        forms, at most MAX_PREFIX_WORDS of them."""
+        if self.prefix is None:
+            return self
+        known = {form for form, _ in self.forms}
+        extra = [w for w in words if w.startswith(self.prefix) and w not in known]
+        if not extra:
+            return self
+        added = tuple((w, PREFIX_WEIGHT) for w in sorted(extra)[:MAX_PREFIX_WORDS])
+        return QueryTerm(self.forms + added, self.prefix)
 
 
 def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[QueryTerm]:
@@ -186,7 +203,7 @@ def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> list[QueryTerm]:
         forms.setdefault(word, 1.0)
         for language in LANGUAGES:
             forms.setdefault(_stemmer(language).stemWord(word), VARIANT_WEIGHT)
-        term = QueryTerm(tuple(forms.items()))
+        term = QueryTerm(tuple(forms.items()), word if len(word) >= MIN_PREFIX else None)
         terms.setdefault(term.key, term)
     for pair in pairs:
         terms.setdefault(pair, QueryTerm(((pair, 1.0),)))
