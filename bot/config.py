@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     MEMORY_KEEP_RECENT: int = Field(default=10, ge=1)
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
     SESSION_IDLE_MINUTES: float = Field(default=360.0, ge=0)  # 0 = sessions never go idle
+    ARCHIVE_DAYS: float = Field(default=0.0, ge=0)  # 0 = archived words are kept until /forget
     AGENT_MAX_STEPS: int = Field(default=4, ge=0, le=20)
 
     # Media: voice/audio/video notes are transcribed, photos seen, documents read.

@@ -4,7 +4,7 @@ and the `export` subcommand.
 `attach_memory` runs in post_init, after `Services.open`: it turns on automatic consolidation
 and idle sessions in the store, starts the consolidation worker (which first resumes jobs a
 crash interrupted), feeds each chat's long-term memory into the chat prompt, and stops the
-worker before the database closes.
+worker (and the daily purge of the archive, ARCHIVE_DAYS) before the database closes.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from bot.commands import BOT_COMMANDS
 from bot.i18n import t
 from bot.render import split_plain
 from bot.services import Services, services_of
+from memory.archive import ArchivePurger
 from memory.consolidation import Consolidator
 from memory.forget import forget_chat
 from memory.jobs import ConsolidationWorker
@@ -94,7 +95,11 @@ async def attach_memory(
         await worker.stop(settings.SHUTDOWN_GRACE_SECONDS)
 
     services.on_close.append(stop_worker)
+    # ARCHIVE_DAYS: archived words older than that go at start-up, then once a day.
+    purger = ArchivePurger(services.db, settings.ARCHIVE_DAYS, store.clock)
+    services.on_close.append(purger.stop)
     await worker.start()
+    await purger.start()
     feature = MemoryFeature(repo, worker)
     application.bot_data[MEMORY_KEY] = feature
     return feature

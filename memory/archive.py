@@ -110,17 +110,23 @@ class ArchivePurger:
             log.info("archive_purged", removed=removed, before=cutoff)
         return removed
 
-    def start(self) -> None:
-        if self.days > 0 and self._task is None:
-            self._task = asyncio.create_task(self._run(), name="archive-purge")
+    async def start(self) -> None:
+        """Purge now (before the bot answers anyone), then daily in the background."""
+        if self.days <= 0 or self._task is not None:
+            return
+        await self._purge_logged()
+        self._task = asyncio.create_task(self._run(), name="archive-purge")
+
+    async def _purge_logged(self) -> None:
+        try:
+            await self.purge_once()
+        except Exception:
+            log.exception("archive_purge_failed")  # tried again tomorrow; nothing lost
 
     async def _run(self) -> None:
         while True:
-            try:
-                await self.purge_once()
-            except Exception:
-                log.exception("archive_purge_failed")  # tried again tomorrow; nothing lost
             await asyncio.sleep(PURGE_EVERY.total_seconds())
+            await self._purge_logged()
 
     async def stop(self) -> None:
         if self._task is not None:
