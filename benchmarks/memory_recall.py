@@ -47,9 +47,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +56,6 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import structlog
-from dateutil import parser as date_parser
 
 try:
     from memory.search_terms import STOPWORDS as RECALL_STOPWORDS
@@ -72,7 +69,10 @@ from tests.memory_sessions import (
     SessionMessage,
     SettableClock,
     _parse_time,
+    evidence_sessions,
     extractive_summary,
+    locomo_conversations,
+    locomo_summary_call,
     oasst_conversations,
     store_session,
     summarising_call,
@@ -290,66 +290,7 @@ async def run(total: int) -> int:
 
 # --- LoCoMo -------------------------------------------------------------------------------------
 
-LOCOMO = TESTDATA / "locomo"
 LOCOMO_CHAT = 8000
-
-
-@dataclass(frozen=True)
-class LocomoSession:
-    number: int
-    at: datetime
-    turns: list[str]  # "Name: text"
-    summary: str
-
-
-def locomo_conversations() -> list[tuple[str, list[LocomoSession], list[dict[str, Any]]]]:
-    conversations = []
-    for path in sorted(LOCOMO.glob("conv-*.json")):
-        data = json.loads(path.read_text("utf-8"))
-        talk = data
-        sessions = []
-        number = 1
-        while f"session_{number}" in talk:
-            at = date_parser.parse(talk[f"session_{number}_date_time"]).replace(tzinfo=UTC)
-            turns = [f"{t['speaker']}: {t['text']}" for t in talk[f"session_{number}"]]
-            summary = data.get(f"session_{number}_summary", "")
-            sessions.append(LocomoSession(number, at, turns, summary))
-            number += 1
-        questions = [
-            q for q in data["qa"] if q.get("category") in (1, 2, 3, 4) and q.get("evidence")
-        ]
-        conversations.append((path.stem, sessions, questions))
-    return conversations
-
-
-def evidence_sessions(question: dict[str, Any]) -> set[int]:
-    found = set()
-    for ref in question["evidence"]:
-        for part in re.findall(r"D(\d+):", str(ref)):
-            found.add(int(part))
-    return found
-
-
-def summary_call(summaries: dict[str, str]) -> Callable[[Any], Any]:
-    """The fake consolidation model: LoCoMo's summary of the session it is sent, dated."""
-    from tests.fakes.providers import ToolCallReply
-
-    def respond(request: Any) -> Any:
-        user = "\n".join(
-            m.get("content") if isinstance(m.get("content"), str) else ""
-            for m in request.body.get("messages") or []
-            if m.get("role") == "user"
-        )
-        stamp = re.search(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d)\]", user)
-        entry = next((text for first, text in summaries.items() if first in user), "")
-        entry = f"[{stamp.group(1) if stamp else '1970-01-01 00:00'}] {entry}"
-        return ToolCallReply(
-            arguments={"history_entry": entry, "memory_update": "- LoCoMo"},
-            prompt_tokens=500,
-            completion_tokens=120,
-        )
-
-    return respond
 
 
 async def ingest_locomo(stack: Any, clock: SettableClock) -> dict[int, dict[int, int]]:
@@ -357,7 +298,7 @@ async def ingest_locomo(stack: Any, clock: SettableClock) -> dict[int, dict[int,
     conversations = locomo_conversations()
     summaries = {s.turns[0][:120]: s.summary for _, ss, _ in conversations for s in ss}
     for fake in stack.providers:
-        fake.set_default("*", Respond(summary_call(summaries)))
+        fake.set_default("*", Respond(locomo_summary_call(summaries)))
     sessions_of: dict[int, dict[int, int]] = {}
     real_clock, stack.store.clock = stack.store.clock, clock
     for index, (_, sessions, _) in enumerate(conversations):
