@@ -21,6 +21,7 @@ from memory.chat_tools import ChatTools
 from memory.db import MIGRATIONS_DIR, Database
 from memory.recall import MESSAGE_CHARS, MESSAGE_SCAN_CHARS, Recall, RecallHit
 from memory.search_terms import MAX_QUERY_TERMS, query_terms, text_terms
+from memory.store import to_iso
 from models.types import ToolCall
 from tests.consolidation_stack import Stack, open_stack
 from tests.fakes.providers import Respond
@@ -88,7 +89,7 @@ async def test_a_question_finds_the_turn_that_answers_it_with_its_neighbours(
     assert best.text == first.turns[2]
     assert [t.text for t in best.before] == [first.turns[1]]
     assert [t.text for t in best.after] == [first.turns[3]]
-    assert best.at == (first.at + timedelta(seconds=60)).isoformat()
+    assert best.at == to_iso(first.at + timedelta(seconds=60))
 
 
 async def test_results_are_best_first_and_at_most_two_per_session(
