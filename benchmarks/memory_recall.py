@@ -401,6 +401,7 @@ async def run_scale(total: int) -> None:
     conversations = locomo_conversations()
     turns = [(s.at, t) for _, ss, _ in conversations for s in ss for t in s.turns]
     questions = [q["question"] for _, _, qs in conversations for q in qs]
+    text_chars = sum(len(text) for _, text in turns)
     chat = 9000
     with tempfile.TemporaryDirectory() as tmp:
         stack = await open_stack(Path(tmp) / "scale.sqlite3", concurrency=1)
@@ -444,7 +445,9 @@ async def run_scale(total: int) -> None:
             size = await asyncio.to_thread(os.path.getsize, Path(tmp) / "scale.sqlite3")
             print(
                 f"recall_scale: wrote {written} archived turns ({copy} copies of LoCoMo) in "
-                f"{time.perf_counter() - started:.1f} s, database {size / 1e6:.1f} MB"
+                f"{time.perf_counter() - started:.1f} s, database {size / 1e6:.1f} MB "
+                f"({size / written:.0f} bytes, i.e. {size / written:.0f} KB per 1,000 turns, "
+                f"text {text_chars / len(turns):.0f} characters a turn)"
             )
             recall = Recall(db)
             for question in questions[:5]:

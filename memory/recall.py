@@ -22,6 +22,7 @@ number of characters of unconsolidated text; the scoring runs in a thread, off t
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 from collections import Counter
@@ -50,8 +51,10 @@ HISTORY_CANDIDATES = 100
 MESSAGE_SCAN = 400  # newest unconsolidated messages considered per query
 MESSAGE_SCAN_CHARS = 120_000  # and at most this much of their text
 MESSAGE_CHARS = 4_000  # of one of them
+MAX_QUERY_CHARS = 1_000  # of a query, analysed (its first MAX_QUERY_TERMS terms are searched)
 MAX_PLAIN_CHARS = 100  # of a query with no term, searched as it is
 PLAIN_ARCHIVE_SCAN = 5_000  # newest archived turns such a query looks through
+_OVERFETCH = 3  # best matches of all chats read per candidate wanted of this one
 _TERMS_READ = 8_000  # characters of a stored turn's terms scored
 # BM25 and fusion parameters (generic, tuned on LoCoMo: see benchmarks/memory_recall.py).
 K1 = 0.6
@@ -60,7 +63,7 @@ NEIGHBOUR_WEIGHT = 0.7  # a neighbouring turn's words count this much toward a t
 SESSION_SHARE = 0.3  # of a session's summary score added to its turns, and back
 SECOND_HIT_FACTOR = 0.5  # a session's second hit counts this much of its score
 DATE_BOOST = 0.5  # a result from the days a query names gains this share of its score
-COMMON_SHARE = 0.2  # a form in more of the archive than this is scored, not searched
+MATCH_POSTINGS = 1_500  # archived turns the candidate search may read (see _archive_candidates)
 
 # Control characters (a NUL ends SQLite's parse of an FTS5 phrase: "unterminated string") and
 # lone surrogates (SQLite cannot encode them) are no search terms.
@@ -141,8 +144,9 @@ class Recall:
         unconsolidated messages and the newest PLAIN_ARCHIVE_SCAN archived turns.
         """
         limit = max(1, min(MAX_LIMIT, int(limit)))
-        query = _UNSEARCHABLE.sub(" ", query)
-        terms, period = await asyncio.to_thread(_analyse, query)
+        # Cut first: what is analysed on the loop is then bounded (well under a millisecond).
+        query = _UNSEARCHABLE.sub(" ", query[:MAX_QUERY_CHARS])
+        terms, period = query_terms(query), query_period(query)
         plain = None
         if not terms:
             plain = fold(query).strip()[:MAX_PLAIN_CHARS]
@@ -182,9 +186,10 @@ class Recall:
                 f"WHERE term > ? AND term < ? LIMIT {MAX_PREFIX_WORDS})"
             )
         ranges = [bound for p in prefixes for bound in (p, p + "\U0010ffff")]
+        sql += " UNION ALL SELECT NULL, COUNT(*) FROM archived_messages"
         rows = await self.db.fetchall(sql, [*forms, *ranges])
-        total = await self.db.fetchone("SELECT COUNT(*) AS n FROM archived_messages")
-        return {r["term"]: int(r["doc"]) for r in rows}, int(total["n"]) if total else 0
+        total = next(int(r["doc"]) for r in rows if r["term"] is None)
+        return {r["term"]: int(r["doc"]) for r in rows if r["term"] is not None}, total
 
     async def _archive_candidates(
         self, chat_id: int, forms: list[str], df: dict[str, int], total: int
@@ -193,30 +198,57 @@ class Recall:
         present = [f for f in forms if df.get(f)]
         if not present:
             return []
-        # A form in a large part of the archive selects nothing: it is scored, not searched
-        # (the rarest forms still are, so a query of common words finds something).
-        searched = [f for f in present if df[f] <= max(50, COMMON_SHARE * total)]
-        searched = searched or sorted(present, key=lambda f: df[f])[:3]
+        # The rarest forms select the candidates, up to MATCH_POSTINGS turns holding them (what
+        # FTS5 reads and ranks grows with that number); a commoner form is only scored. The
+        # rarest form is always searched, so a query of common words finds something.
+        searched: list[str] = []
+        postings = 0
+        for form in sorted(present, key=lambda f: df[f]):
+            if searched and postings + df[form] > MATCH_POSTINGS:
+                break
+            searched.append(form)
+            postings += df[form]
         match = " OR ".join(_fts_phrase(f) for f in searched)
+        # The index spans every chat: its best matches first (no lookup per matching turn),
+        # and only when those hold too few of this chat's turns, all of its matches.
+        # Even the rarest form is in very many turns: its newest ones, which FTS5 reads
+        # without ranking them all.
+        order = "bm25(archive_fts)" if postings <= MATCH_POSTINGS else "rowid DESC"
+        best = ARCHIVE_CANDIDATES * _OVERFETCH
+        hits = await self.db.fetchall(
+            "SELECT a.id FROM (SELECT rowid AS id FROM archive_fts WHERE archive_fts MATCH ? "
+            f"ORDER BY {order} LIMIT ?) f JOIN archived_messages a ON a.id = f.id "
+            "WHERE a.chat_id = ? LIMIT ?",
+            (match, best, chat_id, ARCHIVE_CANDIDATES),
+        )
+        if len(hits) < ARCHIVE_CANDIDATES and postings > best:
+            hits = await self.db.fetchall(
+                "SELECT a.id FROM archive_fts JOIN archived_messages a "
+                "ON a.id = archive_fts.rowid WHERE archive_fts MATCH ? AND a.chat_id = ? "
+                f"ORDER BY {order} LIMIT ?",
+                (match, chat_id, ARCHIVE_CANDIDATES),
+            )
+        if not hits:
+            return []
+        hit_ids = [int(r["id"]) for r in hits]
         rows = await self.db.fetchall(
             "WITH hit(id, session_id) AS MATERIALIZED ("
-            "  SELECT a.id, a.session_id FROM archive_fts JOIN archived_messages a "
-            "  ON a.id = archive_fts.rowid WHERE archive_fts MATCH ? AND a.chat_id = ? "
-            "  ORDER BY bm25(archive_fts) LIMIT ?), "
-            "near(id, hit) AS ("
-            "  SELECT id, id FROM hit "
+            "  SELECT id, session_id FROM archived_messages "
+            "  WHERE id IN (SELECT value FROM json_each(?))), "
+            "near(id) AS ("
+            "  SELECT id FROM hit "
             "  UNION ALL SELECT (SELECT MAX(p.id) FROM archived_messages p "
-            "    WHERE p.session_id = hit.session_id AND p.id < hit.id AND p.terms != ''), NULL "
+            "    WHERE p.session_id = hit.session_id AND p.id < hit.id AND p.terms != '') "
             "    FROM hit "
             "  UNION ALL SELECT (SELECT MIN(n.id) FROM archived_messages n "
-            "    WHERE n.session_id = hit.session_id AND n.id > hit.id AND n.terms != ''), NULL "
+            "    WHERE n.session_id = hit.session_id AND n.id > hit.id AND n.terms != '') "
             "    FROM hit) "
             "SELECT m.id, m.session_id, m.role, substr(m.content, 1, ?) AS content, "
-            f"substr(m.terms, 1, {_TERMS_READ}) AS terms, m.created_at, "
-            "  EXISTS(SELECT 1 FROM hit WHERE hit.id = m.id) AS is_hit "
+            f"substr(m.terms, 1, {_TERMS_READ}) AS terms, m.created_at "
             "FROM archived_messages m WHERE m.id IN (SELECT id FROM near) ORDER BY m.id",
-            (match, chat_id, ARCHIVE_CANDIDATES, MESSAGE_CHARS),
+            (json.dumps(hit_ids), MESSAGE_CHARS),
         )
+        is_hit = set(hit_ids)
         docs = {
             int(r["id"]): _Doc(
                 "archive",
@@ -226,7 +258,7 @@ class Recall:
                 r["content"],
                 r["role"],
                 r["terms"].split(),
-                score=float(r["is_hit"]),  # marks the FTS hits until scored
+                score=float(int(r["id"]) in is_hit),  # marks the FTS hits until scored
             )
             for r in rows
         }
@@ -324,10 +356,6 @@ class Recall:
                 break
         docs.reverse()
         return docs
-
-
-def _analyse(query: str) -> tuple[list[QueryTerm], Period | None]:
-    return query_terms(query), query_period(query)
 
 
 def _link_neighbours(docs: Sequence[_Doc]) -> None:
