@@ -446,7 +446,7 @@ async def run_scale(total: int) -> None:
             print(
                 f"recall_scale: wrote {written} archived turns ({copy} copies of LoCoMo) in "
                 f"{time.perf_counter() - started:.1f} s, database {size / 1e6:.1f} MB "
-                f"({size / written:.0f} bytes, i.e. {size / written:.0f} KB per 1,000 turns, "
+                f"({size / written:.0f} bytes a turn = KB per 1,000 turns, "
                 f"text {text_chars / len(turns):.0f} characters a turn)"
             )
             recall = Recall(db)
