@@ -12,8 +12,9 @@ Then one recall query per session, built from facts of that session that a summa
 names and places (capitalised inside a sentence, or all capitals) and words of Han, katakana
 or Hangul first, then topic words (6+ letters), then numbers — the two most distinctive across
 the 200 sessions — wrapped in a question in the session's language ("what did we say about X
-and Y?", "XとYについて前に話したよね？", …). A hit is the session's own history entry among the
-first k results of `Recall.search` — the function behind the chat model's `recall` tool.
+and Y?", "XとYについて前に話したよね？", …). A hit is the session's own history entry, or its own
+words (kept in the archive), among the first k results of `Recall.search` — the function
+behind the chat model's `recall` tool.
 Latency is the wall time of each search on the SQLite file (the tool's whole database part).
 
 Then LoCoMo (../shared/testdata/locomo: months-long conversations between two people, with
@@ -244,7 +245,6 @@ async def run(total: int) -> int:
             rows = await stack.db.fetchall(
                 "SELECT id, session_id FROM history_entries WHERE chat_id = ?", (CHAT,)
             )
-            entry_of = {int(r["session_id"]): int(r["id"]) for r in rows}
             left = await stack.db.fetchall("SELECT COUNT(*) AS n FROM messages")
             print(
                 f"sessions: {len(sessions)} ({cjk} Chinese/Japanese/Korean), "
@@ -262,9 +262,8 @@ async def run(total: int) -> int:
                 t0 = time.perf_counter()
                 hits = await recall.search(CHAT, query, limit=10)
                 latencies.append((time.perf_counter() - t0) * 1000)
-                ids = [h.ref_id for h in hits if h.source == "history"]
-                target = entry_of.get(session_id)
-                rank = ids.index(target) + 1 if target in ids else None
+                sessions_hit = await hit_sessions(stack.db, hits)
+                rank = next((n for n, s in enumerate(sessions_hit, 1) if s == session_id), None)
                 ranks.append(rank)
                 if rank is None or rank > 5:
                     misses.append((language(session), query, rank))

@@ -28,6 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from memory.db import Database
 from memory.search_terms import (
@@ -249,21 +250,9 @@ class Recall:
             (json.dumps(hit_ids), MESSAGE_CHARS),
         )
         is_hit = set(hit_ids)
-        docs = {
-            int(r["id"]): _Doc(
-                "archive",
-                int(r["id"]),
-                int(r["session_id"]),
-                r["created_at"],
-                r["content"],
-                r["role"],
-                r["terms"].split(),
-                score=float(int(r["id"]) in is_hit),  # marks the FTS hits until scored
-            )
-            for r in rows
-        }
-        _link_neighbours(list(docs.values()))
-        return [d for d in docs.values() if d.score]
+        docs = [_turn("archive", r, terms=r["terms"].split()) for r in rows]
+        _link_neighbours(docs)
+        return [d for d in docs if d.ref_id in is_hit]
 
     async def _archive_containing(self, chat_id: int, plain: str) -> list[_Doc]:
         """The newest archived turns holding `plain` as it is (no index: a bounded scan)."""
@@ -274,18 +263,7 @@ class Recall:
             "AND content LIKE ? ESCAPE '\\' ORDER BY id LIMIT ?",
             (MESSAGE_CHARS, chat_id, PLAIN_ARCHIVE_SCAN, _like(plain), ARCHIVE_CANDIDATES),
         )
-        return [
-            _Doc(
-                "archive",
-                int(r["id"]),
-                int(r["session_id"]),
-                r["created_at"],
-                r["content"],
-                r["role"],
-                [],
-            )
-            for r in rows
-        ]
+        return [_turn("archive", r) for r in rows]
 
     async def _history_rows(self, chat_id: int, forms: list[str]) -> list[_Doc]:
         """History entries holding a form (trigram index; two-character CJK pairs by LIKE,
@@ -341,21 +319,27 @@ class Recall:
                 continue
             text = r["content"][:budget]
             budget -= len(text)
-            docs.append(
-                _Doc(
-                    "message",
-                    int(r["id"]),
-                    int(r["session_id"]),
-                    r["created_at"],
-                    text,
-                    r["role"],
-                    [],
-                )
-            )
+            docs.append(_turn("message", r, text=text))
             if budget <= 0 or len(docs) >= MESSAGE_SCAN:
                 break
         docs.reverse()
         return docs
+
+
+def _turn(
+    source: str, row: Any, *, text: str | None = None, terms: list[str] | None = None
+) -> _Doc:
+    """A stored turn (an archived or unconsolidated message row) as a candidate."""
+    content = row["content"] if text is None else text
+    return _Doc(
+        source,
+        int(row["id"]),
+        int(row["session_id"]),
+        row["created_at"],
+        content,
+        row["role"],
+        terms or [],
+    )
 
 
 def _link_neighbours(docs: Sequence[_Doc]) -> None:
