@@ -197,6 +197,7 @@ async def forget_callback(update: Update, context: Context) -> None:
             chat_id=chat_id,
             history_entries=forgotten.history_entries,
             messages=forgotten.messages,
+            archived=forgotten.archived,
             jobs=forgotten.jobs,
         )
         text = t("forget_done", lang)
