@@ -22,6 +22,7 @@ number of characters of unconsolidated text; the scoring runs in a thread, off t
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import re
@@ -326,6 +327,13 @@ class Recall:
         return docs
 
 
+@functools.lru_cache(maxsize=4096)
+def _terms_of(text: str) -> tuple[str, ...]:
+    """The terms of a summary or an unconsolidated message: the same few texts are searched
+    query after query, so they are cut into terms once (texts never change)."""
+    return tuple(text_terms(text))
+
+
 def _turn(
     source: str, row: Any, *, text: str | None = None, terms: list[str] | None = None
 ) -> _Doc:
@@ -376,7 +384,7 @@ def _rank(
     the query names gain DATE_BOOST; MAX_HITS_PER_SESSION."""
     archive, history, messages = sources.archive, sources.history, sources.messages
     for doc in history + messages:
-        doc.terms = text_terms(doc.text)
+        doc.terms = list(_terms_of(doc.text))
     _link_neighbours(messages)
     plain = sources.plain
     if plain is None:  # "postgres" finds "postgresql" in the summaries and messages too
