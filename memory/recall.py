@@ -10,9 +10,9 @@ Three sources, ranked on one scale:
 - the history entries consolidation wrote (FTS5 trigram index): a session's summary.
 
 Every candidate is scored with the same BM25 (terms: memory/search_terms.py; rarity of a term
-from the archive's index and the candidates), and a session whose summary matches lends part
-of that score to its turns and the other way round, so the words and the gist of a session
-support each other. At most two hits come from one session, so the first results cover
+from the archive's index and the candidates), and a session whose summary or other turns
+match lends part of their score to a turn (and its turns to its summary), so the words and
+the gist of a session support each other. At most two hits come from one session, so the first results cover
 different conversations; ties go to the newer one.
 
 Bounds: at most MAX_QUERY_TERMS terms, a fixed number of candidates per source and a fixed
@@ -65,6 +65,7 @@ NEIGHBOUR_WEIGHT = 0.7  # a neighbouring turn's words count this much toward a t
 SESSION_SHARE = 0.3  # of a session's summary score added to its turns, and back
 SECOND_HIT_FACTOR = 0.5  # a session's second hit counts this much of its score
 DATE_BOOST = 0.5  # a result from the days a query names gains this share of its score
+OTHER_TURNS_SHARE = 0.2  # of a session's two best other turns added to a turn
 MATCH_POSTINGS = 1_500  # archived turns the candidate search may read (see _archive_candidates)
 
 # Control characters (a NUL ends SQLite's parse of an FTS5 phrase: "unterminated string") and
@@ -379,8 +380,9 @@ class _Sources:
 def _rank(
     terms: list[QueryTerm], period: Period | None, sources: _Sources, limit: int
 ) -> list[RecallHit]:
-    """BM25 (K1, B) of each candidate, its neighbours' words at NEIGHBOUR_WEIGHT; summaries and
-    turns of one session lend each other SESSION_SHARE of their scores; results from the days
+    """BM25 (K1, B) of each candidate, its neighbours' words at NEIGHBOUR_WEIGHT; a turn gains
+    OTHER_TURNS_SHARE of its session's best other turns; summaries and turns of one session lend
+    each other SESSION_SHARE of their scores; results from the days
     the query names gain DATE_BOOST; MAX_HITS_PER_SESSION."""
     archive, history, messages = sources.archive, sources.history, sources.messages
     for doc in history + messages:
@@ -428,6 +430,7 @@ def _rank(
     words_of: dict[int | None, float] = {}
     for doc in turns:
         words_of[doc.session_id] = max(words_of.get(doc.session_id, 0.0), doc.score)
+    _support_from_the_session(turns)
     for doc in turns:
         doc.score += SESSION_SHARE * summary_of.get(doc.session_id, 0.0)
     for doc in history:
@@ -437,6 +440,23 @@ def _rank(
             if period.first <= doc.at[:10] <= period.last:
                 doc.score *= 1 + DATE_BOOST
     return _select([d for d in turns + history if d.score > 0], terms, limit)
+
+
+def _support_from_the_session(turns: list[_Doc]) -> None:
+    """Each turn gains OTHER_TURNS_SHARE of its session's two best other matching turns: an
+    answer is often spread over a conversation, and a session that talks about the question
+    in several places is likelier the one asked about."""
+    by_session: dict[int | None, list[_Doc]] = {}
+    for doc in turns:
+        by_session.setdefault(doc.session_id, []).append(doc)
+    gains: dict[int, float] = {}
+    for docs in by_session.values():
+        best = sorted(docs, key=lambda d: d.score, reverse=True)[:3]
+        for doc in docs:
+            others = [d.score for d in best if d is not doc][:2]
+            gains[id(doc)] = OTHER_TURNS_SHARE * sum(others)
+    for doc in turns:
+        doc.score += gains[id(doc)]
 
 
 def _score(
