@@ -12,8 +12,8 @@ Three sources, ranked on one scale:
 Every candidate is scored with the same BM25 (terms: memory/search_terms.py; rarity of a term
 from the archive's index and the candidates), and a session whose summary or other turns
 match lends part of their score to a turn (and its turns to its summary), so the words and
-the gist of a session support each other. At most two hits come from one session, so the first results cover
-different conversations; ties go to the newer one.
+the gist of a session support each other. At most two hits come from one session (the second
+counting half), so the first results cover different conversations; ties go to the newer one.
 
 Bounds: at most MAX_QUERY_TERMS terms, a fixed number of candidates per source and a fixed
 number of characters of unconsolidated text; the scoring runs in a thread, off the chat loop.
