@@ -157,16 +157,13 @@ class Recall:
                 return []
             terms = [QueryTerm(((plain, 1.0),))]
         forms = sorted({form for term in terms for form, _ in term.forms})
-        if plain is None:
-            archive_df, archive_n = await self._archive_stats(terms)
-            terms = [term.expanded(archive_df) for term in terms]
-            forms = sorted({form for term in terms for form, _ in term.forms})
-            archive = await self._archive_candidates(chat_id, forms, archive_df, archive_n)
-        else:
-            archive_df, archive_n = {}, 0
-            archive = await self._archive_containing(chat_id, plain)
-        history_rows = await self._history_rows(chat_id, forms)
-        message_rows = await self._message_rows(chat_id, set(exclude_message_ids))
+        # The three sources are read at once (the trigram index of the history finds the
+        # longer words a query word begins by itself).
+        (terms, archive, archive_df, archive_n), history_rows, message_rows = await asyncio.gather(
+            self._archive(chat_id, terms, plain),
+            self._history_rows(chat_id, forms),
+            self._message_rows(chat_id, set(exclude_message_ids)),
+        )
         return await asyncio.to_thread(
             _rank,
             terms,
@@ -174,6 +171,19 @@ class Recall:
             _Sources(archive, history_rows, message_rows, archive_df, archive_n, plain),
             limit,
         )
+
+    async def _archive(
+        self, chat_id: int, terms: list[QueryTerm], plain: str | None
+    ) -> tuple[list[QueryTerm], list[_Doc], dict[str, int], int]:
+        """The archive's candidates; the query terms with the archived words their prefixes
+        begin; the archive's counts of the forms, and of turns."""
+        if plain is not None:
+            return terms, await self._archive_containing(chat_id, plain), {}, 0
+        archive_df, archive_n = await self._archive_stats(terms)
+        terms = [term.expanded(archive_df) for term in terms]
+        forms = sorted({form for term in terms for form, _ in term.forms})
+        archive = await self._archive_candidates(chat_id, forms, archive_df, archive_n)
+        return terms, archive, archive_df, archive_n
 
     # candidates -------------------------------------------------------------------------------
 
