@@ -12,11 +12,28 @@ Then one recall query per session, built from facts of that session that a summa
 names and places (capitalised inside a sentence, or all capitals) and words of Han, katakana
 or Hangul first, then topic words (6+ letters), then numbers — the two most distinctive across
 the 200 sessions — wrapped in a question in the session's language ("what did we say about X
-and Y?", "XとYについて前に話したよね？", …). A hit is the session's own history entry among the
-first k results of `Recall.search` — the function behind the chat model's `recall` tool.
+and Y?", "XとYについて前に話したよね？", …). A hit is the session's own history entry, or its own
+words (kept in the archive), among the first k results of `Recall.search` — the function
+behind the chat model's `recall` tool.
 Latency is the wall time of each search on the SQLite file (the tool's whole database part).
 
-    python benchmarks/memory_recall.py [--sessions 200]
+Then LoCoMo (../shared/testdata/locomo: months-long conversations between two people, with
+questions and the turns that answer them). Each conversation is one chat: every turn goes in as
+one user message `Name: text` stamped with its session's date (Store.add_message, the path a
+chat turn stores its message through), the session is closed like /new
+(Store.start_new_session, which enqueues its consolidation), and the real worker consolidates
+it over HTTP through the fake providers, whose consolidation model writes LoCoMo's
+session_N_summary as the history entry; the commit moves the turns to the archive. (The chat
+model's answer to each turn is left out: it would be the fakes' canned text, searched as noise,
+and sending ~3,000 turns through the Bot API fake takes minutes.) Every question of categories
+1-4 is then asked through `Recall.search` with /recall's limit (5); R@k is the share of questions
+with an evidence session (the sessions of the question's evidence turns) among the first k hits.
+
+Last, scale: 100,000 archived turns in one chat (LoCoMo's turns over and over, each copy its own
+session), written with the archive's own functions (memory/archive.py: terms, then the insert
+the commit does), and LoCoMo's questions asked of it.
+
+    python benchmarks/memory_recall.py [--sessions 200] [--scale-turns 100000] [--only locomo]
 """
 
 from __future__ import annotations
@@ -31,7 +48,9 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
@@ -39,7 +58,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import structlog
 
-from memory.recall import _STOPWORDS as RECALL_STOPWORDS
+try:
+    from memory.search_terms import STOPWORDS as RECALL_STOPWORDS
+except ImportError:  # the code before the archive (measuring the baseline)
+    from memory.recall import _STOPWORDS as RECALL_STOPWORDS  # type: ignore[attr-defined,no-redef]
 from memory.recall import Recall
 from tests.consolidation_stack import open_stack
 from tests.fakes.providers import Respond
@@ -48,7 +70,10 @@ from tests.memory_sessions import (
     SessionMessage,
     SettableClock,
     _parse_time,
+    evidence_sessions,
     extractive_summary,
+    locomo_conversations,
+    locomo_summary_call,
     oasst_conversations,
     store_session,
     summarising_call,
@@ -220,7 +245,6 @@ async def run(total: int) -> int:
             rows = await stack.db.fetchall(
                 "SELECT id, session_id FROM history_entries WHERE chat_id = ?", (CHAT,)
             )
-            entry_of = {int(r["session_id"]): int(r["id"]) for r in rows}
             left = await stack.db.fetchall("SELECT COUNT(*) AS n FROM messages")
             print(
                 f"sessions: {len(sessions)} ({cjk} Chinese/Japanese/Korean), "
@@ -238,9 +262,8 @@ async def run(total: int) -> int:
                 t0 = time.perf_counter()
                 hits = await recall.search(CHAT, query, limit=10)
                 latencies.append((time.perf_counter() - t0) * 1000)
-                ids = [h.ref_id for h in hits if h.source == "history"]
-                target = entry_of.get(session_id)
-                rank = ids.index(target) + 1 if target in ids else None
+                sessions_hit = await hit_sessions(stack.db, hits)
+                rank = next((n for n, s in enumerate(sessions_hit, 1) if s == session_id), None)
                 ranks.append(rank)
                 if rank is None or rank > 5:
                     misses.append((language(session), query, rank))
@@ -264,11 +287,194 @@ async def run(total: int) -> int:
     return 0
 
 
+# --- LoCoMo -------------------------------------------------------------------------------------
+
+LOCOMO_CHAT = 8000
+
+
+async def ingest_locomo(stack: Any, clock: SettableClock) -> dict[int, dict[int, int]]:
+    """Every conversation into its own chat; returns chat -> our session id -> LoCoMo's."""
+    conversations = locomo_conversations()
+    summaries = {s.turns[0][:120]: s.summary for _, ss, _ in conversations for s in ss}
+    for fake in stack.providers:
+        fake.set_default("*", Respond(locomo_summary_call(summaries)))
+    sessions_of: dict[int, dict[int, int]] = {}
+    real_clock, stack.store.clock = stack.store.clock, clock
+    for index, (_, sessions, _) in enumerate(conversations):
+        chat = LOCOMO_CHAT + index
+        sessions_of[chat] = {}
+        for session in sessions:
+            stored = await store_session(
+                stack.store,
+                clock,
+                chat,
+                [
+                    SessionMessage("user", text, session.at + timedelta(seconds=30 * n))
+                    for n, text in enumerate(session.turns)
+                ],
+            )
+            sessions_of[chat][stored[0].session_id] = session.number
+            await stack.store.start_new_session(chat)
+    stack.store.clock = real_clock
+    await stack.worker.run_due()
+    return sessions_of
+
+
+async def hit_sessions(db: Any, hits: list[Any]) -> list[int | None]:
+    """Our session id of each hit (a history entry's through its row: the old code's hits
+    carry no session)."""
+    found: list[int | None] = []
+    for hit in hits:
+        session = getattr(hit, "session_id", None)
+        if session is None and hit.source == "history":
+            row = await db.fetchone(
+                "SELECT session_id FROM history_entries WHERE id = ?", (hit.ref_id,)
+            )
+            session = row["session_id"] if row else None
+        found.append(session)
+    return found
+
+
+async def run_locomo() -> list[float]:
+    """The `locomo:` line; returns the questions' latencies' source for the scale run."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    conversations = locomo_conversations()
+    with tempfile.TemporaryDirectory() as tmp:
+        stack = await open_stack(Path(tmp) / "locomo.sqlite3", concurrency=1)
+        try:
+            started = time.perf_counter()
+            sessions_of = await ingest_locomo(stack, SettableClock())
+            ingest_s = time.perf_counter() - started
+            counts = await stack.db.fetchall(
+                "SELECT (SELECT COUNT(*) FROM history_entries) AS h, "
+                "(SELECT COUNT(*) FROM messages) AS m"
+            )
+            turns = sum(len(s.turns) for _, ss, _ in conversations for s in ss)
+            print(
+                f"locomo: {len(conversations)} conversations, {turns} turns, "
+                f"{counts[0]['h']} history entries, {counts[0]['m']} messages left, "
+                f"ingested in {ingest_s:.1f} s"
+            )
+            recall = Recall(stack.db)
+            ranks: list[int | None] = []
+            latencies: list[float] = []
+            by_category: dict[int, list[int | None]] = {}
+            for index, (_, _, questions) in enumerate(conversations):
+                chat = LOCOMO_CHAT + index
+                for question in questions:
+                    shown = await stack.store.open_session_message_ids(chat)
+                    t0 = time.perf_counter()
+                    hits = await recall.search(
+                        chat, question["question"], limit=5, exclude_message_ids=shown
+                    )
+                    latencies.append((time.perf_counter() - t0) * 1000)
+                    ours = await hit_sessions(stack.db, hits)
+                    theirs = [sessions_of[chat].get(s) if s else None for s in ours]
+                    wanted = evidence_sessions(question)
+                    rank = next((n for n, s in enumerate(theirs, 1) if s in wanted), None)
+                    ranks.append(rank)
+                    by_category.setdefault(question["category"], []).append(rank)
+        finally:
+            await stack.close()
+    n = len(ranks)
+
+    def at(k: int, values: list[int | None]) -> float:
+        return sum(1 for r in values if r is not None and r <= k) / len(values)
+
+    for category, values in sorted(by_category.items()):
+        print(f"  category {category}: {len(values)} questions, R@5={at(5, values):.3f}")
+    p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
+    print(
+        f"locomo: questions={n} R@1={at(1, ranks):.3f} R@3={at(3, ranks):.3f} "
+        f"R@5={at(5, ranks):.3f} p50_ms={p50:.1f} p99_ms={p99:.1f}"
+    )
+    return latencies
+
+
+async def run_scale(total: int) -> None:
+    """The `recall_scale:` line: LoCoMo's questions over `total` archived turns in one chat."""
+    from memory.archive import archive_in, index_messages
+    from memory.store import StoredMessage
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    conversations = locomo_conversations()
+    turns = [(s.at, t) for _, ss, _ in conversations for s in ss for t in s.turns]
+    questions = [q["question"] for _, _, qs in conversations for q in qs]
+    text_chars = sum(len(text) for _, text in turns)
+    chat = 9000
+    with tempfile.TemporaryDirectory() as tmp:
+        stack = await open_stack(Path(tmp) / "scale.sqlite3", concurrency=1)
+        try:
+            db = stack.db
+            started = time.perf_counter()
+            written, copy = 0, 0
+            while written < total:
+                copy += 1
+                batch = turns[: total - written]
+                async with db.transaction() as conn:
+                    cursor = await conn.execute(
+                        "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
+                        "ON CONFLICT DO NOTHING",
+                        (chat, "2023-01-01", "2023-01-01"),
+                    )
+                    cursor = await conn.execute(
+                        "INSERT INTO sessions(chat_id, opened_at, closed_at) VALUES (?, ?, ?) "
+                        "RETURNING id",
+                        (chat, "2023-01-01", "2023-01-01"),
+                    )
+                    row = await cursor.fetchone()
+                    session = int(row["id"])
+                    stored = []
+                    for at, text in batch:
+                        cursor = await conn.execute(
+                            "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
+                            "VALUES (?, ?, 'user', ?, ?) RETURNING id",
+                            (session, chat, text, at.isoformat()),
+                        )
+                        row = await cursor.fetchone()
+                        stored.append(
+                            StoredMessage(
+                                int(row["id"]), session, chat, "user", text, at.isoformat()
+                            )
+                        )
+                    rows = await asyncio.to_thread(index_messages, stored)
+                    await archive_in(conn, rows, "2024-01-01T00:00:00+00:00")
+                    await conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
+                written += len(batch)
+            size = await asyncio.to_thread(os.path.getsize, Path(tmp) / "scale.sqlite3")
+            print(
+                f"recall_scale: wrote {written} archived turns ({copy} copies of LoCoMo) in "
+                f"{time.perf_counter() - started:.1f} s, database {size / 1e6:.1f} MB "
+                f"({size / written:.0f} bytes a turn = KB per 1,000 turns, "
+                f"text {text_chars / len(turns):.0f} characters a turn)"
+            )
+            recall = Recall(db)
+            for question in questions[:5]:
+                await recall.search(chat, question)
+            latencies = []
+            for question in questions:
+                t0 = time.perf_counter()
+                await recall.search(chat, question, limit=5)
+                latencies.append((time.perf_counter() - t0) * 1000)
+        finally:
+            await stack.close()
+    p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
+    print(f"recall_scale: turns={written} p50_ms={p50:.1f} p99_ms={p99:.1f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--scale-turns", type=int, default=100_000)
+    parser.add_argument("--only", choices=("recall", "locomo", "scale"), default=None)
     args = parser.parse_args()
-    return asyncio.run(run(args.sessions))
+    if args.only in (None, "recall"):
+        asyncio.run(run(args.sessions))
+    if args.only in (None, "locomo"):
+        asyncio.run(run_locomo())
+    if args.only in (None, "scale"):
+        asyncio.run(run_scale(args.scale_turns))
+    return 0
 
 
 if __name__ == "__main__":

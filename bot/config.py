@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     MEMORY_KEEP_RECENT: int = Field(default=10, ge=1)
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
     SESSION_IDLE_MINUTES: float = Field(default=360.0, ge=0)  # 0 = sessions never go idle
+    ARCHIVE_DAYS: float = Field(default=0.0, ge=0)  # 0 = archived words are kept until /forget
     AGENT_MAX_STEPS: int = Field(default=4, ge=0, le=20)
     MAX_ANSWER_TOKENS: int = Field(default=8192, ge=256, le=1_000_000)
     MAX_ANSWER_SECONDS: float = Field(default=300.0, gt=0)

@@ -4,7 +4,7 @@ and the `export` subcommand.
 `attach_memory` runs in post_init, after `Services.open`: it turns on automatic consolidation
 and idle sessions in the store, starts the consolidation worker (which first resumes jobs a
 crash interrupted), feeds each chat's long-term memory into the chat prompt, and stops the
-worker before the database closes.
+worker (and the daily purge of the archive, ARCHIVE_DAYS) before the database closes.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from bot.commands import BOT_COMMANDS
 from bot.i18n import t
 from bot.render import split_plain
 from bot.services import Services, services_of
+from memory.archive import ArchivePurger
 from memory.consolidation import Consolidator
 from memory.forget import forget_chat
 from memory.jobs import ConsolidationWorker
@@ -97,7 +98,11 @@ async def attach_memory(
         await worker.stop(settings.SHUTDOWN_GRACE_SECONDS)
 
     services.on_close.append(stop_worker)
+    # ARCHIVE_DAYS: archived words older than that go at start-up, then once a day.
+    purger = ArchivePurger(services.db, settings.ARCHIVE_DAYS, store.clock)
+    services.on_close.append(purger.stop)
     await worker.start()
+    await purger.start()
     feature = MemoryFeature(repo, worker)
     application.bot_data[MEMORY_KEY] = feature
     return feature
@@ -106,17 +111,24 @@ async def attach_memory(
 # --- text helpers ------------------------------------------------------------------------------
 
 
-def format_hit(hit: RecallHit) -> str:
-    """'• 2026-03-01 09:00 — summary' (our own timestamp, the model's stamp removed); a stored
-    message not yet consolidated gets 💬 instead of the bullet, so the user can tell a summary
-    from the words themselves."""
+def format_hit(hit: RecallHit, lang: str | None = None) -> str:
+    """One result block (design brief, "Archive"): '• 2026-03-01 09:00 — summary' (our own
+    timestamp, the model's stamp removed), or '💬 2026-03-01 09:00 — you: words' for what was
+    said itself, followed by the turns before (↑) and after (↓) it."""
     moment = hit.at[:16].replace("T", " ")
     text = hit.text.strip()
     if hit.source == "history":
         if text.startswith("[") and "]" in text[:40]:
             text = text[text.index("]") + 1 :].strip()
         return f"• {moment} — {text}"
-    return f"💬 {moment} — {text}"
+    lines = [f"💬 {moment} — {_who(hit.role, lang)}: {text}"]
+    lines += [f"   ↑ {_who(turn.role, lang)}: {turn.text}" for turn in hit.before]
+    lines += [f"   ↓ {_who(turn.role, lang)}: {turn.text}" for turn in hit.after]
+    return "\n".join(lines)
+
+
+def _who(role: str | None, lang: str | None) -> str:
+    return t("recall_role_assistant" if role == "assistant" else "recall_role_user", lang)
 
 
 # --- handlers ----------------------------------------------------------------------------------
@@ -195,6 +207,7 @@ async def forget_callback(update: Update, context: Context) -> None:
             chat_id=chat_id,
             history_entries=forgotten.history_entries,
             messages=forgotten.messages,
+            archived=forgotten.archived,
             jobs=forgotten.jobs,
         )
         text = t("forget_done", lang)
@@ -222,9 +235,9 @@ async def recall_command(update: Update, context: Context) -> None:
     if len(query) > RECALL_MAX_QUERY:
         await say(message, t("recall_too_long", lang, limit=RECALL_MAX_QUERY))
         return
-    # The same search the model's `recall` tool uses: history entries and the messages of
-    # closed sessions not consolidated yet, so the user finds what the model can find. The open
-    # session is on screen already and is left out.
+    # The same search the model's `recall` tool uses: the archive, history entries and the
+    # messages of closed sessions not consolidated yet, so the user finds what the model can
+    # find. The open session is on screen already and is left out.
     store = services_of(context.application).store
     shown = await store.open_session_message_ids(message.chat_id)
     hits = await Recall(store.db).search(
@@ -234,7 +247,7 @@ async def recall_command(update: Update, context: Context) -> None:
         await say(message, t("recall_none", lang, query=query))
         return
     text = t("recall_header", lang, query=query) + "\n\n"
-    text += "\n\n".join(format_hit(hit) for hit in hits)
+    text += "\n\n".join(format_hit(hit, lang) for hit in hits)
     for part in split_plain(text):
         if not await say(message, part):
             break

@@ -28,7 +28,7 @@ from memory.facts import (
     remove_lines,
 )
 from memory.longterm import read_memory, write_memory
-from memory.recall import DEFAULT_LIMIT, MAX_LIMIT, Recall, RecallHit
+from memory.recall import DEFAULT_LIMIT, MAX_LIMIT, Recall, RecallHit, trimmed
 from memory.store import to_iso, utc_now
 from models.types import ToolCall
 
@@ -40,10 +40,14 @@ RECALL_TOOL: dict[str, Any] = {
     "function": {
         "name": "recall",
         "description": (
-            "Search this chat's earlier conversations (summaries of past sessions and messages "
-            "not summarised yet). Use it when the user refers to something said before that is "
-            "not in the current conversation. Returns dated snippets, most relevant first. "
-            "Use distinctive words: names, places, numbers, topics."
+            "Search this chat's earlier conversations: the words said in past sessions (kept "
+            "after they were summarised), the summaries of those sessions, and messages not "
+            "summarised yet. Use it when the user refers to something said before that is not "
+            "in the current conversation. Search with the specific names and nouns of the "
+            "question (people, places, titles, things, numbers, dates), not with whole "
+            "sentences; when nothing fits, try again with other words (synonyms, a related "
+            "name). Returns dated results, most relevant first, each marked as the user's own "
+            "words, your own words or a summary, words with the turns around them."
         ),
         "parameters": {
             "type": "object",
@@ -302,18 +306,27 @@ async def _record_edit(
 
 
 def format_hits(query: str, hits: list[RecallHit]) -> str:
-    """The recall result the model reads: one dated snippet per hit, labelled by source."""
+    """The recall result the model reads: one dated result per hit, labelled by source, a
+    turn with the turns around it. The query is echoed trimmed (a model may send pages)."""
+    echo = trimmed(query)
     if not hits:
         return (
-            f"no earlier conversation matches {query!r}. Try other words (names, places, "
+            f"no earlier conversation matches {echo!r}. Try other words (names, places, "
             "numbers), or tell the user you do not find it."
         )
-    lines = [f"{len(hits)} result(s) for {query!r}, most relevant first:"]
+    lines = [f"{len(hits)} result(s) for {echo!r}, most relevant first:"]
     for n, hit in enumerate(hits, 1):
         stamp = hit.at[:16].replace("T", " ")
         if hit.source == "history":
-            source = "summary of an earlier session"
-        else:
-            source = f"{hit.role} message, not summarised yet"
-        lines.append(f"{n}. [{stamp} UTC] ({source}) {hit.text}")
+            lines.append(f"{n}. [{stamp} UTC] (summary of an earlier session) {hit.text}")
+            continue
+        state = "archived session" if hit.source == "archive" else "not summarised yet"
+        lines.append(f"{n}. [{stamp} UTC] ({_speaker(hit.role)}, {state}) {hit.text}")
+        for label, turns in (("before", hit.before), ("after", hit.after)):
+            for turn in turns:
+                lines.append(f"   {label}: ({_speaker(turn.role)}) {turn.text}")
     return "\n".join(lines)
+
+
+def _speaker(role: str | None) -> str:
+    return "your own words" if role == "assistant" else "the user's own words"

@@ -1,4 +1,5 @@
-"""Export a chat's memory as the seed's two files: MEMORY.md and HISTORY.md.
+"""Export a chat's memory as the seed's two files, MEMORY.md and HISTORY.md, and its archive
+(the words of consolidated sessions, memory/archive.py) as TRANSCRIPT.md.
 
 A self-hoster can read, grep and back up what the bot remembers without SQL. The files are
 generated from the database (the single source of truth) and written atomically, so a reader
@@ -12,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from memory.archive import ArchivedMessage, archived_messages
 from memory.longterm import HistoryEntry, MemoryRepository
 
 
@@ -21,6 +23,8 @@ class ExportResult:
     history_path: Path
     memory_chars: int
     history_entries: int
+    transcript_path: Path
+    archived_messages: int
 
 
 def render_memory(content: str) -> str:
@@ -33,6 +37,19 @@ def render_history(entries: list[HistoryEntry]) -> str:
     return "".join(entry.entry.strip() + "\n\n" for entry in entries)
 
 
+def render_transcript(messages: list[ArchivedMessage]) -> str:
+    """One heading per session, then one `[YYYY-MM-DD HH:MM] role: text` line per message."""
+    parts: list[str] = []
+    session = None
+    for message in messages:
+        if message.session_id != session:
+            session = message.session_id
+            parts.append(f"\n## Session {session}\n\n" if parts else f"## Session {session}\n\n")
+        stamp = message.created_at[:16].replace("T", " ")
+        parts.append(f"[{stamp}] {message.role}: {message.content.strip()}\n")
+    return "".join(parts)
+
+
 def _write_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     with temporary.open("w", encoding="utf-8") as handle:
@@ -42,20 +59,33 @@ def _write_atomically(path: Path, text: str) -> None:
     temporary.replace(path)
 
 
-def write_export(out_dir: Path, memory_text: str, history_text: str) -> tuple[Path, Path]:
+def write_export(out_dir: Path, files: dict[str, str]) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    memory_path = out_dir / "MEMORY.md"
-    history_path = out_dir / "HISTORY.md"
-    _write_atomically(memory_path, memory_text)
-    _write_atomically(history_path, history_text)
-    return memory_path, history_path
+    paths = []
+    for name, text in files.items():
+        _write_atomically(out_dir / name, text)
+        paths.append(out_dir / name)
+    return paths
 
 
 async def export_chat(repo: MemoryRepository, chat_id: int, out_dir: Path) -> ExportResult:
-    """Write DIR/MEMORY.md and DIR/HISTORY.md for `chat_id`."""
+    """Write DIR/MEMORY.md, DIR/HISTORY.md and DIR/TRANSCRIPT.md for `chat_id`."""
     memory = await repo.get(chat_id)
     history = await repo.history(chat_id)
-    memory_path, history_path = await asyncio.to_thread(
-        write_export, out_dir, render_memory(memory.content), render_history(history)
+    archived = await archived_messages(repo.db, chat_id)
+    files = {
+        "MEMORY.md": render_memory(memory.content),
+        "HISTORY.md": render_history(history),
+        "TRANSCRIPT.md": render_transcript(archived),
+    }
+    memory_path, history_path, transcript_path = await asyncio.to_thread(
+        write_export, out_dir, files
     )
-    return ExportResult(memory_path, history_path, len(memory.content), len(history))
+    return ExportResult(
+        memory_path,
+        history_path,
+        len(memory.content),
+        len(history),
+        transcript_path,
+        len(archived),
+    )

@@ -2,8 +2,9 @@
 
 What goes: the long-term memory (including facts a chat tool wrote into it, and the
 `memory_edits` log of those writes), every history entry, every consolidation job not yet
-done (pending and running), the stored messages of closed sessions not yet consolidated, the
-current session's messages, and voice notes waiting for a transcript (`media_inbox`). What
+done (pending and running), the archive (the words of consolidated sessions), the stored
+messages of closed sessions not yet consolidated, the current session's messages, and voice
+notes waiting for a transcript (`media_inbox`). What
 stays: the chat's settings (model, language) and the usage ledger (tokens and cost, no text).
 
 Why it cannot come back:
@@ -35,6 +36,7 @@ class Forgotten:
 
     history_entries: int
     messages: int
+    archived: int
     jobs: int
     new_session_id: int
 
@@ -71,13 +73,16 @@ async def forget_chat_in(conn: aiosqlite.Connection, chat_id: int, now: str) -> 
         chat_id,
     )
     messages = await _count(conn, "DELETE FROM messages WHERE chat_id = ? RETURNING id", chat_id)
+    archived = await _count(
+        conn, "DELETE FROM archived_messages WHERE chat_id = ? RETURNING id", chat_id
+    )
     await conn.execute("DELETE FROM sessions WHERE chat_id = ?", (chat_id,))
     cursor = await conn.execute(
         "INSERT INTO sessions(chat_id, opened_at) VALUES (?, ?) RETURNING id", (chat_id, now)
     )
     row = await cursor.fetchone()
     assert row is not None
-    return Forgotten(history, messages, jobs, int(row["id"]))
+    return Forgotten(history, messages, archived, jobs, int(row["id"]))
 
 
 async def _count(conn: aiosqlite.Connection, sql: str, chat_id: int) -> int:

@@ -3,7 +3,8 @@
 Jobs are rows, not tasks in memory: /new inserts one inside its own transaction, so a crash at
 any moment either has the job or has not closed the session. A job reads the chat's memory and
 its messages when it runs (never at enqueue time) and commits memory + history + deletion of
-exactly the consolidated messages + its own state + usage in ONE transaction, after checking that
+exactly the consolidated messages (moved to the chat's archive, memory/archive.py, where they stay
+searchable) + its own state + usage in ONE transaction, after checking that
 it still owns the job, that the memory version is the one it started from and that every message
 it summarised still exists. A kill -9 before that COMMIT leaves everything as it was (the job is
 reset to pending at start-up); after it, the job is done and cannot run again.
@@ -21,6 +22,7 @@ from enum import StrEnum
 import aiosqlite
 import structlog
 
+from memory.archive import archive_in, prepare_archive
 from memory.consolidation import (
     Consolidation,
     ConsolidationFailed,
@@ -194,6 +196,7 @@ class JobQueue:
         """The one transaction that applies a consolidation (see the module docstring)."""
         ids = chunk.message_ids
         marks = ",".join("?" * len(ids))
+        archived = await prepare_archive(chunk.messages)
         async with self.db.transaction() as conn:
             cursor = await conn.execute(
                 "SELECT 1 FROM consolidation_jobs WHERE id = ? AND state = 'running' "
@@ -253,6 +256,8 @@ class JobQueue:
                     now,
                 ),
             )
+            # Out of the session and every prompt, into the archive: still searchable.
+            await archive_in(conn, archived, now)
             await conn.execute(f"DELETE FROM messages WHERE id IN ({marks})", ids)
             cursor = await conn.execute(
                 "SELECT EXISTS(SELECT 1 FROM messages WHERE session_id = ? "

@@ -1,157 +1,91 @@
-"""`recall`: search a chat's past conversations for the chat model (and anyone else).
+"""`recall`: search a chat's past conversations for the chat model and for /recall.
 
-Two sources: the history entries consolidation wrote (FTS5 trigram index), and the stored
-messages not consolidated yet (closed sessions waiting for their job, and the part of the open
-session left out of the prompt). Candidates come from the index (3+ character terms) and from a
-LIKE scan (two-character CJK terms, which trigrams cannot match); every candidate is then scored
-the same way, a BM25 over the query's terms, so entries and raw messages rank on one scale.
-Ties go to the newer conversation.
+Three sources, ranked on one scale:
+- the archive: the words of consolidated sessions (memory/archive.py). Candidates come from its
+  FTS5 index of terms stemmed at write time; each candidate turn is scored together with its
+  neighbours in the same session (a question names what the answer's turn and the turns around
+  it talk about), and shown with them;
+- the stored messages not consolidated yet (closed sessions waiting for their job, the part of
+  the open session left out of the prompt): the newest few hundred, cut to a bounded size;
+- the history entries consolidation wrote (FTS5 trigram index): a session's summary.
 
-Query terms: words of 3+ letters minus common function words (en, pt, id, tr and a few more),
-with plural and tense endings cut so "trips" finds "trip"; runs of Han, kana or Hangul are split
-at particles and cut into overlapping character pairs, because those scripts put no spaces
-between words and most of their words are two characters long.
+Every candidate is scored with the same BM25 (terms: memory/search_terms.py; rarity of a term
+from the archive's index and the candidates), and a session whose summary or other turns
+match lends part of their score to a turn (and its turns to its summary), so the words and
+the gist of a session support each other. At most two hits come from one session (the second
+counting half), so the first results cover different conversations; ties go to the newer one.
+
+Bounds: at most MAX_QUERY_TERMS terms, a fixed number of candidates per source and a fixed
+number of characters of unconsolidated text; the scoring runs in a thread, off the chat loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import json
 import math
 import re
-import unicodedata
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from memory.db import Database
+from memory.search_terms import (
+    MAX_PREFIX_WORDS,
+    Period,
+    QueryTerm,
+    fold,
+    query_period,
+    query_terms,
+    text_terms,
+)
 
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 10
 SNIPPET_CHARS = 600
-MESSAGE_SNIPPET_CHARS = 320
-_CANDIDATES = 200
-_MESSAGE_SCAN = 3000  # newest unconsolidated messages scored per query
+TURN_SNIPPET_CHARS = 320
+NEIGHBOUR_SNIPPET_CHARS = 160
+MAX_HITS_PER_SESSION = 2
+ARCHIVE_CANDIDATES = 150
+HISTORY_CANDIDATES = 100
+MESSAGE_SCAN = 400  # newest unconsolidated messages considered per query
+MESSAGE_SCAN_CHARS = 120_000  # and at most this much of their text
+MESSAGE_CHARS = 4_000  # of one of them
+MAX_QUERY_CHARS = 1_000  # of a query, analysed (its first MAX_QUERY_TERMS terms are searched)
+MAX_PLAIN_CHARS = 100  # of a query with no term, searched as it is
+PLAIN_ARCHIVE_SCAN = 5_000  # newest archived turns such a query looks through
+_OVERFETCH = 3  # best matches of all chats read per candidate wanted of this one
+_TERMS_READ = 8_000  # characters of a stored turn's terms scored
+# BM25 and fusion parameters (generic, tuned on LoCoMo: see benchmarks/memory_recall.py).
+K1 = 0.6
+B = 0.75
+NEIGHBOUR_WEIGHT = 0.7  # a neighbouring turn's words count this much toward a turn
+SESSION_SHARE = 0.3  # of a session's summary score added to its turns, and back
+SECOND_HIT_FACTOR = 0.5  # a session's second hit counts this much of its score
+DATE_BOOST = 0.5  # a result from the days a query names gains this share of its score
+OTHER_TURNS_SHARE = 0.2  # of a session's two best other turns added to a turn
+MATCH_POSTINGS = 1_500  # archived turns the candidate search may read (see _archive_candidates)
 
-_STOPWORDS = frozenset(
-    """
-    the and for are was were you your yours our ours they them their this that these those
-    what when where which who whom whose why how with from into about over under again than
-    then there here have has had having does did doing done can could should would will shall
-    may might must not but all any some such only own same very just also too more most other
-    each few both nor off out onto upon its it's i'm i've we're you're he's she's let's did
-    tell said say says talk talked talking told remember recall earlier before last time ago
-    discuss discussed mention mentioned decide decided anything something thing things
-    que com para por uma das dos nas nos não sim foi era são ser ter tem isso isto esse essa
-    ele ela eles elas você vocês nós quando onde como qual quais sobre mais muito pela pelo
-    yang dan dengan untuk dari ini itu ada tidak akan sudah bisa juga saya kamu kita kami
-    mereka apa kapan dimana bagaimana tentang pada dalam oleh atau karena
-    bir bu şu ve ile için ama gibi daha çok ne neden nasıl nerede hangi kim mı mi mu mü
-    der die das und mit für von den dem ein eine ist war sind wie was wer wann
-    les des une est pour avec dans sur pas par qui quoi
-    yesterday previously conversation chatted
-    falamos falar conversamos lembra lembro ontem disse dissemos passado passada
-    kemarin bahas dibahas ngobrol ngomong bilang ingat inget tadi soal lalu pernah dong sih kok
-    konuştuk hatırlıyor musun dün hakkında neydi
-    """.split()
-)
-# Two-character CJK words that only carry the question ("we", "before", "talked about", …):
-# they occur in most conversations in these languages and would drown the real terms.
-_CJK_STOP = frozenset(
-    """
-    我们 你们 他们 之前 以前 什么 怎么 聊过 说过 讨论 关于 记得 上次 的话 一下 这个 那个 是不 不是
-    我的 你的 一个 没有 可以 时候 有没 提到
-    우리 얘기 이야기 했었 했던 기억 예전 지난
-    """.split()
-)
-_SUFFIXES = ("'s", "ings", "ing", "ied", "ies", "es", "ed")
-_VOWELS = frozenset("aeiouy")
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Control characters (a NUL ends SQLite's parse of an FTS5 phrase: "unterminated string") and
 # lone surrogates (SQLite cannot encode them) are no search terms.
 _UNSEARCHABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 
-def _is_cjk(ch: str) -> bool:
-    cp = ord(ch)
-    return (
-        0x3400 <= cp <= 0x9FFF  # CJK ideographs
-        or 0xF900 <= cp <= 0xFAFF
-        or 0x20000 <= cp <= 0x2FFFF
-        or 0x30A0 <= cp <= 0x30FF  # katakana
-        or 0xAC00 <= cp <= 0xD7AF  # hangul syllables
-        or 0x3040 <= cp <= 0x309F  # hiragana
-    )
+@dataclass(frozen=True)
+class Turn:
+    """A message shown around a hit: who said it, when, and (cut) what."""
 
-
-def _is_hiragana(ch: str) -> bool:
-    return 0x3040 <= ord(ch) <= 0x309F
-
-
-def _stem(word: str) -> str:
-    """English endings off, so "trips" finds "trip". A lone -s goes only after a consonant
-    other than s ("trips", not "bahas" or "class"): words of other languages keep theirs."""
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
-            return word[: -len(suffix)]
-    if (
-        word.endswith("s")
-        and len(word) >= 5
-        and word[-2] not in _VOWELS
-        and word[-2] != "s"
-        and word[-2].isascii()
-    ):
-        return word[:-1]
-    return word
-
-
-def _cjk_terms(run: str) -> list[str]:
-    """Pairs of characters of each particle-free segment (a lone character is dropped)."""
-    segments = re.split(r"[\u3040-\u309f]+", run) if any(map(_is_hiragana, run)) else [run]
-    terms: list[str] = []
-    for segment in segments:
-        if len(segment) < 2:
-            continue
-        pairs = [segment[i : i + 2] for i in range(len(segment) - 1)]
-        terms.extend(p for p in pairs if p not in _CJK_STOP)
-    return terms
-
-
-def query_terms(query: str) -> list[str]:
-    """The distinct search terms of a query, in order (see the module docstring)."""
-    text = unicodedata.normalize("NFKC", query).casefold()
-    terms: list[str] = []
-    for word in _WORD.findall(text):
-        run: list[str] = []
-        latin: list[str] = []
-        for ch in word + " ":
-            if ch != " " and _is_cjk(ch):
-                if latin:
-                    terms.extend(_latin_terms("".join(latin)))
-                    latin = []
-                run.append(ch)
-            else:
-                if run:
-                    terms.extend(_cjk_terms("".join(run)))
-                    run = []
-                if ch != " ":
-                    latin.append(ch)
-        if latin:
-            terms.extend(_latin_terms("".join(latin)))
-    seen: dict[str, None] = {}
-    for term in terms:
-        seen.setdefault(term, None)
-    return list(seen)
-
-
-def _latin_terms(word: str) -> list[str]:
-    if word.isdigit():
-        return [word] if len(word) >= 2 else []
-    if len(word) < 3 or word in _STOPWORDS:
-        return []
-    return [_stem(word)]
+    role: str
+    at: str
+    text: str
 
 
 @dataclass(frozen=True)
 class RecallHit:
-    """One dated snippet. `source` is "history" (a consolidated summary) or "message"."""
+    """One dated result. `source`: "history" (a session's summary), "archive" (the words of a
+    consolidated session) or "message" (words not consolidated yet)."""
 
     source: str
     ref_id: int
@@ -159,16 +93,28 @@ class RecallHit:
     text: str
     role: str | None
     score: float
+    session_id: int | None = None
+    before: tuple[Turn, ...] = ()
+    after: tuple[Turn, ...] = ()
+
+    @property
+    def is_words(self) -> bool:
+        return self.source != "history"
 
 
 @dataclass
 class _Doc:
     source: str
     ref_id: int
+    session_id: int | None
     at: str
     text: str
     role: str | None
-    folded: str = ""
+    terms: list[str]
+    before: _Doc | None = None
+    after: _Doc | None = None
+    score: float = 0.0
+    counts: Counter[str] = field(default_factory=Counter)
 
 
 def _fts_phrase(term: str) -> str:
@@ -193,121 +139,423 @@ class Recall:
         limit: int = DEFAULT_LIMIT,
         exclude_message_ids: Iterable[int] = (),
     ) -> list[RecallHit]:
-        """The best `limit` snippets for the query, best first.
+        """The best `limit` results for the query, best first.
 
         Control characters and lone surrogates become spaces first, whoever asked (a user's
-        /recall or a model's tool call): a query with no term is searched as the text it is,
-        and they would reach SQLite in it and raise.
+        /recall or a model's tool call): they would reach SQLite and raise. A query with no
+        term ("*", "C#", a function word) is searched as the text it is, in the history, the
+        unconsolidated messages and the newest PLAIN_ARCHIVE_SCAN archived turns.
         """
         limit = max(1, min(MAX_LIMIT, int(limit)))
-        query = _UNSEARCHABLE.sub(" ", query)
-        terms = query_terms(query)
+        # Cut first: what is analysed on the loop is then bounded (well under a millisecond).
+        query = _UNSEARCHABLE.sub(" ", query[:MAX_QUERY_CHARS])
+        terms, period = query_terms(query), query_period(query)
+        plain = None
         if not terms:
-            terms = [t for t in [normalise_plain(query)] if t]
-        if not terms:
-            return []
-        docs = await self._history_candidates(chat_id, terms)
-        docs += await self._message_candidates(chat_id, set(exclude_message_ids))
-        return _rank(docs, terms, limit)
+            plain = fold(query).strip()[:MAX_PLAIN_CHARS]
+            if not plain:
+                return []
+            terms = [QueryTerm(((plain, 1.0),))]
+        forms = sorted({form for term in terms for form, _ in term.forms})
+        # The three sources are read at once (the trigram index of the history finds the
+        # longer words a query word begins by itself).
+        (terms, archive, archive_df, archive_n), history_rows, message_rows = await asyncio.gather(
+            self._archive(chat_id, terms, plain),
+            self._history_rows(chat_id, forms),
+            self._message_rows(chat_id, set(exclude_message_ids)),
+        )
+        return await asyncio.to_thread(
+            _rank,
+            terms,
+            period,
+            _Sources(archive, history_rows, message_rows, archive_df, archive_n, plain),
+            limit,
+        )
 
-    async def _history_candidates(self, chat_id: int, terms: list[str]) -> list[_Doc]:
+    async def _archive(
+        self, chat_id: int, terms: list[QueryTerm], plain: str | None
+    ) -> tuple[list[QueryTerm], list[_Doc], dict[str, int], int]:
+        """The archive's candidates; the query terms with the archived words their prefixes
+        begin; the archive's counts of the forms, and of turns."""
+        if plain is not None:
+            return terms, await self._archive_containing(chat_id, plain), {}, 0
+        archive_df, archive_n = await self._archive_stats(terms)
+        terms = [term.expanded(archive_df) for term in terms]
+        forms = sorted({form for term in terms for form, _ in term.forms})
+        archive = await self._archive_candidates(chat_id, forms, archive_df, archive_n)
+        return terms, archive, archive_df, archive_n
+
+    # candidates -------------------------------------------------------------------------------
+
+    async def _archive_stats(self, terms: list[QueryTerm]) -> tuple[dict[str, int], int]:
+        """In how many archived turns each form occurs, the words that begin with a query
+        word among them, and how many turns there are."""
+        forms = sorted({form for term in terms for form, _ in term.forms})
+        prefixes = sorted({term.prefix for term in terms if term.prefix})
+        sql = f"SELECT term, doc FROM archive_vocab WHERE term IN ({','.join('?' * len(forms))})"
+        for _ in prefixes:
+            sql += (
+                " UNION SELECT * FROM (SELECT term, doc FROM archive_vocab "
+                f"WHERE term > ? AND term < ? LIMIT {MAX_PREFIX_WORDS})"
+            )
+        ranges = [bound for p in prefixes for bound in (p, p + "\U0010ffff")]
+        sql += " UNION ALL SELECT NULL, COUNT(*) FROM archived_messages"
+        rows = await self.db.fetchall(sql, [*forms, *ranges])
+        total = next(int(r["doc"]) for r in rows if r["term"] is None)
+        return {r["term"]: int(r["doc"]) for r in rows if r["term"] is not None}, total
+
+    async def _archive_candidates(
+        self, chat_id: int, forms: list[str], df: dict[str, int], total: int
+    ) -> list[_Doc]:
+        """The best matching archived turns (FTS5's own BM25), with their neighbours."""
+        present = [f for f in forms if df.get(f)]
+        if not present:
+            return []
+        # The rarest forms select the candidates, up to MATCH_POSTINGS turns holding them (what
+        # FTS5 reads and ranks grows with that number); a commoner form is only scored. The
+        # rarest form is always searched, so a query of common words finds something.
+        searched: list[str] = []
+        postings = 0
+        for form in sorted(present, key=lambda f: df[f]):
+            if searched and postings + df[form] > MATCH_POSTINGS:
+                break
+            searched.append(form)
+            postings += df[form]
+        match = " OR ".join(_fts_phrase(f) for f in searched)
+        # The index spans every chat: its best matches first (no lookup per matching turn),
+        # and only when those hold too few of this chat's turns, all of its matches.
+        # Even the rarest form is in very many turns: its newest ones, which FTS5 reads
+        # without ranking them all.
+        order = "bm25(archive_fts)" if postings <= MATCH_POSTINGS else "rowid DESC"
+        best = ARCHIVE_CANDIDATES * _OVERFETCH
+        hits = await self.db.fetchall(
+            "SELECT a.id FROM (SELECT rowid AS id FROM archive_fts WHERE archive_fts MATCH ? "
+            f"ORDER BY {order} LIMIT ?) f JOIN archived_messages a ON a.id = f.id "
+            "WHERE a.chat_id = ? LIMIT ?",
+            (match, best, chat_id, ARCHIVE_CANDIDATES),
+        )
+        if len(hits) < ARCHIVE_CANDIDATES and postings > best:
+            hits = await self.db.fetchall(
+                "SELECT a.id FROM archive_fts JOIN archived_messages a "
+                "ON a.id = archive_fts.rowid WHERE archive_fts MATCH ? AND a.chat_id = ? "
+                f"ORDER BY {order} LIMIT ?",
+                (match, chat_id, ARCHIVE_CANDIDATES),
+            )
+        if not hits:
+            return []
+        hit_ids = [int(r["id"]) for r in hits]
+        rows = await self.db.fetchall(
+            "WITH hit(id, session_id) AS MATERIALIZED ("
+            "  SELECT id, session_id FROM archived_messages "
+            "  WHERE id IN (SELECT value FROM json_each(?))), "
+            "near(id) AS ("
+            "  SELECT id FROM hit "
+            "  UNION ALL SELECT (SELECT MAX(p.id) FROM archived_messages p "
+            "    WHERE p.session_id = hit.session_id AND p.id < hit.id AND p.terms != '') "
+            "    FROM hit "
+            "  UNION ALL SELECT (SELECT MIN(n.id) FROM archived_messages n "
+            "    WHERE n.session_id = hit.session_id AND n.id > hit.id AND n.terms != '') "
+            "    FROM hit) "
+            "SELECT m.id, m.session_id, m.role, substr(m.content, 1, ?) AS content, "
+            f"substr(m.terms, 1, {_TERMS_READ}) AS terms, m.created_at "
+            "FROM archived_messages m WHERE m.id IN (SELECT id FROM near) ORDER BY m.id",
+            (json.dumps(hit_ids), MESSAGE_CHARS),
+        )
+        is_hit = set(hit_ids)
+        docs = [_turn("archive", r, terms=r["terms"].split()) for r in rows]
+        _link_neighbours(docs)
+        return [d for d in docs if d.ref_id in is_hit]
+
+    async def _archive_containing(self, chat_id: int, plain: str) -> list[_Doc]:
+        """The newest archived turns holding `plain` as it is (no index: a bounded scan)."""
+        rows = await self.db.fetchall(
+            "SELECT id, session_id, role, substr(content, 1, ?) AS content, created_at "
+            "FROM archived_messages WHERE id IN (SELECT id FROM archived_messages "
+            "WHERE chat_id = ? AND terms != '' ORDER BY id DESC LIMIT ?) "
+            "AND content LIKE ? ESCAPE '\\' ORDER BY id LIMIT ?",
+            (MESSAGE_CHARS, chat_id, PLAIN_ARCHIVE_SCAN, _like(plain), ARCHIVE_CANDIDATES),
+        )
+        return [_turn("archive", r) for r in rows]
+
+    async def _history_rows(self, chat_id: int, forms: list[str]) -> list[_Doc]:
+        """History entries holding a form (trigram index; two-character CJK pairs by LIKE,
+        which trigrams cannot match)."""
         rows: dict[int, object] = {}
-        long_terms = [t for t in terms if len(t) >= 3]
-        short_terms = [t for t in terms if len(t) < 3]
-        if long_terms:
-            match = " OR ".join(_fts_phrase(t) for t in long_terms)
+        long_forms = [f for f in forms if len(f) >= 3]
+        short_forms = [f for f in forms if len(f) < 3]
+        columns = "h.id, h.entry, h.created_at, h.first_message_at, h.session_id"
+        if long_forms:
+            match = " OR ".join(_fts_phrase(f) for f in long_forms)
             for row in await self.db.fetchall(
-                "SELECT h.id, h.entry, h.created_at, h.first_message_at FROM history_fts "
+                f"SELECT {columns} FROM history_fts "
                 "JOIN history_entries h ON h.id = history_fts.rowid "
                 "WHERE history_fts MATCH ? AND h.chat_id = ? "
                 "ORDER BY bm25(history_fts) LIMIT ?",
-                (match, chat_id, _CANDIDATES),
+                (match, chat_id, HISTORY_CANDIDATES),
             ):
                 rows[row["id"]] = row
-        if short_terms:
-            where = " OR ".join("entry LIKE ? ESCAPE '\\'" for _ in short_terms)
+        if short_forms:
+            where = " OR ".join("h.entry LIKE ? ESCAPE '\\'" for _ in short_forms)
             for row in await self.db.fetchall(
-                "SELECT id, entry, created_at, first_message_at FROM history_entries "
-                f"WHERE chat_id = ? AND ({where}) ORDER BY id DESC LIMIT ?",
-                (chat_id, *(_like(t) for t in short_terms), _CANDIDATES),
+                f"SELECT {columns} FROM history_entries h "
+                f"WHERE h.chat_id = ? AND ({where}) ORDER BY h.id DESC LIMIT ?",
+                (chat_id, *(_like(f) for f in short_forms), HISTORY_CANDIDATES),
             ):
                 rows[row["id"]] = row
         return [
             _Doc(
                 "history",
                 int(row["id"]),  # type: ignore[index]
+                row["session_id"],  # type: ignore[index]
                 row["first_message_at"] or row["created_at"],  # type: ignore[index]
                 row["entry"],  # type: ignore[index]
                 None,
+                [],
             )
             for row in rows.values()
         ]
 
-    async def _message_candidates(self, chat_id: int, exclude: set[int]) -> list[_Doc]:
-        """Stored messages still waiting for consolidation: closed sessions, and the open
-        session's messages the caller did not put in the prompt."""
+    async def _message_rows(self, chat_id: int, exclude: set[int]) -> list[_Doc]:
+        """Stored messages still waiting for consolidation, newest first, bounded in number
+        and in characters (their terms are computed per query)."""
         rows = await self.db.fetchall(
-            "SELECT id, role, content, created_at FROM messages "
-            "WHERE chat_id = ? AND role IN ('user', 'assistant') AND content != '' "
-            "ORDER BY id DESC LIMIT ?",
-            (chat_id, _MESSAGE_SCAN),
+            "SELECT id, session_id, role, substr(content, 1, ?) AS content, created_at "
+            "FROM messages WHERE chat_id = ? AND role IN ('user', 'assistant') "
+            "AND content != '' ORDER BY id DESC LIMIT ?",
+            (MESSAGE_CHARS, chat_id, MESSAGE_SCAN + len(exclude)),
         )
-        return [
-            _Doc("message", int(r["id"]), r["created_at"], r["content"], r["role"])
-            for r in rows
-            if int(r["id"]) not in exclude
-        ]
+        docs: list[_Doc] = []
+        budget = MESSAGE_SCAN_CHARS
+        for r in rows:
+            if int(r["id"]) in exclude:
+                continue
+            text = r["content"][:budget]
+            budget -= len(text)
+            docs.append(_turn("message", r, text=text))
+            if budget <= 0 or len(docs) >= MESSAGE_SCAN:
+                break
+        docs.reverse()
+        return docs
 
 
-def normalise_plain(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold().strip()
+@functools.lru_cache(maxsize=4096)
+def _terms_of(text: str) -> tuple[str, ...]:
+    """The terms of a summary or an unconsolidated message: the same few texts are searched
+    query after query, so they are cut into terms once (texts never change)."""
+    return tuple(text_terms(text))
 
 
-def _rank(docs: list[_Doc], terms: list[str], limit: int) -> list[RecallHit]:
-    """BM25 (k1 1.2, b 0.75) with substring term frequency; newest first among equals."""
-    if not docs:
-        return []
+def _turn(
+    source: str, row: Any, *, text: str | None = None, terms: list[str] | None = None
+) -> _Doc:
+    """A stored turn (an archived or unconsolidated message row) as a candidate."""
+    content = row["content"] if text is None else text
+    return _Doc(
+        source,
+        int(row["id"]),
+        int(row["session_id"]),
+        row["created_at"],
+        content,
+        row["role"],
+        terms or [],
+    )
+
+
+def _link_neighbours(docs: Sequence[_Doc]) -> None:
+    """Each doc's previous and next doc of the same session among `docs` (sorted by id)."""
+    last: dict[int | None, _Doc] = {}
     for doc in docs:
-        doc.folded = unicodedata.normalize("NFKC", doc.text).casefold()
-    n = len(docs)
-    avg_len = sum(len(d.folded) for d in docs) / n or 1.0
-    counts = {term: [d.folded.count(term) for d in docs] for term in terms}
-    idf = {}
-    for term, per_doc in counts.items():
-        df = sum(1 for c in per_doc if c)
-        idf[term] = math.log(1 + (n - df + 0.5) / (df + 0.5))
-    scored: list[tuple[float, str, _Doc]] = []
-    for i, doc in enumerate(docs):
-        norm = 1.2 * (0.25 + 0.75 * len(doc.folded) / avg_len)
+        previous = last.get(doc.session_id)
+        if previous is not None:
+            doc.before, previous.after = previous, doc
+        last[doc.session_id] = doc
+
+
+# ranking ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Sources:
+    """The candidates of one query, and the archive's term counts for their rarity. `plain`:
+    the query had no term and is searched as the text it is."""
+
+    archive: list[_Doc]
+    history: list[_Doc]
+    messages: list[_Doc]
+    archive_df: dict[str, int]
+    archive_n: int
+    plain: str | None
+
+
+def _rank(
+    terms: list[QueryTerm], period: Period | None, sources: _Sources, limit: int
+) -> list[RecallHit]:
+    """BM25 (K1, B) of each candidate, its neighbours' words at NEIGHBOUR_WEIGHT; a turn gains
+    OTHER_TURNS_SHARE of its session's best other turns; summaries and turns of one session lend
+    each other SESSION_SHARE of their scores; results from the days
+    the query names gain DATE_BOOST; MAX_HITS_PER_SESSION."""
+    archive, history, messages = sources.archive, sources.history, sources.messages
+    for doc in history + messages:
+        doc.terms = list(_terms_of(doc.text))
+    _link_neighbours(messages)
+    plain = sources.plain
+    if plain is None:  # "postgres" finds "postgresql" in the summaries and messages too
+        seen = {t for doc in history + messages for t in doc.terms}
+        terms = [term.expanded(seen | {f for f, _ in term.forms}) for term in terms]
+    forms = {form for term in terms for form, _ in term.forms}
+    if plain is not None:
+        for doc in archive:
+            doc.terms = text_terms(doc.text)
+        for doc in archive + history + messages:
+            found = fold(doc.text).count(plain)
+            doc.counts = Counter({plain: found} if found else {})
+    else:
+        for doc in archive + history + messages:
+            doc.counts = Counter(t for t in doc.terms if t in forms)
+    message_hits = [d for d in messages if d.counts]
+    turns = archive + message_hits
+    # Rarity: the archive's counts, plus the history entries and unconsolidated messages seen.
+    df = Counter(sources.archive_df)
+    for doc in history + message_hits + (archive if plain is not None else []):
+        df.update(doc.counts.keys())
+    n = sources.archive_n + len(history) + len(message_hits)
+    n += len(archive) if plain is not None else 0
+    idf = {f: math.log(1 + (n - df[f] + 0.5) / (df[f] + 0.5)) for f in forms}
+
+    def window(doc: _Doc) -> tuple[dict[str, float], float]:
+        counts: dict[str, float] = dict(doc.counts)
+        length = float(len(doc.terms))
+        for near in (doc.before, doc.after):
+            if near is not None:
+                for form, count in near.counts.items():
+                    counts[form] = counts.get(form, 0.0) + NEIGHBOUR_WEIGHT * count
+                length += NEIGHBOUR_WEIGHT * len(near.terms)
+        return counts, length
+
+    _score(turns, [window(doc) for doc in turns], terms, idf)
+    _score(history, [(dict(d.counts), float(len(d.terms))) for d in history], terms, idf)
+    summary_of: dict[int | None, float] = {}
+    for doc in history:
+        summary_of[doc.session_id] = max(summary_of.get(doc.session_id, 0.0), doc.score)
+    words_of: dict[int | None, float] = {}
+    for doc in turns:
+        words_of[doc.session_id] = max(words_of.get(doc.session_id, 0.0), doc.score)
+    _support_from_the_session(turns)
+    for doc in turns:
+        doc.score += SESSION_SHARE * summary_of.get(doc.session_id, 0.0)
+    for doc in history:
+        doc.score += SESSION_SHARE * words_of.get(doc.session_id, 0.0)
+    if period is not None:  # "in July 2022": what was said then comes first
+        for doc in turns + history:
+            if period.first <= doc.at[:10] <= period.last:
+                doc.score *= 1 + DATE_BOOST
+    return _select([d for d in turns + history if d.score > 0], terms, limit)
+
+
+def _support_from_the_session(turns: list[_Doc]) -> None:
+    """Each turn gains OTHER_TURNS_SHARE of its session's two best other matching turns: an
+    answer is often spread over a conversation, and a session that talks about the question
+    in several places is likelier the one asked about."""
+    by_session: dict[int | None, list[_Doc]] = {}
+    for doc in turns:
+        by_session.setdefault(doc.session_id, []).append(doc)
+    gains: dict[int, float] = {}
+    for docs in by_session.values():
+        best = sorted(docs, key=lambda d: d.score, reverse=True)[:3]
+        for doc in docs:
+            others = [d.score for d in best if d is not doc][:2]
+            gains[id(doc)] = OTHER_TURNS_SHARE * sum(others)
+    for doc in turns:
+        doc.score += gains[id(doc)]
+
+
+def _score(
+    docs: list[_Doc],
+    windows: list[tuple[dict[str, float], float]],
+    terms: list[QueryTerm],
+    idf: dict[str, float],
+) -> None:
+    if not docs:
+        return
+    average = sum(length for _, length in windows) / len(windows) or 1.0
+    for doc, (counts, length) in zip(docs, windows, strict=True):
+        norm = K1 * (1 - B + B * length / average)
         score = 0.0
         for term in terms:
-            tf = counts[term][i]
-            if tf:
-                score += idf[term] * tf * 2.2 / (tf + norm)
-        if score > 0:
-            scored.append((score, doc.at, doc))
+            best = 0.0
+            for form, weight in term.forms:
+                tf = counts.get(form, 0.0)
+                if tf:
+                    best = max(best, weight * idf[form] * tf * (K1 + 1) / (tf + norm))
+            score += best
+        doc.score = score
+
+
+def _select(scored: list[_Doc], terms: list[QueryTerm], limit: int) -> list[RecallHit]:
+    """At most MAX_HITS_PER_SESSION per session (a turn shown beside a better one is not a
+    hit of its own), a session's later hits counting SECOND_HIT_FACTOR of their score, so the
+    first results cover different conversations; ties go to the newer."""
     if not scored:
         return []
-    scored.sort(key=lambda item: (round(item[0], 6), item[1]), reverse=True)
-    best = scored[0][0]
-    hits = []
-    for score, _, doc in scored:
-        if score < best * 0.2 or len(hits) == limit:
+    scored.sort(key=lambda d: (round(d.score, 6), d.at), reverse=True)
+    best = scored[0].score
+    taken: dict[int | None, int] = {}
+    shown: set[tuple[str, int]] = set()
+    chosen: list[tuple[float, _Doc]] = []
+    for doc in scored:
+        if doc.score < best * 0.2:
             break
-        hits.append(
-            RecallHit(doc.source, doc.ref_id, doc.at, _snippet(doc, terms), doc.role, score)
+        if (doc.source, doc.ref_id) in shown:
+            continue  # already shown as a neighbour of a better turn
+        count = taken.get(doc.session_id, 0)
+        if doc.session_id is not None and count >= MAX_HITS_PER_SESSION:
+            continue
+        taken[doc.session_id] = count + 1
+        chosen.append((doc.score * (SECOND_HIT_FACTOR if count else 1.0), doc))
+        for near in (doc, doc.before, doc.after):
+            if near is not None:
+                shown.add((near.source, near.ref_id))
+    chosen.sort(key=lambda pair: (round(pair[0], 6), pair[1].at), reverse=True)
+    return [_hit(doc, terms) for _, doc in chosen[:limit]]
+
+
+def _hit(doc: _Doc, terms: list[QueryTerm]) -> RecallHit:
+    size = SNIPPET_CHARS if doc.source == "history" else TURN_SNIPPET_CHARS
+
+    def turn(near: _Doc | None) -> tuple[Turn, ...]:
+        if near is None:
+            return ()
+        return (
+            Turn(near.role or "", near.at, _snippet(near.text, terms, NEIGHBOUR_SNIPPET_CHARS)),
         )
-    return hits
+
+    return RecallHit(
+        doc.source,
+        doc.ref_id,
+        doc.at,
+        _snippet(doc.text, terms, size),
+        doc.role,
+        doc.score,
+        doc.session_id,
+        turn(doc.before),
+        turn(doc.after),
+    )
 
 
-def _snippet(doc: _Doc, terms: list[str]) -> str:
-    text = " ".join(doc.text.split())
-    size = SNIPPET_CHARS if doc.source == "history" else MESSAGE_SNIPPET_CHARS
+def _snippet(text: str, terms: list[QueryTerm], size: int) -> str:
+    """The text on one line, cut to `size` around the first query word it holds."""
+    text = " ".join(text.split())
     if len(text) <= size:
         return text
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    positions = [folded.find(t) for t in terms if folded.find(t) >= 0]
+    folded = fold(text)
+    positions = [p for term in terms for form, _ in term.forms if (p := folded.find(form[:4])) >= 0]
     centre = min(positions) if positions and len(folded) == len(text) else 0
     start = max(0, min(centre - size // 3, len(text) - size))
     piece = text[start : start + size]
     return ("…" if start else "") + piece + ("…" if start + size < len(text) else "")
+
+
+def trimmed(query: str, size: int = 80) -> str:
+    """A query as results may echo it: one line, cut."""
+    line = " ".join(_UNSEARCHABLE.sub(" ", query).split())
+    return line if len(line) <= size else line[: size - 1] + "…"

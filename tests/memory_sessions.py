@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from dateutil import parser as date_parser
+
 from memory.store import Store, StoredMessage
 from memory.transcript import TOOL_RESULT_LABEL, timestamp_label
 from models.types import ToolCall
@@ -306,3 +308,68 @@ def summarising_call(request: Any) -> Any:
         prompt_tokens=500,
         completion_tokens=120,
     )
+
+
+# --- LoCoMo (ACL 2024): months-long conversations with questions; see locomo/SOURCE.txt ----------
+
+LOCOMO = TESTDATA / "locomo"
+
+
+@dataclass(frozen=True)
+class LocomoSession:
+    number: int
+    at: datetime
+    turns: list[str]  # "Name: text"
+    summary: str
+
+
+def locomo_conversations() -> list[tuple[str, list[LocomoSession], list[dict[str, Any]]]]:
+    conversations = []
+    for path in sorted(LOCOMO.glob("conv-*.json")):
+        data = json.loads(path.read_text("utf-8"))
+        talk = data
+        sessions = []
+        number = 1
+        while f"session_{number}" in talk:
+            at = date_parser.parse(  # "1:56 pm on 8 May, 2023"
+                talk[f"session_{number}_date_time"]
+            ).replace(tzinfo=UTC)
+            turns = [f"{t['speaker']}: {t['text']}" for t in talk[f"session_{number}"]]
+            summary = data.get(f"session_{number}_summary", "")
+            sessions.append(LocomoSession(number, at, turns, summary))
+            number += 1
+        questions = [
+            q for q in data["qa"] if q.get("category") in (1, 2, 3, 4) and q.get("evidence")
+        ]
+        conversations.append((path.stem, sessions, questions))
+    return conversations
+
+
+def evidence_sessions(question: dict[str, Any]) -> set[int]:
+    found = set()
+    for ref in question["evidence"]:
+        for part in re.findall(r"D(\d+):", str(ref)):
+            found.add(int(part))
+    return found
+
+
+def locomo_summary_call(summaries: dict[str, str]) -> Callable[[Any], Any]:
+    """The fake consolidation model: LoCoMo's summary of the session it is sent, dated."""
+    from tests.fakes.providers import ToolCallReply
+
+    def respond(request: Any) -> Any:
+        user = "\n".join(
+            m.get("content") if isinstance(m.get("content"), str) else ""
+            for m in request.body.get("messages") or []
+            if m.get("role") == "user"
+        )
+        stamp = re.search(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d)\]", user)
+        entry = next((text for first, text in summaries.items() if first in user), "")
+        entry = f"[{stamp.group(1) if stamp else '1970-01-01 00:00'}] {entry}"
+        return ToolCallReply(
+            arguments={"history_entry": entry, "memory_update": "- LoCoMo"},
+            prompt_tokens=500,
+            completion_tokens=120,
+        )
+
+    return respond

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from memory.chat_tools import ChatTools, format_hits
 from memory.forget import forget_chat
-from memory.recall import Recall, query_terms
+from memory.recall import Recall
+from memory.search_terms import query_terms
 from models.types import ToolCall
 from tests.consolidation_stack import Stack, closed_session, open_stack
 from tests.fakes.providers import ToolCallReply
@@ -179,14 +180,20 @@ async def test_multiline_facts_become_one_line(tmp_path: Path) -> None:
         await stack.close()
 
 
+def keys(query: str) -> list[str]:
+    return [term.key for term in query_terms(query)]
+
+
 def test_query_terms_cut_cjk_at_particles_and_drop_function_words() -> None:
-    assert query_terms("What did we decide about the trips to Porto?") == ["trip", "porto"]
-    assert query_terms("東京の旅行予算は？") == ["東京", "旅行", "行予", "予算"]
-    assert query_terms("我们讨论了北京") == ["们讨", "论了", "了北", "北京"]
-    # Other languages keep their endings; the question's own words are not search terms.
-    assert query_terms("kemarin kita bahas Honjou ya?") == ["honjou"]
-    assert query_terms("lembra do que falamos sobre Lisboa?") == ["lisboa"]
-    assert query_terms("2023 年に 42 人") == ["2023", "42"]
+    assert keys("What did we decide about the trips to Porto?") == ["trip", "porto"]
+    assert keys("東京の旅行予算は？") == ["東京", "旅行", "行予", "予算"]
+    assert keys("我们讨论了北京") == ["们讨", "论了", "了北", "北京"]
+    # The question's own words are not search terms; a word is stemmed in the language the
+    # query's function words show (Portuguese here), and keeps its written form beside it.
+    assert keys("kemarin kita bahas Honjou ya?") == ["honjou"]
+    [lisboa] = query_terms("lembra do que falamos sobre Lisboa?")
+    assert lisboa.forms[:2] == (("lisbo", 1.0), ("lisboa", 1.0))
+    assert keys("2023 年に 42 人") == ["2023", "42"]
 
 
 async def test_recall_ranks_history_and_unconsolidated_messages_on_one_scale(
@@ -232,6 +239,6 @@ async def test_recall_ranks_history_and_unconsolidated_messages_on_one_scale(
         assert all(h.source == "history" for h in excluded)
         rendered = format_hits(query, hits).split("\n")
         assert rendered[0] == f"{len(hits)} result(s) for {query!r}, most relevant first:"
-        assert "(user message, not summarised yet)" in rendered[1]
+        assert "(the user's own words, not summarised yet)" in rendered[1]
     finally:
         await stack.close()

@@ -117,9 +117,12 @@ async def test_recall_finds_a_history_entry_of_an_earlier_session_in_cjk(tmp_pat
         [result] = requests[1].tool_results()
         first = unframed(result["content"])[1]
         stamp = target[0].at.strftime("%Y-%m-%d %H:%M")
-        # The best hit is that session's summary, dated with the session's own time.
-        assert first.startswith(f"1. [{stamp} UTC] (summary of an earlier session)")
+        # The best hit is the user's own words in that session (kept in the archive after its
+        # consolidation), dated with their own time; the session's summary follows.
+        assert first.startswith(f"1. [{stamp} UTC] (the user's own words, archived session)")
         assert query in first
+        summary = next(line for line in unframed(result["content"]) if "(summary of" in line)
+        assert f"[{stamp} UTC] (summary of an earlier session)" in summary
         assert query in shown.text and "Found it:" in shown.text
         # The tool result was framed as data, with the nonce the system prompt announces.
         tag = unframed(result["content"]) and result["content"].split("\n")[0]

@@ -111,6 +111,7 @@ async def nothing_is_kept(bot: BotUnderTest) -> None:
     assert memory.content == ""
     assert await bot.rows("SELECT * FROM history_entries") == []
     assert await bot.rows("SELECT * FROM messages") == []
+    assert await bot.rows("SELECT * FROM archived_messages") == []
     assert await bot.rows("SELECT * FROM consolidation_jobs WHERE state != 'done'") == []
 
 

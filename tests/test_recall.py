@@ -1,0 +1,182 @@
+"""Recall over the archive with real data: LoCoMo's conversation 26 stored turn by turn through
+the real store, each session closed like /new and consolidated by the real worker over HTTP
+(the fake consolidation model writes LoCoMo's own session summary), then searched.
+
+Also the bounds of a search (issue 17, item 9): a query's terms are capped, the unconsolidated
+text looked at is capped, and a result never echoes a query longer than a line; and the
+migration that adds the archive upgrades a database in place.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from memory.chat_tools import ChatTools
+from memory.db import MIGRATIONS_DIR, Database, discover_migrations
+from memory.recall import MESSAGE_CHARS, MESSAGE_SCAN_CHARS, Recall, RecallHit
+from memory.search_terms import MAX_QUERY_TERMS, query_terms, text_terms
+from memory.store import to_iso
+from models.types import ToolCall
+from tests.consolidation_stack import Stack, open_stack
+from tests.fakes.providers import Respond
+from tests.memory_sessions import (
+    SessionMessage,
+    SettableClock,
+    locomo_conversations,
+    locomo_summary_call,
+    oasst_conversations,
+    store_session,
+)
+
+CHAT = 26
+
+
+@pytest.fixture(scope="module")
+def conversation() -> tuple[str, list, list]:  # type: ignore[type-arg]
+    return next(c for c in locomo_conversations() if c[0] == "conv-26")
+
+
+@pytest.fixture
+async def archived(tmp_path: Path, conversation: tuple) -> AsyncIterator[tuple[Stack, dict]]:  # type: ignore[type-arg]
+    """Conversation 26 consolidated into the archive; our session id -> LoCoMo's number."""
+    _, sessions, _ = conversation
+    stack = await open_stack(tmp_path / "db.sqlite3", concurrency=1)
+    summaries = {s.turns[0][:120]: s.summary for s in sessions}
+    for fake in stack.providers:
+        fake.set_default("*", Respond(locomo_summary_call(summaries)))
+    clock = SettableClock()
+    real_clock, stack.store.clock = stack.store.clock, clock
+    numbers = {}
+    for s in sessions:
+        messages = [
+            SessionMessage("user", text, s.at + timedelta(seconds=30 * n))
+            for n, text in enumerate(s.turns)
+        ]
+        stored = await store_session(stack.store, clock, CHAT, messages)
+        numbers[stored[0].session_id] = s.number
+        await stack.store.start_new_session(CHAT)
+    stack.store.clock = real_clock
+    await stack.worker.run_due()
+    try:
+        yield stack, numbers
+    finally:
+        await stack.close()
+
+
+async def test_a_question_finds_the_turn_that_answers_it_with_its_neighbours(
+    archived: tuple[Stack, dict], conversation: tuple
+) -> None:
+    stack, numbers = archived
+    _, sessions, _ = conversation
+    assert await stack.db.fetchall("SELECT id FROM messages") == []  # all consolidated
+    first = sessions[0]
+    question = "When did Caroline go to the LGBTQ support group?"
+    [best, *_] = await Recall(stack.db).search(CHAT, question)
+    # D1:3, the turn that answers it, first: shown with D1:2 before and D1:4 after it.
+    assert (best.source, numbers[best.session_id]) == ("archive", 1)
+    assert best.text == first.turns[2]
+    assert [t.text for t in best.before] == [first.turns[1]]
+    assert [t.text for t in best.after] == [first.turns[3]]
+    assert best.at == to_iso(first.at + timedelta(seconds=60))
+
+
+async def test_results_are_best_first_and_at_most_two_per_session(
+    archived: tuple[Stack, dict], conversation: tuple
+) -> None:
+    stack, numbers = archived
+    _, _, questions = conversation
+    recall = Recall(stack.db)
+    found_in_five = 0
+    for question in questions:
+        hits: list[RecallHit] = await recall.search(CHAT, question["question"], limit=10)
+        per_session = Counter(h.session_id for h in hits)
+        assert max(per_session.values(), default=0) <= 2, question["question"]
+        firsts = [next(h for h in hits if h.session_id == s) for s in per_session]
+        assert firsts == sorted(firsts, key=lambda h: -h.score)
+        wanted = {int(ref[1:].split(":")[0]) for ref in " ".join(question["evidence"]).split()}
+        found_in_five += any(numbers[h.session_id] in wanted for h in hits[:5])
+    # Summaries alone put an evidence session in the first five for 0.80 of the questions
+    # (benchmarks/memory_recall.py, before the archive); the words do better.
+    assert found_in_five / len(questions) > 0.85
+
+
+def test_inflections_share_a_term_in_each_served_language() -> None:
+    def same(query: str, text: str) -> bool:
+        stored = set(text_terms(text))
+        return all(any(f in stored for f, _ in t.forms) for t in query_terms(query))
+
+    assert same("painting", "Melanie: I painted a sunset")
+    assert same("viagens", "a minha viagem para Lisboa foi boa")
+    assert same("dibahas", "kita sudah membahas makanan itu")
+    assert same("kitaplar", "bu kitap çok güzel ve ilginç")
+    assert not same("painting", "Caroline: I went to a support group")
+
+
+async def test_a_long_cjk_query_over_a_large_unconsolidated_text_is_bounded(
+    tmp_path: Path,
+) -> None:
+    """Issue 17, item 9: at most MAX_QUERY_TERMS terms, at most MESSAGE_CHARS of one message
+    and MESSAGE_SCAN_CHARS of all looked at, and the tool's answer echoes one line of the
+    query, not the 500 characters."""
+    chinese = "".join(m.content for s in oasst_conversations(("zh",), limit=20) for m in s)
+    query = "".join(ch for ch in chinese if "\u4e00" <= ch <= "\u9fff")[:500]
+    assert len(query) == 500 and len(query_terms(query)) == MAX_QUERY_TERMS
+
+    stack = await open_stack(tmp_path / "db.sqlite3")
+    try:
+        filler = (chinese * (2 * MESSAGE_CHARS // len(chinese) + 1))[: 2 * MESSAGE_CHARS]
+        # One message: a word in its first MESSAGE_CHARS is found, one after them is not.
+        await stack.store.add_message(CHAT, "user", "Zanzibar " + filler + " Kilimanjaro")
+        recall = Recall(stack.db)
+        assert [h.source for h in await recall.search(CHAT, "Zanzibar")] == ["message"]
+        assert await recall.search(CHAT, "Kilimanjaro") == []
+        # Many messages: the newest MESSAGE_SCAN_CHARS are looked at, older ones not.
+        for _ in range(MESSAGE_SCAN_CHARS // MESSAGE_CHARS + 1):
+            await stack.store.add_message(CHAT, "user", filler[:MESSAGE_CHARS])
+        assert await recall.search(CHAT, "Zanzibar") == []
+
+        tools = ChatTools(stack.db, memory_max_chars=6000)
+        outcome = await tools.run(CHAT, ToolCall("c1", "recall", f'{{"query": "{query}"}}'))
+        assert outcome.ok and query[:79] + "…" in outcome.content
+        assert query[:80] not in outcome.content
+    finally:
+        await stack.close()
+
+
+async def test_the_archive_migration_upgrades_a_database_in_place(tmp_path: Path) -> None:
+    before = tmp_path / "migrations"
+    before.mkdir()
+    for path in sorted(MIGRATIONS_DIR.glob("*.sql"))[:8]:
+        shutil.copy(path, before / path.name)
+    db = await Database.open(tmp_path / "m.sqlite3", migrations=before)
+    async with db.transaction() as conn:
+        await conn.execute("INSERT INTO chats VALUES (1, NULL, NULL, 'x', 'x')")
+        await conn.execute("INSERT INTO sessions(chat_id, opened_at) VALUES (1, 'x')")
+        await conn.execute(
+            "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
+            "VALUES (1, 1, 'user', 'my cousin lives in Lisbon', 'x')"
+        )
+        await conn.execute(
+            "INSERT INTO history_entries(chat_id, entry, model_id, created_at) "
+            "VALUES (1, '[2026-03-01 09:00] about a cousin', 'm', 'x')"
+        )
+    await db.close()
+
+    db = await Database.open(tmp_path / "m.sqlite3")
+    try:
+        latest = discover_migrations()[-1][0]
+        assert (await db.fetchone("PRAGMA user_version"))[0] == latest  # type: ignore[index]
+        assert [r["content"] for r in await db.fetchall("SELECT content FROM messages")] == [
+            "my cousin lives in Lisbon"
+        ]
+        assert await db.fetchall("SELECT id FROM archived_messages") == []
+        hits = await Recall(db).search(1, "cousin")
+        assert [h.source for h in hits] == ["message", "history"]
+    finally:
+        await db.close()
