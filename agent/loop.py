@@ -76,6 +76,8 @@ class AgentTurn:
     # A photo sent with this turn's message (data URL): an image part of that message in every
     # round's prompt; never stored, later turns see the stored "[photo: caption]".
     image_url: str | None = None
+    # Who wrote the turn's message, as the front end names them (a group reminder mentions them).
+    user_name: str | None = None
 
 
 class AgentLoop:
@@ -144,7 +146,7 @@ class AgentLoop:
                 session,
                 memory,
                 framing=framing,
-                now_text=self.clock().strftime("%Y-%m-%d %H:%M"),
+                now_text=await self._time_text(turn.chat_id),
                 tools=tools,
                 context_window=self.context_window(model_id),
                 images=1 if turn.image_url is not None else 0,
@@ -245,9 +247,7 @@ class AgentLoop:
                     step_limit_reached=last_round and steps > 0,
                 )
                 return
-            outcomes = [
-                await self._run_tool(turn.chat_id, call, prompt.included_ids) for call in calls
-            ]
+            outcomes = [await self._run_tool(turn, call, prompt.included_ids) for call in calls]
             try:
                 await self.store.add_tool_round(
                     turn.chat_id,
@@ -287,11 +287,22 @@ class AgentLoop:
             )
             yield ToolRound(steps, result.model_id, tuple(outcomes))
 
+    async def _time_text(self, chat_id: int) -> str:
+        """UTC now, and the chat's local date, time and zone (or that the zone is unknown)."""
+        return await self.tools.reminders.time_text(chat_id, self.clock())
+
     async def _run_tool(
-        self, chat_id: int, call: ToolCall, included: frozenset[int]
+        self, turn: AgentTurn, call: ToolCall, included: frozenset[int]
     ) -> ToolOutcome:
+        chat_id = turn.chat_id
         try:
-            return await self.tools.run(chat_id, call, exclude_message_ids=included)
+            return await self.tools.run(
+                chat_id,
+                call,
+                exclude_message_ids=included,
+                user_id=turn.user_id,
+                user_name=turn.user_name,
+            )
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -18,6 +18,7 @@ from agent.events import AgentDone, Receipt, ToolRound
 from agent.loop import AgentTurn
 from bot.access import is_group, mark_message_saved, quoted_text
 from bot.i18n import t
+from bot.reminder_texts import reminder_receipt_line
 from bot.streaming import StreamingReply
 from memory.quoting import with_quote
 from memory.store import StoredMessage, TurnStart
@@ -49,6 +50,8 @@ class TurnRequest:
     quoted_text: str | None = None
     # Identifies the input across deliveries (a replayed update); the turn runs once per key.
     turn_key: str | None = None
+    # The sender's name as Telegram shows it (a reminder set in a group mentions them).
+    user_name: str | None = None
 
     def stored_text(self) -> str:
         """What is stored and sent to the model: the text, framed with its quote if any."""
@@ -78,6 +81,7 @@ def turn_request_for(
         message_thread_id=message.message_thread_id if message.is_topic_message else None,
         quoted_text=quoted_text(message),
         turn_key=f"tg:{bot.id}:{update_id}",
+        user_name=message.from_user.first_name if message.from_user else None,
     )
 
 
@@ -220,7 +224,12 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
     try:
         await reply.start()
         turn = AgentTurn(
-            request.chat_id, request.user_id, session_id, model.id, image_url=request.image_url
+            request.chat_id,
+            request.user_id,
+            session_id,
+            model.id,
+            image_url=request.image_url,
+            user_name=request.user_name,
         )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.
@@ -290,6 +299,9 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
 
 def receipt_line(receipt: Receipt, lang: str | None) -> str:
     """The bot's own words for a memory write, from the executed tool call."""
+    reminder = reminder_receipt_line(receipt, lang)
+    if reminder is not None:
+        return reminder
     key = "receipt_remembered" if receipt.kind == "remembered" else "receipt_forgotten"
     fact = receipt.text if len(receipt.text) <= 300 else receipt.text[:299] + "…"
     return t(key, lang, fact=fact)
