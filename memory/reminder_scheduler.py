@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,7 +28,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from memory.reminders import Claim, ReminderBook
-from memory.store import Store, utc_now
+from memory.store import Store, to_iso, utc_now
 
 log = structlog.get_logger("memory.reminder_scheduler")
 
@@ -178,6 +179,22 @@ class ReminderScheduler:
         fell_due_while_down = self.started_at is not None and claim.due_at < self.started_at
         return fell_due_while_down or now - claim.due_at > self.late_after
 
+    async def _record_sent(self, claim: Claim, sent: Delivered, late: bool) -> None:
+        """The mark and the message in the chat's session (so the model knows what it
+        reminded), in ONE transaction: never one without the other."""
+        store, now = self.store, to_iso(self.clock())
+
+        def write(conn: sqlite3.Connection) -> int | None:
+            self.book.mark_sent(conn, claim, sent.message_id, late=late, now=now)
+            _, window_job = store._insert_message(
+                conn, now, claim.reminder.chat_id, "assistant", sent.text,
+                None, None, None, None, None, None, None,
+            )  # fmt: skip
+            return window_job
+
+        if await self.book.db.run_in_transaction(write) is not None:
+            store._job_enqueued()  # the session outgrew the memory window
+
     async def _deliver(self, claim: Claim, attempts: int) -> None:
         reminder = claim.reminder
         late = self.is_late(claim, self.clock())
@@ -189,7 +206,7 @@ class ReminderScheduler:
             log.exception("reminder_delivery_error", reminder_id=reminder.id)
             outcome = RetryLater()
         if isinstance(outcome, Delivered):
-            await self.book.mark_sent(claim, outcome.message_id, late=late)
+            await self._record_sent(claim, outcome, late)
             log.info(
                 "reminder_sent",
                 reminder_id=reminder.id,
@@ -197,11 +214,6 @@ class ReminderScheduler:
                 late=late,
                 lateness_ms=round((self.clock() - claim.due_at).total_seconds() * 1000),
             )
-            try:
-                # The model knows what it reminded: the message joins the chat's session.
-                await self.store.add_message(reminder.chat_id, "assistant", outcome.text)
-            except Exception:
-                log.exception("reminder_not_stored_in_session", reminder_id=reminder.id)
         elif isinstance(outcome, Stopped):
             others = await self.book.stop_chat(claim, outcome.reason)
             log.warning(

@@ -308,14 +308,15 @@ class ReminderBook:
         )
         return [Claim(int(r["delivery_id"]), _reminder(r), from_iso(r["due_at"])) for r in rows]
 
-    async def mark_sent(self, claim: Claim, message_id: int, *, late: bool) -> None:
-        now = to_iso(self.clock())
-        await self.db.run_in_transaction(
-            lambda conn: conn.execute(
-                "UPDATE reminder_deliveries SET outcome = 'sent', message_id = ?, late = ?, "
-                "finished_at = ? WHERE id = ?",
-                (message_id, int(late), now, claim.delivery_id),
-            )
+    @staticmethod
+    def mark_sent(
+        conn: sqlite3.Connection, claim: Claim, message_id: int, *, late: bool, now: str
+    ) -> None:
+        """Inside the caller's transaction (which also stores the message in the session)."""
+        conn.execute(
+            "UPDATE reminder_deliveries SET outcome = 'sent', message_id = ?, late = ?, "
+            "finished_at = ? WHERE id = ?",
+            (message_id, int(late), now, claim.delivery_id),
         )
 
     async def mark_failed(self, claim: Claim) -> None:
