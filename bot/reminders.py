@@ -62,6 +62,10 @@ COMMON_ZONES = (
     "UTC",
 )
 PER_CHAT_INTERVAL_S = 1.0  # Telegram: about one message per second per chat
+# Reminders bot-wide, just under Telegram's ~30 messages per second: AIORateLimiter's bucket
+# lets a burst of 30 through at once and then 30/s, more than 30 within one second, which
+# Telegram answers with 429s; spacing the reminders evenly keeps a burst of 1,000 free of them.
+REMINDERS_PER_SECOND = 29.0
 
 
 @dataclass
@@ -102,6 +106,7 @@ class TelegramDelivery:
     store: Store
     clock: Any
     _last_send: dict[int, float] = field(default_factory=dict)
+    _next_slot: float = 0.0  # the earliest moment the next reminder may leave (monotonic)
 
     async def __call__(self, claim: Claim, late: bool) -> DeliveryOutcome:
         reminder = claim.reminder
@@ -143,9 +148,14 @@ class TelegramDelivery:
         return await self.bot.send_message(chat_id, plain)
 
     async def _pace(self, chat_id: int) -> None:
-        """Keep one message per second per chat: two reminders due together in one chat would
-        otherwise earn a flood penalty for the second."""
+        """Keep one message per second per chat (two reminders due together in one chat would
+        otherwise earn a flood penalty for the second) and REMINDERS_PER_SECOND bot-wide."""
         now = time.monotonic()
+        slot = max(now, self._next_slot)
+        self._next_slot = slot + 1.0 / REMINDERS_PER_SECOND
+        if slot > now:
+            await asyncio.sleep(slot - now)
+            now = time.monotonic()
         if len(self._last_send) > 4096:
             for old in [c for c, at in self._last_send.items() if now - at > PER_CHAT_INTERVAL_S]:
                 del self._last_send[old]
