@@ -51,8 +51,8 @@ TELEGRAM_MESSAGES_PER_SECOND = 30
 _TEXT = re.compile(r"r(\d+) ")
 
 
-def seed(db_path: Path, chats: int, per_chat: int, due: list[datetime]) -> None:
-    """`per_chat` reminders per chat: the first of chat i due at due[i], the rest next week."""
+def seed(db_path: Path, chats: int, per_chat: int) -> None:
+    """`per_chat` reminders per chat, all due next week or later."""
     conn = sqlite3.connect(db_path)
     now = to_iso(datetime.now(UTC))
     later = datetime.now(UTC) + timedelta(days=7)
@@ -60,9 +60,9 @@ def seed(db_path: Path, chats: int, per_chat: int, due: list[datetime]) -> None:
     for chat in range(chats):
         chat_id = USERS_BASE + chat
         for n in range(per_chat):
-            at = due[chat] if n == 0 else later + timedelta(seconds=chat * per_chat + n)
+            at = later + timedelta(seconds=chat * per_chat + n)
             local = at.replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S")
-            text = f"r{len(rows)} water the plants"
+            text = f"r{len(rows) + 1} water the plants"  # r<reminder id>
             rows.append((chat_id, chat_id, "Ann", text, "UTC", 1, local, "none", to_iso(at),
                          "pending", now, now))  # fmt: skip
     conn.executemany(
@@ -73,6 +73,26 @@ def seed(db_path: Path, chats: int, per_chat: int, due: list[datetime]) -> None:
     )
     conn.commit()
     conn.close()
+
+
+def bring_forward(
+    db_path: Path, chats: int, per_chat: int, due: list[datetime]
+) -> dict[int, datetime]:
+    """The first reminder of each chat now falls due at due[chat] (as if it had been made for
+    that time); returns reminder id → due time."""
+    conn = sqlite3.connect(db_path)
+    moved = {}
+    for chat in range(chats):
+        reminder_id = chat * per_chat + 1
+        at = due[chat]
+        conn.execute(
+            "UPDATE reminders SET next_at = ?, local_start = ? WHERE id = ?",
+            (to_iso(at), at.replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S"), reminder_id),
+        )
+        moved[reminder_id] = at
+    conn.commit()
+    conn.close()
+    return moved
 
 
 def add_burst(db_path: Path, chats: int, at: datetime) -> None:
@@ -105,24 +125,23 @@ async def main(chats: int, per_chat: int, spread_s: float, idle_s: float) -> Non
             tg.global_messages_per_second = TELEGRAM_MESSAGES_PER_SECOND
             allowed = ",".join(str(USERS_BASE + c) for c in range(chats))
             settings = fake_settings(fakes, DATABASE_PATH=db_path, ALLOWED_USER_IDS=allowed)
-            startup_s = 8.0  # start-up (provider worker warm-up) and the idle window come first
-            start_a = datetime.now(UTC) + timedelta(seconds=startup_s + idle_s + 2)
-            due = [start_a + timedelta(seconds=spread_s * c / chats) for c in range(chats)]
-            seed(db_path, chats, per_chat, due)
+            seed(db_path, chats, per_chat)
             pending = chats * per_chat
             application = build_application(prepare(settings))
             async with running(application, poll_timeout=30):
                 scheduler = reminders_of(application).scheduler
-                # (c) idle: 10,000 waiting, none due.
-                await asyncio.sleep(max(0.0, (start_a - datetime.now(UTC)).total_seconds()
-                                        - idle_s - 1))  # fmt: skip
+                # (c) idle: 10,000 waiting, none due; after start-up has settled.
+                await asyncio.sleep(3.0)
                 cpu0, wall0 = time.process_time(), time.monotonic()
                 await asyncio.sleep(idle_s)
                 idle_pct = (time.process_time() - cpu0) / (time.monotonic() - wall0) * 100
 
-                # (a) 1,000 due over `spread_s` seconds.
+                # (a) 1,000 due over `spread_s` seconds, from 2 s on.
+                start_a = datetime.now(UTC) + timedelta(seconds=2)
+                due = [start_a + timedelta(seconds=spread_s * c / chats) for c in range(chats)]
+                due_by_id = bring_forward(db_path, chats, per_chat, due)
+                scheduler.notify()
                 offset = time.time() - time.monotonic()
-                due_by_id = {n * per_chat: due[n] for n in range(chats)}
 
                 def sent_texts() -> list[tuple[str, float]]:
                     return [(c.params["text"], c.at) for c in tg.calls_of("sendMessage") if c.ok]
