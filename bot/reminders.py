@@ -180,6 +180,9 @@ async def attach_reminders(application: App, services: Services) -> ReminderFeat
         await scheduler.stop(min(5.0, services.settings.SHUTDOWN_GRACE_SECONDS))
 
     services.on_close.append(stop_scheduler)
+    # A graceful stop claims nothing new while replies finish; a claim cut off by the stop is
+    # sent after the next start.
+    services.lifecycle.on_closing.append(scheduler.pause)
     await scheduler.start()
     feature = ReminderFeature(book, scheduler)
     application.bot_data[REMINDERS_KEY] = feature

@@ -108,6 +108,11 @@ class ReminderScheduler:
         self._retries.extend((self.started_at, 0, claim) for claim in unfinished)
         self._task = asyncio.create_task(self._run(), name="reminder-scheduler")
 
+    def pause(self) -> None:
+        """Claim nothing more (the bot is stopping); sends on their way go on. `stop` ends it."""
+        if self._task is not None:
+            self._task.cancel()
+
     async def stop(self, grace: float = 5.0) -> None:
         """Stop claiming; sends already on their way get `grace` seconds. One cut off keeps
         its claim without outcome and is sent after the next start."""
