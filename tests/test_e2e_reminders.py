@@ -4,6 +4,7 @@ file. Near-future times; every test waits for the event, never for a fixed time.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -55,6 +56,25 @@ def chat_requests(bot: BotUnderTest) -> list[RecordedRequest]:
     return [r for _, r in bot.chat_requests()]
 
 
+async def wait_until_async(check: object, timeout: float = 30.0) -> None:  # noqa: ASYNC109
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():  # type: ignore[operator]
+        if loop.time() > deadline:
+            raise AssertionError("condition not met")
+        await asyncio.sleep(0.02)
+
+
+async def marked(bot: BotUnderTest, count: int = 1) -> None:
+    """Until `count` deliveries have their outcome written (the mark follows the send)."""
+
+    async def done() -> bool:
+        rows = await bot.rows("SELECT 1 FROM reminder_deliveries WHERE outcome IS NOT NULL")
+        return len(rows) >= count
+
+    await wait_until_async(done)
+
+
 def fired(bot: BotUnderTest, chat_id: int, text: str) -> list[str]:
     return [t for t in bot.texts(chat_id) if t.startswith("⏰") and t.endswith(text)
             and not t.startswith("⏰ Reminder set")]  # fmt: skip
@@ -81,6 +101,7 @@ async def test_set_by_the_model_with_a_local_receipt_then_fired_on_time(tmp_path
 
         await bot.wait(lambda: bool(fired(bot, CHAT, "call the dentist")), timeout=30)
         assert fired(bot, CHAT, "call the dentist") == ["⏰ call the dentist"]
+        await marked(bot)
         [message] = [m for m in bot.messages(CHAT) if m.text == "⏰ call the dentist"]
         [delivery] = await bot.rows(
             "SELECT due_at, finished_at, outcome, late, message_id FROM reminder_deliveries"
@@ -135,6 +156,7 @@ async def test_due_while_the_bot_was_stopped_is_sent_once_after_start_marked_lat
         await bot.start()
         await bot.wait(lambda: bool(fired(bot, CHAT, "take the cake out")), timeout=30)
         expected = f"⏰ (late, was due {english_date(due_local)}) take the cake out"
+        await marked(bot)
         assert fired(bot, CHAT, "take the cake out") == [expected]
         # One late message, then the next occurrence on time: still pending, tomorrow-ish.
         [pending] = await bot.rows("SELECT state, next_at FROM reminders")
@@ -217,17 +239,6 @@ async def test_a_chat_that_blocked_the_bot_stops_its_reminders(tmp_path: Path) -
             "Reminders: 0 pending, 0 sent today (0 late), 2 stopped in 1 chat(s) that blocked "
             "the bot or are gone"
         ) in stats.text
-
-
-async def wait_until_async(check: object, timeout: float = 30.0) -> None:  # noqa: ASYNC109
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await check():  # type: ignore[operator]
-        if loop.time() > deadline:
-            raise AssertionError("condition not met")
-        await asyncio.sleep(0.02)
 
 
 def texts_of(fakes: FakeServers, user: int) -> list[str]:

@@ -69,6 +69,17 @@ async def until(predicate: object, timeout: float = 10.0) -> None:  # noqa: ASYN
         await asyncio.sleep(0.01)
 
 
+async def run_once(db: Database, book: ReminderBook, clock: Clock, recorder: Recorder) -> None:
+    """Start a scheduler, wait until it made its first attempt and has nothing in flight."""
+    scheduler = ReminderScheduler(book, Store(db, clock), recorder, clock=clock)
+    await scheduler.start()
+    try:
+        await until(lambda: recorder.attempts)
+        await until(lambda: scheduler.in_flight == 0)
+    finally:
+        await scheduler.stop()
+
+
 async def test_a_missed_daily_reminder_is_sent_once_late_then_moves_to_its_next_time(
     db: Database,
 ) -> None:
@@ -118,13 +129,7 @@ async def test_a_crash_between_send_and_mark_sends_again_after_restart(db: Datab
 
     clock.now += timedelta(minutes=5)
     second = Recorder()
-    restarted = ReminderScheduler(book, Store(db, clock), second, clock=clock)
-    await restarted.start()
-    try:
-        await until(lambda: second.attempts)
-        await until(lambda: restarted.in_flight == 0)
-    finally:
-        await restarted.stop()
+    await run_once(db, book, clock, second)
     due = datetime(2026, 12, 1, 8, 0, 30, tzinfo=UTC)
     assert first.attempts == [(made.id, due, False)]
     assert second.attempts == [(made.id, due, True)]
@@ -139,14 +144,7 @@ async def test_a_blocked_chat_stops_its_reminders_and_no_one_elses(db: Database)
     await book.schedule(CHAT, when="2026-12-02T08:01", text="later", repeat="weekly")
     await book.schedule(OTHER, when="2026-12-03T08:01", text="not blocked")
     clock.now += timedelta(minutes=2)
-    recorder = Recorder(script=[Stopped("blocked")])
-    scheduler = ReminderScheduler(book, Store(db, clock), recorder, clock=clock)
-    await scheduler.start()
-    try:
-        await until(lambda: recorder.attempts)
-        await until(lambda: scheduler.in_flight == 0)
-    finally:
-        await scheduler.stop()
+    await run_once(db, book, clock, Recorder(script=[Stopped("blocked")]))
     assert await book.pending(CHAT) == []
     assert [r.text for r in await book.pending(OTHER)] == ["not blocked"]
     states = await db.fetchall(
