@@ -291,3 +291,27 @@ async def test_kill_9_between_set_and_due_fires_once_after_restart(tmp_path: Pat
         [delivery] = query(db_path, "SELECT message_id FROM reminder_deliveries")
         [message] = [m for m in fakes.tg.bot_messages(user) if m.text == sent[0]]
         assert delivery["message_id"] == message.message_id
+
+
+async def test_server_errors_and_flood_control_are_retried_and_it_is_sent_once(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        await bot.ask(CHAT, "/timezone UTC")
+        schedule(bot, local_when(3, ZoneInfo("UTC")), "stand up")
+        await bot.ask(CHAT, "remind me to stand up")
+        sends_before = len(bot.tg.calls_of("sendMessage"))
+        bot.tg.inject_error("sendMessage", status=502, description="Bad Gateway")
+
+        def failed() -> list[str | None]:
+            calls = bot.tg.calls_of("sendMessage")[sends_before:]
+            return [c.error for c in calls if not c.ok]
+
+        await bot.wait(lambda: failed() == ["Bad Gateway"], timeout=30)
+        bot.tg.inject_error("sendMessage", retry_after=1)
+        await bot.wait(lambda: bool(fired(bot, CHAT, "stand up")), timeout=30)
+        await marked(bot)
+        assert failed() == ["Bad Gateway", "Too Many Requests: retry after 1"]
+        assert fired(bot, CHAT, "stand up") == ["⏰ stand up"]
+        [delivery] = await bot.rows("SELECT outcome FROM reminder_deliveries")
+        assert delivery["outcome"] == "sent"
