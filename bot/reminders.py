@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import structlog
-from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Update
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes, filters
@@ -39,7 +41,7 @@ from memory.reminder_scheduler import (
     RetryLater,
     Stopped,
 )
-from memory.reminders import Claim, ReminderBook, ReminderStats
+from memory.reminders import Claim, Reminder, ReminderBook, ReminderStats
 from memory.store import Store
 
 log = structlog.get_logger("bot.reminders")
@@ -104,7 +106,7 @@ class TelegramDelivery:
     bot: Bot
     settings: Settings
     store: Store
-    clock: Any
+    clock: Callable[[], datetime]
     _last_send: dict[int, float] = field(default_factory=dict)
     _next_slot: float = 0.0  # the earliest moment the next reminder may leave (monotonic)
 
@@ -140,7 +142,7 @@ class TelegramDelivery:
             return RetryLater()
         return Delivered(message.message_id, plain)
 
-    async def _send(self, chat_id: int, plain: str, reminder: Any, *, html: bool) -> Any:
+    async def _send(self, chat_id: int, plain: str, reminder: Reminder, *, html: bool) -> Message:
         self._last_send[chat_id] = time.monotonic()
         if html:
             text = fired_html(plain, reminder, group=chat_id < 0)
@@ -270,7 +272,7 @@ async def timezone_callback(update: Update, context: Context) -> None:
         log.debug("timezone_not_edited", error=str(exc))
 
 
-def _list_keyboard(reminders: list[Any]) -> InlineKeyboardMarkup | None:
+def _list_keyboard(reminders: list[Reminder]) -> InlineKeyboardMarkup | None:
     if not reminders:
         return None
     rows = [

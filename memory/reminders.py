@@ -50,10 +50,6 @@ class Reminder:
     next_at: datetime | None
     state: str
 
-    def local(self, moment: datetime) -> datetime:
-        """`moment` (UTC) as wall time in the reminder's zone."""
-        return to_local(moment, zone(self.time_zone))
-
 
 @dataclass(frozen=True)
 class Claim:
