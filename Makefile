@@ -40,6 +40,7 @@ bench: $(BIN)/.dev
 	$(BIN)/python benchmarks/memory_recall.py
 	$(BIN)/python benchmarks/groq_rate_limits.py
 	$(BIN)/python benchmarks/burst.py
+	$(BIN)/python benchmarks/reminders.py
 
 clean:
 	rm -rf $(VENV)

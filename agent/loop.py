@@ -88,6 +88,8 @@ class AgentTurn:
     # A photo sent with this turn's message (data URL): an image part of that message in every
     # round's prompt; never stored, later turns see the stored "[photo: caption]".
     image_url: str | None = None
+    # Who wrote the turn's message, as the front end names them (a group reminder mentions them).
+    user_name: str | None = None
 
 
 class AgentLoop:
@@ -176,7 +178,7 @@ class AgentLoop:
                 session,
                 memory,
                 framing=framing,
-                now_text=self.clock().strftime("%Y-%m-%d %H:%M"),
+                now_text=await self._time_text(turn.chat_id),
                 tools=tools,
                 context_window=self.context_window(model_id),
                 images=1 if turn.image_url is not None else 0,
@@ -287,7 +289,7 @@ class AgentLoop:
                     outcomes.append(_not_run(call))
                     continue
                 calls_run += 1
-                outcome = await self._run_tool(turn.chat_id, call, prompt.included_ids)
+                outcome = await self._run_tool(turn, call, prompt.included_ids)
                 outcomes.append(outcome)
                 if outcome.receipt is not None:
                     receipts.append(outcome.receipt)  # written: shown however the turn ends
@@ -329,9 +331,14 @@ class AgentLoop:
             )
             yield ToolRound(steps, result.model_id, tuple(outcomes))
 
+    async def _time_text(self, chat_id: int) -> str:
+        """UTC now, and the chat's local date, time and zone (or that the zone is unknown)."""
+        return await self.tools.reminders.time_text(chat_id, self.clock())
+
     async def _run_tool(
-        self, chat_id: int, call: ToolCall, included: frozenset[int]
+        self, turn: AgentTurn, call: ToolCall, included: frozenset[int]
     ) -> ToolOutcome:
+        chat_id = turn.chat_id
         size = len(call.arguments.encode("utf-8", errors="replace"))
         if size > MAX_TOOL_ARGUMENT_BYTES:
             return ToolOutcome(
@@ -343,7 +350,13 @@ class AgentLoop:
                 ok=False,
             )
         try:
-            return await self.tools.run(chat_id, call, exclude_message_ids=included)
+            return await self.tools.run(
+                chat_id,
+                call,
+                exclude_message_ids=included,
+                user_id=turn.user_id,
+                user_name=turn.user_name,
+            )
         except asyncio.CancelledError:
             raise
         except Exception:

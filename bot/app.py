@@ -24,6 +24,7 @@ from bot.lifecycle import LIFECYCLE_KEY, Lifecycle
 from bot.logging_setup import redactor
 from bot.memory_handlers import attach_memory, register_memory_handlers
 from bot.ops_handlers import attach_operations, register_operations_handlers
+from bot.reminders import attach_reminders, register_reminder_handlers
 from bot.runner import run_bot
 from bot.services import SERVICES_KEY, Prepared, Services, available_models
 from memory.store import Clock
@@ -185,6 +186,7 @@ def build_application(
         application.bot_data[SERVICES_KEY] = services
         await attach_memory(application, services)
         await attach_operations(application, services)
+        await attach_reminders(application, services)
         await register_commands(application)
         log.info(
             "bot_started",
@@ -217,6 +219,7 @@ def build_application(
     register_handlers(application)
     register_memory_handlers(application)
     register_operations_handlers(application)
+    register_reminder_handlers(application)
     return application
 
 

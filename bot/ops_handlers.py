@@ -20,6 +20,7 @@ from bot.commands import BOT_COMMANDS
 from bot.i18n import t
 from bot.lifecycle import lifecycle_of
 from bot.limits import TurnGuard
+from bot.reminders import reminder_stats_text
 from bot.services import Services, services_of
 from bot.stats import build_stats_text, everyone_text, usage_text
 from memory.usage import Budgets, UsageLedger
@@ -157,6 +158,9 @@ async def stats_command(update: Update, context: Context) -> None:
         lang,
         turns_in_flight=services.turns.running_count(),
     )
+    reminders = await reminder_stats_text(context.application, lang)
+    if reminders is not None:
+        text = f"{text}\n{reminders}"
     await _reply(update, text)
 
 

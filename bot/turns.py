@@ -19,6 +19,7 @@ from agent.events import AgentDone, Receipt, ToolRound
 from agent.loop import AgentTurn
 from bot.access import is_group, mark_message_saved, quoted_text
 from bot.i18n import t
+from bot.reminder_texts import reminder_receipt_line
 from bot.render import utf16_len
 from bot.streaming import StreamingReply
 from memory.facts import MAX_FACT_CHARS
@@ -60,6 +61,8 @@ class TurnRequest:
     # Who wrote it, in a group ("Ana (id 101)"): stored beside the text, so the consolidation
     # transcript names the speaker and memory lines can say whom they are about.
     speaker: str | None = None
+    # The sender's name as Telegram shows it (a reminder set in a group mentions them).
+    user_name: str | None = None
 
     def stored_text(self) -> str:
         """What is stored and sent to the model: the text, framed with its quote if any."""
@@ -103,6 +106,7 @@ def turn_request_for(
         quoted_text=quoted_text(message),
         turn_key=f"tg:{bot.id}:{update_id}",
         speaker=speaker_label(message.from_user) if group and message.from_user else None,
+        user_name=message.from_user.first_name if message.from_user else None,
     )
 
 
@@ -247,7 +251,12 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
     try:
         await reply.start()
         turn = AgentTurn(
-            request.chat_id, request.user_id, session_id, model.id, image_url=request.image_url
+            request.chat_id,
+            request.user_id,
+            session_id,
+            model.id,
+            image_url=request.image_url,
+            user_name=request.user_name,
         )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.
@@ -326,11 +335,14 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
 
 
 def receipt_line(receipt: Receipt, lang: str | None) -> str:
-    """The bot's own words for a memory write, from the executed tool call.
+    """The bot's own words for a memory or reminder write, from the executed tool call.
 
     A remembered fact is shown whole: the tool refuses one longer than MAX_FACT_CHARS, so what
     is saved is never longer than what the receipt shows. A forgotten text (memory lines, which
     a consolidation may have written long) is shortened past that: it names what is gone."""
+    reminder = reminder_receipt_line(receipt, lang)
+    if reminder is not None:
+        return reminder
     key = "receipt_remembered" if receipt.kind == "remembered" else "receipt_forgotten"
     fact = receipt.text
     if len(fact) > MAX_FACT_CHARS:

@@ -29,6 +29,8 @@ from memory.facts import (
 )
 from memory.longterm import read_memory, write_memory
 from memory.recall import DEFAULT_LIMIT, MAX_LIMIT, Recall, RecallHit, trimmed
+from memory.reminder_tools import REMINDER_TOOL_NAMES, REMINDER_TOOLS, run_reminder_tool
+from memory.reminders import Reminder, ReminderBook
 from memory.store import to_iso, utc_now
 from models.types import ToolCall
 
@@ -96,16 +98,18 @@ FORGET_FACT_TOOL: dict[str, Any] = {
         },
     },
 }
-CHAT_TOOLS: list[dict[str, Any]] = [RECALL_TOOL, REMEMBER_TOOL, FORGET_FACT_TOOL]
+CHAT_TOOLS: list[dict[str, Any]] = [RECALL_TOOL, REMEMBER_TOOL, FORGET_FACT_TOOL, *REMINDER_TOOLS]
 CHAT_TOOL_NAMES = frozenset(t["function"]["name"] for t in CHAT_TOOLS)
 
 
 @dataclass(frozen=True)
 class Receipt:
-    """What a successful write did, for the bot to show: kind "remembered" or "forgotten"."""
+    """What a successful write did, for the bot to show: kind "remembered" or "forgotten", or
+    "reminder_set" / "reminder_cancelled" with the stored `reminder` the receipt is written from."""
 
     kind: str
     text: str
+    reminder: Reminder | None = None
 
 
 @dataclass(frozen=True)
@@ -133,9 +137,16 @@ class ChatTools:
         self.recall = Recall(db)
         self.memory_max_chars = memory_max_chars
         self.clock = clock
+        self.reminders = ReminderBook(db, clock)
 
     async def run(
-        self, chat_id: int, call: ToolCall, *, exclude_message_ids: Iterable[int] = ()
+        self,
+        chat_id: int,
+        call: ToolCall,
+        *,
+        exclude_message_ids: Iterable[int] = (),
+        user_id: int | None = None,
+        user_name: str | None = None,
     ) -> ToolOutcome:
         """Run one call. Never raises for bad arguments: the model gets an error to act on."""
         try:
@@ -150,6 +161,8 @@ class ChatTools:
             return await self._remember(chat_id, call, args)
         if call.name == "forget_fact":
             return await self._forget(chat_id, call, args)
+        if call.name in REMINDER_TOOL_NAMES:
+            return await self._reminder(chat_id, call, args, user_id, user_name)
         return self._error(
             call, f"unknown tool {call.name!r}; the tools are {', '.join(sorted(CHAT_TOOL_NAMES))}"
         )
@@ -217,6 +230,24 @@ class ChatTools:
             ok=True,
             receipt=Receipt("remembered", fact),
         )
+
+    # schedule_reminder, list_reminders, cancel_reminder (memory/reminder_tools.py) -----------
+
+    async def _reminder(
+        self,
+        chat_id: int,
+        call: ToolCall,
+        args: dict[str, Any],
+        user_id: int | None,
+        user_name: str | None,
+    ) -> ToolOutcome:
+        result = await run_reminder_tool(
+            self.reminders, chat_id, call.name, args, user_id=user_id, user_name=user_name
+        )
+        receipt = None
+        if result.kind is not None and result.reminder is not None:
+            receipt = Receipt(result.kind, result.reminder.text, reminder=result.reminder)
+        return ToolOutcome(call.id, call.name, result.content, ok=result.ok, receipt=receipt)
 
     # forget_fact ------------------------------------------------------------------------------
 

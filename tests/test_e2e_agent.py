@@ -29,6 +29,12 @@ from tests.memory_sessions import (
 CHAT = OWNER
 
 
+# The chat tools as offered, in order: memory tools, then reminders.
+CHAT_TOOL_ORDER = [
+    "recall", "remember", "forget_fact", "schedule_reminder", "list_reminders", "cancel_reminder"
+]  # fmt: skip
+
+
 def openai_chat(bot: BotUnderTest, model: str = "gpt-5") -> list[RecordedRequest]:
     return [r for r in bot.openai.requests if r.model == model]
 
@@ -113,7 +119,7 @@ async def test_recall_finds_a_history_entry_of_an_earlier_session_in_cjk(tmp_pat
 
         requests = openai_chat(bot)
         assert len(requests) == 2
-        assert requests[0].tool_names() == ["recall", "remember", "forget_fact"]
+        assert requests[0].tool_names() == CHAT_TOOL_ORDER
         [result] = requests[1].tool_results()
         first = unframed(result["content"])[1]
         stamp = target[0].at.strftime("%Y-%m-%d %H:%M")
@@ -281,7 +287,7 @@ async def test_fallback_continues_the_tool_loop_from_the_same_results(tmp_path: 
         assert [c["id"] for c in fallback.tool_calls()] == first_call
         assert fallback.tool_results() == primary[1].tool_results()
         assert "- Prefers window seats" in fallback.system_text()
-        assert fallback.tool_names() == ["recall", "remember", "forget_fact"]
+        assert fallback.tool_names() == CHAT_TOOL_ORDER
         lines = shown.text.splitlines()
         assert lines[0].startswith("Fallback read: saved to long-term memory")
         assert "🧠 Remembered: Prefers window seats" in lines

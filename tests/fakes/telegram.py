@@ -416,6 +416,12 @@ class FakeTelegram:
         self.calls: list[Call] = []
         self.flood_violations: list[FloodViolation] = []
         self.enforce_flood_limits = False
+        # Telegram's bot-wide limit (about 30 messages per second across all chats), enforced
+        # when set: more sendMessage calls than this within one second earn a 429.
+        self.global_messages_per_second: int | None = None
+        self._global_sends: list[float] = []
+        # Chats whose user blocked the bot: sendMessage gets Telegram's 403 for them.
+        self.blocked_chats: set[int] = set()
         self.commands: dict[str, list[dict[str, Any]]] = {}
         self.webhook_url = ""
         self.webhook_secret: str | None = None
@@ -765,6 +771,9 @@ class FakeTelegram:
 
     async def _api_sendmessage(self, params: dict[str, Any]) -> dict[str, Any]:
         chat_id = self._chat_id(params)
+        if chat_id in self.blocked_chats:
+            raise _ApiError(403, "Forbidden: bot was blocked by the user")
+        self._check_global_rate()
         text, entities = self._parse_text(params, too_long="Bad Request: message is too long")
         self._check_flood("sendMessage", chat_id, None, self._last_send.get(chat_id))
         reply_to = (params.get("reply_parameters") or {}).get("message_id") or params.get(
@@ -1037,6 +1046,21 @@ class FakeTelegram:
         if utf16_units(text) > MAX_TEXT_UTF16:
             raise _ApiError(400, too_long)
         return text, entities
+
+    def _check_global_rate(self) -> None:
+        """When set: more than `global_messages_per_second` messages in any one second, bot-wide,
+        is answered with Telegram's 429 (retry after 1)."""
+        limit = self.global_messages_per_second
+        if limit is None:
+            return
+        now = time.monotonic()
+        recent = self._global_sends
+        while recent and now - recent[0] >= 1.0:
+            recent.pop(0)
+        if len(recent) >= limit:
+            self.flood_violations.append(FloodViolation("sendMessage", 0, None, now, 1))
+            raise _ApiError(429, "Too Many Requests: retry after 1", {"retry_after": 1})
+        recent.append(now)
 
     def _check_flood(
         self, method: str, chat_id: int, message_id: int | None, last: float | None

@@ -1,0 +1,332 @@
+"""Reminders in the Telegram surface: /timezone, /reminders with its ❌ buttons, and the delivery
+of fired reminders through the Bot API.
+
+`attach_reminders` runs in post_init: it starts the scheduler (memory/reminder_scheduler.py),
+which first resends what a crash left unconfirmed, and wakes it whenever the model sets or
+cancels a reminder. Delivery uses the application's Bot, so every ⏰ message goes through the
+same rate limiter as replies (AIORateLimiter: Telegram's ~30 messages/s overall, 20/min per
+group) and keeps Telegram's one message per second per chat; a RetryAfter is waited out, never
+retried into, and a 5xx or a network error is retried with back-off by the scheduler. A chat
+that blocked the bot or no longer exists stops its reminders instead of being retried forever.
+A reminder costs no model call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import structlog
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
+from telegram.constants import ParseMode
+from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
+from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes, filters
+
+from bot.access import admit, clean_text, say, user_allowed, user_language
+from bot.commands import BOT_COMMANDS
+from bot.config import Settings
+from bot.i18n import t
+from bot.reminder_texts import button_label, fired_html, fired_text, list_text, local_date
+from bot.services import Services, services_of
+from memory.reminder_rules import to_local, zone
+from memory.reminder_scheduler import (
+    Delivered,
+    DeliveryOutcome,
+    Failed,
+    ReminderScheduler,
+    RetryLater,
+    Stopped,
+)
+from memory.reminders import Claim, Reminder, ReminderBook, ReminderStats
+from memory.store import Store
+
+log = structlog.get_logger("bot.reminders")
+
+App = Application[Any, Any, Any, Any, Any, Any]
+Context = ContextTypes.DEFAULT_TYPE
+REMINDERS_KEY = "reminders"
+CANCEL_PREFIX = "rm:x:"
+ZONE_PREFIX = "tz:"
+# Offered as buttons by a bare /timezone: one per region our users come from, at least.
+COMMON_ZONES = (
+    "Europe/Lisbon",
+    "Europe/London",
+    "Europe/Berlin",
+    "Europe/Istanbul",
+    "America/New_York",
+    "America/Sao_Paulo",
+    "Asia/Jakarta",
+    "Asia/Tokyo",
+    "UTC",
+)
+PER_CHAT_INTERVAL_S = 1.0  # Telegram: about one message per second per chat
+# Reminders bot-wide, just under Telegram's ~30 messages per second: AIORateLimiter's bucket
+# lets a burst of 30 through at once and then 30/s, more than 30 within one second, which
+# Telegram answers with 429s; spacing the reminders evenly keeps a burst of 1,000 free of them.
+REMINDERS_PER_SECOND = 29.0
+
+
+@dataclass
+class ReminderFeature:
+    book: ReminderBook
+    scheduler: ReminderScheduler
+
+
+def reminders_of(application: App) -> ReminderFeature:
+    return application.bot_data[REMINDERS_KEY]
+
+
+# --- delivery ---------------------------------------------------------------------------------
+
+
+def _stop_reason(error: TelegramError) -> str | None:
+    """Why a chat can no longer be written to, or None when the error is not about the chat."""
+    text = error.message.lower()
+    if isinstance(error, Forbidden):
+        if "blocked" in text:
+            return "blocked"
+        if "deactivated" in text:
+            return "user_deactivated"
+        if "kicked" in text or "not a member" in text:
+            return "removed_from_chat"
+        return "forbidden"
+    if isinstance(error, BadRequest) and "chat not found" in text:
+        return "chat_not_found"
+    return None
+
+
+@dataclass
+class TelegramDelivery:
+    """Sends fired reminders; the scheduler calls it once per attempt."""
+
+    bot: Bot
+    settings: Settings
+    store: Store
+    clock: Callable[[], datetime]
+    _last_send: dict[int, float] = field(default_factory=dict)
+    _next_slot: float = 0.0  # the earliest moment the next reminder may leave (monotonic)
+
+    async def __call__(self, claim: Claim, late: bool) -> DeliveryOutcome:
+        reminder = claim.reminder
+        chat_id = reminder.chat_id
+        if reminder.user_id is not None and not user_allowed(self.settings, reminder.user_id):
+            return Stopped("not_allowed")  # the allowlist changed since it was set
+        lang = await self.store.get_chat_language(chat_id)
+        plain = fired_text(reminder, claim.due_at, late=late, lang=lang, now=self.clock())
+        await self._pace(chat_id)
+        try:
+            message = await self._send(chat_id, plain, reminder, html=True)
+        except RetryAfter as error:
+            seconds = error.retry_after
+            wait = seconds.total_seconds() if hasattr(seconds, "total_seconds") else seconds
+            log.warning("reminder_flood_control", chat_id=chat_id, retry_after_s=wait)
+            return RetryLater(float(wait))
+        except ChatMigrated as error:
+            # The group became a supergroup: the reminder is not lost, it can be sent there.
+            log.warning("reminder_chat_migrated", chat_id=chat_id, new_chat_id=error.new_chat_id)
+            return Failed("chat_migrated")
+        except (Forbidden, BadRequest) as error:
+            reason = _stop_reason(error)
+            if reason is not None:
+                return Stopped(reason)
+            try:  # a message Telegram refuses as HTML: once more as plain text
+                message = await self._send(chat_id, plain, reminder, html=False)
+            except TelegramError as again:
+                return Failed(again.message)
+        except TelegramError as error:  # 5xx, timeouts, connection errors
+            log.warning("reminder_send_failed", chat_id=chat_id, error=str(error))
+            return RetryLater()
+        return Delivered(message.message_id, plain)
+
+    async def _send(self, chat_id: int, plain: str, reminder: Reminder, *, html: bool) -> Message:
+        self._last_send[chat_id] = time.monotonic()
+        if html:
+            text = fired_html(plain, reminder, group=chat_id < 0)
+            return await self.bot.send_message(chat_id, text, parse_mode=ParseMode.HTML)
+        return await self.bot.send_message(chat_id, plain)
+
+    async def _pace(self, chat_id: int) -> None:
+        """Keep one message per second per chat (two reminders due together in one chat would
+        otherwise earn a flood penalty for the second) and REMINDERS_PER_SECOND bot-wide."""
+        now = time.monotonic()
+        slot = max(now, self._next_slot)
+        self._next_slot = slot + 1.0 / REMINDERS_PER_SECOND
+        if slot > now:
+            await asyncio.sleep(slot - now)
+            now = time.monotonic()
+        if len(self._last_send) > 4096:
+            for old in [c for c, at in self._last_send.items() if now - at > PER_CHAT_INTERVAL_S]:
+                del self._last_send[old]
+        last = self._last_send.get(chat_id)
+        if last is not None and now - last < PER_CHAT_INTERVAL_S:
+            self._last_send[chat_id] = last + PER_CHAT_INTERVAL_S  # reserve the next slot
+            await asyncio.sleep(last + PER_CHAT_INTERVAL_S - now)
+
+
+# --- wiring -----------------------------------------------------------------------------------
+
+
+async def attach_reminders(application: App, services: Services) -> ReminderFeature:
+    """Start the scheduler on the agent's reminder book (call from post_init)."""
+    assert services.agent is not None
+    book = services.agent.tools.reminders
+    delivery = TelegramDelivery(application.bot, services.settings, services.store, book.clock)
+    scheduler = ReminderScheduler(book, services.store, delivery, clock=book.clock)
+    book.on_change = scheduler.notify
+
+    async def stop_scheduler() -> None:
+        await scheduler.stop(min(5.0, services.settings.SHUTDOWN_GRACE_SECONDS))
+
+    services.on_close.append(stop_scheduler)
+    # A graceful stop claims nothing new while replies finish; a claim cut off by the stop is
+    # sent after the next start.
+    services.lifecycle.on_closing.append(scheduler.pause)
+    await scheduler.start()
+    feature = ReminderFeature(book, scheduler)
+    application.bot_data[REMINDERS_KEY] = feature
+    return feature
+
+
+async def reminder_stats_text(application: App, lang: str | None) -> str | None:
+    """The /stats line about reminders (None when the feature is not attached)."""
+    feature = application.bot_data.get(REMINDERS_KEY)
+    if feature is None:
+        return None
+    stats: ReminderStats = await feature.book.stats(feature.book.clock())
+    return t(
+        "stats_reminders",
+        lang,
+        pending=stats.pending,
+        sent=stats.sent_today,
+        late=stats.late_today,
+        stopped=stats.stopped_reminders,
+        chats=stats.stopped_chats,
+    )
+
+
+# --- handlers ---------------------------------------------------------------------------------
+
+
+async def _admit(update: Update, context: Context, *, addressed: bool = True) -> bool:
+    services = services_of(context.application)
+    return await admit(update, services.settings, addressed=addressed, refusals=services.refusals)
+
+
+def _zone_keyboard() -> InlineKeyboardMarkup:
+    buttons = [InlineKeyboardButton(z, callback_data=f"{ZONE_PREFIX}{z}") for z in COMMON_ZONES]
+    return InlineKeyboardMarkup([buttons[i : i + 3] for i in range(0, len(buttons), 3)])
+
+
+def _now_in(book: ReminderBook, name: str, lang: str | None) -> str:
+    return local_date(to_local(book.clock(), zone(name)), lang)
+
+
+async def timezone_command(update: Update, context: Context) -> None:
+    """`/timezone Area/City` sets the chat's zone; bare, it shows the zone and some buttons."""
+    message = update.effective_message
+    if message is None or not await _admit(update, context):
+        return
+    lang = user_language(update)
+    book = reminders_of(context.application).book
+    wanted = clean_text(" ".join(context.args or [])).strip()
+    if not wanted:
+        current = await book.chat_zone(message.chat_id)
+        if current.known:
+            text = t("timezone_current", lang, zone=current.name,
+                     now=_now_in(book, current.name, lang))  # fmt: skip
+        else:
+            text = t("timezone_unset", lang)
+        await say(message, text, reply_markup=_zone_keyboard())
+        return
+    name = await book.set_chat_zone(message.chat_id, wanted)
+    if name is None:
+        await say(message, t("timezone_unknown", lang, name=wanted[:64]))
+        return
+    log.info("timezone_set", chat_id=message.chat_id, zone=name)
+    await say(message, t("timezone_set", lang, zone=name, now=_now_in(book, name, lang)))
+
+
+async def timezone_callback(update: Update, context: Context) -> None:
+    query = update.callback_query
+    if query is None or not await _admit(update, context, addressed=False):
+        return
+    lang = user_language(update)
+    book = reminders_of(context.application).book
+    if query.message is None:
+        await query.answer()
+        return
+    name = await book.set_chat_zone(query.message.chat.id, (query.data or "")[len(ZONE_PREFIX) :])
+    if name is None:
+        await query.answer(t("timezone_unknown", lang, name=(query.data or "")[3:64]))
+        return
+    log.info("timezone_set", chat_id=query.message.chat.id, zone=name, via="keyboard")
+    text = t("timezone_set", lang, zone=name, now=_now_in(book, name, lang))
+    await query.answer()
+    try:
+        await query.edit_message_text(text)
+    except TelegramError as exc:  # pressed twice: "message is not modified"
+        log.debug("timezone_not_edited", error=str(exc))
+
+
+def _list_keyboard(reminders: list[Reminder]) -> InlineKeyboardMarkup | None:
+    if not reminders:
+        return None
+    rows = [
+        [InlineKeyboardButton(button_label(r), callback_data=f"{CANCEL_PREFIX}{r.id}")]
+        for r in reminders
+    ]
+    return InlineKeyboardMarkup(rows)
+
+
+async def reminders_command(update: Update, context: Context) -> None:
+    """/reminders: the chat's pending reminders, each with a ❌ button that cancels it."""
+    message = update.effective_message
+    if message is None or not await _admit(update, context):
+        return
+    lang = user_language(update)
+    pending = await reminders_of(context.application).book.pending(message.chat_id)
+    await say(message, list_text(pending, lang), reply_markup=_list_keyboard(pending))
+
+
+async def cancel_callback(update: Update, context: Context) -> None:
+    """A ❌ press. The reminder must belong to the chat the button was pressed in: a button
+    (or forged callback data) from another chat cancels nothing."""
+    query = update.callback_query
+    if query is None or not await _admit(update, context, addressed=False):
+        return
+    lang = user_language(update)
+    raw = (query.data or "")[len(CANCEL_PREFIX) :]
+    if query.message is None or not raw.isdecimal() or not raw.isascii():
+        await query.answer(t("reminder_cancel_gone", lang), show_alert=True)
+        return
+    chat_id = query.message.chat.id
+    book = reminders_of(context.application).book
+    cancelled = await book.cancel(chat_id, int(raw))
+    if cancelled is None:
+        log.info("reminder_cancel_refused", chat_id=chat_id, reminder_id=raw)
+        await query.answer(t("reminder_cancel_gone", lang), show_alert=True)
+    else:
+        log.info("reminder_cancelled", chat_id=chat_id, reminder_id=cancelled.id, via="button")
+        await query.answer(t("reminder_cancel_done", lang, text=cancelled.text[:150]))
+    pending = await book.pending(chat_id)
+    try:
+        await query.edit_message_text(
+            list_text(pending, lang), reply_markup=_list_keyboard(pending)
+        )
+    except TelegramError as exc:  # "message is not modified"
+        log.debug("reminders_not_edited", error=str(exc))
+
+
+def register_reminder_handlers(application: App) -> None:
+    new_messages = filters.UpdateType.MESSAGE
+    for command in (("timezone", "cmd_timezone"), ("reminders", "cmd_reminders")):
+        if command not in BOT_COMMANDS:
+            BOT_COMMANDS.append(command)
+    application.add_handler(CommandHandler("timezone", timezone_command, filters=new_messages))
+    application.add_handler(CommandHandler("reminders", reminders_command, filters=new_messages))
+    application.add_handler(CallbackQueryHandler(cancel_callback, pattern=f"^{CANCEL_PREFIX}"))
+    application.add_handler(CallbackQueryHandler(timezone_callback, pattern=f"^{ZONE_PREFIX}"))

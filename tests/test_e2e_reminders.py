@@ -1,0 +1,317 @@
+"""Reminders end to end: real PTB against the fake Bot API, real litellm over HTTP against the
+fake providers (the fake model calls `schedule_reminder` as a real one would), a real SQLite
+file. Near-future times; every test waits for the event, never for a fixed time."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from tests.e2e_bot import (
+    FRIEND,
+    OWNER,
+    BotUnderTest,
+    FakeServers,
+    bot_under_test,
+    query,
+    restartable_bot,
+    wait_until,
+)
+from tests.fakes.providers import RecordedRequest, Reply, ToolCallReply
+from tests.memory_sessions import SettableClock
+
+CHAT = OWNER  # a private chat's id is its user's id
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def local_when(seconds: float, tz: ZoneInfo, now: datetime | None = None) -> datetime:
+    """A naive local wall time `seconds` from now, whole seconds (what a model would write)."""
+    moment = (now or datetime.now(UTC)) + timedelta(seconds=seconds)
+    return moment.astimezone(tz).replace(tzinfo=None, microsecond=0)
+
+
+def english_date(local: datetime) -> str:
+    """The receipt's date as the issue writes it: 'Tue 2 Dec, 09:00'."""
+    return f"{local:%a} {local.day} {local:%b}, {local:%H:%M}"
+
+
+def schedule(bot: BotUnderTest, when: datetime, text: str, repeat: str = "none") -> None:
+    bot.openai.script(
+        "gpt-5",
+        ToolCallReply(
+            "schedule_reminder", {"when": when.isoformat(), "text": text, "repeat": repeat}
+        ),
+        Reply("Done, I will remind you."),
+    )
+
+
+def chat_requests(bot: BotUnderTest) -> list[RecordedRequest]:
+    return [r for _, r in bot.chat_requests()]
+
+
+async def wait_until_async(check: object, timeout: float = 30.0) -> None:  # noqa: ASYNC109
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():  # type: ignore[operator]
+        if loop.time() > deadline:
+            raise AssertionError("condition not met")
+        await asyncio.sleep(0.02)
+
+
+async def marked(bot: BotUnderTest, count: int = 1) -> None:
+    """Until `count` deliveries have their outcome written (the mark follows the send)."""
+
+    async def done() -> bool:
+        rows = await bot.rows("SELECT 1 FROM reminder_deliveries WHERE outcome IS NOT NULL")
+        return len(rows) >= count
+
+    await wait_until_async(done)
+
+
+def fired(bot: BotUnderTest, chat_id: int, text: str) -> list[str]:
+    return [t for t in bot.texts(chat_id) if t.startswith("⏰") and t.endswith(text)
+            and not t.startswith("⏰ Reminder set")]  # fmt: skip
+
+
+async def test_set_by_the_model_with_a_local_receipt_then_fired_on_time(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        [zone_reply] = await bot.ask(CHAT, "/timezone america/new_york")
+        assert zone_reply.text.startswith("Time zone set: America/New_York.")
+        due_local = local_when(4, NEW_YORK)
+        schedule(bot, due_local, "call the dentist")
+        [shown] = await bot.ask(CHAT, "remind me in a few seconds to call the dentist")
+        assert shown.text.splitlines()[-1] == (
+            f"⏰ Reminder set: {english_date(due_local)} (America/New_York) — call the dentist"
+        )
+        # The model was told the local date, time and zone.
+        first = chat_requests(bot)[0]
+        assert re.search(
+            r"Local date and time for the user: \w+day \d{4}-\d\d-\d\d \d\d:\d\d "
+            r"\(America/New_York\)",
+            first.system_text(),
+        )
+        requests_before = len(bot.model_requests())
+
+        await bot.wait(lambda: bool(fired(bot, CHAT, "call the dentist")), timeout=30)
+        assert fired(bot, CHAT, "call the dentist") == ["⏰ call the dentist"]
+        await marked(bot)
+        [message] = [m for m in bot.messages(CHAT) if m.text == "⏰ call the dentist"]
+        [delivery] = await bot.rows(
+            "SELECT due_at, finished_at, outcome, late, message_id FROM reminder_deliveries"
+        )
+        assert delivery["message_id"] == message.message_id
+        assert (delivery["outcome"], delivery["late"]) == ("sent", 0)
+        due_utc = due_local.replace(tzinfo=NEW_YORK).astimezone(UTC)
+        assert datetime.fromisoformat(delivery["finished_at"]) >= due_utc  # never early
+        assert len(bot.model_requests()) == requests_before  # firing costs no model call
+        # The session holds it as the bot's message: the next turn's model sees it.
+        rows = await bot.rows("SELECT role, content FROM messages ORDER BY id")
+        assert rows[-1] == {"role": "assistant", "content": "⏰ call the dentist"}
+
+
+async def test_without_a_time_zone_the_model_is_told_and_the_receipt_says_utc(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        due = local_when(3600, ZoneInfo("UTC"))
+        schedule(bot, due, "water the plants")
+        [shown] = await bot.ask(
+            CHAT, "remind me in an hour to water the plants", language_code="pt"
+        )
+        assert shown.text.splitlines()[-1] == (
+            f"⏰ Lembrete marcado: {_pt_date(due)} (UTC: o seu fuso horário não está definido, "
+            "envie /timezone Área/Cidade) — water the plants"
+        )
+        system = chat_requests(bot)[0].system_text()
+        assert "The user's time zone is unknown" in system and "ask once" in system
+        [result] = chat_requests(bot)[1].tool_results()
+        assert "time zone is not set, so this time is UTC" in result["content"]
+
+
+def _pt_date(local: datetime) -> str:
+    weekdays = "seg ter qua qui sex sáb dom".split()
+    months = "jan fev mar abr mai jun jul ago set out nov dez".split()
+    return f"{weekdays[local.weekday()]}, {local.day} {months[local.month - 1]}, {local:%H:%M}"
+
+
+async def test_due_while_the_bot_was_stopped_is_sent_once_after_start_marked_late(
+    tmp_path: Path,
+) -> None:
+    clock = SettableClock(datetime.now(UTC))
+    async with bot_under_test(tmp_path, clock=clock) as bot:
+        await bot.ask(CHAT, "/timezone Europe/Lisbon")
+        due_local = local_when(600, ZoneInfo("Europe/Lisbon"), clock.now)
+        schedule(bot, due_local, "take the cake out", repeat="daily")
+        await bot.ask(CHAT, "remind me in 10 minutes, every day, to take the cake out")
+        await bot.stop()
+        # Down for three days: three occurrences pass while nobody runs.
+        clock.advance(3 * 86400 + 3600)
+        await bot.start()
+        await bot.wait(lambda: bool(fired(bot, CHAT, "take the cake out")), timeout=30)
+        expected = f"⏰ (late, was due {english_date(due_local)}) take the cake out"
+        await marked(bot)
+        assert fired(bot, CHAT, "take the cake out") == [expected]
+        # One late message, then the next occurrence on time: still pending, tomorrow-ish.
+        [pending] = await bot.rows("SELECT state, next_at FROM reminders")
+        next_at = datetime.fromisoformat(pending["next_at"])
+        assert pending["state"] == "pending" and clock.now < next_at <= clock.now + timedelta(1)
+        await bot.restart()
+        [delivery] = await bot.rows("SELECT outcome, late FROM reminder_deliveries")
+        assert (delivery["outcome"], delivery["late"]) == ("sent", 1)
+        assert len(fired(bot, CHAT, "take the cake out")) == 1
+
+
+async def test_cancelled_from_the_list_never_fires_and_other_chats_cannot_cancel(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        await bot.ask(CHAT, "/timezone UTC")
+        cancelled_at = local_when(3, ZoneInfo("UTC"))
+        schedule(bot, cancelled_at, "cancelled one")
+        await bot.ask(CHAT, "remind me of the cancelled one")
+        [listing] = await bot.ask(CHAT, "/reminders")
+        assert listing.text.splitlines()[0] == "Pending reminders (1); press ❌ to cancel one:"
+        [[button]] = listing.reply_markup["inline_keyboard"]
+        assert button["text"] == "❌ cancelled one"
+        [reminder] = await bot.rows("SELECT id FROM reminders")
+        assert button["callback_data"] == f"rm:x:{reminder['id']}"
+
+        # Another allowed user's chat forges the same button: nothing is cancelled.
+        [other_listing] = await bot.ask(FRIEND, "/reminders", user_id=FRIEND)
+        assert other_listing.text.startswith("No pending reminders.")
+        bot.tg.push(bot.tg.make_callback_update(FRIEND, FRIEND, button["callback_data"],
+                                                message_id=other_listing.message_id))  # fmt: skip
+        await bot.wait(lambda: len(bot.tg.calls_of("answerCallbackQuery")) == 1)
+        answer = bot.tg.calls_of("answerCallbackQuery")[0].params
+        assert answer["text"] == "That reminder is no longer pending."
+        [state] = await bot.rows("SELECT state FROM reminders")
+        assert state["state"] == "pending"
+
+        bot.tg.push(bot.tg.make_callback_update(CHAT, OWNER, button["callback_data"],
+                                                message_id=listing.message_id))  # fmt: skip
+        await bot.wait(lambda: len(bot.tg.calls_of("answerCallbackQuery")) == 2)
+        assert bot.tg.calls_of("answerCallbackQuery")[1].params["text"] == (
+            "Cancelled: cancelled one"
+        )
+        await bot.wait(lambda: bot.messages(CHAT)[-1].text.startswith("No pending reminders."))
+
+        # A later reminder fires; by then the cancelled one's time has long passed.
+        schedule(bot, local_when(5, ZoneInfo("UTC")), "witness")
+        await bot.ask(CHAT, "remind me of the witness")
+        await bot.wait(lambda: bool(fired(bot, CHAT, "witness")), timeout=30)
+        assert datetime.now(UTC).replace(tzinfo=None) > cancelled_at
+        assert fired(bot, CHAT, "cancelled one") == []
+        rows = await bot.rows("SELECT reminder_id FROM reminder_deliveries")
+        assert reminder["id"] not in [r["reminder_id"] for r in rows]
+
+
+async def test_a_chat_that_blocked_the_bot_stops_its_reminders(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path, ADMIN_USER_IDS=str(OWNER)) as bot:
+        await bot.ask(FRIEND, "/timezone UTC", user_id=FRIEND)
+        schedule(bot, local_when(3, ZoneInfo("UTC")), "soon")
+        await bot.ask(FRIEND, "remind me soon", user_id=FRIEND)
+        schedule(bot, local_when(7 * 86400, ZoneInfo("UTC")), "next week", repeat="weekly")
+        await bot.ask(FRIEND, "and next week", user_id=FRIEND)
+        bot.tg.blocked_chats.add(FRIEND)
+
+        async def stopped() -> bool:
+            rows = await bot.rows("SELECT outcome FROM reminder_deliveries")
+            return [r["outcome"] for r in rows] == ["stopped"]
+
+        await wait_until_async(stopped)
+        rows = await bot.rows("SELECT text, state, stop_reason FROM reminders ORDER BY id")
+        assert rows == [
+            {"text": "soon", "state": "stopped", "stop_reason": "blocked"},
+            {"text": "next week", "state": "stopped", "stop_reason": "blocked"},
+        ]
+        refused = [c for c in bot.tg.calls_of("sendMessage") if c.params["chat_id"] == FRIEND
+                   and not c.ok]  # fmt: skip
+        assert [c.error for c in refused] == ["Forbidden: bot was blocked by the user"]
+        [stats] = await bot.ask(CHAT, "/stats")
+        assert (
+            "Reminders: 0 pending, 0 sent today (0 late), 2 stopped in 1 chat(s) that blocked "
+            "the bot or are gone"
+        ) in stats.text
+
+
+def texts_of(fakes: FakeServers, user: int) -> list[str]:
+    return [m.text for m in fakes.tg.bot_messages(user)]
+
+
+def fired_in(fakes: FakeServers, user: int, text: str) -> list[str]:
+    return [t for t in texts_of(fakes, user) if t.startswith("⏰") and t.endswith(text)]
+
+
+def outcomes(db_path: Path) -> list[str | None]:
+    return [r["outcome"] for r in query(db_path, "SELECT outcome FROM reminder_deliveries")]
+
+
+@pytest.mark.slow
+async def test_kill_9_between_set_and_due_fires_once_after_restart(tmp_path: Path) -> None:
+    db_path = tmp_path / "bot.sqlite3"
+    user = 4242
+    async with FakeServers() as fakes:
+        async with restartable_bot(fakes, db_path, user=user) as proc:
+            fakes.tg.push(fakes.tg.make_text_update(user, user, "/timezone Asia/Tokyo"))
+            await wait_until(
+                lambda: any(
+                    t.startswith("Time zone set: Asia/Tokyo") for t in texts_of(fakes, user)
+                ),
+                "the zone",
+            )
+            due_local = local_when(8, ZoneInfo("Asia/Tokyo"))
+            arguments = {"when": due_local.isoformat(), "text": "feed the cat"}
+            fakes.openai.script(
+                "gpt-5", ToolCallReply("schedule_reminder", arguments), Reply("Sure.")
+            )
+            fakes.tg.push(fakes.tg.make_text_update(user, user, "remind me to feed the cat"))
+            await wait_until(
+                lambda: any("⏰ Reminder set" in t for t in texts_of(fakes, user)), "the receipt"
+            )
+            os.kill(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        assert [r["state"] for r in query(db_path, "SELECT state FROM reminders")] == ["pending"]
+
+        async with restartable_bot(fakes, db_path, user=user) as proc:
+            await wait_until(lambda: bool(fired_in(fakes, user, "feed the cat")), "it", 60)
+            await wait_until(lambda: outcomes(db_path) == ["sent"], "the mark")
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+        sent = fired_in(fakes, user, "feed the cat")
+        # Once; on time, or marked late if the restart itself outlasted the due time.
+        assert len(sent) == 1 and sent[0].startswith("⏰ ")
+        [delivery] = query(db_path, "SELECT message_id FROM reminder_deliveries")
+        [message] = [m for m in fakes.tg.bot_messages(user) if m.text == sent[0]]
+        assert delivery["message_id"] == message.message_id
+
+
+async def test_server_errors_and_flood_control_are_retried_and_it_is_sent_once(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        await bot.ask(CHAT, "/timezone UTC")
+        schedule(bot, local_when(3, ZoneInfo("UTC")), "stand up")
+        await bot.ask(CHAT, "remind me to stand up")
+        sends_before = len(bot.tg.calls_of("sendMessage"))
+        bot.tg.inject_error("sendMessage", status=502, description="Bad Gateway")
+
+        def failed() -> list[str | None]:
+            calls = bot.tg.calls_of("sendMessage")[sends_before:]
+            return [c.error for c in calls if not c.ok]
+
+        await bot.wait(lambda: failed() == ["Bad Gateway"], timeout=30)
+        bot.tg.inject_error("sendMessage", retry_after=1)
+        await bot.wait(lambda: bool(fired(bot, CHAT, "stand up")), timeout=30)
+        await marked(bot)
+        assert failed() == ["Bad Gateway", "Too Many Requests: retry after 1"]
+        assert fired(bot, CHAT, "stand up") == ["⏰ stand up"]
+        [delivery] = await bot.rows("SELECT outcome FROM reminder_deliveries")
+        assert delivery["outcome"] == "sent"

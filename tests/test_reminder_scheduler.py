@@ -1,0 +1,207 @@
+"""The scheduler against a real database, with an injected clock and a recording `Deliver`
+(the Telegram side has its own end-to-end tests): claims, late marking, the crash between send
+and mark (at least once), stopped chats, retries, and the wake-up on a new reminder."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from memory.db import Database
+from memory.reminder_scheduler import (
+    Delivered,
+    DeliveryOutcome,
+    ReminderScheduler,
+    RetryLater,
+    Stopped,
+)
+from memory.reminders import Claim, ReminderBook, ScheduleRefused
+from memory.store import Store, utc_now
+
+CHAT = 7
+OTHER = 8
+
+
+@dataclass
+class Clock:
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class Recorder:
+    """A Deliver that records each attempt and answers from a script (then Delivered)."""
+
+    script: list[DeliveryOutcome | None] = field(default_factory=list)
+    attempts: list[tuple[int, datetime, bool]] = field(default_factory=list)
+    sent: asyncio.Event = field(default_factory=asyncio.Event)
+    hang_after_send: bool = False
+
+    async def __call__(self, claim: Claim, late: bool) -> DeliveryOutcome:
+        self.attempts.append((claim.reminder.id, claim.due_at, late))
+        self.sent.set()
+        if self.hang_after_send:
+            await asyncio.Event().wait()  # sent, and the process "dies" before the mark
+        outcome = self.script.pop(0) if self.script else None
+        return outcome or Delivered(1000 + len(self.attempts), f"⏰ {claim.reminder.text}")
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = await Database.open(tmp_path / "db.sqlite3")
+    yield database
+    await database.close()
+
+
+async def until(predicate: object, timeout: float = 10.0) -> None:  # noqa: ASYNC109
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():  # type: ignore[operator]
+        if loop.time() > deadline:
+            raise AssertionError("condition not met")
+        await asyncio.sleep(0.01)
+
+
+async def run_once(db: Database, book: ReminderBook, clock: Clock, recorder: Recorder) -> None:
+    """Start a scheduler, wait until it made its first attempt and has nothing in flight."""
+    scheduler = ReminderScheduler(book, Store(db, clock), recorder, clock=clock)
+    await scheduler.start()
+    try:
+        await until(lambda: recorder.attempts)
+        await until(lambda: scheduler.in_flight == 0)
+    finally:
+        await scheduler.stop()
+
+
+async def test_a_missed_daily_reminder_is_sent_once_late_then_moves_to_its_next_time(
+    db: Database,
+) -> None:
+    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    book = ReminderBook(db, clock)
+    await book.set_chat_zone(CHAT, "Europe/Lisbon")
+    made = await book.schedule(CHAT, when="2026-12-01T09:00", text="stretch", repeat="daily")
+    # The bot is down for three days and a half: four occurrences pass.
+    clock.now = datetime(2026, 12, 4, 20, 0, tzinfo=UTC)
+    recorder = Recorder()
+    scheduler = ReminderScheduler(book, Store(db, clock), recorder, clock=clock)
+    await scheduler.start()
+    try:
+        await until(lambda: recorder.attempts)
+        await until(lambda: scheduler.in_flight == 0)
+        assert recorder.attempts == [(made.id, datetime(2026, 12, 1, 9, 0, tzinfo=UTC), True)]
+        [after] = await book.pending(CHAT)
+        assert after.next_at == datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
+        rows = await db.fetchall("SELECT outcome, late, message_id FROM reminder_deliveries")
+        assert [tuple(r) for r in rows] == [("sent", 1, 1001)]
+        # The message joined the chat's session as the bot's.
+        [stored] = await db.fetchall(
+            "SELECT role, content FROM messages WHERE chat_id = ?", (CHAT,)
+        )
+        assert tuple(stored) == ("assistant", "⏰ stretch")
+    finally:
+        await scheduler.stop()
+    assert len(recorder.attempts) == 1
+
+
+async def test_a_crash_between_send_and_mark_sends_again_after_restart(db: Database) -> None:
+    """At least once: the claim without an outcome is sent again by the next run, and marked
+    then; the reminder itself was moved on by the claim, so nothing else repeats."""
+    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    book = ReminderBook(db, clock)
+    made = await book.schedule(CHAT, when="2026-12-01T08:00:30", text="pills")
+    first = Recorder(hang_after_send=True)
+    scheduler = ReminderScheduler(book, Store(db, clock), first, clock=clock)
+    await scheduler.start()
+    clock.now += timedelta(seconds=31)
+    scheduler.notify()
+    await first.sent.wait()
+    await scheduler.stop(grace=0.05)  # the "crash": the send happened, the mark did not
+    [open_claim] = await db.fetchall("SELECT outcome FROM reminder_deliveries")
+    assert open_claim["outcome"] is None
+    assert await book.pending(CHAT) == []  # one-off: claimed, nothing left to schedule
+
+    clock.now += timedelta(minutes=5)
+    second = Recorder()
+    await run_once(db, book, clock, second)
+    due = datetime(2026, 12, 1, 8, 0, 30, tzinfo=UTC)
+    assert first.attempts == [(made.id, due, False)]
+    assert second.attempts == [(made.id, due, True)]
+    rows = await db.fetchall("SELECT outcome, message_id FROM reminder_deliveries")
+    assert [tuple(r) for r in rows] == [("sent", 1001)]
+
+
+async def test_a_blocked_chat_stops_its_reminders_and_no_one_elses(db: Database) -> None:
+    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    book = ReminderBook(db, clock)
+    await book.schedule(CHAT, when="2026-12-01T08:01", text="first")
+    await book.schedule(CHAT, when="2026-12-02T08:01", text="later", repeat="weekly")
+    await book.schedule(OTHER, when="2026-12-03T08:01", text="not blocked")
+    clock.now += timedelta(minutes=2)
+    await run_once(db, book, clock, Recorder(script=[Stopped("blocked")]))
+    assert await book.pending(CHAT) == []
+    assert [r.text for r in await book.pending(OTHER)] == ["not blocked"]
+    states = await db.fetchall(
+        "SELECT text, state, stop_reason FROM reminders WHERE chat_id = ? ORDER BY id", (CHAT,)
+    )
+    assert [tuple(r) for r in states] == [("first", "stopped", "blocked"),
+                                          ("later", "stopped", "blocked")]  # fmt: skip
+    stats = await book.stats(clock())
+    assert (stats.stopped_reminders, stats.stopped_chats, stats.pending) == (2, 1, 1)
+
+
+async def test_flood_control_and_server_errors_are_retried_until_sent(db: Database) -> None:
+    clock = Clock(utc_now())
+    book = ReminderBook(db, clock)
+    await book.schedule(CHAT, when=(clock.now + timedelta(minutes=1)).isoformat(), text="x")
+    clock.now += timedelta(minutes=2)
+    recorder = Recorder(script=[RetryLater(0.0), RetryLater(None)])
+    scheduler = ReminderScheduler(
+        book, Store(db, clock), recorder, clock=clock, retry_delays=(0.0,)
+    )
+    await scheduler.start()
+    try:
+        await until(lambda: len(recorder.attempts) == 3 and scheduler.in_flight == 0)
+    finally:
+        await scheduler.stop()
+    rows = await db.fetchall("SELECT outcome, message_id FROM reminder_deliveries")
+    assert [tuple(r) for r in rows] == [("sent", 1003)]
+
+
+async def test_the_scheduler_wakes_for_a_new_reminder_without_polling(db: Database) -> None:
+    book = ReminderBook(db)
+    recorder = Recorder()
+    scheduler = ReminderScheduler(book, Store(db), recorder)
+    book.on_change = scheduler.notify
+    await scheduler.start()
+    try:
+        # Nothing is due: the scheduler sleeps its longest sleep, not a polling interval.
+        assert await scheduler._sleep_for() == 300.0
+        due = (utc_now() + timedelta(seconds=1.5)).replace(microsecond=0)
+        made = await book.schedule(CHAT, when=due.isoformat(), text="now")
+        await asyncio.wait_for(recorder.sent.wait(), 10)
+        sent_at = utc_now()
+    finally:
+        await scheduler.stop()
+    assert sent_at >= due  # never early
+    assert recorder.attempts == [(made.id, due, False)]
+
+
+async def test_cancelled_reminders_never_fire_and_refusals_explain(db: Database) -> None:
+    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    book = ReminderBook(db, clock)
+    made = await book.schedule(CHAT, when="2026-12-01T08:01", text="gone")
+    assert await book.cancel(OTHER, made.id) is None  # another chat cannot
+    assert (await book.cancel(CHAT, made.id)) is not None
+    for n in range(50):
+        await book.schedule(CHAT, when=f"2026-12-02T08:{n:02d}", text=f"r{n}")
+    with pytest.raises(ScheduleRefused, match="50 pending reminders"):
+        await book.schedule(CHAT, when="2026-12-03T08:00", text="one too many")
+    clock.now += timedelta(minutes=2)
+    assert await book.claim_due(clock(), 10) == []
