@@ -39,7 +39,6 @@ from models.errors import (
     classify,
     classify_exception,
     evidence_from_wire,
-    exhausted_until_reset,
 )
 from models.gateways import Gateway
 from models.ipc import ClientSpec, ProviderFailure
@@ -47,7 +46,7 @@ from models.keys import KeyRing
 from models.limits import BreakerChange, CircuitBreaker, RetryBudget
 from models.offloop import PROVIDERS
 from models.pacing import GatewayPacer, Priority, Ticket
-from models.ratelimits import read_windows, refusal_windows
+from models.ratelimits import exhausted_until_reset, read_windows, refusal_windows
 from models.streamtext import WholeCharacters
 from models.tokens import count_messages, count_text
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
