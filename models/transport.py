@@ -33,6 +33,7 @@ from typing import Any
 
 import structlog
 
+from models.breakers import BreakerChange, CircuitBreaker, RetryBudget
 from models.catalog import Catalog, ModelEntry
 from models.errors import (
     Classified,
@@ -43,7 +44,6 @@ from models.errors import (
 from models.gateways import Gateway
 from models.ipc import ClientSpec, ProviderFailure
 from models.keys import KeyRing
-from models.limits import BreakerChange, CircuitBreaker, RetryBudget
 from models.offloop import PROVIDERS
 from models.pacing import GatewayPacer, Priority, Ticket
 from models.ratelimits import exhausted_until_reset, read_windows, refusal_windows
