@@ -1,6 +1,7 @@
 """The one reader of providers' rate-limit headers (models/ratelimits.py), with the header forms
-the design brief lists: Go durations for OpenAI and Groq resets, RFC 3339 timestamps for
-Anthropic's, retry-after in seconds; and the error table taking a 429's wait from it."""
+the design brief lists: Go durations for OpenAI and Groq resets, retry-after in seconds; and the
+error table taking a 429's wait from it. The windows read from whole header sets, Anthropic's
+RFC 3339 resets included, are tested with the pacer that learns from them (test_pacing.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from models.ratelimits import (
     exhausted_until_reset,
     latest_reset,
     parse_duration,
-    read_windows,
     retry_after_header,
 )
 from models.types import Outcome
@@ -81,21 +81,6 @@ def test_success_headers_announce_a_spent_window() -> None:
         is None
     )
     assert exhausted_until_reset({"x-ratelimit-remaining-requests": "0"}) is None
-
-
-def test_anthropic_rfc3339_resets_count_from_now() -> None:
-    now = datetime(2026, 11, 30, 16, 0, 0, tzinfo=UTC)
-    headers = {
-        "anthropic-ratelimit-tokens-limit": "80000",
-        "anthropic-ratelimit-tokens-remaining": "0",
-        "anthropic-ratelimit-tokens-reset": "2026-11-30T16:02:59Z",
-        "anthropic-ratelimit-output-tokens-limit": "16000",
-        "anthropic-ratelimit-output-tokens-remaining": "15000",
-        "anthropic-ratelimit-output-tokens-reset": "2026-11-30T15:59:00Z",  # already past
-    }
-    by_name = {w.name: w for w in read_windows("anthropic", headers, now=now)}
-    assert by_name["tokens"].reset_s == 179.0 and by_name["tokens"].remaining == 0
-    assert by_name["output-tokens"].reset_s == 0.0
 
 
 def test_a_429s_wait_comes_from_its_headers_before_its_body() -> None:
