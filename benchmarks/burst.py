@@ -24,14 +24,12 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -39,7 +37,15 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import percentile, serve_forever  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    ChildServer,
+    bot_settings,
+    most_in_window,
+    percentile,
+    serve_forever,
+    terminate,
+    until_polling,
+)
 from tests.fakes.providers import FakeProvider, Reply  # noqa: E402
 from tests.fakes.telegram import FakeTelegram  # noqa: E402
 
@@ -77,31 +83,23 @@ class Provider:
         self.requests: list[tuple[float, str, bool]] = []  # (at, last user text, stream)
         self.rate_limited = 0
         self.rate_limited_at: list[float] = []
-        self._proc: asyncio.subprocess.Process | None = None
-        self._control = ""
+        self._child = ChildServer()
 
     async def start(self, rps: float, burst: float, latency: float) -> None:
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--serve-provider", "--rps", str(rps),
-            "--burst", str(burst), "--latency", str(latency), stdout=asyncio.subprocess.PIPE,
+        await self._child.start(
+            __file__, "--serve-provider", "--rps", str(rps), "--burst", str(burst),
+            "--latency", str(latency),
         )  # fmt: skip
-        assert self._proc.stdout is not None
-        port = int((await self._proc.stdout.readline()).decode().strip())
-        self._control = f"http://127.0.0.1:{port}"
-        async with aiohttp.ClientSession() as http, http.get(f"{self._control}/info") as resp:
-            self.base_url = (await resp.json())["base_url"]
+        self.base_url = (await self._child.get_json("/info"))["base_url"]
 
     async def collect(self) -> None:
-        async with aiohttp.ClientSession() as http, http.get(f"{self._control}/stats") as resp:
-            stats = await resp.json()
+        stats = await self._child.get_json("/stats")
         self.requests = [tuple(r) for r in stats["requests"]]
         self.rate_limited = stats["rate_limited"]
         self.rate_limited_at = stats["rate_limited_at"]
 
     async def stop(self) -> None:
-        if self._proc is not None and self._proc.returncode is None:
-            self._proc.terminate()
-            await self._proc.wait()
+        await self._child.stop()
 
 
 async def serve_provider(rps: float, burst: float, latency: float) -> None:
@@ -149,17 +147,17 @@ async def main(users: int, rps: float, burst: float, latency: float, bot_repo: P
         workdir = Path(tempfile.mkdtemp(prefix="mnemobot-burst-"))
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         env.update(
-            PYTHONPATH=str(bot_repo),
+            bot_settings(
+                repo=bot_repo,
+                token=TOKEN,
+                telegram=tg,
+                users=ids,
+                openai_key=KEY,
+                openai_base_url=openai.base_url,
+                database=workdir / "burst.sqlite3",
+            ),
             LITELLM_LOCAL_MODEL_COST_MAP="True",
             LITELLM_OFFLINE_MODE="true",
-            TELEGRAM_BOT_TOKEN=TOKEN,
-            TELEGRAM_BASE_URL=tg.base_url,
-            ALLOWED_USER_IDS=",".join(str(i) for i in ids),
-            OPENAI_API_KEY=KEY,
-            OPENAI_API_BASE=openai.base_url,
-            USER_MESSAGES_PER_MINUTE="0",
-            DEFAULT_MODEL="gpt-5",
-            DATABASE_PATH=str(workdir / "burst.sqlite3"),
             LOG_FORMAT="json",
             LOG_LEVEL="INFO",
         )
@@ -170,10 +168,7 @@ async def main(users: int, rps: float, burst: float, latency: float, bot_repo: P
                 stdout=asyncio.subprocess.DEVNULL, stderr=log,
             )  # fmt: skip
         try:
-            await tg.wait_for(
-                lambda: bool(tg.calls_of("setMyCommands")) and bool(tg.calls_of("getUpdates")),
-                timeout=90,
-            )
+            await until_polling(tg)
             await asyncio.sleep(1.0)
             pushed: dict[int, float] = {}
             start = time.monotonic()
@@ -195,12 +190,7 @@ async def main(users: int, rps: float, burst: float, latency: float, bot_repo: P
                 pass  # counted below as not answered
             wall = time.monotonic() - start
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 60)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+            await terminate(process)
             await openai.collect()
             await openai.stop()
         stderr = stderr_path.read_text(encoding="utf-8", errors="replace")
@@ -221,14 +211,6 @@ async def main(users: int, rps: float, burst: float, latency: float, bot_repo: P
     times = sorted(at for at, _, _ in openai.requests)
     span = (times[-1] - times[0]) if len(times) > 1 else 0.0
 
-    def peak(window_s: float) -> int:
-        most, lo = 0, 0
-        for hi, moment in enumerate(times):
-            while times[lo] <= moment - window_s:
-                lo += 1
-            most = max(most, hi - lo + 1)
-        return most
-
     print(f"bot: {bot_repo}")
     print(
         f"{users} users wrote within 1 s; the provider allows {rps:g} requests/s "
@@ -241,7 +223,8 @@ async def main(users: int, rps: float, burst: float, latency: float, bot_repo: P
     print(
         f"provider: {len(openai.requests)} requests, {openai.rate_limited} refused with 429, "
         f"pace {len(times) / span if span else 0:.1f} requests/s over {span:.1f} s, "
-        f"at most {peak(1.0)} in one second and {peak(0.2)} in 0.2 s"
+        f"at most {most_in_window(times, 1.0)} in one second and "
+        f"{most_in_window(times, 0.2)} in 0.2 s"
     )
     if openai.rate_limited_at:
         refused = [round(at - start, 1) for at in openai.rate_limited_at]

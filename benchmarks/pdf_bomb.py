@@ -30,6 +30,7 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common import LoopLag  # noqa: E402
 from tests.e2e_bot import OWNER, bot_under_test  # noqa: E402
 from tests.hostile_pdfs import pdf_bomb  # noqa: E402
 
@@ -45,34 +46,22 @@ async def measure(pages: int, document_timeout: float | None) -> None:
         async with bot_under_test(Path(tmp), **settings) as bot:
             await bot.ask(OWNER, "hello")  # warm up: the first turn's imports are not the bomb's
             answers = len(bot.texts(OWNER))
-            stall_max = 0.0
-            stop = asyncio.Event()
-
-            async def ticker() -> None:
-                nonlocal stall_max
-                while not stop.is_set():
-                    before = time.perf_counter()
-                    await asyncio.sleep(TICK_S)
-                    stall_max = max(stall_max, time.perf_counter() - before - TICK_S)
-
             # The machine's own noise first: the same ticker on the idle bot for IDLE_S seconds.
-            ticking = asyncio.create_task(ticker())
+            idle = LoopLag(TICK_S)
+            idle.start()
             await asyncio.sleep(IDLE_S)
-            stop.set()
-            await ticking
-            print(f"idle: loop_stall_max_ms={stall_max * 1000:.0f} over {IDLE_S:g} s")
-            stall_max = 0.0
-            stop.clear()
+            await idle.stop()
+            print(f"idle: loop_stall_max_ms={idle.max_s() * 1000:.0f} over {IDLE_S:g} s")
+            stall = LoopLag(TICK_S)
             started = time.perf_counter()
             bot.send_media(OWNER, bot.document(bomb, "bomb.pdf", "application/pdf"))
-            ticking = asyncio.create_task(ticker())
+            stall.start()
             await bot.wait(lambda: len(bot.texts(OWNER)) > answers, timeout=3600)
             answered_in = time.perf_counter() - started
-            stop.set()
-            await ticking
+            await stall.stop()
             print(f"answer: {bot.texts(OWNER)[answers]}")
     print(
-        f"pdf_bomb: pages={pages} loop_stall_max_ms={stall_max * 1000:.0f} "
+        f"pdf_bomb: pages={pages} loop_stall_max_ms={stall.max_s() * 1000:.0f} "
         f"answered_in_s={answered_in:.1f}"
     )
 

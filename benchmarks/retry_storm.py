@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import logging
 import os
-import statistics
 import sys
 import time
 import warnings
@@ -35,12 +34,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import aiohttp
 import litellm
 import structlog
 from aiohttp import web
 
-from benchmarks.common import serve_forever
+from benchmarks.common import ChildServer, most_in_window, percentile, serve_forever
 from models.catalog import Catalog, ModelEntry
 from models.gateways import Gateway
 from models.transport import Transport
@@ -73,38 +71,20 @@ class Fleet:
 
     def __init__(self) -> None:
         self.providers: list[dict] = []
-        self._proc: asyncio.subprocess.Process | None = None
-        self._control = ""
-        self._http: aiohttp.ClientSession | None = None
+        self._child = ChildServer()
 
     async def start(self, latency: float) -> None:
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--serve-fleet", "--latency", str(latency),
-            stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        assert self._proc.stdout is not None
-        port = int((await self._proc.stdout.readline()).decode().strip())
-        self._control = f"http://127.0.0.1:{port}"
-        self._http = aiohttp.ClientSession()
-        async with self._http.get(f"{self._control}/fleet") as resp:
-            self.providers = await resp.json()
+        await self._child.start(__file__, "--serve-fleet", "--latency", str(latency))
+        self.providers = await self._child.get_json("/fleet")
 
     async def stop(self) -> None:
-        if self._http is not None:
-            await self._http.close()
-        if self._proc is not None and self._proc.returncode is None:
-            self._proc.terminate()
-            await self._proc.wait()
+        await self._child.stop()
 
     async def inject_faults(self) -> None:
-        assert self._http is not None
-        async with self._http.post(f"{self._control}/faults") as resp:
-            resp.raise_for_status()
+        await self._child.post("/faults")
 
     async def stats(self) -> list[dict]:
-        assert self._http is not None
-        async with self._http.get(f"{self._control}/stats") as resp:
-            return await resp.json()
+        return await self._child.get_json("/stats")
 
     def catalog(self) -> Catalog:
         entries = [
@@ -124,17 +104,6 @@ class Fleet:
             )
             for p in self.providers
         }
-
-
-def peak_rate(times: list[float]) -> int:
-    """Most requests inside any one-second window."""
-    times = sorted(times)
-    peak, lo = 0, 0
-    for hi, t in enumerate(times):
-        while times[lo] <= t - 1.0:
-            lo += 1
-        peak = max(peak, hi - lo + 1)
-    return peak
 
 
 async def serve_fleet(latency: float) -> None:
@@ -284,14 +253,14 @@ async def run_policy(
         tasks.append(asyncio.create_task(one()))
     await asyncio.gather(*tasks)
     await close()
-    latencies = sorted(r.latency_s for r in results)
+    latencies = [r.latency_s for r in results]
     seen = await fleet.stats()
-    peaks = {p["name"]: peak_rate(p["times"]) for p in seen}
+    peaks = {p["name"]: most_in_window(p["times"], 1.0) for p in seen}
     stats = {
         "offered": offered,
         "success": sum(r.ok for r in results) / offered,
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
         "amplification": sum(len(p["times"]) for p in seen) / offered,
         "peak_rps": max(peaks.values()),
         "provider_429s": sum(p["rate_limited"] for p in seen),

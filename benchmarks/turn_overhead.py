@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -53,7 +52,13 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import percentile  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    LoopLag,
+    bot_settings,
+    percentile,
+    terminate,
+    until_polling,
+)
 from tests.fakes.providers import FakeProvider, Reply  # noqa: E402
 from tests.fakes.telegram import Call, FakeTelegram  # noqa: E402
 
@@ -306,7 +311,7 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
         mean = statistics.fmean(values)
         print(f"  {label:40s} p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   mean {mean:7.1f} ms")
     print(f"  provider time per turn (fixed): {stream_seconds() * 1000:.0f} ms")
-    harness = [ms for at, ms in HARNESS_LAG if phase.started <= at <= phase.ended]
+    harness = [late * 1000 for late in HARNESS_LAG.between(phase.started, phase.ended)]
     print(
         f"  {'harness loop lag (the fakes stamp late)':40s} p50 {percentile(harness, 50):7.1f} ms"
         f"   p99 {percentile(harness, 99):7.1f} ms   max {max(harness, default=0.0):7.1f} ms"
@@ -338,17 +343,9 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
     )
 
 
-HARNESS_LAG: list[tuple[float, float]] = []  # (when, ms late): this process's loop, the fakes'
-
-
-async def watch_harness_lag() -> None:
-    """The fakes stamp each request when their handler runs on this process's loop: if that
-    loop is late, every stamp is late by as much, and the bot's intake looks longer than it is."""
-    while True:
-        asked = time.monotonic()
-        await asyncio.sleep(0.01)
-        now = time.monotonic()
-        HARNESS_LAG.append((now, (now - asked - 0.01) * 1000))
+# The fakes stamp each request when their handler runs on this process's loop: if that loop is
+# late, every stamp is late by as much, and the bot's intake looks longer than it is.
+HARNESS_LAG = LoopLag(tick_s=0.01)
 
 
 async def run_phase(
@@ -362,7 +359,7 @@ async def run_phase(
 
 
 async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
-    watcher = asyncio.create_task(watch_harness_lag())
+    HARNESS_LAG.start()
     async with (
         FakeTelegram(token=TOKEN) as tg,
         FakeProvider("openai", latency=PROVIDER_LATENCY) as openai,
@@ -375,16 +372,16 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
         probe_file = workdir / "probe.txt"
         env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
         env.update(
-            PYTHONPATH=str(REPO),
-            TELEGRAM_BOT_TOKEN=TOKEN,
-            TELEGRAM_BASE_URL=tg.base_url,
-            ALLOWED_USER_IDS=str(OWNER),
-            OPENAI_API_KEY=KEY,
-            OPENAI_API_BASE=openai.base_url,
+            bot_settings(
+                repo=REPO,
+                token=TOKEN,
+                telegram=tg,
+                users=[OWNER],
+                openai_key=KEY,
+                openai_base_url=openai.base_url,
+                database=workdir / "bench.sqlite3",
+            ),
             OPENAI_RPS="10000",  # measure the bot, not our own per-gateway request budget
-            USER_MESSAGES_PER_MINUTE="0",
-            DEFAULT_MODEL="gpt-5",
-            DATABASE_PATH=str(workdir / "bench.sqlite3"),
             LOG_LEVEL="WARNING",
         )
         spawned = time.monotonic()
@@ -394,10 +391,7 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         try:
-            await tg.wait_for(
-                lambda: bool(tg.calls_of("setMyCommands")) and bool(tg.calls_of("getUpdates")),
-                timeout=90,
-            )
+            await until_polling(tg)
             startup = time.monotonic() - spawned
             await asyncio.sleep(1.0)
             idle_rss = rss_mib(process.pid)
@@ -458,15 +452,10 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
                     f"turns_per_s={summary.turns_per_s:.1f}"
                 )
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                _, stderr = await asyncio.wait_for(process.communicate(), 60)
-            except TimeoutError:
-                process.kill()
-                _, stderr = await process.communicate()
+            stderr = await terminate(process)
             if process.returncode:
                 print(stderr.decode(errors="replace")[-2000:], file=sys.stderr)
-    watcher.cancel()
+    await HARNESS_LAG.stop()
 
 
 if __name__ == "__main__":

@@ -20,9 +20,10 @@ from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from memory.context import Framing
 from memory.longterm import LongTermMemory
-from memory.transcript import Chunk, estimate_tokens, timestamp_label
+from memory.transcript import Chunk, timestamp_label
 from models.catalog import Catalog, ModelEntry
 from models.pacing import Priority
+from models.tokens import estimate_tokens
 from models.types import ChatResult, Message, Outcome, TransportError, Usage
 
 log = structlog.get_logger("memory.consolidation")

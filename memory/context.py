@@ -10,7 +10,7 @@ Budget. The prompt always fits the model's context window minus a reply reserve:
 session is too long (its consolidation keeps failing, say), the oldest messages are left out of
 the prompt — never deleted — a tool call always together with its results, and the model is
 told that earlier messages exist and how to find them. The count is a deliberately pessimistic
-estimate (memory/transcript.estimate_tokens), so a prompt that fits here fits the tokenizer.
+estimate (models/tokens.estimate_tokens), so a prompt that fits here fits the tokenizer.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from typing import Any
 
 from memory.framing import Framing
 from memory.store import StoredMessage
-from memory.transcript import estimate_tokens, trim_middle
+from memory.transcript import trim_middle
+from models.tokens import estimate_tokens
 from models.types import Message
 
 SYSTEM_PROMPT = (

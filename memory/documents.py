@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from memory.transcript import estimate_tokens
+from models.tokens import estimate_tokens
 
 # File name endings read as text. Telegram often sends code as application/octet-stream, so
 # the name is trusted as much as the MIME type.

@@ -19,20 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from models.tokens import estimate_tokens
+
 if TYPE_CHECKING:
     from memory.store import StoredMessage
 
 DEFAULT_MAX_MESSAGE_CHARS = 6000
 DEFAULT_MAX_TOOL_ARGUMENT_CHARS = 1500
-
-
-def estimate_tokens(text: str) -> int:
-    """A deliberately pessimistic token count: 2.5 UTF-8 bytes per token.
-
-    English runs ~4 characters per token and CJK ~1 token per character (3 bytes); dividing the
-    byte length by 2.5 overestimates both, so a chunk that fits here fits the real tokenizer.
-    """
-    return len(text.encode("utf-8")) * 2 // 5 + 1
 
 
 def timestamp_label(created_at: str) -> str:

@@ -18,9 +18,9 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from email.utils import parsedate_to_datetime
 from typing import Any
 
+from models.ratelimits import latest_reset, parse_duration, retry_after_header
 from models.types import Outcome
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "classify_exception",
     "evidence_from_exception",
     "evidence_from_wire",
-    "exhausted_until_reset",
     "parse_retry_after",
 ]
 
@@ -441,49 +440,16 @@ def classify_exception(
 
 # --- retry hints ------------------------------------------------------------------------------
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _TRY_AGAIN = re.compile(r"try again in ((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)", re.IGNORECASE)
 
 
-def parse_duration(text: str) -> float | None:
-    """ "26s", "1m30.5s", "120ms", "7" (seconds) -> seconds."""
-    text = text.strip().lower()
-    if not text:
-        return None
-    try:
-        return max(0.0, float(text))
-    except ValueError:
-        pass
-    total = 0.0
-    matched = ""
-    for number, unit in _DURATION_PART.findall(text):
-        value = float(number)
-        total += {"ms": value / 1000, "s": value, "m": value * 60, "h": value * 3600}[unit]
-        matched += number + unit
-    return total if matched and matched == text.replace(" ", "") else None
-
-
 def parse_retry_after(headers: Mapping[str, str], bodies: list[Any] | None = None) -> float | None:
-    """Seconds to wait, from Retry-After(-ms), x-ratelimit-reset-*, RetryInfo or the message."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    if "retry-after-ms" in lowered:
-        try:
-            return max(0.0, float(lowered["retry-after-ms"]) / 1000)
-        except ValueError:
-            pass
-    if "retry-after" in lowered:
-        value = lowered["retry-after"].strip()
-        seconds = parse_duration(value)
-        if seconds is not None:
-            return seconds
-        try:
-            moment = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            moment = None
-        if moment is not None:
-            from datetime import UTC, datetime
+    """Seconds to wait, from Retry-After(-ms), RetryInfo or the message, x-ratelimit-reset-*.
 
-            return max(0.0, (moment - datetime.now(UTC)).total_seconds())
+    The headers are read by models/ratelimits.py; only the bodies are read here."""
+    seconds = retry_after_header(headers)
+    if seconds is not None:
+        return seconds
     for body in bodies or []:
         for obj in _error_objects(body):
             details = obj.get("details")
@@ -500,30 +466,4 @@ def parse_retry_after(headers: Mapping[str, str], bodies: list[Any] | None = Non
                     seconds = parse_duration(match.group(1))
                     if seconds is not None:
                         return seconds
-    resets = [
-        parse_duration(lowered[name])
-        for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
-        if name in lowered
-    ]
-    known = [r for r in resets if r is not None]
-    return max(known) if known else None
-
-
-def exhausted_until_reset(headers: Mapping[str, str]) -> float | None:
-    """On a success: seconds until the key may be used again if a window is already spent."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    waits = []
-    for kind in ("requests", "tokens"):
-        remaining = lowered.get(f"x-ratelimit-remaining-{kind}")
-        reset = lowered.get(f"x-ratelimit-reset-{kind}")
-        if remaining is None or reset is None:
-            continue
-        try:
-            if float(remaining) > 0:
-                continue
-        except ValueError:
-            continue
-        seconds = parse_duration(reset)
-        if seconds is not None:
-            waits.append(seconds)
-    return max(waits) if waits else None
+    return latest_reset(headers)

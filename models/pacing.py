@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from models.limits import TokenBucket
 from models.ratelimits import MINUTE, Window
+from models.token_bucket import TokenBucket
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[Any]]

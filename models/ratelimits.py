@@ -16,6 +16,10 @@ A window is a bucket the provider refills evenly over its period (``limit`` per 
 Groq does not send its per-minute request limit in headers at all; its 429 says it in words
 ("on requests per minute (RPM): Limit 30, ..."), as OpenAI's does ("requests per min (RPM)").
 `refusal_windows` reads those, so one refusal sets the pace for the requests after it.
+
+This is the one reader of these headers: the error table (models/errors.py) takes a 429's
+wait from `retry_after_header` and `latest_reset` here, and a success that spends a window from
+`exhausted_until_reset`.
 """
 
 from __future__ import annotations
@@ -24,9 +28,8 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
-
-from models.errors import parse_duration
 
 MINUTE = 60.0
 DAY = 86_400.0
@@ -53,23 +56,104 @@ def read_windows(
     protocol: str, headers: Mapping[str, str], *, now: datetime | None = None
 ) -> list[Window]:
     """Every complete window in `headers` (names in lower case); [] when the provider sent none."""
-    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+    lowered = _lower(headers)
     if any(name.startswith("anthropic-ratelimit-") for name in lowered):
         return _anthropic(lowered, now or datetime.now(UTC))
     request_period = DAY if protocol == "groq" else MINUTE
     windows = []
     for unit, period in (("requests", request_period), ("tokens", MINUTE)):
-        window = _window(
-            unit,
-            unit,
-            period,
-            lowered.get(f"x-ratelimit-limit-{unit}"),
-            lowered.get(f"x-ratelimit-remaining-{unit}"),
-            _duration(lowered.get(f"x-ratelimit-reset-{unit}")),
-        )
+        limit, remaining, reset_s = _openai_fields(lowered, unit)
+        window = _window(unit, unit, period, limit, remaining, reset_s)
         if window is not None:
             windows.append(window)
     return windows
+
+
+def retry_after_header(headers: Mapping[str, str]) -> float | None:
+    """Seconds a refusal asks us to wait: ``retry-after-ms``, else ``retry-after`` in seconds
+    (``7``), as a Go duration or as an HTTP date; None when neither says anything usable."""
+    lowered = _lower(headers)
+    if "retry-after-ms" in lowered:
+        try:
+            return max(0.0, float(lowered["retry-after-ms"]) / 1000)
+        except ValueError:
+            pass
+    if "retry-after" in lowered:
+        value = lowered["retry-after"].strip()
+        seconds = parse_duration(value)
+        if seconds is not None:
+            return seconds
+        try:
+            moment = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            moment = None
+        if moment is not None:
+            return max(0.0, (moment - datetime.now(UTC)).total_seconds())
+    return None
+
+
+def latest_reset(headers: Mapping[str, str]) -> float | None:
+    """Seconds until the later of the ``x-ratelimit-reset-{requests,tokens}`` resets."""
+    lowered = _lower(headers)
+    known = [_openai_fields(lowered, unit)[2] for unit in ("requests", "tokens")]
+    resets = [reset for reset in known if reset is not None]
+    return max(resets) if resets else None
+
+
+def exhausted_until_reset(headers: Mapping[str, str]) -> float | None:
+    """On a success: seconds until the key may be used again if a window is already spent
+    (``x-ratelimit-remaining-*`` at 0 with its reset, even when no limit came with them)."""
+    lowered = _lower(headers)
+    waits = []
+    for unit in ("requests", "tokens"):
+        _, remaining, reset_s = _openai_fields(lowered, unit)
+        if remaining is None or reset_s is None:
+            continue
+        try:
+            if float(remaining) > 0:
+                continue
+        except ValueError:
+            continue
+        waits.append(reset_s)
+    return max(waits) if waits else None
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def parse_duration(text: str) -> float | None:
+    """Go's duration text (``12ms``, ``1s``, ``6m0s``, ``2m59.56s``) or bare seconds (``7``)
+    -> seconds; None when it is neither."""
+    text = text.strip().lower()
+    if not text:
+        return None
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    total = 0.0
+    matched = ""
+    for number, unit in _DURATION_PART.findall(text):
+        value = float(number)
+        total += {"ms": value / 1000, "s": value, "m": value * 60, "h": value * 3600}[unit]
+        matched += number + unit
+    return total if matched and matched == text.replace(" ", "") else None
+
+
+def _lower(headers: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in headers.items()}
+
+
+def _openai_fields(
+    lowered: Mapping[str, str], unit: str
+) -> tuple[str | None, str | None, float | None]:
+    """``x-ratelimit-{limit,remaining,reset}-{unit}``: limit and remaining as sent, the reset
+    in seconds."""
+    return (
+        lowered.get(f"x-ratelimit-limit-{unit}"),
+        lowered.get(f"x-ratelimit-remaining-{unit}"),
+        _duration(lowered.get(f"x-ratelimit-reset-{unit}")),
+    )
 
 
 _REFUSAL = re.compile(

@@ -1,4 +1,13 @@
-"""Token counts for our own usage estimates, without importing litellm into the bot.
+"""Every token count we make ourselves, without importing litellm into the bot.
+
+Three questions, three answers, one module:
+- `count_text` / `count_messages`: what the provider will bill (usage we record when it
+  reported none): gpt-4o's tokenizer, exactly as litellm counts.
+- `estimate_tokens`: an upper bound that never loads the tokenizer, for fitting text into a
+  budget (the prompt, a document, a consolidation chunk): overcounting is safe there.
+- `estimate_prompt_tokens`: a quick guess of a request's size that never loads the tokenizer,
+  for pacing it against a provider's tokens-per-minute window on every call.
+
 
 litellm lives in the provider worker (models/worker.py); importing it here as well would cost
 the bot about 150 MB of memory for one function. `litellm.token_counter(model="gpt-4o", ...)`
@@ -91,3 +100,26 @@ def count_messages(messages: list[dict[str, Any]]) -> int:
             total += count_text(str(function.get("name") or ""))
             total += count_text(str(function.get("arguments") or ""))
     return total
+
+
+def estimate_tokens(text: str) -> int:
+    """A deliberately pessimistic token count: 2.5 UTF-8 bytes per token.
+
+    English runs ~4 characters per token and CJK ~1 token per character (3 bytes); dividing the
+    byte length by 2.5 overestimates both, so a chunk that fits here fits the real tokenizer.
+    """
+    return len(text.encode("utf-8")) * 2 // 5 + 1
+
+
+def estimate_prompt_tokens(messages: list[dict[str, Any]]) -> float:
+    """Roughly what a request costs against a token limit: ~4 characters per token of its
+    texts. Cheap enough for every call on the chat loop; the provider's headers correct it."""
+    chars = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            parts = [part for part in content if isinstance(part, dict)]
+            chars += sum(len(str(part.get("text", ""))) for part in parts)
+    return chars / 4

@@ -33,23 +33,22 @@ from typing import Any
 
 import structlog
 
+from models.breakers import BreakerChange, CircuitBreaker, RetryBudget
 from models.catalog import Catalog, ModelEntry
 from models.errors import (
     Classified,
     classify,
     classify_exception,
     evidence_from_wire,
-    exhausted_until_reset,
 )
 from models.gateways import Gateway
 from models.ipc import ClientSpec, ProviderFailure
 from models.keys import KeyRing
-from models.limits import BreakerChange, CircuitBreaker, RetryBudget
 from models.offloop import PROVIDERS
 from models.pacing import GatewayPacer, Priority, Ticket
-from models.ratelimits import read_windows, refusal_windows
+from models.ratelimits import exhausted_until_reset, read_windows, refusal_windows
 from models.streamtext import WholeCharacters
-from models.tokens import count_messages, count_text
+from models.tokens import count_messages, count_text, estimate_prompt_tokens
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
     NO_KEY,
@@ -683,7 +682,7 @@ class _CallPlan:
         self.timeout = timeout  # also the longest wait for a gateway's queue, per attempt
         self.user_key = user_key if user_key is not None else object()
         self.priority = priority
-        self.cost_tokens = _estimate_tokens(messages)
+        self.cost_tokens = estimate_prompt_tokens(messages)
         head = transport.catalog.get(model_id)
         self.chain = list(transport.catalog.chain(model_id)) if walk_chain else [head]
         self.position = 0
@@ -977,19 +976,6 @@ def _spent_until_reset(protocol: str, headers: Mapping[str, str]) -> float | Non
     if partial is not None:
         waits.append(partial)
     return max(waits) if waits else None
-
-
-def _estimate_tokens(messages: list[Message]) -> float:
-    """Roughly what a request costs against a token limit: ~4 characters per token."""
-    chars = 0
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            chars += len(content)
-        elif isinstance(content, list):
-            parts = [part for part in content if isinstance(part, dict)]
-            chars += sum(len(str(part.get("text", ""))) for part in parts)
-    return chars / 4
 
 
 def _count_tokens(*, messages: list[Message] | None = None, text: str = "") -> int:

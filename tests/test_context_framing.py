@@ -9,7 +9,7 @@ import re
 
 from memory.context import IMAGE_TOKENS, Framing, build_prompt, prompt_message, reply_reserve
 from memory.store import StoredMessage
-from memory.transcript import estimate_tokens
+from models.tokens import estimate_tokens
 from models.types import ToolCall
 from tests.e2e_bot import TESTDATA
 from tests.memory_sessions import claude_code_session, oasst_multilingual

@@ -12,7 +12,7 @@ import memory.document_reader
 import memory.documents
 from memory.document_reader import read_document
 from memory.documents import DocumentError, document_kind, extract_text, trim_to_tokens
-from memory.transcript import estimate_tokens
+from models.tokens import estimate_tokens
 from tests.e2e_bot import MEDIA, TESTDATA
 from tests.hostile_pdfs import pdf_bomb, surrogate_pdf
 

@@ -16,8 +16,6 @@ from models.errors import (
     classify,
     classify_exception,
     evidence_from_wire,
-    exhausted_until_reset,
-    parse_duration,
     parse_retry_after,
 )
 from models.types import Outcome, StreamDone, TransportError
@@ -226,14 +224,6 @@ def test_unknown_failure_without_evidence_is_retryable_not_success() -> None:
     assert result.outcome is Outcome.UNAVAILABLE and result.outcome.retryable
 
 
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("26s", 26), ("1m30.5s", 90.5), ("120ms", 0.12), ("7", 7), ("2h", 7200), ("soon", None)],
-)
-def test_parse_duration(text: str, seconds: float | None) -> None:
-    assert parse_duration(text) == (pytest.approx(seconds) if seconds is not None else None)
-
-
 def test_retry_after_sources_in_order() -> None:
     assert parse_retry_after({"Retry-After-Ms": "1500", "retry-after": "9"}) == 1.5
     assert parse_retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
@@ -242,18 +232,6 @@ def test_retry_after_sources_in_order() -> None:
     hint = {"error": {"message": "Please try again in 1m2.5s."}}
     assert parse_retry_after({}, [hint]) == pytest.approx(62.5)
     assert parse_retry_after({}, []) is None
-
-
-def test_success_headers_announce_a_spent_window() -> None:
-    assert exhausted_until_reset(
-        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2.5s"}
-    ) == pytest.approx(2.5)
-    assert (
-        exhausted_until_reset(
-            {"x-ratelimit-remaining-requests": "12", "x-ratelimit-reset-requests": "2.5s"}
-        )
-        is None
-    )
 
 
 @pytest.mark.parametrize("refusal", sorted(TOOL_CHOICE_REFUSALS))

@@ -14,11 +14,11 @@ from memory.store import Store
 from memory.transcript import (
     TOOL_RESULT_LABEL,
     chunk_messages,
-    estimate_tokens,
     render_message,
     trim_middle,
 )
 from models.catalog import load_catalog
+from models.tokens import estimate_tokens
 from tests.memory_sessions import (
     REAL_SESSIONS,
     SettableClock,

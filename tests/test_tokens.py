@@ -52,3 +52,29 @@ async def test_before_the_encoding_is_loaded_a_text_counts_a_token_per_4_bytes(
     # ... and the first such count started loading it, off the caller's thread.
     await wait_until(lambda: tokens._encoding is not None, "the encoding to load", 10.0)
     assert tokens.count_text(text) == litellm.token_counter(model="gpt-4o", text=text)
+
+
+def test_the_budget_estimate_never_undercounts_real_multilingual_messages() -> None:
+    """`estimate_tokens` fits prompts, documents and chunks into budgets: it must be at least
+    the real tokenizer's count, in every script (a token per 4 bytes undercounts 12 of these
+    60 messages, per 4 characters 36)."""
+    tokens.load()
+    texts = [m.content for m in oasst_multilingual(60)]
+    assert len({text[:1] for text in texts}) > 10  # many scripts, not one
+    for text in texts:
+        assert tokens.estimate_tokens(text) >= tokens.count_text(text), text[:40]
+
+
+def test_the_pacing_estimate_counts_a_quarter_token_per_character_of_text() -> None:
+    messages = [
+        {"role": "system", "content": "x" * 40},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "東京の天気は"},  # 6 characters, whatever their bytes
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            ],
+        },
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+    ]
+    assert tokens.estimate_prompt_tokens(messages) == (40 + 6) / 4

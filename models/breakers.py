@@ -1,8 +1,9 @@
-"""Load limits that keep one provider's trouble from becoming everyone's: token buckets per
-gateway, circuit breakers per model and per gateway, and one global retry budget.
+"""What keeps one provider's trouble from becoming everyone's: circuit breakers per model and
+per gateway stop sending to what keeps failing, and one global retry budget bounds the extra
+load our retries add to a provider that struggles.
 
-All three are plain synchronous state machines driven by an injected clock, so tests can step
-time instead of sleeping, and the transport (single event loop) needs no locks.
+Both are plain synchronous state machines driven by an injected clock, so tests can step time
+instead of sleeping; the transport uses them from its one event loop, so they need no locks.
 """
 
 from __future__ import annotations
@@ -12,53 +13,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 Clock = Callable[[], float]
-
-
-class TokenBucket:
-    """Requests per second with a small burst: the gateway ceiling (`*_RPS`) and the pace
-    learned from a provider's per-minute limits. Plain state: `GatewayPacer` decides who may
-    take a token, so a crowd of waiters costs one timer, not one wake-up each per token.
-    """
-
-    def __init__(self, rate: float, burst: float, clock: Clock) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError("rate must be positive and burst at least 1")
-        self.rate = rate
-        self.burst = burst
-        self._clock = clock
-        self._tokens = burst
-        self._updated = clock()
-
-    def _refill(self) -> None:
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.rate)
-        self._updated = now
-
-    @property
-    def tokens(self) -> float:
-        self._refill()
-        return self._tokens
-
-    def available_in(self) -> float:
-        """Seconds until a token is there (0.0: now), without taking it."""
-        self._refill()
-        if self._tokens >= 1 - 1e-9:  # float slack: a wait of 1e-16 s would never end
-            return 0.0
-        return (1 - self._tokens) / self.rate
-
-    def try_take(self) -> float:
-        """0.0 when a token was taken; otherwise seconds until one will be there."""
-        wait = self.available_in()
-        if wait == 0.0:
-            self._tokens -= 1
-        return wait
-
-    def retune(self, rate: float, burst: float) -> None:
-        """New rate and burst (a provider told us its limit); tokens already saved stay."""
-        self._refill()
-        self.rate = rate
-        self.burst = burst
-        self._tokens = min(self._tokens, burst)
 
 
 class BreakerState(StrEnum):
