@@ -18,7 +18,7 @@ import structlog
 from telegram import Message, MessageEntity, Update
 from telegram.error import BadRequest, TelegramError
 
-from bot.i18n import t
+from bot.ui.i18n import t
 
 if TYPE_CHECKING:
     from bot.config import Settings

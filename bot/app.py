@@ -17,7 +17,6 @@ import structlog
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 from telegram.request import HTTPXRequest
 
-from bot.commands import register_commands
 from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys
 from bot.handlers import register_handlers
 from bot.lifecycle import LIFECYCLE_KEY, Lifecycle
@@ -27,6 +26,7 @@ from bot.ops_handlers import attach_operations, register_operations_handlers
 from bot.reminders import attach_reminders, register_reminder_handlers
 from bot.runner import run_bot
 from bot.services import SERVICES_KEY, Prepared, Services, available_models
+from bot.ui.commands import register_commands
 from memory.store import Clock
 from models.catalog import Catalog, CatalogError, declared_gateways, load_catalog
 from models.gateways import Gateway

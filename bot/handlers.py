@@ -30,12 +30,12 @@ from bot.access import (
     strip_bot_mentions,
     user_language,
 )
-from bot.commands import BOT_COMMANDS
-from bot.i18n import t
-from bot.keyboards import is_model_callback, model_keyboard, resolve_model_callback
 from bot.media import RETRY_PREFIX, media_message, retry_callback
 from bot.services import Services, services_of
 from bot.turns import run_chat_turn, turn_request_for
+from bot.ui.commands import BOT_COMMANDS
+from bot.ui.i18n import t
+from bot.ui.keyboards import is_model_callback, model_keyboard, resolve_model_callback
 
 log = structlog.get_logger("bot.handlers")
 

@@ -45,9 +45,6 @@ from bot.access import (
     strip_bot_mentions,
     user_language,
 )
-from bot.i18n import t
-from bot.keyboards import model_keyboard
-from bot.render import utf16_len
 from bot.services import Services, services_of
 from bot.turns import (
     TurnRequest,
@@ -56,6 +53,9 @@ from bot.turns import (
     send_plain,
     turn_request_for,
 )
+from bot.ui.i18n import t
+from bot.ui.keyboards import model_keyboard
+from bot.ui.render import utf16_len
 from memory.audio import ogg_seconds
 from memory.document_reader import read_document
 from memory.documents import DocumentError, document_kind, trim_to_chars

@@ -23,10 +23,10 @@ from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
 
 from bot.access import admit, clean_text, say, user_language
-from bot.commands import BOT_COMMANDS
-from bot.i18n import t
-from bot.render import split_plain
 from bot.services import Services, services_of
+from bot.ui.commands import BOT_COMMANDS
+from bot.ui.i18n import t
+from bot.ui.render import split_plain
 from memory.archive import ArchivePurger
 from memory.consolidation import Consolidator
 from memory.forget import forget_chat

@@ -16,13 +16,13 @@ from telegram.error import TelegramError
 from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler, filters
 
 from bot.access import admit, is_group, say, user_allowed, user_language
-from bot.commands import BOT_COMMANDS
-from bot.i18n import t
 from bot.lifecycle import lifecycle_of
 from bot.limits import TurnGuard
 from bot.reminders import reminder_stats_text
 from bot.services import Services, services_of
-from bot.stats import build_stats_text, everyone_text, usage_text
+from bot.ui.commands import BOT_COMMANDS
+from bot.ui.i18n import t
+from bot.ui.stats import build_stats_text, everyone_text, usage_text
 from memory.usage import Budgets, UsageLedger
 
 log = structlog.get_logger("bot.ops")

@@ -27,11 +27,11 @@ from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, Tele
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes, filters
 
 from bot.access import admit, clean_text, say, user_allowed, user_language
-from bot.commands import BOT_COMMANDS
 from bot.config import Settings
-from bot.i18n import t
-from bot.reminder_texts import button_label, fired_html, fired_text, list_text, local_date
 from bot.services import Services, services_of
+from bot.ui.commands import BOT_COMMANDS
+from bot.ui.i18n import t
+from bot.ui.reminder_texts import button_label, fired_html, fired_text, list_text, local_date
 from memory.reminder_rules import to_local, zone
 from memory.reminder_scheduler import (
     Delivered,

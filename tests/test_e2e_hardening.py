@@ -18,7 +18,7 @@ import structlog
 from telegram import Update
 from telegram.ext import ContextTypes, MessageHandler, filters
 
-from bot.i18n import t
+from bot.ui.i18n import t
 from tests.conftest import FakeClock
 from tests.e2e_bot import FRIEND, OWNER, STRANGER, TESTDATA, BotUnderTest, bot_under_test
 
