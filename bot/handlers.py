@@ -32,7 +32,7 @@ from bot.access import (
 )
 from bot.media import RETRY_PREFIX, media_message, retry_callback
 from bot.services import Services, services_of
-from bot.turns import run_chat_turn, turn_request_for
+from bot.turns.turn import run_chat_turn, turn_request_for
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.keyboards import is_model_callback, model_keyboard, resolve_model_callback

@@ -22,7 +22,7 @@ from telegram.ext import Application, BaseUpdateProcessor
 from memory.store import to_iso, utc_now
 
 if TYPE_CHECKING:
-    from bot.chat_turns import ChatTurns
+    from bot.turns.chat_turns import ChatTurns
     from memory.db import Database
 
 log = structlog.get_logger("bot.lifecycle")

@@ -46,7 +46,7 @@ from bot.access import (
     user_language,
 )
 from bot.services import Services, services_of
-from bot.turns import (
+from bot.turns.turn import (
     TurnRequest,
     failure_reason,
     run_chat_turn,

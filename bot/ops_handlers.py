@@ -17,9 +17,9 @@ from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler,
 
 from bot.access import admit, is_group, say, user_allowed, user_language
 from bot.lifecycle import lifecycle_of
-from bot.limits import TurnGuard
 from bot.reminders import reminder_stats_text
 from bot.services import Services, services_of
+from bot.turns.limits import TurnGuard
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.stats import build_stats_text, everyone_text, usage_text

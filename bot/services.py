@@ -17,9 +17,9 @@ from telegram.ext import Application
 
 from agent.loop import AgentLoop
 from bot.access import RefusalThrottle
-from bot.chat_turns import ChatTurns
 from bot.config import Settings, provider_workers
 from bot.lifecycle import Lifecycle
+from bot.turns.chat_turns import ChatTurns
 from memory.chat_tools import ChatTools
 from memory.db import Database
 from memory.store import Clock, Store, utc_now
@@ -27,7 +27,7 @@ from models.catalog import Catalog, ModelEntry
 from models.gateways import Gateway
 
 if TYPE_CHECKING:
-    from bot.limits import TurnGuard
+    from bot.turns.limits import TurnGuard
     from models.transport import Transport
 
 log = structlog.get_logger("bot.services")

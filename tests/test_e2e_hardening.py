@@ -268,7 +268,7 @@ async def test_a_long_group_message_is_answered_whole(tmp_path: Path) -> None:
 
 
 async def test_a_flood_of_full_parts_is_stopped_at_the_cap(tmp_path: Path) -> None:
-    from bot.joiner import MAX_SPLIT_PARTS
+    from bot.turns.joiner import MAX_SPLIT_PARTS
     from tests.test_joiner import TELEGRAM_MESSAGE_LIMIT, _long_real_text, client_split
 
     text = _long_real_text("en", (MAX_SPLIT_PARTS + 4) * TELEGRAM_MESSAGE_LIMIT)

@@ -6,7 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from bot.joiner import TELEGRAM_MESSAGE_LIMIT, MessageJoiner, join_parts
+from bot.turns.joiner import TELEGRAM_MESSAGE_LIMIT, MessageJoiner, join_parts
 from bot.ui.render import utf16_len
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.limits import UserRateLimiter, input_too_long
+from bot.turns.limits import UserRateLimiter, input_too_long
 
 ANN, BOB = 1, 2
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot.limits import BUDGET_KEYS, money
+from bot.turns.limits import BUDGET_KEYS, money
 from bot.ui.i18n import t
 from memory.db import Database
 from memory.jobs import ConsolidationStats, consolidation_stats

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from bot.joiner import MessageJoiner
+from bot.turns.joiner import MessageJoiner
 from memory.usage import Budgets, Cap, UsageLedger
 
 WINDOW_SECONDS = 60.0
