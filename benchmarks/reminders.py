@@ -41,7 +41,7 @@ import structlog
 
 from benchmarks.common import percentile
 from bot.app import build_application, prepare, running
-from bot.reminders import reminders_of
+from bot.handlers.reminders import reminders_of
 from memory.db import Database
 from memory.store import to_iso
 from tests.e2e_bot import FakeServers, fake_settings

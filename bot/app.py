@@ -18,12 +18,12 @@ from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 from telegram.request import HTTPXRequest
 
 from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys
-from bot.handlers import register_handlers
+from bot.handlers.chat import register_handlers
+from bot.handlers.memory import attach_memory, register_memory_handlers
+from bot.handlers.ops import attach_operations, register_operations_handlers
+from bot.handlers.reminders import attach_reminders, register_reminder_handlers
 from bot.lifecycle import LIFECYCLE_KEY, Lifecycle
 from bot.logging_setup import redactor
-from bot.memory_handlers import attach_memory, register_memory_handlers
-from bot.ops_handlers import attach_operations, register_operations_handlers
-from bot.reminders import attach_reminders, register_reminder_handlers
 from bot.runner import run_bot
 from bot.services import SERVICES_KEY, Prepared, Services, available_models
 from bot.ui.commands import register_commands

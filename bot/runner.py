@@ -28,10 +28,10 @@ from urllib.parse import urlsplit
 import structlog
 from telegram.ext import Application
 
+from bot.handlers.memory import MEMORY_KEY
 from bot.health import HealthServer
 from bot.heap import freeze_start_up_heap
 from bot.lifecycle import lifecycle_of
-from bot.memory_handlers import MEMORY_KEY
 from bot.services import SERVICES_KEY, Services
 from memory.store import from_iso, utc_now
 

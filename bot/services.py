@@ -16,8 +16,8 @@ import structlog
 from telegram.ext import Application
 
 from agent.loop import AgentLoop
-from bot.access import RefusalThrottle
 from bot.config import Settings, provider_workers
+from bot.handlers.access import RefusalThrottle
 from bot.lifecycle import Lifecycle
 from bot.turns.chat_turns import ChatTurns
 from memory.chat_tools import ChatTools

@@ -26,8 +26,8 @@ from typing import Any
 
 from bot.app import build_application, prepare, running
 from bot.config import Settings, load_settings
+from bot.handlers.memory import MEMORY_KEY, MemoryFeature
 from bot.lifecycle import lifecycle_of
-from bot.memory_handlers import MEMORY_KEY, MemoryFeature
 from bot.services import Prepared, Services, services_of
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram

@@ -112,7 +112,7 @@ async def test_a_stranger_is_refused_once_however_often_they_write(tmp_path: Pat
 
 
 def test_refusal_throttle_is_hourly_and_bounded() -> None:
-    from bot.access import RefusalThrottle
+    from bot.handlers.access import RefusalThrottle
 
     clock = FakeClock()
     throttle = RefusalThrottle(capacity=3, clock=clock)

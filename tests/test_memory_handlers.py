@@ -14,7 +14,7 @@ import pytest
 
 from bot.app import build_application, prepare, running
 from bot.config import load_settings
-from bot.memory_handlers import MEMORY_KEY, MemoryFeature
+from bot.handlers.memory import MEMORY_KEY, MemoryFeature
 from bot.services import services_of
 from bot.ui.i18n import t
 from bot.ui.render import split_plain, utf16_len

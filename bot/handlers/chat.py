@@ -20,7 +20,7 @@ from telegram.ext import (
     filters,
 )
 
-from bot.access import (
+from bot.handlers.access import (
     admit,
     clean_text,
     is_addressed_to_bot,
@@ -30,7 +30,7 @@ from bot.access import (
     strip_bot_mentions,
     user_language,
 )
-from bot.media import RETRY_PREFIX, media_message, retry_callback
+from bot.handlers.media import RETRY_PREFIX, media_message, retry_callback
 from bot.services import Services, services_of
 from bot.turns.turn import run_chat_turn, turn_request_for
 from bot.ui.commands import BOT_COMMANDS

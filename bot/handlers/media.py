@@ -36,7 +36,7 @@ from telegram.constants import ChatType, ParseMode
 from telegram.error import TelegramError
 from telegram.ext import ContextTypes
 
-from bot.access import (
+from bot.handlers.access import (
     admit,
     clean_text,
     is_addressed_to_bot,

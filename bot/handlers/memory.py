@@ -22,7 +22,7 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
 
-from bot.access import admit, clean_text, say, user_language
+from bot.handlers.access import admit, clean_text, say, user_language
 from bot.services import Services, services_of
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t

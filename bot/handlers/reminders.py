@@ -26,8 +26,8 @@ from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes, filters
 
-from bot.access import admit, clean_text, say, user_allowed, user_language
 from bot.config import Settings
+from bot.handlers.access import admit, clean_text, say, user_allowed, user_language
 from bot.services import Services, services_of
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
