@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import structlog
 
 from benchmarks.common import percentile
-from bot.app import build_application, prepare, running
+from bot.app.wiring import build_application, prepare, running
 from bot.handlers.reminders import reminders_of
 from memory.db import Database
 from memory.store import to_iso

@@ -20,6 +20,7 @@ from telegram.ext import (
     filters,
 )
 
+from bot.app.services import Services, services_of
 from bot.handlers.access import (
     admit,
     clean_text,
@@ -31,7 +32,6 @@ from bot.handlers.access import (
     user_language,
 )
 from bot.handlers.media import RETRY_PREFIX, media_message, retry_callback
-from bot.services import Services, services_of
 from bot.turns.turn import run_chat_turn, turn_request_for
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t

@@ -36,6 +36,7 @@ from telegram.constants import ChatType, ParseMode
 from telegram.error import TelegramError
 from telegram.ext import ContextTypes
 
+from bot.app.services import Services, services_of
 from bot.handlers.access import (
     admit,
     clean_text,
@@ -45,7 +46,6 @@ from bot.handlers.access import (
     strip_bot_mentions,
     user_language,
 )
-from bot.services import Services, services_of
 from bot.turns.turn import (
     TurnRequest,
     failure_reason,

@@ -22,8 +22,8 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
 
+from bot.app.services import Services, services_of
 from bot.handlers.access import admit, clean_text, say, user_language
-from bot.services import Services, services_of
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.render import split_plain
@@ -280,7 +280,7 @@ def add_export_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from bot.config import load_settings
+    from bot.app.config import load_settings
     from memory.db import Database
     from memory.export import export_chat
 

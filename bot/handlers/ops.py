@@ -15,10 +15,10 @@ from telegram import BotCommand, BotCommandScopeChat, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler, filters
 
+from bot.app.lifecycle import lifecycle_of
+from bot.app.services import Services, services_of
 from bot.handlers.access import admit, is_group, say, user_allowed, user_language
 from bot.handlers.reminders import reminder_stats_text
-from bot.lifecycle import lifecycle_of
-from bot.services import Services, services_of
 from bot.turns.limits import TurnGuard
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t

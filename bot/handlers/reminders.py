@@ -26,9 +26,9 @@ from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes, filters
 
-from bot.config import Settings
+from bot.app.config import Settings
+from bot.app.services import Services, services_of
 from bot.handlers.access import admit, clean_text, say, user_allowed, user_language
-from bot.services import Services, services_of
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.reminder_texts import button_label, fired_html, fired_text, list_text, local_date

@@ -30,7 +30,7 @@ from models.catalog import ModelEntry
 from models.types import Outcome, StreamRestart, TextDelta, TransportError
 
 if TYPE_CHECKING:
-    from bot.services import Services
+    from bot.app.services import Services
 
 log = structlog.get_logger("bot.turns")
 

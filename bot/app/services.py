@@ -16,9 +16,9 @@ import structlog
 from telegram.ext import Application
 
 from agent.loop import AgentLoop
-from bot.config import Settings, provider_workers
+from bot.app.config import Settings, provider_workers
+from bot.app.lifecycle import Lifecycle
 from bot.handlers.access import RefusalThrottle
-from bot.lifecycle import Lifecycle
 from bot.turns.chat_turns import ChatTurns
 from memory.chat_tools import ChatTools
 from memory.db import Database

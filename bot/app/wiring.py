@@ -17,15 +17,15 @@ import structlog
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 from telegram.request import HTTPXRequest
 
-from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys
+from bot.app.config import SETTING_NAMES, ConfigError, Settings, gateway_keys
+from bot.app.lifecycle import LIFECYCLE_KEY, Lifecycle
+from bot.app.runner import run_bot
+from bot.app.services import SERVICES_KEY, Prepared, Services, available_models
 from bot.handlers.chat import register_handlers
 from bot.handlers.memory import attach_memory, register_memory_handlers
 from bot.handlers.ops import attach_operations, register_operations_handlers
 from bot.handlers.reminders import attach_reminders, register_reminder_handlers
-from bot.lifecycle import LIFECYCLE_KEY, Lifecycle
 from bot.logging_setup import redactor
-from bot.runner import run_bot
-from bot.services import SERVICES_KEY, Prepared, Services, available_models
 from bot.ui.commands import register_commands
 from memory.store import Clock
 from models.catalog import Catalog, CatalogError, declared_gateways, load_catalog
