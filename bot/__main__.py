@@ -61,7 +61,7 @@ SUBCOMMANDS.append(_add_export)
 
 
 def _add_backup(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from bot.backup import add_backup_command
+    from bot.cli.backup import add_backup_command
 
     add_backup_command(subparsers)
 
