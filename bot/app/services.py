@@ -1,7 +1,7 @@
 """The long-lived objects every handler uses (`Services`), and what start-up prepared for them.
 
 A module of its own so that handlers, turns and the runner can import `Services` from here,
-while `bot/app.py` — which imports all of them to wire the application — stays the one module
+while `bot/app/wiring.py` — which imports all of them to wire the application — stays the one module
 that points at everything and is pointed at by nothing but the entry point.
 """
 
@@ -77,7 +77,7 @@ class Services:
     # Operations (bot/ops_handlers.attach_operations): graceful stop, limits and budgets.
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
     guard: TurnGuard | None = None
-    # Strangers are told no at most once an hour each (bot/access.py).
+    # Strangers are told no at most once an hour each (bot/handlers/access.py).
     refusals: RefusalThrottle = field(default_factory=RefusalThrottle)
     # The chat turn's agent loop (agent/), built in `open`.
     agent: AgentLoop | None = None

@@ -258,5 +258,5 @@ async def running(
 
 def run_polling(prepared: Prepared) -> None:
     """The main job: poll Telegram (or serve the webhook) until SIGINT/SIGTERM, then stop
-    gracefully (bot/runner.py)."""
+    gracefully (bot/app/runner.py)."""
     run_bot(build_application(prepared), prepared.settings)

@@ -1,4 +1,4 @@
-"""Telegram handlers: commands, chat text, /model callbacks; media lives in bot/media.py.
+"""Telegram handlers: commands, chat text, /model callbacks; media lives in bot/handlers/media.py.
 
 Every handler runs the access check first, so a stranger costs no model call and leaves no row
 in the database. Handlers only translate updates into calls on `Services` and `bot.turns`.
@@ -266,8 +266,8 @@ def register_handlers(application: Application[Any, Any, Any, Any, Any, Any]) ->
         MessageHandler(new_messages & filters.COMMAND, unknown_command), group=UNKNOWN_GROUP
     )
     # Anything else a user can send (service messages such as "X joined" are not answered):
-    # voice, audio, video notes, photos and documents are read (bot/media.py); the rest get a
-    # polite line saying what the bot reads.
+    # voice, audio, video notes, photos and documents are read (bot/handlers/media.py); the rest
+    # get a polite line saying what the bot reads.
     application.add_handler(
         MessageHandler(
             new_messages & ~filters.TEXT & ~filters.StatusUpdate.ALL,

@@ -1,5 +1,5 @@
 """Operations in the bot: /usage, /stats, the turn guard, the chat's remembered language, and
-the graceful-stop wiring (see bot/runner.py and bot/lifecycle.py).
+the graceful-stop wiring (see bot/app/runner.py and bot/app/lifecycle.py).
 
 `attach_operations` runs in post_init after the services open; `register_operations_handlers`
 adds the commands when the application is built.
