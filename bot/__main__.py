@@ -52,7 +52,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]]
 
 
 def _add_export(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from bot.handlers.memory import add_export_command
+    from bot.cli.export import add_export_command
 
     add_export_command(subparsers)
 
