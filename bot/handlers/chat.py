@@ -21,15 +21,13 @@ from telegram.ext import (
 )
 
 from bot.app.services import Services, services_of
-from bot.handlers.access import (
-    admit,
+from bot.handlers.access import admit, say, user_language
+from bot.handlers.incoming import (
     clean_text,
     is_addressed_to_bot,
     is_group,
     message_saved,
-    say,
     strip_bot_mentions,
-    user_language,
 )
 from bot.handlers.media import RETRY_PREFIX, media_message, retry_callback
 from bot.turns.turn import run_chat_turn, turn_request_for

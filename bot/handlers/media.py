@@ -37,15 +37,8 @@ from telegram.error import TelegramError
 from telegram.ext import ContextTypes
 
 from bot.app.services import Services, services_of
-from bot.handlers.access import (
-    admit,
-    clean_text,
-    is_addressed_to_bot,
-    is_group,
-    say,
-    strip_bot_mentions,
-    user_language,
-)
+from bot.handlers.access import admit, say, user_language
+from bot.handlers.incoming import clean_text, is_addressed_to_bot, is_group, strip_bot_mentions
 from bot.turns.turn import (
     TurnRequest,
     failure_reason,

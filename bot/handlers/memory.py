@@ -20,7 +20,8 @@ from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
 
 from bot.app.services import Services, services_of
-from bot.handlers.access import admit, clean_text, say, user_language
+from bot.handlers.access import admit, say, user_language
+from bot.handlers.incoming import clean_text
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.render import split_plain

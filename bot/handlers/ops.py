@@ -17,7 +17,8 @@ from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler,
 
 from bot.app.lifecycle import lifecycle_of
 from bot.app.services import Services, services_of
-from bot.handlers.access import admit, is_group, say, user_allowed, user_language
+from bot.handlers.access import admit, say, user_allowed, user_language
+from bot.handlers.incoming import is_group
 from bot.handlers.reminders import reminder_stats_text
 from bot.turns.limits import TurnGuard
 from bot.ui.commands import BOT_COMMANDS

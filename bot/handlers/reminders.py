@@ -28,7 +28,8 @@ from telegram.ext import Application, CallbackQueryHandler, CommandHandler, Cont
 
 from bot.app.config import Settings
 from bot.app.services import Services, services_of
-from bot.handlers.access import admit, clean_text, say, user_allowed, user_language
+from bot.handlers.access import admit, say, user_allowed, user_language
+from bot.handlers.incoming import clean_text
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.reminder_texts import button_label, fired_html, fired_text, list_text, local_date

@@ -17,7 +17,7 @@ from telegram.error import TelegramError
 
 from agent.events import AgentDone, Receipt, ToolRound
 from agent.loop import AgentTurn
-from bot.handlers.access import is_group, mark_message_saved, quoted_text
+from bot.handlers.incoming import is_group, mark_message_saved, quoted_text
 from bot.ui.i18n import t
 from bot.ui.reminder_texts import reminder_receipt_line
 from bot.ui.render import utf16_len
