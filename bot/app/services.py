@@ -74,7 +74,7 @@ class Services:
     memory_text: Callable[[int], Awaitable[str]] = _no_long_term_memory
     edit_interval: float = 1.0
     on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    # Operations (bot/ops_handlers.attach_operations): graceful stop, limits and budgets.
+    # Operations (bot/app/turn_guard.attach_turn_guard): graceful stop, limits and budgets.
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
     guard: TurnGuard | None = None
     # Strangers are told no at most once an hour each (bot/handlers/access.py).

@@ -21,6 +21,7 @@ from bot.app.config import SETTING_NAMES, ConfigError, Settings, gateway_keys
 from bot.app.lifecycle import LIFECYCLE_KEY, Lifecycle
 from bot.app.runner import run_bot
 from bot.app.services import SERVICES_KEY, Prepared, Services, available_models
+from bot.app.turn_guard import attach_turn_guard
 from bot.handlers.chat import register_handlers
 from bot.handlers.memory import attach_memory, register_memory_handlers
 from bot.handlers.ops import attach_operations, register_operations_handlers
@@ -185,6 +186,7 @@ def build_application(
         services.edit_interval = edit_interval
         application.bot_data[SERVICES_KEY] = services
         await attach_memory(application, services)
+        attach_turn_guard(application, services)
         await attach_operations(application, services)
         await attach_reminders(application, services)
         await register_commands(application)
