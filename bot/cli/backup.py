@@ -131,7 +131,7 @@ def add_backup_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bot.backup",
+        prog="python -m bot.cli.backup",
         description="Make a consistent copy of the database while the bot runs.",
     )
     _configure(parser)
