@@ -22,8 +22,8 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bot.app import prepare, run_polling, secrets_of
-    from bot.config import load_settings
+    from bot.app.config import load_settings
+    from bot.app.wiring import prepare, run_polling, secrets_of
     from bot.logging_setup import configure_logging
 
     settings = load_settings()
@@ -52,7 +52,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]]
 
 
 def _add_export(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from bot.memory_handlers import add_export_command
+    from bot.cli.export import add_export_command
 
     add_export_command(subparsers)
 
@@ -61,7 +61,7 @@ SUBCOMMANDS.append(_add_export)
 
 
 def _add_backup(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from bot.backup import add_backup_command
+    from bot.cli.backup import add_backup_command
 
     add_backup_command(subparsers)
 
@@ -72,7 +72,7 @@ SUBCOMMANDS.append(_add_backup)
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Nothing escapes unscrubbed: a configuration error is one line, any
     other failure is logged through the redacting pipeline and summed up in one line."""
-    from bot.config import ConfigError
+    from bot.app.config import ConfigError
     from bot.logging_setup import install_exception_hooks, log_crash, scrubbed_line
     from models.catalog import CatalogError
 

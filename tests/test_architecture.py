@@ -218,7 +218,7 @@ def test_no_module_of_the_bot_process_imports_litellm_anywhere() -> None:
     reach: a lazy import on a path no test runs is found too."""
     modules = our_modules()
     reached = bot_process_modules(modules)
-    assert {"bot.app", "agent.loop", "models.transport", "models.worker"} <= reached
+    assert {"bot.app.wiring", "agent.loop", "models.transport", "models.worker"} <= reached
     assert "models.worker_child" not in reached
     assert worker_imports_in_the_bot(modules) == []
 

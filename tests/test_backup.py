@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.backup import BackupError, backup_database
+from bot.cli.backup import BackupError, backup_database
 from memory.db import Database, run_sync
 from memory.store import Store
 from models.types import Usage
@@ -137,7 +137,7 @@ def test_cli_writes_a_timestamped_copy_into_a_directory(tmp_path: Path) -> None:
     assert "integrity ok" in proc.stdout
 
     missing = subprocess.run(
-        [sys.executable, "-m", "bot.backup", str(out_dir), "--database", str(tmp_path / "x")],
+        [sys.executable, "-m", "bot.cli.backup", str(out_dir), "--database", str(tmp_path / "x")],
         cwd=REPO,
         capture_output=True,
         text=True,

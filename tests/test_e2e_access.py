@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.i18n import t
+from bot.ui.i18n import t
 from tests.e2e_bot import FRIEND, OWNER, STRANGER, TESTDATA, bot_under_test, real_update
 from tests.fakes.telegram import utf16_units
 

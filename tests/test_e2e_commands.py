@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.i18n import t
-from bot.keyboards import CURRENT_MARK, model_callback_data
+from bot.ui.i18n import t
+from bot.ui.keyboards import CURRENT_MARK, model_callback_data
 from tests.e2e_bot import OWNER, STRANGER, bot_under_test
 from tests.fakes.providers import Reply
 

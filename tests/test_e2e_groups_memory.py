@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bot.i18n import t
+from bot.ui.i18n import t
 from tests.consolidation_stack import good_call
 from tests.e2e_bot import FRIEND, OWNER, bot_under_test
 from tests.memory_sessions import framed

@@ -18,7 +18,7 @@ import structlog
 from telegram import Update
 from telegram.ext import ContextTypes, MessageHandler, filters
 
-from bot.i18n import t
+from bot.ui.i18n import t
 from tests.conftest import FakeClock
 from tests.e2e_bot import FRIEND, OWNER, STRANGER, TESTDATA, BotUnderTest, bot_under_test
 
@@ -112,7 +112,7 @@ async def test_a_stranger_is_refused_once_however_often_they_write(tmp_path: Pat
 
 
 def test_refusal_throttle_is_hourly_and_bounded() -> None:
-    from bot.access import RefusalThrottle
+    from bot.handlers.access import RefusalThrottle
 
     clock = FakeClock()
     throttle = RefusalThrottle(capacity=3, clock=clock)
@@ -268,7 +268,7 @@ async def test_a_long_group_message_is_answered_whole(tmp_path: Path) -> None:
 
 
 async def test_a_flood_of_full_parts_is_stopped_at_the_cap(tmp_path: Path) -> None:
-    from bot.joiner import MAX_SPLIT_PARTS
+    from bot.turns.joiner import MAX_SPLIT_PARTS
     from tests.test_joiner import TELEGRAM_MESSAGE_LIMIT, _long_real_text, client_split
 
     text = _long_real_text("en", (MAX_SPLIT_PARTS + 4) * TELEGRAM_MESSAGE_LIMIT)

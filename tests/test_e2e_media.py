@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from bot.i18n import t
-from bot.keyboards import model_callback_data
-from bot.media import RETRY_PREFIX
+from bot.handlers.media import RETRY_PREFIX
+from bot.ui.i18n import t
+from bot.ui.keyboards import model_callback_data
 from models.types import Usage
 from tests.consolidation_stack import good_call
 from tests.e2e_bot import (

@@ -11,7 +11,7 @@ import html
 import re
 from pathlib import Path
 
-from bot.i18n import t
+from bot.ui.i18n import t
 from tests.consolidation_stack import GOOD_ARGS, good_call
 from tests.e2e_bot import OWNER, bot_under_test
 from tests.memory_sessions import framed

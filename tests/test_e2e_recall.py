@@ -15,7 +15,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.memory_handlers import run_export
+from bot.cli.export import run_export
 from tests.consolidation_stack import StepClock, good_call
 from tests.e2e_bot import OWNER, TESTDATA, BotUnderTest, bot_under_test
 from tests.fakes.providers import Reply, ToolCallReply

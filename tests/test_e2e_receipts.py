@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bot.i18n import t
-from bot.render import TELEGRAM_TEXT_LIMIT, utf16_len
+from bot.ui.i18n import t
+from bot.ui.render import TELEGRAM_TEXT_LIMIT, utf16_len
 from memory.facts import MAX_FACT_CHARS, clean_fact
 from tests.e2e_bot import OWNER, bot_under_test
 from tests.fakes.providers import Fault, Reply, ToolCallReply

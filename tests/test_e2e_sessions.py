@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bot.i18n import t
+from bot.ui.i18n import t
 from tests.consolidation_stack import GOOD_ARGS, StepClock, good_call
 from tests.e2e_bot import OWNER, BotUnderTest, bot_under_test, memory_block, real_update
 from tests.fakes.providers import Reply

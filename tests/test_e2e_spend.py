@@ -16,7 +16,7 @@ import asyncio
 import signal
 from pathlib import Path
 
-from bot.i18n import t
+from bot.ui.i18n import t
 from tests.e2e_bot import (
     OWNER,
     BotUnderTest,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.i18n import (
+from bot.ui.i18n import (
     LOCALES_DIR,
     MESSAGES,
     SUPPORTED_LANGUAGES,

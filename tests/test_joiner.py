@@ -6,8 +6,8 @@ import asyncio
 import json
 from pathlib import Path
 
-from bot.joiner import TELEGRAM_MESSAGE_LIMIT, MessageJoiner, join_parts
-from bot.render import utf16_len
+from bot.turns.joiner import TELEGRAM_MESSAGE_LIMIT, MessageJoiner, join_parts
+from bot.ui.render import utf16_len
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.joiner import MAX_SPLIT_PARTS, TELEGRAM_MESSAGE_LIMIT, MessageJoiner
+from bot.turns.joiner import MAX_SPLIT_PARTS, TELEGRAM_MESSAGE_LIMIT, MessageJoiner
 from tests.test_joiner import _long_real_text, client_split
 
 KEY = (1, 1)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.limits import UserRateLimiter, input_too_long
+from bot.turns.limits import input_too_long
+from bot.turns.rate_limit import UserRateLimiter
 
 ANN, BOB = 1, 2
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.joiner import TELEGRAM_MESSAGE_LIMIT
+from bot.turns.joiner import TELEGRAM_MESSAGE_LIMIT
 from tests.e2e_bot import OWNER, bot_under_test
 from tests.test_joiner import _long_real_text, client_split
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from telegram import Bot, Message
 
-from bot.app import file_base_url
-from bot.media import TELEGRAM_DOWNLOAD_LIMIT, incoming_media, photo_text, transcript_html
+from bot.app.wiring import file_base_url
+from bot.handlers.media import TELEGRAM_DOWNLOAD_LIMIT, incoming_media, photo_text, transcript_html
 from memory.store import StoredMessage
 from memory.transcript import render_message
 from tests.e2e_bot import real_update

@@ -8,7 +8,7 @@ from typing import Any
 
 from telegram import Message
 
-from bot.access import quoted_text
+from bot.handlers.incoming import quoted_text
 from memory.quoting import with_quote
 from tests.e2e_bot import TESTDATA
 

@@ -1,11 +1,11 @@
 """The bot's words about reminders: receipts in every language from the stored reminder, the
-late mark, and the group mention (bot/reminder_texts.py)."""
+late mark, and the group mention (bot/ui/reminder_texts.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.reminder_texts import fired_html, fired_text, list_text, reminder_receipt_line
+from bot.ui.reminder_texts import fired_html, fired_text, list_text, reminder_receipt_line
 from memory.chat_tools import Receipt
 from memory.reminders import Reminder
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.render import (
+from bot.ui.render import (
     TELEGRAM_TEXT_LIMIT,
     html_to_plain,
     plain_text,

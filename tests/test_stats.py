@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.stats import budget_text, build_stats_text, everyone_text, money, usage_text
+from bot.ui.stats import budget_text, build_stats_text, everyone_text, money, usage_text
 from memory.db import Database
 from memory.store import Store, to_iso
 from memory.usage import Budgets, UsageLedger

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from telegram import Bot
 
-import bot.streaming as streaming
-from bot.render import plain_text, split_for_telegram, utf16_len
-from bot.streaming import StreamingReply, plain_segments
+import bot.ui.streaming as streaming
+from bot.ui.render import plain_text, split_for_telegram, utf16_len
+from bot.ui.streaming import StreamingReply, plain_segments
 from tests.fakes.telegram import NOT_MODIFIED, FakeTelegram
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"

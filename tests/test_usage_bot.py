@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.limits import money
+from bot.ui.money import money
 from tests.consolidation_stack import good_call
 from tests.e2e_bot import FRIEND, OWNER, BotUnderTest, bot_under_test
 from tests.fakes.providers import Reply

@@ -12,7 +12,7 @@ import httpcore
 import httpx
 import pytest
 
-from bot.app import TELEGRAM_LIMITS, telegram_request
+from bot.app.wiring import TELEGRAM_LIMITS, telegram_request
 from models.clients import SHARD_LIMITS, ClientPool
 from models.gateways import Gateway
 from models.sockets import SocketKeepingBackend, is_readable, transport

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
-from bot.i18n import has_text, t
+from bot.ui.i18n import has_text, t
 from models.catalog import ModelEntry
 
 MODEL_PREFIX = "m:"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 SUPPORTED_LANGUAGES = ("en", "pt", "id", "tr", "ja")
 
-LOCALES_DIR = Path(__file__).with_name("locales")
+LOCALES_DIR = Path(__file__).parent.parent / "locales"
 
 
 def load_messages(directory: Path = LOCALES_DIR) -> dict[str, dict[str, str]]:

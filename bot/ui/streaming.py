@@ -33,7 +33,7 @@ from telegram import Bot, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 
-from bot.render import (
+from bot.ui.render import (
     TELEGRAM_TEXT_LIMIT,
     is_grapheme_boundary,
     plain_text,

@@ -26,12 +26,13 @@ from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes, filters
 
-from bot.access import admit, clean_text, say, user_allowed, user_language
-from bot.commands import BOT_COMMANDS
-from bot.config import Settings
-from bot.i18n import t
-from bot.reminder_texts import button_label, fired_html, fired_text, list_text, local_date
-from bot.services import Services, services_of
+from bot.app.config import Settings
+from bot.app.services import Services, services_of
+from bot.handlers.access import admit, say, user_allowed, user_language
+from bot.handlers.incoming import clean_text
+from bot.ui.commands import BOT_COMMANDS
+from bot.ui.i18n import t
+from bot.ui.reminder_texts import button_label, fired_html, fired_text, list_text, local_date
 from memory.reminder_rules import to_local, zone
 from memory.reminder_scheduler import (
     Delivered,

@@ -29,33 +29,26 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import httpx
 import structlog
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
 from telegram.constants import ChatType, ParseMode
 from telegram.error import TelegramError
 from telegram.ext import ContextTypes
 
-from bot.access import (
-    admit,
-    clean_text,
-    is_addressed_to_bot,
-    is_group,
-    say,
-    strip_bot_mentions,
-    user_language,
-)
-from bot.i18n import t
-from bot.keyboards import model_keyboard
-from bot.render import utf16_len
-from bot.services import Services, services_of
-from bot.turns import (
+from bot.app.services import Services, services_of
+from bot.handlers.access import admit, say, user_language
+from bot.handlers.downloads import Download, download
+from bot.handlers.incoming import clean_text, is_addressed_to_bot, is_group, strip_bot_mentions
+from bot.turns.turn import (
     TurnRequest,
     failure_reason,
     run_chat_turn,
     send_plain,
     turn_request_for,
 )
+from bot.ui.i18n import t
+from bot.ui.keyboards import model_keyboard
+from bot.ui.render import utf16_len
 from memory.audio import ogg_seconds
 from memory.document_reader import read_document
 from memory.documents import DocumentError, document_kind, trim_to_chars
@@ -72,8 +65,6 @@ Context = ContextTypes.DEFAULT_TYPE
 # Bots may download files up to 20 MB through getFile on the public Bot API.
 TELEGRAM_DOWNLOAD_LIMIT = 20 * 1024 * 1024
 RETRY_PREFIX = "mr:"
-# Seconds without progress before a file download gives up.
-DOWNLOAD_TIMEOUT_S = 60.0
 # A transcript longer than this is shown collapsed (expandable blockquote).
 EXPAND_AFTER_CHARS = 300
 # What the transcript message may show (UTF-16 units, under Telegram's 4096); the whole
@@ -266,60 +257,7 @@ async def _refusal_before_download(
     return None
 
 
-# --- downloads ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Download:
-    """A file's bytes, or why there are none: `too_big` (past the limit: announced by getFile
-    or found while streaming), else a failure."""
-
-    data: bytes | None
-    too_big: bool = False
-
-
-async def download(bot: Any, file_id: str, limit: int) -> Download:
-    """The file through getFile and the Bot API's file endpoint, read at most to `limit` bytes.
-
-    The size getFile reports is checked first; the download itself is streamed and stopped
-    past `limit`, since an update and getFile may both omit the size (and a local Bot API
-    server serves files of up to 2 GB).
-    """
-    try:
-        telegram_file = await bot.get_file(file_id)
-        if telegram_file.file_size is not None and telegram_file.file_size > limit:
-            log.info("download_refused", size=telegram_file.file_size, limit=limit)
-            return Download(None, too_big=True)
-        url = telegram_file.file_path or ""
-        if not url.startswith(("http://", "https://")):  # a local Bot API server's own path
-            data = bytes(await telegram_file.download_as_bytearray())
-        else:
-            data = await _stream(url, limit + 1)
-    except (TelegramError, httpx.HTTPError) as exc:
-        # httpx errors name the URL, which holds the bot token: only the class is logged.
-        log.warning("download_failed", error=type(exc).__name__)
-        return Download(None)
-    if len(data) > limit:
-        log.info("download_stopped", limit=limit)
-        return Download(None, too_big=True)
-    return Download(data)
-
-
-async def _stream(url: str, most: int) -> bytes:
-    """At most `most` bytes of the file at `url` (the connection is dropped there)."""
-    chunks: list[bytes] = []
-    size = 0
-    async with (
-        httpx.AsyncClient(timeout=DOWNLOAD_TIMEOUT_S) as client,
-        client.stream("GET", url) as response,
-    ):
-        response.raise_for_status()
-        async for chunk in response.aiter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= most:
-                break
-    return b"".join(chunks)[:most]
+# --- downloads (the transfer itself: bot/handlers/downloads.py) ----------------------------
 
 
 async def _refuse_download(bot: Any, turn: TurnRequest, got: Download, limit: int) -> None:

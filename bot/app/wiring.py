@@ -17,16 +17,17 @@ import structlog
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 from telegram.request import HTTPXRequest
 
-from bot.commands import register_commands
-from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys
-from bot.handlers import register_handlers
-from bot.lifecycle import LIFECYCLE_KEY, Lifecycle
+from bot.app.config import SETTING_NAMES, ConfigError, Settings, gateway_keys
+from bot.app.lifecycle import LIFECYCLE_KEY, Lifecycle
+from bot.app.runner import run_bot
+from bot.app.services import SERVICES_KEY, Prepared, Services, available_models
+from bot.app.turn_guard import attach_turn_guard
+from bot.handlers.chat import register_handlers
+from bot.handlers.memory import attach_memory, register_memory_handlers
+from bot.handlers.ops import attach_operations, register_operations_handlers
+from bot.handlers.reminders import attach_reminders, register_reminder_handlers
 from bot.logging_setup import redactor
-from bot.memory_handlers import attach_memory, register_memory_handlers
-from bot.ops_handlers import attach_operations, register_operations_handlers
-from bot.reminders import attach_reminders, register_reminder_handlers
-from bot.runner import run_bot
-from bot.services import SERVICES_KEY, Prepared, Services, available_models
+from bot.ui.commands import register_commands
 from memory.store import Clock
 from models.catalog import Catalog, CatalogError, declared_gateways, load_catalog
 from models.gateways import Gateway
@@ -185,6 +186,7 @@ def build_application(
         services.edit_interval = edit_interval
         application.bot_data[SERVICES_KEY] = services
         await attach_memory(application, services)
+        attach_turn_guard(application, services)
         await attach_operations(application, services)
         await attach_reminders(application, services)
         await register_commands(application)
@@ -258,5 +260,5 @@ async def running(
 
 def run_polling(prepared: Prepared) -> None:
     """The main job: poll Telegram (or serve the webhook) until SIGINT/SIGTERM, then stop
-    gracefully (bot/runner.py)."""
+    gracefully (bot/app/runner.py)."""
     run_bot(build_application(prepared), prepared.settings)

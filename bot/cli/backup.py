@@ -91,7 +91,7 @@ def _default_database() -> Path:
     """DATABASE_PATH from the environment or .env, without requiring the bot's other settings."""
     if os.environ.get("DATABASE_PATH"):
         return Path(os.environ["DATABASE_PATH"])
-    from bot.config import ConfigError, load_settings
+    from bot.app.config import ConfigError, load_settings
 
     try:
         return load_settings().DATABASE_PATH
@@ -131,7 +131,7 @@ def add_backup_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bot.backup",
+        prog="python -m bot.cli.backup",
         description="Make a consistent copy of the database while the bot runs.",
     )
     _configure(parser)

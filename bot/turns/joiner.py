@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from bot.render import TELEGRAM_TEXT_LIMIT, utf16_len
+from bot.ui.render import TELEGRAM_TEXT_LIMIT, utf16_len
 
 TELEGRAM_MESSAGE_LIMIT = TELEGRAM_TEXT_LIMIT
 # A part at least this long (UTF-16 units) may have been cut by the client. Clients cut at a

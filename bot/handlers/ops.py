@@ -1,5 +1,5 @@
-"""Operations in the bot: /usage, /stats, the turn guard, the chat's remembered language, and
-the graceful-stop wiring (see bot/runner.py and bot/lifecycle.py).
+"""Operations in the bot: /usage, /stats (and the admins' command list that shows it), and the
+chat's remembered language. The turn guard and the graceful-stop wiring: bot/app/turn_guard.py.
 
 `attach_operations` runs in post_init after the services open; `register_operations_handlers`
 adds the commands when the application is built.
@@ -15,15 +15,14 @@ from telegram import BotCommand, BotCommandScopeChat, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler, filters
 
-from bot.access import admit, is_group, say, user_allowed, user_language
-from bot.commands import BOT_COMMANDS
-from bot.i18n import t
-from bot.lifecycle import lifecycle_of
-from bot.limits import TurnGuard
-from bot.reminders import reminder_stats_text
-from bot.services import Services, services_of
-from bot.stats import build_stats_text, everyone_text, usage_text
-from memory.usage import Budgets, UsageLedger
+from bot.app.services import Services, services_of
+from bot.handlers.access import admit, say, user_allowed, user_language
+from bot.handlers.incoming import is_group
+from bot.handlers.reminders import reminder_stats_text
+from bot.ui.commands import BOT_COMMANDS
+from bot.ui.i18n import t
+from bot.ui.stats import build_stats_text, everyone_text, usage_text
+from memory.usage import UsageLedger
 
 log = structlog.get_logger("bot.ops")
 
@@ -33,26 +32,7 @@ LANGUAGES_KEY = "chat_languages"
 
 
 async def attach_operations(application: App, services: Services) -> None:
-    """Wire the guard and the lifecycle into the services."""
-    settings = services.settings
-    lifecycle = lifecycle_of(application)
-    services.lifecycle = lifecycle
-    services.guard = TurnGuard(
-        ledger=UsageLedger(services.db),
-        budgets=Budgets(
-            user_daily_usd=settings.USER_DAILY_BUDGET_USD,
-            user_monthly_usd=settings.USER_MONTHLY_BUDGET_USD,
-            bot_daily_usd=settings.BOT_DAILY_BUDGET_USD,
-            bot_monthly_usd=settings.BOT_MONTHLY_BUDGET_USD,
-        ),
-        per_minute=settings.USER_MESSAGES_PER_MINUTE,
-        max_input_chars=settings.MAX_INPUT_CHARS,
-        split_window=settings.SPLIT_MESSAGE_WINDOW,
-        admins=settings.ADMIN_USER_IDS,
-    )
-    lifecycle.db = services.db
-    lifecycle.on_closing.append(services.guard.joiner.flush)
-    services.guard.on_part_joined = lifecycle.tracker.join_current_to
+    """Give admins their command list (the guard and the lifecycle: bot/app/turn_guard.py)."""
     await _admin_commands(application, services)
 
 

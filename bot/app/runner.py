@@ -28,15 +28,15 @@ from urllib.parse import urlsplit
 import structlog
 from telegram.ext import Application
 
-from bot.health import HealthServer
+from bot.app.health import HealthServer
+from bot.app.lifecycle import lifecycle_of
+from bot.app.services import SERVICES_KEY, Services
+from bot.handlers.memory import MEMORY_KEY
 from bot.heap import freeze_start_up_heap
-from bot.lifecycle import lifecycle_of
-from bot.memory_handlers import MEMORY_KEY
-from bot.services import SERVICES_KEY, Services
 from memory.store import from_iso, utc_now
 
 if TYPE_CHECKING:
-    from bot.config import Settings
+    from bot.app.config import Settings
 
 log = structlog.get_logger("bot.runner")
 

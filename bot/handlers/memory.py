@@ -1,5 +1,5 @@
-"""The memory feature in the Telegram surface: /memory, /forget, /recall, the worker's lifecycle
-and the `export` subcommand.
+"""The memory feature in the Telegram surface: /memory, /forget, /recall and the worker's
+lifecycle (the `export` subcommand is bot/cli/export.py).
 
 `attach_memory` runs in post_init, after `Services.open`: it turns on automatic consolidation
 and idle sessions in the store, starts the consolidation worker (which first resumes jobs a
@@ -9,12 +9,9 @@ worker (and the daily purge of the archive, ARCHIVE_DAYS) before the database cl
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import re
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -22,11 +19,12 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
 
-from bot.access import admit, clean_text, say, user_language
-from bot.commands import BOT_COMMANDS
-from bot.i18n import t
-from bot.render import split_plain
-from bot.services import Services, services_of
+from bot.app.services import Services, services_of
+from bot.handlers.access import admit, say, user_language
+from bot.handlers.incoming import clean_text
+from bot.ui.commands import BOT_COMMANDS
+from bot.ui.i18n import t
+from bot.ui.render import split_plain
 from memory.archive import ArchivePurger
 from memory.consolidation import Consolidator
 from memory.forget import forget_chat
@@ -262,42 +260,3 @@ def register_memory_handlers(application: Application[Any, Any, Any, Any, Any, A
     application.add_handler(CommandHandler("forget", forget_command))
     application.add_handler(CommandHandler("recall", recall_command))
     application.add_handler(CallbackQueryHandler(forget_callback, pattern=r"^fg:[yn]"))
-
-
-# --- `python -m bot export CHAT_ID --out DIR` -------------------------------------------------
-
-
-def add_export_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    export = subparsers.add_parser(
-        "export", help="write MEMORY.md and HISTORY.md of one chat from the database"
-    )
-    export.add_argument("chat_id", type=int, help="Telegram chat id")
-    export.add_argument("--out", type=Path, required=True, help="output directory")
-    export.add_argument(
-        "--db", type=Path, default=None, help="SQLite file (default: DATABASE_PATH)"
-    )
-    export.set_defaults(func=run_export)
-
-
-def run_export(args: argparse.Namespace) -> int:
-    from bot.config import load_settings
-    from memory.db import Database
-    from memory.export import export_chat
-
-    db_path: Path = args.db or load_settings().DATABASE_PATH
-    if not db_path.exists():
-        raise SystemExit(f"mnemobot: database {db_path} does not exist")
-
-    async def export() -> int:
-        db = await Database.open(db_path)
-        try:
-            result = await export_chat(MemoryRepository(db), args.chat_id, args.out)
-        finally:
-            await db.close()
-        print(
-            f"wrote {result.memory_path} ({result.memory_chars} chars) and "
-            f"{result.history_path} ({result.history_entries} entries)"
-        )
-        return 0
-
-    return asyncio.run(export())

@@ -17,11 +17,11 @@ from telegram.error import TelegramError
 
 from agent.events import AgentDone, Receipt, ToolRound
 from agent.loop import AgentTurn
-from bot.access import is_group, mark_message_saved, quoted_text
-from bot.i18n import t
-from bot.reminder_texts import reminder_receipt_line
-from bot.render import utf16_len
-from bot.streaming import StreamingReply
+from bot.handlers.incoming import is_group, mark_message_saved, quoted_text
+from bot.ui.i18n import t
+from bot.ui.reminder_texts import reminder_receipt_line
+from bot.ui.render import utf16_len
+from bot.ui.streaming import StreamingReply
 from memory.facts import MAX_FACT_CHARS
 from memory.longterm import take_memory_notice
 from memory.quoting import with_quote
@@ -30,7 +30,7 @@ from models.catalog import ModelEntry
 from models.types import Outcome, StreamRestart, TextDelta, TransportError
 
 if TYPE_CHECKING:
-    from bot.services import Services
+    from bot.app.services import Services
 
 log = structlog.get_logger("bot.turns")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from datetime import datetime
 
-from bot.i18n import t
+from bot.ui.i18n import t
 from memory.chat_tools import Receipt
 from memory.reminder_rules import to_local, zone
 from memory.reminders import Reminder

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot.i18n import t
-from bot.limits import BUDGET_KEYS, money
+from bot.ui.i18n import t
+from bot.ui.money import BUDGET_KEYS, money
 from memory.db import Database
 from memory.jobs import ConsolidationStats, consolidation_stats
 from memory.store import Clock, from_iso, to_iso, utc_now

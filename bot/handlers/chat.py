@@ -1,4 +1,4 @@
-"""Telegram handlers: commands, chat text, /model callbacks; media lives in bot/media.py.
+"""Telegram handlers: commands, chat text, /model callbacks; media lives in bot/handlers/media.py.
 
 Every handler runs the access check first, so a stranger costs no model call and leaves no row
 in the database. Handlers only translate updates into calls on `Services` and `bot.turns`.
@@ -20,22 +20,20 @@ from telegram.ext import (
     filters,
 )
 
-from bot.access import (
-    admit,
+from bot.app.services import Services, services_of
+from bot.handlers.access import admit, say, user_language
+from bot.handlers.incoming import (
     clean_text,
     is_addressed_to_bot,
     is_group,
     message_saved,
-    say,
     strip_bot_mentions,
-    user_language,
 )
-from bot.commands import BOT_COMMANDS
-from bot.i18n import t
-from bot.keyboards import is_model_callback, model_keyboard, resolve_model_callback
-from bot.media import RETRY_PREFIX, media_message, retry_callback
-from bot.services import Services, services_of
-from bot.turns import run_chat_turn, turn_request_for
+from bot.handlers.media import RETRY_PREFIX, media_message, retry_callback
+from bot.turns.turn import run_chat_turn, turn_request_for
+from bot.ui.commands import BOT_COMMANDS
+from bot.ui.i18n import t
+from bot.ui.keyboards import is_model_callback, model_keyboard, resolve_model_callback
 
 log = structlog.get_logger("bot.handlers")
 
@@ -266,8 +264,8 @@ def register_handlers(application: Application[Any, Any, Any, Any, Any, Any]) ->
         MessageHandler(new_messages & filters.COMMAND, unknown_command), group=UNKNOWN_GROUP
     )
     # Anything else a user can send (service messages such as "X joined" are not answered):
-    # voice, audio, video notes, photos and documents are read (bot/media.py); the rest get a
-    # polite line saying what the bot reads.
+    # voice, audio, video notes, photos and documents are read (bot/handlers/media.py); the rest
+    # get a polite line saying what the bot reads.
     application.add_handler(
         MessageHandler(
             new_messages & ~filters.TEXT & ~filters.StatusUpdate.ALL,

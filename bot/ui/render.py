@@ -7,7 +7,7 @@ pieces that each fit, on the boundaries a reader would choose: paragraphs, then 
 (only for one over-long line) characters — never inside a grapheme, and never leaving a code
 fence open: an over-long code block is closed and reopened with the same language tag.
 
-Nothing here knows about `telegram` types; `bot/streaming.py` does the sending.
+Nothing here knows about `telegram` types; `bot/ui/streaming.py` does the sending.
 """
 
 from __future__ import annotations

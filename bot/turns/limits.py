@@ -1,93 +1,21 @@
-"""Per-user message rate limit and maximum input size.
+"""`TurnGuard`: what is checked before a chat turn may cost money — split parts joined, the
+maximum input size, the per-user rate limit (bot/turns/rate_limit.py), the spending caps.
 
-Both protect the self-hoster's wallet and the bot's fairness between users; both are checked
-before anything is stored or sent to a model, so a refused message costs nothing.
+All of it protects the self-hoster's wallet and the bot's fairness between users; all of it is
+checked before anything is stored or sent to a model, so a refused message costs nothing.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from bot.joiner import MessageJoiner
-from memory.usage import Budgets, Cap, UsageLedger
-
-WINDOW_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class RateDecision:
-    """Whether a message may go on; if not, when the next one may, and whether to say so.
-
-    `notify` is true only for the first refusal of a burst: answering every refused message
-    would itself flood the chat (Telegram allows about one message per second per chat).
-    """
-
-    allowed: bool
-    retry_after_s: float = 0.0
-    notify: bool = False
-
-
-class UserRateLimiter:
-    """At most `per_minute` accepted messages per user in any sliding 60-second window.
-
-    Refused messages do not count against the user, so waiting always works. `per_minute=0`
-    switches the limit off.
-    """
-
-    def __init__(self, per_minute: int, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.per_minute = per_minute
-        self._clock = clock
-        self._accepted: dict[int, deque[float]] = {}
-        self._notified_until: dict[int, float] = {}
-
-    def check(self, user_id: int) -> RateDecision:
-        """Record the message if it is allowed; otherwise say how long to wait."""
-        if self.per_minute <= 0:
-            return RateDecision(allowed=True)
-        now = self._clock()
-        if len(self._accepted) > 1024:  # bounded memory over months of uptime
-            self.forget_idle()
-        stamps = self._accepted.setdefault(user_id, deque())
-        while stamps and now - stamps[0] >= WINDOW_SECONDS:
-            stamps.popleft()
-        if len(stamps) < self.per_minute:
-            stamps.append(now)
-            self._notified_until.pop(user_id, None)
-            return RateDecision(allowed=True)
-        retry_after = WINDOW_SECONDS - (now - stamps[0])
-        notify = now >= self._notified_until.get(user_id, float("-inf"))
-        if notify:
-            self._notified_until[user_id] = now + retry_after
-        return RateDecision(allowed=False, retry_after_s=retry_after, notify=notify)
-
-    def forget_idle(self) -> None:
-        """Drop users with no message in the window, so memory stays bounded over months."""
-        now = self._clock()
-        idle = [u for u, s in self._accepted.items() if not s or now - s[-1] >= WINDOW_SECONDS]
-        for user_id in idle:
-            del self._accepted[user_id]
-            self._notified_until.pop(user_id, None)
-
-
-BUDGET_KEYS = {
-    Cap.USER_DAILY: "budget_user_daily",
-    Cap.USER_MONTHLY: "budget_user_monthly",
-    Cap.BOT_DAILY: "budget_bot_daily",
-    Cap.BOT_MONTHLY: "budget_bot_monthly",
-}
-
-
-def money(usd: float) -> str:
-    """Cents matter on small bills and fractions of a cent on cheap models."""
-    if usd == 0:
-        return "$0"
-    if usd < 1:
-        return f"${usd:.4f}"
-    return f"${usd:,.2f}"
+from bot.turns.joiner import MessageJoiner
+from bot.turns.rate_limit import UserRateLimiter
+from bot.ui.money import BUDGET_KEYS, money
+from memory.usage import Budgets, UsageLedger
 
 
 def input_too_long(text: str, max_chars: int) -> bool:

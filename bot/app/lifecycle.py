@@ -1,7 +1,7 @@
 """What handlers and the runner share about starting and stopping: which update each handler
 task works on, the closing flag, and the updates held for the next start.
 
-The order of a graceful stop, and why each step exists, is in bot/runner.py. This module is
+The order of a graceful stop, and why each step exists, is in bot/app/runner.py. This module is
 the part handlers touch (a turn that has not started while the bot stops is *held*: its update,
 with any split-message parts, is written to `held_updates` and replayed first on the next
 start), so it knows nothing of `Services` or of the runner.
@@ -22,7 +22,7 @@ from telegram.ext import Application, BaseUpdateProcessor
 from memory.store import to_iso, utc_now
 
 if TYPE_CHECKING:
-    from bot.chat_turns import ChatTurns
+    from bot.turns.chat_turns import ChatTurns
     from memory.db import Database
 
 log = structlog.get_logger("bot.lifecycle")

@@ -1,7 +1,7 @@
 """The long-lived objects every handler uses (`Services`), and what start-up prepared for them.
 
 A module of its own so that handlers, turns and the runner can import `Services` from here,
-while `bot/app.py` — which imports all of them to wire the application — stays the one module
+while `bot/app/wiring.py` — which imports all of them to wire the application — stays the one module
 that points at everything and is pointed at by nothing but the entry point.
 """
 
@@ -16,10 +16,10 @@ import structlog
 from telegram.ext import Application
 
 from agent.loop import AgentLoop
-from bot.access import RefusalThrottle
-from bot.chat_turns import ChatTurns
-from bot.config import Settings, provider_workers
-from bot.lifecycle import Lifecycle
+from bot.app.config import Settings, provider_workers
+from bot.app.lifecycle import Lifecycle
+from bot.handlers.access import RefusalThrottle
+from bot.turns.chat_turns import ChatTurns
 from memory.chat_tools import ChatTools
 from memory.db import Database
 from memory.store import Clock, Store, utc_now
@@ -27,7 +27,7 @@ from models.catalog import Catalog, ModelEntry
 from models.gateways import Gateway
 
 if TYPE_CHECKING:
-    from bot.limits import TurnGuard
+    from bot.turns.limits import TurnGuard
     from models.transport import Transport
 
 log = structlog.get_logger("bot.services")
@@ -74,10 +74,10 @@ class Services:
     memory_text: Callable[[int], Awaitable[str]] = _no_long_term_memory
     edit_interval: float = 1.0
     on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    # Operations (bot/ops_handlers.attach_operations): graceful stop, limits and budgets.
+    # Operations (bot/app/turn_guard.attach_turn_guard): graceful stop, limits and budgets.
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
     guard: TurnGuard | None = None
-    # Strangers are told no at most once an hour each (bot/access.py).
+    # Strangers are told no at most once an hour each (bot/handlers/access.py).
     refusals: RefusalThrottle = field(default_factory=RefusalThrottle)
     # The chat turn's agent loop (agent/), built in `open`.
     agent: AgentLoop | None = None

@@ -12,7 +12,7 @@ from typing import Any
 from telegram import BotCommand
 from telegram.ext import Application
 
-from bot.i18n import SUPPORTED_LANGUAGES, has_text, t
+from bot.ui.i18n import SUPPORTED_LANGUAGES, has_text, t
 
 # (command, i18n key of its description), in the order Telegram shows them. Other features
 # append their commands here before the application starts.
