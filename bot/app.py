@@ -21,14 +21,14 @@ from bot.commands import register_commands
 from bot.config import ConfigError, Settings, gateway_keys
 from bot.handlers import register_handlers
 from bot.lifecycle import LIFECYCLE_KEY, Lifecycle
-from bot.logging_setup import redactor
 from bot.memory_handlers import attach_memory, register_memory_handlers
 from bot.ops_handlers import attach_operations, register_operations_handlers
 from bot.runner import run_bot
-from bot.services import SERVICES_KEY, Prepared, Services, available_models
+from bot.services import SERVICES_KEY, Prepared, Services, available_models, warm_up_providers
 from memory.store import Clock
 from models.catalog import Catalog, CatalogError, declared_gateways, load_catalog
 from models.gateways import Gateway
+from models.logging_setup import redactor
 from models.sockets import transport
 
 log = structlog.get_logger("bot.app")
@@ -240,6 +240,7 @@ async def running(
             poll_interval=poll_interval, timeout=poll_timeout, drop_pending_updates=False
         )
         await application.start()
+        warm_up_providers(application)
         try:
             yield application
         finally:
