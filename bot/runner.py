@@ -68,6 +68,7 @@ def health_figures(application: App, mode: str) -> Callable[[], Awaitable[dict[s
             else None
         )
         body["turns_in_flight"] = services.turns.running_count()
+        body["provider_workers"] = services.transport.status()["workers"]
         return body
 
     return figures

@@ -500,8 +500,9 @@ class Transport:
         raise error
 
     def status(self) -> dict[str, Any]:
-        """Breaker, key and bucket state for /stats and logs. Key positions only, never keys;
-        each key lists under `model_rests` the models it is rate-limited for right now."""
+        """Breaker, key and bucket state and the provider workers, for /stats, /healthz and
+        logs. Key positions only, never keys; each key lists under `model_rests` the models it
+        is rate-limited for right now."""
         return {
             "gateways": {
                 name: {
@@ -528,6 +529,7 @@ class Transport:
                 "spent": self.retry_budget.spent,
                 "denied": self.retry_budget.denied,
             },
+            "workers": WORKER.status(),
         }
 
     async def warm_up(self) -> None:

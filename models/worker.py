@@ -105,7 +105,10 @@ class WorkerSettings:
 class _Call:
     """One call in flight: where its wire fields go, its send gate, its first answer."""
 
-    def __init__(self, record: WireRecord | None, first: asyncio.Future[Any]) -> None:
+    def __init__(
+        self, record: WireRecord | None, first: asyncio.Future[Any], *, housekeeping: bool = False
+    ) -> None:
+        self.housekeeping = housekeeping  # prepare, warm, close_pool: not a provider call
         self.record = record
         self.gate = record.gate if record is not None else None
         if record is not None:
@@ -229,7 +232,8 @@ class ProviderWorker:
 
     @property
     def in_flight(self) -> int:
-        return len(self.calls)
+        """Provider calls in flight (housekeeping requests not counted)."""
+        return sum(1 for call in self.calls.values() if not call.housekeeping)
 
     @property
     def usable(self) -> bool:
@@ -306,7 +310,7 @@ class ProviderWorker:
         call_id = next(self._ids)
         first = asyncio.get_running_loop().create_future()
         frame = encode((kind, call_id, *args))
-        self.calls[call_id] = _Call(None, first)
+        self.calls[call_id] = _Call(None, first, housekeeping=True)
         link.writer.write(frame)
         await first
 

@@ -236,12 +236,12 @@ async def test_the_worker_holds_no_bot_token_and_its_stderr_no_key(
                 await t.complete("gpt-5", HI, timeout=10, walk_chain=False)
             assert raised.value.attempts[0].outcome is Outcome.AUTH
             [pid] = WORKER.pids
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            environ = await asyncio.to_thread(Path(f"/proc/{pid}/environ").read_bytes)
             names = {entry.split(b"=", 1)[0] for entry in environ.split(b"\0") if entry}
             assert b"TELEGRAM_BOT_TOKEN" not in names and b"OPENAI_API_KEY" not in names
             assert BOT_TOKEN.encode() not in environ and KEY.encode() not in environ
             await WORKER.aclose()  # everything it wrote is written
-        text = stderr_path.read_text()
+        text = await asyncio.to_thread(stderr_path.read_text)
         assert KEY not in text
         failed = [json.loads(line) for line in text.splitlines() if "provider_call_failed" in line]
         assert failed and "Incorrect API key provided: [REDACTED]" in failed[0]["error"]
