@@ -223,6 +223,7 @@ class ProviderWorker:
         self.last_busy = time.monotonic()
         self._cpu_sample: tuple[float, float] | None = None
         self.cpu = 0.0  # share of a core over the last supervision tick
+        self.recipe_version = 0  # the pool's warm-up recipe this worker has done
 
     # ---- what the pool and the transport use --------------------------------------------------
 
@@ -337,6 +338,8 @@ class ProviderWorker:
 
     def kill_now(self) -> None:
         """At interpreter exit: no loop to wait on."""
+        if self._link is not None:
+            self._link.sock.close()
         if self._sock is not None:
             self._sock.close()
         if self.process is not None and self.process.poll() is None:
@@ -415,6 +418,7 @@ class ProviderWorker:
         try:
             async with asyncio.timeout(self.pool.settings.start_timeout_s):
                 await self._attach()
+                self.recipe_version = self.pool.recipe_version
                 specs, names = self.pool.recipe()
                 if specs:
                     await self.request("prepare", specs)
@@ -617,6 +621,7 @@ class WorkerPool:
         self._next_start = 0.0
         self._recipes: dict[int, list[ClientSpec]] = {}
         self._warm_names: list[str] = []
+        self.recipe_version = 0
         self._supervisor: asyncio.Task[None] | None = None
         self._exit_hook = False
 
@@ -653,10 +658,12 @@ class WorkerPool:
         if specs:
             self._recipes[specs[0].pool] = list(specs)
         self._warm_names = sorted(set(self._warm_names) | set(model_names))
+        self.recipe_version += 1
         worker = await self._pick()
-        # A worker that was ready before the recipe was known learns it now.
-        await worker.request("prepare", list(specs))
-        await worker.request("warm", list(model_names))
+        if worker.recipe_version < self.recipe_version:  # ready before the recipe was known
+            worker.recipe_version = self.recipe_version
+            await worker.request("prepare", list(specs))
+            await worker.request("warm", list(model_names))
 
     def recipe(self) -> tuple[list[ClientSpec], list[str]]:
         specs = [spec for specs in self._recipes.values() for spec in specs]
