@@ -662,8 +662,9 @@ class WorkerPool:
         worker = await self._pick()
         if worker.recipe_version < self.recipe_version:  # ready before the recipe was known
             worker.recipe_version = self.recipe_version
-            await worker.request("prepare", list(specs))
-            await worker.request("warm", list(model_names))
+            async with asyncio.timeout(self.settings.start_timeout_s):
+                await worker.request("prepare", list(specs))
+                await worker.request("warm", list(model_names))
 
     def recipe(self) -> tuple[list[ClientSpec], list[str]]:
         specs = [spec for specs in self._recipes.values() for spec in specs]

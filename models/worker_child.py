@@ -309,6 +309,13 @@ def _log_through_the_scrubber() -> None:
     )
     install_exception_hooks()
     logging.captureWarnings(True)
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+        # litellm gives its loggers a handler of their own on the raw stderr (LITELLM_LOG):
+        # theirs go through ours instead.
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
     sys.stdout = _LoggedOutput("stdout")
     sys.stderr = _LoggedOutput("stderr")
 

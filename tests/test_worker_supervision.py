@@ -61,6 +61,30 @@ async def _next_messages_go_to(t: Transport, fake_openai: Any, count: int) -> No
         assert [a.outcome for a in result.attempts] == [Outcome.SUCCESS]
 
 
+async def _signal_every_worker_mid_stream(
+    t: Transport, fake_openai: Any, streams: int, signum: int, signalled: list[int]
+) -> None:
+    """`streams` replies of gpt-5 streaming; once each has shown text, every worker gets
+    `signum` (its pid goes into `signalled`). The replies, within 45 s; the retries answer
+    "again, whole"."""
+    fake_openai.script("gpt-5", *[Reply(LONG, chunk_chars=8, chunk_delay=0.05)] * streams)
+    fake_openai.set_default("gpt-5", Reply("again, whole"))
+    started: set[int] = set()
+    tasks = [asyncio.create_task(_stream_all(t, started, n)) for n in range(streams)]
+    await wait_until(lambda: len(started) == streams, "the replies to stream", 60.0)
+    signalled += WORKER.pids
+    for pid in signalled:
+        os.kill(pid, signum)
+    async with asyncio.timeout(45):
+        results = await asyncio.gather(*tasks)
+    assert [(r.model_id, r.text) for r in results] == [("gpt-5", "again, whole")] * streams
+    for result in results:
+        assert [a.outcome for a in result.attempts] == [Outcome.LOCAL, Outcome.SUCCESS]
+    assert not set(signalled) & set(WORKER.pids)
+    assert not [r for r in fake_openai.requests if r.model != "gpt-5"]  # no fallback
+    _assert_provider_untouched(t)
+
+
 @pytest.mark.slow
 async def test_every_worker_frozen_while_six_replies_stream(
     fake_openai, fake_groq, fake_anthropic
@@ -72,22 +96,7 @@ async def test_every_worker_frozen_while_six_replies_stream(
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
     frozen: list[int] = []
     try:
-        fake_openai.script("gpt-5", *[Reply(LONG, chunk_chars=8, chunk_delay=0.05)] * 6)
-        fake_openai.set_default("gpt-5", Reply("again, whole"))
-        started: set[int] = set()
-        streams = [asyncio.create_task(_stream_all(t, started, n)) for n in range(6)]
-        await wait_until(lambda: len(started) == 6, "six replies to stream", 60.0)
-        frozen = list(WORKER.pids)
-        for pid in frozen:
-            os.kill(pid, signal.SIGSTOP)
-        async with asyncio.timeout(45):
-            results = await asyncio.gather(*streams)
-        assert [(r.model_id, r.text) for r in results] == [("gpt-5", "again, whole")] * 6
-        for result in results:
-            assert [a.outcome for a in result.attempts] == [Outcome.LOCAL, Outcome.SUCCESS]
-        assert not set(frozen) & set(WORKER.pids)
-        assert not [r for r in fake_openai.requests if r.model != "gpt-5"]
-        _assert_provider_untouched(t)
+        await _signal_every_worker_mid_stream(t, fake_openai, 6, signal.SIGSTOP, frozen)
         await _next_messages_go_to(t, fake_openai, 1)
     finally:
         for pid in frozen:
@@ -105,19 +114,7 @@ async def test_every_worker_killed_under_ten_streams_opens_no_breaker(
 ) -> None:
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
     try:
-        fake_openai.script("gpt-5", *[Reply(LONG, chunk_chars=8, chunk_delay=0.05)] * 10)
-        fake_openai.set_default("gpt-5", Reply("again, whole"))
-        started: set[int] = set()
-        streams = [asyncio.create_task(_stream_all(t, started, n)) for n in range(10)]
-        await wait_until(lambda: len(started) == 10, "ten replies to stream", 60.0)
-        killed = list(WORKER.pids)
-        for pid in killed:
-            os.kill(pid, signal.SIGKILL)
-        async with asyncio.timeout(45):
-            results = await asyncio.gather(*streams)
-        assert [(r.model_id, r.text) for r in results] == [("gpt-5", "again, whole")] * 10
-        assert not set(killed) & set(WORKER.pids)
-        _assert_provider_untouched(t)
+        await _signal_every_worker_mid_stream(t, fake_openai, 10, signal.SIGKILL, [])
         await _next_messages_go_to(t, fake_openai, 3)
         assert not [r for r in fake_openai.requests if r.model != "gpt-5"]
     finally:
