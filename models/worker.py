@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import collections
+import contextlib
 import itertools
 import os
 import socket
@@ -63,7 +64,8 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from models.worker_child import main; main()"
 STOP_GRACE_S = 5.0  # a stopped worker's time to leave before it is killed
 RESTART_BACKOFF_S = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
-YOUNG_S = 30.0  # a worker lost sooner than this after its start counts towards the backoff
+YOUNG_S = 30.0
+EXTRA_WORKER_NICE = 10  # a worker lost sooner than this after its start counts towards the backoff
 
 # What the worker's environment keeps of ours: what Python, litellm, TLS, proxies and our logging
 # read. Never the bot token or provider keys (a call carries the one key it is sent with).
@@ -411,6 +413,12 @@ class ProviderWorker:
             raise
         finally:
             theirs.close()
+        if self.number > 1:
+            # An extra worker starts under load: its import and warm-up (seconds of CPU) yield
+            # the cores to the bot and the busy worker (its own calls too, later: it is there
+            # for what the first cannot take).
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, self.process.pid, EXTRA_WORKER_NICE)
         self._sock = ours
         self.started_at = time.monotonic()
         self.pool.started += 1
