@@ -131,6 +131,23 @@ def rss_mib(pid: int) -> float:
     return total
 
 
+async def settled_rss_mib(pid: int, limit_s: float = 60.0) -> float:
+    """The tree's RSS once start-up work is over: a provider worker that starts after polling
+    (and warms up) grows for a few seconds. Settled: three samples a second apart within 2 MiB,
+    with a worker among the processes."""
+    last = rss_mib(pid)
+    steady = 0
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        now = rss_mib(pid)
+        steady = steady + 1 if len(family(pid)) > 1 and abs(now - last) < 2.0 else 0
+        if steady >= 2:
+            return now
+        last = now
+    return last
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) the bot and its provider workers used so far, all threads."""
     total = 0.0
@@ -398,6 +415,8 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
             print(f"machine load (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
             print(f"start-up (spawn → commands registered, polling): {startup:.2f} s")
             print(f"RSS idle (bot and provider workers): {idle_rss:.1f} MiB")
+            warm_rss = await settled_rss_mib(process.pid)
+            print(f"RSS idle once warmed up (bot and provider workers): {warm_rss:.1f} MiB")
 
             phases: list[Phase] = []
             bursts: list[Phase] = []

@@ -24,7 +24,7 @@ Command = Callable[[argparse.Namespace], int]
 def _run(args: argparse.Namespace) -> int:
     from bot.app.config import load_settings
     from bot.app.wiring import prepare, run_polling, secrets_of
-    from bot.logging_setup import configure_logging
+    from models.logging_setup import configure_logging
 
     settings = load_settings()
     configure_logging(
@@ -73,8 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Nothing escapes unscrubbed: a configuration error is one line, any
     other failure is logged through the redacting pipeline and summed up in one line."""
     from bot.app.config import ConfigError
-    from bot.logging_setup import install_exception_hooks, log_crash, scrubbed_line
     from models.catalog import CatalogError
+    from models.logging_setup import install_exception_hooks, log_crash, scrubbed_line
 
     install_exception_hooks()
     args = build_parser().parse_args(argv)

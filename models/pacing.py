@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
@@ -101,9 +100,6 @@ class ModelLimits:
         self.pace: TokenBucket | None = None  # from a per-minute request limit
         self.sent: dict[str, float] = {"requests": 0.0, "tokens": 0.0}
         self.spacer: TokenBucket | None = None  # the pace again, at the moment of sending
-        # The spacer is also used from litellm's own loop and thread (models/offloop.py),
-        # where the request hook runs: every use of it holds this lock.
-        self.spacer_lock = threading.Lock()
 
     def ready_in(self, cost_tokens: float) -> float:
         """Seconds until a request costing `cost_tokens` may go (inf: wait for news)."""
@@ -173,13 +169,11 @@ class ModelLimits:
                 burst = max(1.0, rate / 4)
                 if self.pace is None:
                     self.pace = TokenBucket(rate, burst, self._clock)
-                    with self.spacer_lock:
-                        self.spacer = TokenBucket(rate, min(burst, 2.0), self._clock)
+                    self.spacer = TokenBucket(rate, min(burst, 2.0), self._clock)
                 else:
                     self.pace.retune(rate, burst)
-                    with self.spacer_lock:
-                        assert self.spacer is not None
-                        self.spacer.retune(rate, min(burst, 2.0))
+                    assert self.spacer is not None
+                    self.spacer.retune(rate, min(burst, 2.0))
 
     def status(self) -> dict[str, Any]:
         now = self._clock()
@@ -303,20 +297,19 @@ class GatewayPacer:
 
     async def before_send(self, ticket: Ticket) -> None:
         """Right before the request leaves: keep the learned pace at the moment of sending too.
-        Between admission and sending litellm sets the request up (in threads, under the GIL):
+        Between admission and sending litellm sets the request up in the provider worker:
         requests admitted evenly can leave in a bunch, and a provider counts arrivals."""
         while (wait := self._try_send(ticket)) > 0.0:
             await self._sleep(wait)
 
     def send_now(self, ticket: Ticket) -> bool:
-        """`before_send` when it need not wait, from any thread (the request hook runs on the
-        provider loop): True, and the request counts as sent; False: await `before_send`."""
+        """`before_send` when it need not wait: True, and the request counts as sent; False:
+        await `before_send` (the worker asks for it when the request is about to leave)."""
         return self._try_send(ticket) <= 0.0
 
     def _try_send(self, ticket: Ticket) -> float:
         limits = self.limits(ticket.model)
-        with limits.spacer_lock:
-            wait = limits.spacer.try_take() if limits.spacer is not None else 0.0
+        wait = limits.spacer.try_take() if limits.spacer is not None else 0.0
         if wait <= 0.0:
             ticket.sent_at = self._clock()  # what the provider counts from
         return wait

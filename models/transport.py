@@ -17,9 +17,10 @@ retry, fallback, key choice and wait is decided in this module:
 - one global retry budget bounds how much extra traffic an outage can make us send.
 
 litellm itself (request set-up, the HTTP exchange, per-chunk stream handling) runs in the
-provider worker process (models/worker.py), reached through a loop of its own in this process
-(models/offloop.py): the decisions here stay on the caller's loop, and litellm's CPU does not
-share its GIL.
+provider worker processes (models/worker.py): the decisions stay here, and litellm's CPU does
+not share the bot's GIL. A worker that is lost (killed, frozen, unreadable) or a call that
+cannot cross to it is our failure, not the provider's: the attempt is retried on the same model
+(another worker) without touching breakers, keys or the retry budget, and never falls back.
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ from models.errors import (
     evidence_from_wire,
 )
 from models.gateways import Gateway
-from models.ipc import ClientSpec, ProviderFailure
+from models.ipc import ClientSpec, LocalFailure, ProviderFailure
 from models.keys import KeyRing
-from models.offloop import PROVIDERS
 from models.pacing import GatewayPacer, Priority, Ticket
 from models.ratelimits import exhausted_until_reset, read_windows, refusal_windows
 from models.streamtext import WholeCharacters
@@ -70,6 +70,9 @@ from models.types import (
 )
 from models.wire import WireRecord, start_record
 from models.worker import WORKER, acompletion, atranscription
+
+# Attempts a call may retry after local failures (a worker lost under it) before it gives up.
+_LOCAL_RETRIES = 3
 
 log = structlog.get_logger(__name__)
 
@@ -234,15 +237,20 @@ class Transport:
                 kwargs = self._request_kwargs(
                     slot, messages, timeout, max_tokens, tools=tools, tool_choice=tool_choice
                 )
+                if not await plan.worker_ready(slot):
+                    continue
                 wire = start_record()
                 wire.gate = slot
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
-                        response = await PROVIDERS.acompletion(acompletion, **kwargs)
+                        response = await acompletion(**kwargs)
                 except asyncio.CancelledError:
                     # The provider got the prompt and may be answering: count the prompt.
                     _tell(on_spend, slot.entry, messages, "", None, "cancelled")
                     raise
+                except LocalFailure as exc:
+                    plan.report_local(slot, exc)
+                    continue
                 except Exception as exc:  # classified below; nothing escapes unclassified
                     failure = _classify_failure(exc, wire)
                     if wire.headers:
@@ -337,6 +345,9 @@ class Transport:
                 response: Any = None
                 failure: Classified | None = None
                 out_of_time = False
+                local: LocalFailure | None = None
+                if not await plan.worker_ready(slot):
+                    continue
                 wire = start_record()
                 wire.gate = slot
                 try:
@@ -346,7 +357,7 @@ class Transport:
                     # is neither, and a timer firing then would cancel the caller wherever it
                     # is. (A context per chunk costs about what rescheduling one did.)
                     async with asyncio.timeout_at(guard_until()):
-                        response = await PROVIDERS.acompletion(acompletion, **kwargs)
+                        response = await acompletion(**kwargs)
                     headers = wire.headers or _success_headers(response)
                     slot.learn(headers)
                     chunks = aiter(response)
@@ -377,6 +388,8 @@ class Transport:
                     # the provider billed the prompt and what it streamed so far.
                     _tell(on_spend, slot.entry, messages, "".join(pieces), usage, "cancelled")
                     raise
+                except LocalFailure as exc:
+                    local = exc
                 except Exception as exc:
                     out_of_time = (
                         isinstance(exc, TimeoutError)
@@ -411,9 +424,14 @@ class Transport:
                         yield TextDelta(tail)
                     yield StreamDone(_cut_result(slot.entry, model_id, text, spent, plan))
                     return
-                if failure is not None:
+                if failure is not None or local is not None:
                     if pieces or usage is not None:  # it answered before it broke: billed
                         _tell(on_spend, slot.entry, messages, "".join(pieces), usage, "failed")
+                    if local is not None:
+                        restart_reason = str(local)
+                        plan.report_local(slot, local)
+                        continue
+                    assert failure is not None
                     restart_reason = failure.detail or failure.outcome.value
                     await plan.report(slot, failure, text_shown=shown_model is not None)
                     continue
@@ -493,13 +511,18 @@ class Transport:
                 cost = Usage(
                     cost_usd=slot.entry.audio_cost_usd(duration_s), audio_seconds=duration_s
                 )
+                if not await plan.worker_ready(slot):
+                    continue
                 wire = start_record()
                 wire.gate = slot
                 try:
                     async with asyncio.timeout(timeout + self.timeout_grace):
-                        response = await PROVIDERS.acompletion(atranscription, **kwargs)
+                        response = await atranscription(**kwargs)
                 except asyncio.CancelledError:
                     raise
+                except LocalFailure as exc:
+                    plan.report_local(slot, exc)
+                    continue
                 except Exception as exc:
                     failure = _classify_failure(exc, wire)
                     if wire.headers:
@@ -538,8 +561,9 @@ class Transport:
         raise error
 
     def status(self) -> dict[str, Any]:
-        """Breaker, key and bucket state for /stats and logs. Key positions only, never keys;
-        each key lists under `model_rests` the models it is rate-limited for right now."""
+        """Breaker, key and bucket state and the provider workers, for /stats, /healthz and
+        logs. Key positions only, never keys; each key lists under `model_rests` the models it
+        is rate-limited for right now."""
         return {
             "gateways": {
                 name: {
@@ -566,11 +590,12 @@ class Transport:
                 "spent": self.retry_budget.spent,
                 "denied": self.retry_budget.denied,
             },
+            "workers": WORKER.status(),
         }
 
     async def warm_up(self) -> None:
-        """Start the provider worker and load there what litellm otherwise loads during the
-        first requests.
+        """Start a provider worker and load there what litellm otherwise loads during the
+        first requests (every later worker does the same before it takes calls).
 
         Every streamed request is priced by litellm when it starts, counting the prompt's
         tokens; the first count loads its tokenizer (~1 s of CPU), during which every request
@@ -589,15 +614,14 @@ class Transport:
             for index, key in enumerate(state.gateway.keys):
                 specs.append(ClientSpec(self._pool, state.gateway, index, key))
         try:
-            await PROVIDERS.run(WORKER.prepare(specs))
-            await PROVIDERS.run(WORKER.warm(sorted(names)))
+            await WORKER.warm_up(specs, sorted(names))
         except Exception as exc:  # only an optimisation: never a reason not to start
             log.warning("litellm_warm_up_failed", error=str(exc))
 
     async def aclose(self) -> None:
         """Close the HTTP clients (connection pools) this transport's requests used, in the
         worker."""
-        await PROVIDERS.run(WORKER.close_pool(self._pool))
+        await WORKER.close_pool(self._pool)
 
     # --- internals ----------------------------------------------------------------------------
 
@@ -691,6 +715,7 @@ class _CallPlan:
         self.pending_delay = 0.0
         self.attempts: list[Attempt] = []
         self.queued_s = 0.0  # time spent waiting for turns in gateway queues
+        self.local_retries = 0  # attempts lost to our own failures (a worker lost)
         self._waiting_for = -1  # chain position whose wait bound `_wait_until` is
         self._wait_until = 0.0
 
@@ -924,6 +949,40 @@ class _CallPlan:
             # retry finds it usable (and concurrent calls leave it alone meanwhile).
             state.keys.rest_until(slot.key_index, self.t._clock() + delay, entry.wire_name)
         self.pending_delay = delay
+
+    async def worker_ready(self, slot: _Slot) -> bool:
+        """Wait for a provider worker before the attempt's clock starts: a worker starting or
+        replacing a lost one is our delay, never the provider's timeout. False: none came."""
+        try:
+            await WORKER.wait_ready()
+        except LocalFailure as exc:
+            self.report_local(slot, exc)
+            return False
+        return True
+
+    def report_local(self, slot: _Slot, error: LocalFailure) -> None:
+        """An attempt lost to our own failure: no breaker, key or retry budget hears of it;
+        the same model is tried again (another worker), a few times; no fallback, which
+        would fail the same way and bill another provider."""
+        entry = slot.entry
+        self.attempts.append(
+            Attempt(
+                entry.id,
+                entry.gateway,
+                Outcome.LOCAL,
+                str(error),
+                slot.key_index,
+                None,
+                latency_s=round(self.t._clock() - slot.started, 4),
+            )
+        )
+        log.warning("provider_attempt", model=entry.id, gateway=entry.gateway,
+                    outcome=Outcome.LOCAL.value, detail=str(error))  # fmt: skip
+        self._release(entry, slot.state)
+        if error.retry and self.local_retries < _LOCAL_RETRIES:
+            self.local_retries += 1
+            return
+        self.position = len(self.chain)
 
     def _other_key_usable(self, state: _GatewayState, entry: ModelEntry) -> bool:
         return any(

@@ -26,6 +26,7 @@ class Outcome(StrEnum):
     TIMEOUT = "timeout"
     EMPTY = "empty"  # no text, no tool calls, no finish reason
     SKIPPED = "skipped"  # not attempted: breaker open, bucket full, no key configured
+    LOCAL = "local"  # ours, not the provider's: a provider worker lost, a call not encodable
 
     @property
     def retryable(self) -> bool:

@@ -12,15 +12,12 @@ Streamed (SSE) bodies are never read here: only JSON bodies, which litellm reads
 
 from __future__ import annotations
 
-import asyncio
 import json
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
-
-from models.offloop import on_loop
 
 _MAX_BODY_CHARS = 20_000
 
@@ -29,10 +26,10 @@ class SendGate(Protocol):
     """The gateway's send spacing for one request (`_Slot` in models/transport.py)."""
 
     def send_now(self) -> bool:
-        """From any thread, without waiting: True when the request may leave now."""
+        """Without waiting: True when the request may leave now (and it counts as sent)."""
 
     async def before_send(self) -> None:
-        """On the attempt's loop: wait until the request may leave."""
+        """Wait until the request may leave."""
 
 
 @dataclass
@@ -42,11 +39,9 @@ class WireRecord:
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     error_body: Any = None  # parsed JSON body when it is not a completion
-    # Passed right before the request leaves (the gateway's send spacing, models/pacing.py).
+    # Passed right before the request leaves (the gateway's send spacing, models/pacing.py;
+    # in the worker process a stand-in that asks the bot, models/worker_child.py).
     gate: SendGate | None = None
-    # The loop that started the attempt, where the pacer lives (the request itself is sent
-    # from the provider loop, models/offloop.py).
-    loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def has_error_body(self) -> bool:
@@ -62,7 +57,7 @@ def current_record() -> WireRecord | None:
 
 
 def start_record() -> WireRecord:
-    record = WireRecord(loop=asyncio.get_running_loop())
+    record = WireRecord()
     _current.set(record)
     return record
 
@@ -85,8 +80,8 @@ async def on_request(request: httpx.Request) -> None:
         return
     gate, record.gate = record.gate, None
     if gate.send_now():
-        return  # the usual case: no round trip through the attempt's (busy) loop
-    await on_loop(record.loop, gate.before_send)
+        return
+    await gate.before_send()
 
 
 async def on_response(response: httpx.Response) -> None:

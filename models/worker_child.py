@@ -8,12 +8,20 @@ failure) is sent back with the call's result, so nothing of litellm's crosses bu
 The one thing asked of the bot during a call is the send gate: right before the request leaves,
 the request hook (models/wire.py) sends "gate" and waits for "go", so the gateway's pacing in the
 bot spaces the requests as they really leave, after litellm's set-up here.
+
+The bot supervises us: "ready" once litellm is imported, "pong" to each "ping". Our logs go
+through the same scrubbing JSON pipeline as the bot's (models/logging_setup.py), with every key
+a call brings registered before the call runs; what litellm or Python print to stdout/stderr goes
+through it too, line by line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import io
+import logging
+import os
 import signal
 import socket
 import sys
@@ -22,9 +30,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import litellm
+import structlog
 
 from models.clients import ClientPool
-from models.errors import Classified, classify_exception
+from models.errors import classify_exception
 from models.ipc import (
     ClientSpec,
     WireFields,
@@ -34,8 +43,10 @@ from models.ipc import (
     read_message,
     response_data,
 )
-from models.types import Outcome
+from models.logging_setup import configure_logging, install_exception_hooks, redactor
 from models.wire import WireRecord, start_record
+
+log = structlog.get_logger(__name__)
 
 litellm.suppress_debug_info = True
 litellm.disable_hf_tokenizer_download = True
@@ -47,6 +58,10 @@ warnings.filterwarnings(
     message=r"coroutine '(OpenAIChatCompletion|BaseLLMHTTPHandler|AnthropicChatCompletion)\.",
     category=RuntimeWarning,
 )
+
+# Past this many bytes waiting to go to the bot, a stream stops reading its provider until the
+# bot has read them (the socket's own backpressure reaches the provider's TCP window).
+_WRITE_HIGH_WATER = 1024 * 1024
 
 _CALLS = {"completion": litellm.acompletion, "transcription": litellm.atranscription}
 
@@ -92,10 +107,19 @@ class _Worker:
         if not self._writer.is_closing():
             self._writer.write(b"".join(outbox))
 
+    async def drained(self) -> None:
+        """Wait while the bot is behind reading what we sent."""
+        self._flush()
+        if self._writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            await self._writer.drain()
+
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
-        if kind == "call":
+        if kind == "ping":
+            self.send(("pong", message[1]))
+        elif kind == "call":
             _, call_id, name, kwargs, spec, gated = message
+            redactor().add([spec.key])
             task = asyncio.create_task(self._call(call_id, name, kwargs, spec, gated))
             self._tasks[call_id] = task
             task.add_done_callback(lambda _, i=call_id: self._tasks.pop(i, None))
@@ -129,6 +153,7 @@ class _Worker:
         task.add_done_callback(lambda _, i=call_id: self._tasks.pop(i, None))
 
     def _client(self, spec: ClientSpec) -> Any:
+        redactor().add([spec.key])
         pool = self._pools.setdefault(spec.pool, ClientPool())
         if spec.sdk:
             return pool.sdk_client_for(spec.gateway, spec.key_index, spec.key)
@@ -154,8 +179,8 @@ class _Worker:
         try:
             await self._run_call(call_id, name, kwargs, spec, gated)
         except Exception as exc:  # ours, around litellm's answer (one we could not pickle, ...)
-            failure = Classified(Outcome.UNAVAILABLE, f"provider worker: {type(exc).__name__}")
-            self.send(("error", call_id, failure, (None, {}, None)))
+            log.exception("provider_worker_call_failed")
+            self.send(("local", call_id, f"provider worker: {type(exc).__name__}"))
 
     async def _run_call(
         self, call_id: int, name: str, kwargs: dict[str, Any], spec: ClientSpec, gated: bool
@@ -170,6 +195,7 @@ class _Worker:
             return  # the bot gave up on it and forgot it
         except Exception as exc:
             failure = classify_exception(exc, record.status, record.headers, record.error_body)
+            log.debug("provider_call_failed", outcome=failure.outcome.value, error=str(exc))
             self.send(("error", call_id, failure, _wire(record)))
             return
         if not hasattr(response, "__aiter__"):
@@ -180,6 +206,8 @@ class _Worker:
         try:
             async for chunk in response:
                 self.send(("chunk", call_id, chunk_data(chunk)))
+                if len(self._outbox) > 64:
+                    await self.drained()
         except asyncio.CancelledError:
             return  # closed by the bot (cancelled, timed out, or it stopped reading)
         except Exception as exc:
@@ -234,21 +262,68 @@ async def _warm_litellm(model_names: Sequence[str]) -> None:
 async def serve(sock: socket.socket) -> None:
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     worker = _Worker(writer)
+    asyncio.get_running_loop().set_exception_handler(_loop_errors)
+    worker.send(("ready", os.getpid()))
     try:
         while True:
             try:
                 message = await read_message(reader)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return  # the bot has gone
+            except Exception:  # the bot has gone, or what came is not a message: we end
+                return
             worker.handle(message)
     finally:
         await worker.aclose()
         writer.close()
 
 
+class _LoggedOutput(io.TextIOBase):
+    """sys.stdout/sys.stderr: each line becomes a log event, scrubbed like every other."""
+
+    def __init__(self, name: str) -> None:
+        self._logger = logging.getLogger(f"provider_worker.{name}")
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        for line in lines:
+            if line.strip():
+                self._logger.warning(line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending.strip():
+            self._logger.warning(self._pending)
+        self._pending = ""
+
+
+def _log_through_the_scrubber() -> None:
+    fmt = os.environ.get("LOG_FORMAT") or "json"
+    configure_logging(
+        level=os.environ.get("LOG_LEVEL") or "INFO",
+        fmt="console" if fmt == "console" else "json",
+        stream=sys.__stderr__,
+    )
+    install_exception_hooks()
+    logging.captureWarnings(True)
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+        # litellm gives its loggers a handler of their own on the raw stderr (LITELLM_LOG):
+        # theirs go through ours instead.
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
+    sys.stdout = _LoggedOutput("stdout")
+    sys.stderr = _LoggedOutput("stderr")
+
+
 def main() -> None:
     """`python -c ... main()` with the socket's descriptor as the last argument."""
     sock = socket.socket(fileno=int(sys.argv[-1]))
+    _log_through_the_scrubber()
     # Ctrl-C in a terminal (and a stop sent to the whole group) reaches us with the bot: the bot
     # stops gracefully and still needs us for the replies it lets finish. We leave when it has
     # gone and our socket closes.
@@ -258,3 +333,8 @@ def main() -> None:
     gc.collect()
     gc.freeze()
     asyncio.run(serve(sock))
+
+
+def _loop_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    log.error("event_loop_exception", detail=str(context.get("message", "")),
+              exc_info=context.get("exception"))  # fmt: skip

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.logging_setup import redactor
+from models.logging_setup import redactor
 from tests.e2e_bot import (
     FRIEND,
     KEYS,

@@ -7,8 +7,8 @@ import io
 import json
 from pathlib import Path
 
-from bot.logging_setup import configure_logging
 from bot.ui.i18n import t
+from models.logging_setup import configure_logging
 from tests.e2e_bot import KEYS, OWNER, TOKEN, bot_under_test
 from tests.fakes.providers import Fault, Reply
 

@@ -8,7 +8,7 @@ import logging
 
 import structlog
 
-from bot.logging_setup import REDACTED, SecretRedactor, configure_logging
+from models.logging_setup import REDACTED, SecretRedactor, configure_logging
 
 TOKEN = "424242:AAH-very-secret-token"
 KEY = "sk-proj-abcdef123456"

@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from bot.logging_setup import (
+from models.logging_setup import (
     configure_logging,
     install_exception_hooks,
     loop_exception_handler,

@@ -12,6 +12,8 @@ from memory.db import Database
 from memory.store import Store, to_iso
 from memory.usage import Budgets, UsageLedger
 from models.types import Usage
+from models.worker import WORKER
+from tests.fakes.providers import Reply
 
 NOW = datetime(2026, 6, 3, 12, 0, tzinfo=UTC)
 ANN, BOB = 1001, 1002
@@ -56,7 +58,9 @@ async def _attempt(db: Database, job_id: int, chat_id: int, model: str, outcome:
         )
 
 
-async def test_stats_text_shows_queue_outcomes_breakers_and_spend(db: Database, transport) -> None:
+async def test_stats_text_shows_queue_outcomes_breakers_workers_and_spend(
+    db: Database, transport, fake_openai
+) -> None:
     done1 = await _job(db, ANN, "done", attempts=0, created=NOW - timedelta(hours=5))
     await _attempt(db, done1, ANN, "llama-3.3-70b-versatile", "rate_limit")
     await _attempt(db, done1, ANN, "qwen3-32b", "saved")
@@ -74,8 +78,14 @@ async def test_stats_text_shows_queue_outcomes_breakers_and_spend(db: Database, 
     while groq.breaker.state.value == "closed":
         groq.breaker.record_failure()
 
+    fake_openai.script("gpt-5", Reply("hello"))
+    await transport.complete("gpt-5", [{"role": "user", "content": "hi"}], timeout=10)
+    [worker] = WORKER.workers
+
     text = await build_stats_text(db, transport.status(), "en", clock=lambda: NOW)
 
+    assert f"• worker 1: pid {worker.pid}, ready, " in text
+    assert ", calls in flight 0, restarts " in text
     assert "Memory queue: 2 pending, 0 running, 2 done" in text
     assert "Oldest waiting job: since 2026-06-03 10:25 UTC (95 min ago)" in text
     assert "Failed jobs waiting for a retry: 1" in text

@@ -10,6 +10,7 @@ import aiohttp
 from bot.app.health import HealthServer
 from bot.app.runner import serve
 from bot.app.wiring import build_application, prepare
+from models.worker import WORKER
 from tests.e2e_bot import OWNER, FakeServers, fake_settings, free_port
 from tests.fakes.providers import Fault
 
@@ -83,6 +84,13 @@ async def test_healthz_in_polling_mode_shows_the_consolidation_backlog(tmp_path:
             assert body["queue_depth"] == 1
             assert body["oldest_pending_s"] >= 0
             assert body["turns_in_flight"] == 0
+            [worker] = body["provider_workers"]  # its one call: the hanging consolidation
+            assert (worker["pid"], worker["state"], worker["in_flight"]) == (
+                WORKER.pid,
+                "ready",
+                1,
+            )
+            assert worker["rss_mib"] > 10
         finally:
             stop.set()
             await asyncio.wait_for(running, timeout=30)

@@ -2,7 +2,7 @@
 
 Real litellm in the real worker process over HTTP against the fake providers. What the worker
 adds that a thread did not have: it can die on its own, and a cancelled call must be stopped in
-another process.
+another process. (Frozen, killed and garbled workers under load: tests/test_worker_supervision.py.)
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from contextlib import aclosing
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from models.offloop import PROVIDERS
-from models.types import Spend, StreamDone, StreamRestart, TextDelta
-from models.worker import WORKER
+from models.types import Outcome, Spend, StreamDone, StreamRestart, TextDelta
+from models.worker import WORKER, WorkerSettings
 from tests.conftest import make_transport
 from tests.e2e_bot import wait_until
 from tests.fakes.providers import Reply
@@ -25,12 +24,14 @@ HI = [{"role": "user", "content": "Tell me a long story about a lighthouse, plea
 LONG = "The keeper climbed the stairs and lit the lamp again. " * 40
 
 
-async def test_a_worker_killed_mid_stream_falls_back_bills_and_is_replaced(
+async def test_a_worker_killed_mid_stream_is_replaced_and_the_same_model_answers(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
+    """A lost worker is our failure: the stream restarts on the same model in a new worker,
+    no fallback; what streamed before is billed."""
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
     spends: list[Spend] = []
-    fake_openai.script("gpt-5", Reply(LONG, chunk_chars=16, chunk_delay=0.02))
+    fake_openai.script("gpt-5", Reply(LONG, chunk_chars=16, chunk_delay=0.02), Reply("again"))
     fake_openai.script("gpt-5-mini", Reply("fallback answer"))
     events: list[object] = []
     killed: int | None = None
@@ -42,15 +43,17 @@ async def test_a_worker_killed_mid_stream_falls_back_bills_and_is_replaced(
                 assert killed is not None and killed != os.getpid()
                 os.kill(killed, signal.SIGKILL)
     [restart] = [e for e in events if isinstance(e, StreamRestart)]
-    assert (restart.from_model, restart.to_model) == ("gpt-5", "gpt-5-mini")
-    assert restart.reason == "provider worker stopped"
+    assert (restart.from_model, restart.to_model) == ("gpt-5", "gpt-5")
+    assert restart.reason.startswith("provider worker lost (")
     done = events[-1]
     assert isinstance(done, StreamDone)
-    assert (done.result.model_id, done.result.text) == ("gpt-5-mini", "fallback answer")
+    assert (done.result.model_id, done.result.text) == ("gpt-5", "again")
+    assert [a.outcome for a in done.result.attempts] == [Outcome.LOCAL, Outcome.SUCCESS]
+    assert not [r for r in fake_openai.requests if r.model == "gpt-5-mini"]
     # What gpt-5 streamed before the worker died is billed, as for any broken stream.
     assert [(s.model_id, s.ended, s.usage.estimated) for s in spends] == [
         ("gpt-5", "failed", True),
-        ("gpt-5-mini", "success", False),
+        ("gpt-5", "success", False),
     ]
     assert spends[0].usage.completion_tokens > 0
     assert WORKER.pid not in (None, killed)
@@ -125,12 +128,15 @@ def _peer_pids(port: int) -> set[int]:
 async def test_with_two_workers_concurrent_calls_are_spread_over_both(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
-    """PROVIDER_WORKERS=2: a call goes to the worker with fewer calls in flight."""
-    WORKER.resize(2)
+    """PROVIDER_WORKERS=2: one worker at rest; a second starts when the first is busy, and
+    a call goes to the worker with fewer calls in flight."""
+    before = WORKER.settings
+    WORKER.configure(WorkerSettings(max_workers=2, scale_calls=1))
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
     try:
+        # ~30 s each unless cut: both must still stream once the second worker is ready.
         for _ in range(2):
-            fake_openai.script("gpt-5", Reply(LONG, chunk_chars=16, chunk_delay=0.02))
+            fake_openai.script("gpt-5", Reply(LONG * 4, chunk_chars=16, chunk_delay=0.05))
 
         async def read() -> str:
             text = ""
@@ -139,12 +145,26 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
                     text += event.text
             return text
 
-        calls = [asyncio.create_task(read()) for _ in range(2)]
+        fake_openai.script("gpt-4.1", Reply("up"))
+        await t.complete("gpt-4.1", HI, timeout=5)  # a worker is up
+        assert len(WORKER.pids) == 1
+        first = asyncio.create_task(read())
+        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker to start", 5.0)
+        await wait_until(lambda: len(WORKER.pids) == 2, "a second worker to run", 30.0)
+        await wait_until(
+            lambda: all(w.state == "ready" for w in WORKER.workers), "it to be ready", 30.0
+        )
+        second = asyncio.create_task(read())
         port = _port(fake_openai.base_url)
         await wait_until(lambda: len(_peer_pids(port)) == 2, "both workers to be connected", 10.0)
         assert _peer_pids(port) == set(WORKER.pids) and os.getpid() not in WORKER.pids
-        assert await asyncio.gather(*calls) == [LONG, LONG]
+        assert sorted(w.in_flight for w in WORKER.workers) == [1, 1]
+        for task in (first, second):
+            task.cancel()
+        await asyncio.gather(first, second, return_exceptions=True)
     finally:
         await t.aclose()
-        await PROVIDERS.run(WORKER.workers[1].stop())
-        WORKER.resize(1)
+        for extra in WORKER.workers[1:]:
+            WORKER.workers.remove(extra)
+            await extra.stop()
+        WORKER.configure(before)

@@ -71,6 +71,8 @@ class Settings(BaseSettings):
     )
     CONSOLIDATION_CONCURRENCY: int = Field(default=2, ge=1, le=32)
     PROVIDER_WORKERS: int | None = Field(default=None, ge=1, le=16)  # unset: provider_workers()
+    PROVIDER_WORKER_HEARTBEAT_S: float = Field(default=5.0, ge=0.5, le=60)
+    PROVIDER_WORKER_MAX_RSS_MB: float = Field(default=1024.0, ge=200)
     MEMORY_WINDOW: int = Field(default=50, ge=4)
     MEMORY_KEEP_RECENT: int = Field(default=10, ge=1)
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
@@ -192,10 +194,11 @@ GIB = 1024**3
 def provider_workers(
     settings: Settings, *, cpus: float | None = None, memory_bytes: int | None = None
 ) -> int:
-    """How many litellm worker processes to run (models/worker.py): PROVIDER_WORKERS, or when
-    unset 2 on a machine with 2 CPUs and 2 GiB of memory or more, else 1. One worker uses at most
-    one core; measured with benchmarks/turn_overhead.py on 2 cores at 100 conversations, a
-    second one took intake p99 from 124–307 ms to 46 ms, for about 300 MB more memory."""
+    """At most how many litellm worker processes to run (models/worker.py): PROVIDER_WORKERS,
+    or when unset 2 on a machine with 2 CPUs and 2 GiB of memory or more, else 1. One runs at
+    rest; a second starts only under load (one worker uses at most one core; measured with
+    benchmarks/turn_overhead.py on 2 cores at 100 conversations, a second one took intake p99
+    from 124–307 ms to 46 ms, for about 300 MB more memory while it runs)."""
     if settings.PROVIDER_WORKERS is not None:
         return settings.PROVIDER_WORKERS
     cpus = _usable_cpus() if cpus is None else cpus

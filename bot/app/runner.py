@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -30,9 +29,8 @@ from telegram.ext import Application
 
 from bot.app.health import HealthServer
 from bot.app.lifecycle import lifecycle_of
-from bot.app.services import SERVICES_KEY, Services
+from bot.app.services import SERVICES_KEY, Services, warm_up_providers
 from bot.handlers.memory import MEMORY_KEY
-from bot.heap import freeze_start_up_heap
 from memory.store import from_iso, utc_now
 
 if TYPE_CHECKING:
@@ -70,6 +68,7 @@ def health_figures(application: App, mode: str) -> Callable[[], Awaitable[dict[s
             else None
         )
         body["turns_in_flight"] = services.turns.running_count()
+        body["provider_workers"] = services.transport.status()["workers"]
         return body
 
     return figures
@@ -88,12 +87,8 @@ async def serve(
     settings: Settings,
     *,
     stop: asyncio.Event | None = None,
-    freeze_heap: bool = False,
 ) -> None:
-    """Run until `stop` is set (or SIGTERM/SIGINT when `stop` is None), then stop gracefully.
-
-    `freeze_heap` (the real process, not tests sharing one interpreter): see `freeze_start_up_heap`.
-    """
+    """Run until `stop` is set (or SIGTERM/SIGINT when `stop` is None), then stop gracefully."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     force = asyncio.Event()
@@ -110,8 +105,6 @@ async def serve(
         await application.initialize()
         if application.post_init:
             await application.post_init(application)
-        if freeze_heap:
-            freeze_start_up_heap()
         # Held at the last stop: queued before anything new is fetched.
         await lifecycle_of(application).replay_held(application)
         if settings.HEALTH_PORT:
@@ -135,6 +128,7 @@ async def serve(
                 allowed_updates=ALLOWED_UPDATES, drop_pending_updates=False, timeout=30
             )
         await application.start()
+        warm_up_providers(application)
         log.info("bot_running", mode=mode, health_port=health.port if health else None)
         await stop.wait()
         log.info("bot_stopping", grace_s=settings.SHUTDOWN_GRACE_SECONDS)
@@ -221,22 +215,13 @@ def _worker_of(application: App) -> Any:
     return getattr(feature, "worker", None)
 
 
-GIL_SWITCH_INTERVAL_S = 0.001
-
-
 def run_bot(application: App, settings: Settings) -> None:
     """The main job (`python -m bot`): serve until SIGTERM/SIGINT, then stop gracefully."""
-    from bot.logging_setup import loop_exception_handler
+    from models.logging_setup import loop_exception_handler
 
     async def main() -> None:
         # Exceptions the loop only reports go through the same scrubbing as every log line.
         asyncio.get_running_loop().set_exception_handler(loop_exception_handler)
-        await serve(application, settings, freeze_heap=True)
+        await serve(application, settings)
 
-    # litellm streams on its own thread (models/offloop.py), pure Python under the GIL; every
-    # time the chat loop makes a system call (a socket write, the next select) it gives the GIL
-    # away and waits up to this interval to get it back. 5 ms (Python's default) made 100
-    # streaming replies hold the loop up 166–178 ms at worst; 1 ms: 125–138 ms, same CPU per
-    # turn (benchmarks/turn_overhead.py, back-to-back runs).
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     asyncio.run(main())

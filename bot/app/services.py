@@ -81,6 +81,8 @@ class Services:
     refusals: RefusalThrottle = field(default_factory=RefusalThrottle)
     # The chat turn's agent loop (agent/), built in `open`.
     agent: AgentLoop | None = None
+    # The provider worker's warm-up, started once polling runs (`warm_up_providers`).
+    warming: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -92,13 +94,18 @@ class Services:
     ) -> Services:
         # Imported here: a configuration error is reported before the transport's imports.
         from models.transport import Transport
-        from models.worker import WORKER
+        from models.worker import WORKER, WorkerSettings
 
         settings = prepared.settings
-        WORKER.resize(provider_workers(settings))
+        WORKER.configure(
+            WorkerSettings(
+                max_workers=provider_workers(settings),
+                heartbeat_s=settings.PROVIDER_WORKER_HEARTBEAT_S,
+                max_rss_mb=settings.PROVIDER_WORKER_MAX_RSS_MB,
+            )
+        )
         transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
-        # The provider workers start and load what litellm's first requests load meanwhile.
-        db, _ = await asyncio.gather(Database.open(settings.DATABASE_PATH), transport.warm_up())
+        db = await Database.open(settings.DATABASE_PATH)
         store = Store(db, clock or utc_now)
         services = cls(
             settings=settings,
@@ -140,7 +147,17 @@ class Services:
             return self.catalog.get(chosen)
         return self.catalog.get(self.default_model)
 
+    def warm_up_providers(self) -> None:
+        """Start a provider worker and warm it up, in the background: called once polling
+        runs, so start-up does not wait for litellm's import (a message that comes first waits
+        for the worker)."""
+        if self.warming is None:
+            self.warming = asyncio.create_task(self.transport.warm_up())
+
     async def close(self) -> None:
+        if self.warming is not None and not self.warming.done():
+            self.warming.cancel()
+            await asyncio.gather(self.warming, return_exceptions=True)
         for closer in reversed(self.on_close):
             try:
                 await closer()
@@ -152,3 +169,10 @@ class Services:
 
 def services_of(application: Application[Any, Any, Any, Any, Any, Any]) -> Services:
     return application.bot_data[SERVICES_KEY]
+
+
+def warm_up_providers(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Once polling runs: start the provider worker's warm-up (see Services.warm_up_providers)."""
+    services: Services | None = application.bot_data.get(SERVICES_KEY)
+    if services is not None:
+        services.warm_up_providers()

@@ -20,17 +20,17 @@ from telegram.request import HTTPXRequest
 from bot.app.config import SETTING_NAMES, ConfigError, Settings, gateway_keys
 from bot.app.lifecycle import LIFECYCLE_KEY, Lifecycle
 from bot.app.runner import run_bot
-from bot.app.services import SERVICES_KEY, Prepared, Services, available_models
+from bot.app.services import SERVICES_KEY, Prepared, Services, available_models, warm_up_providers
 from bot.app.turn_guard import attach_turn_guard
 from bot.handlers.chat import register_handlers
 from bot.handlers.memory import attach_memory, register_memory_handlers
 from bot.handlers.ops import attach_operations, register_operations_handlers
 from bot.handlers.reminders import attach_reminders, register_reminder_handlers
-from bot.logging_setup import redactor
 from bot.ui.commands import register_commands
 from memory.store import Clock
 from models.catalog import Catalog, CatalogError, declared_gateways, load_catalog
 from models.gateways import Gateway
+from models.logging_setup import redactor
 from models.sockets import transport
 
 log = structlog.get_logger("bot.app")
@@ -245,6 +245,7 @@ async def running(
             poll_interval=poll_interval, timeout=poll_timeout, drop_pending_updates=False
         )
         await application.start()
+        warm_up_providers(application)
         try:
             yield application
         finally:

@@ -223,6 +223,23 @@ def stats_text(
     )
     if turns_in_flight is not None:
         lines.append(t("stats_turns_in_flight", lang, count=turns_in_flight))
+    workers: list[Mapping[str, Any]] = transport_status.get("workers", [])
+    if workers:
+        lines.append(t("stats_workers", lang))
+    for worker in workers:
+        rss = worker.get("rss_mib")
+        lines.append(
+            t(
+                "stats_worker",
+                lang,
+                number=worker.get("number"),
+                pid=worker.get("pid") or "-",
+                state=worker.get("state"),
+                rss=f"{rss:.0f}" if rss is not None else "-",
+                calls=worker.get("in_flight", 0),
+                restarts=worker.get("restarts", 0),
+            )
+        )
     return "\n".join(lines)
 
 
