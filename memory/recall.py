@@ -10,10 +10,11 @@ Three sources, ranked on one scale:
 - the history entries consolidation wrote (FTS5 trigram index): a session's summary.
 
 Every candidate is scored with the same BM25 (terms: memory/search_terms.py; rarity of a term
-from the archive's index and the candidates), and a session whose summary or other turns
-match lends part of their score to a turn (and its turns to its summary), so the words and
-the gist of a session support each other. At most two hits come from one session (the second
-counting half), so the first results cover different conversations; ties go to the newer one.
+from the archive's term counts, `archive_terms`, and the candidates), and a session whose
+summary or other turns match lends part of their score to a turn (and its turns to its
+summary), so the words and the gist of a session support each other. At most two hits come
+from one session (the second counting half), so the first results cover different
+conversations; ties go to the newer one.
 
 Bounds: at most MAX_QUERY_TERMS terms, a fixed number of candidates per source and a fixed
 number of characters of unconsolidated text; the scoring runs in a thread, off the chat loop.
@@ -199,17 +200,19 @@ def _archive_stats(conn: sqlite3.Connection, terms: list[QueryTerm]) -> tuple[di
     among them, and how many turns there are."""
     forms = sorted({form for term in terms for form, _ in term.forms})
     prefixes = sorted({term.prefix for term in terms if term.prefix})
-    sql = f"SELECT term, doc FROM archive_vocab WHERE term IN ({','.join('?' * len(forms))})"
+    sql = f"SELECT term, docs FROM archive_terms WHERE term IN ({','.join('?' * len(forms))})"
     for _ in prefixes:
         sql += (
-            " UNION SELECT * FROM (SELECT term, doc FROM archive_vocab "
+            " UNION SELECT * FROM (SELECT term, docs FROM archive_terms "
             f"WHERE term > ? AND term < ? LIMIT {MAX_PREFIX_WORDS})"
         )
     ranges = [bound for p in prefixes for bound in (p, p + "\U0010ffff")]
-    sql += " UNION ALL SELECT NULL, COUNT(*) FROM archived_messages"
+    # As a subquery, the count is SQLite's quick count of the table's pages (a COUNT(*) that
+    # is itself part of a UNION reads every row: 1.5 ms at 100,000 turns).
+    sql += " UNION ALL SELECT NULL, (SELECT COUNT(*) FROM archived_messages)"
     rows = conn.execute(sql, [*forms, *ranges]).fetchall()
-    total = next(int(r["doc"]) for r in rows if r["term"] is None)
-    return {r["term"]: int(r["doc"]) for r in rows if r["term"] is not None}, total
+    total = next(int(r["docs"]) for r in rows if r["term"] is None)
+    return {r["term"]: int(r["docs"]) for r in rows if r["term"] is not None}, total
 
 
 def _archive_candidates(
