@@ -189,7 +189,15 @@ def _search(
     finally:
         conn.execute("COMMIT")
     sources = _Sources(archive, history, messages, archive_df, archive_n, plain)
-    return _rank(terms, period, sources, limit)
+    try:
+        return _rank(terms, period, sources, limit)
+    finally:
+        # A turn and its neighbour point at each other: left linked, the few hundred candidates
+        # of every search are cycles only Python's cyclic collector frees, and its runs over
+        # the whole heap were the slowest searches (p99 21 ms against 10 ms without them, at
+        # 100,000 archived turns). Unlinked, they go as soon as the search returns.
+        for doc in (*archive, *history, *messages):
+            doc.before = doc.after = None
 
 
 # candidates -------------------------------------------------------------------------------------
@@ -275,6 +283,9 @@ def _archive_candidates(
     is_hit = set(hit_ids)
     docs = [_turn("archive", r, terms=r["terms"].split()) for r in rows]
     _link_neighbours(docs)
+    for doc in docs:
+        if doc.ref_id not in is_hit:  # only a hit's own links are read (see _search)
+            doc.before = doc.after = None
     return [d for d in docs if d.ref_id in is_hit]
 
 
