@@ -70,7 +70,7 @@ class Database:
         self._pending: list[_Write] = []  # run_in_transaction's writes not sent yet
         self._drainer: asyncio.Task[None] | None = None
         self._idle_readers = list(self._readers)
-        self._pending_reads: list[_Read] = []  # fetchall's queries not sent yet
+        self._pending_reads: list[_Read] = []  # reads not sent yet
         self._read_drainers: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -248,23 +248,31 @@ class Database:
             self._pending.clear()
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        """Rows of one query, from a read connection (never waits for a write).
+        """Rows of one query, from a read connection (never waits for a write)."""
+        bound = tuple(params)
+        return await self.read(lambda conn: conn.execute(sql, bound).fetchall())
 
-        Queries asked for while the read connections are busy go to a connection's thread
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn`'s result, run on a read connection's thread (plain sqlite3 calls, no awaits,
+        no writes: the connection is query-only). A search that needs several queries, each
+        depending on the one before, asks for them here in one round trip instead of one per
+        query, each of which also waits for a turn of a busy event loop.
+
+        Reads asked for while the read connections are busy go to a connection's thread
         together, the next time one is free: a hundred turns reading at once cost a few turns
-        of the event loop, not two each. A caller cancelled meanwhile simply gets no rows.
+        of the event loop, not two each. A caller cancelled meanwhile simply gets nothing.
         """
         if not self._readers:
             async with self._lock:
-                return list(await self._conn.execute_fetchall(sql, tuple(params)))
-        read = _Read(sql, tuple(params), asyncio.get_running_loop().create_future())
+                return await self._conn._execute(fn, self._conn._conn)  # type: ignore[no-any-return]
+        read = _Read(fn, asyncio.get_running_loop().create_future())
         self._pending_reads.append(read)
         if self._idle_readers:
             reader = self._idle_readers.pop()
             drainer = asyncio.create_task(self._drain_reads(reader))
             self._read_drainers.add(drainer)
             drainer.add_done_callback(self._read_drainers.discard)
-        return await read.outcome
+        return await read.outcome  # type: ignore[no-any-return]
 
     async def _drain_reads(self, reader: aiosqlite.Connection) -> None:
         """Send waiting queries to `reader`'s thread, its share of them at a time (the others
@@ -278,8 +286,8 @@ class Database:
                 batch = [read for read in batch if not read.outcome.done()]
                 if not batch:
                     continue
-                queries = [(read.sql, read.params) for read in batch]
-                outcomes = await reader._execute(_run_reads, reader._conn, queries)
+                bodies = [read.fn for read in batch]
+                outcomes = await reader._execute(_run_reads, reader._conn, bodies)
                 for read, (ok, value) in zip(batch, outcomes, strict=True):
                     if read.outcome.done():
                         continue  # its caller was cancelled
@@ -350,23 +358,22 @@ class _Write:
 
 
 class _Read:
-    """One `fetchall` call: its query and the future its caller awaits."""
+    """One `read` (or `fetchall`) call: its body and the future its caller awaits."""
 
-    def __init__(self, sql: str, params: tuple[Any, ...], outcome: asyncio.Future[Any]):
-        self.sql = sql
-        self.params = params
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], outcome: asyncio.Future[Any]):
+        self.fn = fn
         self.outcome = outcome
 
 
 def _run_reads(
-    conn: sqlite3.Connection, queries: list[tuple[str, tuple[Any, ...]]]
+    conn: sqlite3.Connection, bodies: list[Callable[[sqlite3.Connection], Any]]
 ) -> list[tuple[bool, Any]]:
-    """On a reader's thread: each query's rows, (True, rows) or (False, the exception)."""
+    """On a reader's thread: each body's result, (True, result) or (False, the exception)."""
     outcomes: list[tuple[bool, Any]] = []
-    for sql, params in queries:
+    for fn in bodies:
         try:
-            outcomes.append((True, conn.execute(sql, params).fetchall()))
-        except Exception as error:  # that caller gets it; the next query runs as usual
+            outcomes.append((True, fn(conn)))
+        except Exception as error:  # that caller gets it; the next body runs as usual
             outcomes.append((False, error))
     return outcomes
 

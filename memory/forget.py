@@ -2,7 +2,8 @@
 
 What goes: the long-term memory (including facts a chat tool wrote into it, and the
 `memory_edits` log of those writes), every history entry, every consolidation job not yet
-done (pending and running), the archive (the words of consolidated sessions), the stored
+done (pending and running), the archive (the words of consolidated sessions, and their
+counts in `archive_terms` as far as they came from this chat), the stored
 messages of closed sessions not yet consolidated, the current session's messages, and voice
 notes waiting for a transcript (`media_inbox`). What
 stays: the chat's settings (model, language) and the usage ledger (tokens and cost, no text).
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 import aiosqlite
 
+from memory.archive import delete_archived_in
 from memory.db import Database
 from memory.longterm import write_memory
 
@@ -73,9 +75,7 @@ async def forget_chat_in(conn: aiosqlite.Connection, chat_id: int, now: str) -> 
         chat_id,
     )
     messages = await _count(conn, "DELETE FROM messages WHERE chat_id = ? RETURNING id", chat_id)
-    archived = await _count(
-        conn, "DELETE FROM archived_messages WHERE chat_id = ? RETURNING id", chat_id
-    )
+    archived = await delete_archived_in(conn, "chat_id = ?", (chat_id,))
     await conn.execute("DELETE FROM sessions WHERE chat_id = ?", (chat_id,))
     cursor = await conn.execute(
         "INSERT INTO sessions(chat_id, opened_at) VALUES (?, ?) RETURNING id", (chat_id, now)

@@ -1,6 +1,6 @@
-"""`Database.fetchall` under load: reads asked for together reach the read connections' threads
-in a few batches (one round trip through the event loop each, not two per read), and each
-caller still gets exactly its own rows, or its own error."""
+"""`Database.fetchall` and `Database.read` under load: reads asked for together reach the read
+connections' threads in a few batches (one round trip through the event loop each, not two per
+read), and each caller still gets exactly its own rows, or its own error."""
 
 from __future__ import annotations
 
@@ -121,3 +121,21 @@ async def test_close_answers_the_reads_already_asked_for(tmp_path: Path) -> None
     await database.close()
 
     assert [int((await read)[0]["n"]) for read in reads] == list(range(50))
+
+
+async def test_a_read_body_runs_its_dependent_queries_in_one_trip_and_never_writes(
+    db: Database, batches: list[int]
+) -> None:
+    def model_of_the_highest_chat(conn: sqlite3.Connection) -> str:
+        highest = conn.execute("SELECT MAX(chat_id) FROM chats").fetchone()[0]
+        row = conn.execute("SELECT model_id FROM chats WHERE chat_id = ?", (highest,)).fetchone()
+        return str(row["model_id"])
+
+    def rename(conn: sqlite3.Connection) -> None:
+        conn.execute("UPDATE chats SET model_id = 'written' WHERE chat_id = 1")
+
+    assert await db.read(model_of_the_highest_chat) == f"model-{CHATS - 1}"
+    assert batches == [1]  # both queries in one round trip to the reader's thread
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        await db.read(rename)
+    assert await _model_of(db, 1) == "model-1"

@@ -48,6 +48,13 @@ async def recall(bot: BotUnderTest, query: str) -> str:
     return reply.text
 
 
+async def term_counts(bot: BotUnderTest) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """The archive's term counts as recall reads them, and as the FTS5 index counts them."""
+    kept = await bot.rows("SELECT term, docs AS n FROM archive_terms ORDER BY term")
+    indexed = await bot.rows("SELECT term, doc AS n FROM archive_vocab ORDER BY term")
+    return [(r["term"], r["n"]) for r in kept], [(r["term"], r["n"]) for r in indexed]
+
+
 async def forget_confirmed(bot: BotUnderTest) -> None:
     [prompt] = await bot.ask(CHAT, "/forget")
     yes = prompt.button_data()[0]  # carries the asker's id: only they may confirm
@@ -90,9 +97,12 @@ async def test_forget_removes_the_archived_words_also_after_a_restart(tmp_path: 
         quiet_models(bot)
         await session(bot, locomo_turns(1))
         assert "💬" in await recall(bot, "transgender")
+        kept, indexed = await term_counts(bot)
+        assert ("transgend", 1) in kept and kept == indexed
 
         await forget_confirmed(bot)
         assert await bot.rows("SELECT id FROM archived_messages") == []
+        assert await term_counts(bot) == ([], [])  # the words' counts went with them
         assert await recall(bot, "transgender") == "Nothing in the history matches 'transgender'."
         await bot.restart()
         assert await bot.rows("SELECT id FROM archived_messages") == []
@@ -116,6 +126,8 @@ async def test_archive_days_removes_only_the_older_turns(tmp_path: Path) -> None
         archived = [r["content"] for r in await bot.rows("SELECT content FROM archived_messages")]
         assert archived == [m for turn in recent for m in (turn, NOTED)]
         assert len(await bot.memory.repo.history(CHAT)) == 2  # summaries are not archive
+        kept, indexed = await term_counts(bot)  # counted again: only the turns left
+        assert "transgend" not in dict(kept) and kept == indexed
         assert await recall(bot, "transgender") == "Nothing in the history matches 'transgender'."
         assert "charity race" in await recall(bot, "charity race")
 

@@ -180,3 +180,34 @@ async def test_the_archive_migration_upgrades_a_database_in_place(tmp_path: Path
         assert [h.source for h in hits] == ["message", "history"]
     finally:
         await db.close()
+
+
+async def test_the_term_counts_migration_counts_the_turns_already_archived(
+    tmp_path: Path,
+) -> None:
+    before = tmp_path / "migrations"
+    before.mkdir()
+    for path in sorted(MIGRATIONS_DIR.glob("*.sql"))[:11]:
+        shutil.copy(path, before / path.name)
+    db = await Database.open(tmp_path / "m.sqlite3", migrations=before)
+    said = ["my cousin lives in Lisbon", "Lisbon trams are yellow"]
+    async with db.transaction() as conn:
+        await conn.execute("INSERT INTO chats VALUES (1, NULL, NULL, 'x', 'x', NULL)")
+        await conn.execute("INSERT INTO sessions(chat_id, opened_at) VALUES (1, 'x')")
+        for n, text in enumerate(said, 1):
+            await conn.execute(
+                "INSERT INTO archived_messages(id, chat_id, session_id, role, content, terms, "
+                "created_at, archived_at) VALUES (?, 1, 1, 'user', ?, ?, 'x', 'x')",
+                (n, text, " ".join(text_terms(text))),
+            )
+    await db.close()
+
+    db = await Database.open(tmp_path / "m.sqlite3")
+    try:
+        assert (await db.fetchone("PRAGMA user_version"))[0] == 12  # type: ignore[index]
+        counts = {r["term"]: r["docs"] for r in await db.fetchall("SELECT * FROM archive_terms")}
+        assert counts == {"cousin": 1, "live": 1, "lisbon": 2, "tram": 1, "yellow": 1}
+        hits = await Recall(db).search(1, "cousin in Lisbon")
+        assert (hits[0].source, hits[0].text) == ("archive", said[0])
+    finally:
+        await db.close()
