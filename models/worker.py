@@ -220,6 +220,7 @@ class ProviderWorker:
         self.calls: dict[int, _Call] = {}
         self._ready: asyncio.Future[None] | None = None
         self._starting: asyncio.Task[None] | None = None
+        self._attaching: asyncio.Task[None] | None = None
         self.started_at = 0.0
         self.last_heard = 0.0
         self.last_busy = time.monotonic()
@@ -268,7 +269,12 @@ class ProviderWorker:
             return
         loop = asyncio.get_running_loop()
         if self.state in ("ready", "draining") and self._link is not None:
-            await self._attach()  # alive, but attached to another (finished) loop
+            # Alive, but attached to another (finished) loop. Calls that arrive together attach
+            # once: two attaches at once would each replace the other's link.
+            attaching = self._attaching
+            if attaching is None or attaching.get_loop() is not loop or attaching.done():
+                attaching = self._attaching = loop.create_task(self._attach())
+            await asyncio.shield(attaching)
             return
         if self.state in ("stopped", "lost"):
             raise WorkerLost(f"provider worker {self.number} {self.state}")
@@ -425,7 +431,7 @@ class ProviderWorker:
         log.info("provider_worker_started", number=self.number, pid=self.process.pid)
         try:
             async with asyncio.timeout(self.pool.settings.start_timeout_s):
-                await self._attach()
+                await self._attach(starting=True)
                 self.recipe_version = self.pool.recipe_version
                 specs, names = self.pool.recipe()
                 if specs:
@@ -443,9 +449,11 @@ class ProviderWorker:
         elif self.state in ("stopped", "lost"):
             raise WorkerLost(f"provider worker {self.number} {self.state}")
 
-    async def _attach(self) -> None:
+    async def _attach(self, *, starting: bool = False) -> None:
         """Connect the running loop to the worker's socket (a duplicate of it, so the loop
-        that goes away closes only its own)."""
+        that goes away closes only its own). `starting`: wait for the worker's one "ready"
+        message, which a worker sends once, when litellm is imported (only `_start` may wait
+        for it: a later attach waiting for it would wait for ever)."""
         assert self._sock is not None
         if self._link is not None:
             for call_id in list(self.calls):
@@ -458,7 +466,7 @@ class ProviderWorker:
         self._ready = link.loop.create_future()
         link.task = link.loop.create_task(self._read(link))
         self.last_heard = link.loop.time()
-        if self.state == "starting":
+        if starting:
             await self._ready  # the worker says "ready" once litellm is imported
         self.pool.watch()
 

@@ -34,6 +34,7 @@ async def test_a_full_ceiling_makes_requests_wait_never_fall_back(
     the model asked for, none skips down the chain."""
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": 8.0})
     t = Transport(load_catalog(), gateways, backoff=())
+    await t.warm_up()  # the pace is under test, not a worker's first start
     results = await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=5) for _ in range(12)))
     assert [r.model_id for r in results] == ["qwen3-32b"] * 12
     assert all(a.outcome is Outcome.SUCCESS for r in results for a in r.attempts)
@@ -53,6 +54,7 @@ async def test_a_turn_beyond_the_timeout_is_not_waited_for(
     timeout would, and that is never recorded against the model's or gateway's health."""
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": 1.0})
     t = Transport(load_catalog(), gateways, backoff=(), bucket_burst=1.0)
+    await t.warm_up()  # the pace is under test, not a worker's first start
     results = await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=3) for _ in range(5)))
     on_groq = [r for r in results if r.model_id == "qwen3-32b"]
     moved = [r for r in results if r.model_id != "qwen3-32b"]

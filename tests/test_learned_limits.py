@@ -40,6 +40,7 @@ async def test_the_headers_set_the_pace_and_the_provider_never_refuses(
     fake = fake_openai if model == "gpt-4.1" else fake_anthropic
     fake.enforce_rate_limit(10.0, burst=2.0)  # 600 requests a minute, in slices of a second
     t = _transport(fake_openai, fake_groq, fake_anthropic)
+    await t.warm_up()  # the learned pace is under test, not a worker's first start
     results = await asyncio.gather(*(t.complete(model, HI, timeout=10) for _ in range(25)))
     assert [r.model_id for r in results] == [model] * 25  # nobody moved down the chain
     assert fake.rate_limited == 0 and len(fake.requests) == 25
