@@ -115,6 +115,10 @@ def fake_settings(fakes: FakeServers, **values: Any) -> Settings:
         "ALLOWED_USER_IDS": f"{OWNER},{FRIEND}",
         "DEFAULT_MODEL": "gpt-5",
         "LOG_FORMAT": "json",
+        # As for the bots run as processes: one worker, whatever the machine. The pool is one
+        # per process, so a bot built here with the machine's default (2 on 2 CPUs) would leave
+        # later tests a pool that grows a second worker on its own under CI's load.
+        "PROVIDER_WORKERS": "1",
         **values,
     }
     return load_settings(**{k: v for k, v in merged.items() if v is not None})
