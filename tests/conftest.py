@@ -7,11 +7,12 @@ import os
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 os.environ["LITELLM_OFFLINE_MODE"] = "true"
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from telegram import Bot
 
+from models.worker import WORKER, WorkerSettings
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import FakeTelegram
 
@@ -103,3 +104,17 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+@pytest.fixture(autouse=True)
+def one_provider_worker_between_tests() -> Iterator[None]:
+    """The provider worker pool is one per process and outlives each test's loop. A test that
+    builds the bot here (`prepare`) configures it from the machine (2 workers on 2 CPUs), and
+    under load the pool then grows a second worker on its own: the next test would start with
+    a pool it did not ask for. Each test starts from the default, one worker at most."""
+    yield
+    WORKER.configure(WorkerSettings())
+    for extra in WORKER.workers[1:]:
+        WORKER.workers.remove(extra)
+        extra.state = "stopped"
+        extra.kill_now()
