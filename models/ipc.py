@@ -113,7 +113,7 @@ def chunk_data(chunk: Any) -> ChunkData:
     """litellm's ModelResponseStream → (usage, ((finish_reason, content, tool_calls), ...))."""
     usage = getattr(chunk, "usage", None)
     counts = None
-    if usage:
+    if reported_usage(usage):
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         counts = (prompt, int(getattr(usage, "completion_tokens", 0) or 0))
     choices = []
@@ -184,7 +184,23 @@ def response_data(response: Any) -> tuple[Any, dict[str, str]]:
     """A whole litellm response → (its fields as plain data, the headers litellm kept)."""
     dump = getattr(response, "model_dump", None)
     data = dump() if callable(dump) else {"text": getattr(response, "text", None)}
+    if isinstance(data, dict) and not reported_usage(data.get("usage")):
+        data["usage"] = None
     return data, hidden_headers(response)
+
+
+def reported_usage(usage: Any) -> bool:
+    """Whether a usage says something. The worker turns litellm's token counter off
+    (models/worker_child.py), so litellm fills the usage a provider did not report with zeros;
+    no provider bills a request at no tokens at all, so zeros mean "not reported", and the
+    bot estimates it (flagged as an estimate) instead of recording a free request."""
+    if usage is None:
+        return False
+    if isinstance(usage, dict):
+        counts = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
+    else:
+        counts = (getattr(usage, "prompt_tokens", 0), getattr(usage, "completion_tokens", 0))
+    return any(int(count or 0) for count in counts)
 
 
 def hidden_headers(response: Any) -> dict[str, str]:

@@ -597,19 +597,16 @@ class Transport:
         """Start a provider worker and load there what litellm otherwise loads during the
         first requests (every later worker does the same before it takes calls).
 
-        Every streamed request is priced by litellm when it starts, counting the prompt's
-        tokens; the first count loads its tokenizer (~1 s of CPU), during which every request
-        waits; a mocked call per model loads the rest of what a first request loads. The HTTP
-        clients of every gateway and key are built there too (TLS set-up). Call once at
-        start-up.
+        A mocked call per model loads what a first request loads (litellm's stream and
+        pricing code). The HTTP clients of every gateway and key are built there too (TLS
+        set-up). Call once at start-up.
         """
         names: set[str] = set()
         specs: list[ClientSpec] = []
         for entry in self.catalog.entries.values():
             state = self._gateways.get(entry.gateway)
             if state is not None and len(state.keys):
-                # litellm prices with either name, and picks a tokenizer per name.
-                names.update((state.gateway.litellm_model(entry), entry.wire_name))
+                names.add(state.gateway.litellm_model(entry))
         for state in self._gateways.values():
             for index, key in enumerate(state.gateway.keys):
                 specs.append(ClientSpec(self._pool, state.gateway, index, key))

@@ -50,6 +50,12 @@ log = structlog.get_logger(__name__)
 
 litellm.suppress_debug_info = True
 litellm.disable_hf_tokenizer_download = True
+# litellm counts every request's prompt with tiktoken, to price it (`response_cost`, which we
+# never read) and to make up usage a provider did not report (the bot estimates that itself and
+# flags it: `estimate_usage` in models/transport.py). Its two encodings cost this process 115 MiB
+# and every request a tokenizer pass over its whole prompt. With the counter off, a usage nobody
+# reported arrives as zeros, which models/ipc.py reads as none.
+litellm.disable_token_counter = True
 # litellm.acompletion builds the request's coroutine in a thread (`run_in_executor`) and awaits
 # it when the thread returns; a call cancelled meanwhile (a timeout, a /cancel) drops it unrun,
 # so no request left, and Python warns on stderr. Seen in benchmarks/consolidation.py.
@@ -62,6 +68,9 @@ warnings.filterwarnings(
 # Past this many bytes waiting to go to the bot, a stream stops reading its provider until the
 # bot has read them (the socket's own backpressure reaches the provider's TCP window).
 _WRITE_HIGH_WATER = 1024 * 1024
+
+# litellm's handlers for these take `encoding=` (its cl100k tokenizer) on every call.
+_TOKENIZER_PROTOCOLS = frozenset({"anthropic", "groq"})
 
 _CALLS = {"completion": litellm.acompletion, "transcription": litellm.atranscription}
 
@@ -233,18 +242,14 @@ def _wire(record: WireRecord) -> WireFields:
 
 
 async def _warm_litellm(model_names: Sequence[str]) -> None:
-    """Load now what litellm loads during its first requests: each tokenizer (the first count
-    of one loads it, ~1 s of CPU) and, through a mocked call per model (no request leaves),
-    the code of its stream and pricing (~110 ms of CPU on the first real call otherwise)."""
-
-    def count() -> None:
-        for name in model_names:  # the first of a tokenizer loads it; the others cost µs
-            litellm.token_counter(model=name, messages=[{"role": "user", "content": "warm up"}])
-
-    await asyncio.to_thread(count)
+    """Load now what litellm would load during a model's first real call: through a mocked
+    call per model (no request leaves), the code of its stream and pricing (~110 ms of CPU);
+    and for the protocols whose handlers litellm hands a tokenizer on every call (Anthropic's
+    and Groq's, even with the counter off), that tokenizer (cl100k, ~200 ms and 33 MiB). An
+    OpenAI-only bot never loads it."""
+    if any(name.split("/", 1)[0] in _TOKENIZER_PROTOCOLS for name in model_names):
+        await asyncio.to_thread(getattr, litellm, "encoding")
     for name in model_names:
-        if "/" not in name:
-            continue  # a bare wire name, given for its tokenizer only
         try:
             stream = await litellm.acompletion(
                 model=name,

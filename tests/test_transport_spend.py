@@ -13,6 +13,7 @@ from contextlib import aclosing
 
 import pytest
 
+from models import tokens
 from models.types import Spend, StreamDone, TextDelta
 from tests.conftest import make_transport
 from tests.e2e_bot import wait_until
@@ -80,4 +81,25 @@ async def test_stream_reports_a_broken_model_and_a_caller_that_stopped_reading(
     assert (spend.model_id, spend.ended, spend.usage.estimated) == ("gpt-5", "cancelled", True)
     assert spend.usage.completion_tokens >= 150  # ~800 characters received
     assert spend.usage.completion_tokens < 1000  # far less than the whole answer
+    await t.aclose()
+
+
+async def test_a_stream_whose_usage_nobody_reported_is_billed_as_our_estimate(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    """The worker turns litellm's token counter off (115 MiB and a tokenizer pass per request):
+    litellm then fills an unreported usage with zeros. Those must not be billed as a free
+    answer: the bot counts the prompt and the text itself, flagged as an estimate."""
+    tokens.load()  # the exact count, not the 4-bytes stand-in used while it loads
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    spends: list[Spend] = []
+    fake_openai.script("gpt-5", Reply(LONG, chunk_chars=40, send_usage=False))
+    async for event in t.stream("gpt-5", HI, timeout=5, on_spend=spends.append):
+        if isinstance(event, StreamDone):
+            done = event.result
+    [spend] = spends
+    assert (spend.model_id, spend.ended, spend.usage.estimated) == ("gpt-5", "success", True)
+    assert spend.usage.completion_tokens == tokens.count_text(LONG)
+    assert spend.usage.prompt_tokens == tokens.count_messages(HI)
+    assert spend.usage.cost_usd > 0 and done.usage == spend.usage
     await t.aclose()
