@@ -21,7 +21,7 @@ from memory.reminder_rules import ChatZone
 from memory.reminders import ReminderBook
 from memory.store import Store, to_iso
 from tests.e2e_bot import OWNER, bot_under_test
-from tests.fakes.providers import Reply
+from tests.fakes.providers import Fault, Reply
 from tests.memory_sessions import SettableClock
 
 
@@ -163,3 +163,19 @@ async def test_a_turn_reads_the_time_zone_and_the_notice_in_its_start_and_nowher
                 "Store.add_answer": 1,
             }
         )
+
+
+async def test_a_turn_that_fails_leaves_the_notice_to_the_next_reply(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        await bot.set_memory(OWNER, "- Name: Rina\n- Lives in Porto")
+        await consolidation_changed(bot.services.db, OWNER, MemoryNotice(added=2, removed=0))
+        bot.openai.set_default("*", Fault("server_500"))  # every model of the chain fails
+        [failed] = await bot.ask(OWNER, "are you down?")
+        assert failed.text.startswith("Sorry, no model could answer right now")
+        assert "🧠" not in failed.text
+
+        bot.openai.set_default("*", Reply("Back."))
+        [answer] = await bot.ask(OWNER, "hello?")
+        assert answer.text == "Back.\n\n" + t("memory_updated", added=2, removed=0)
+        [again] = await bot.ask(OWNER, "and now?")
+        assert again.text == "Back."  # shown once
