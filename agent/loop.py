@@ -28,6 +28,8 @@ import structlog
 from agent.events import AgentDone, AgentEvent, ToolRound
 from memory.chat_tools import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
 from memory.context import Framing, build_prompt, reply_reserve, with_image
+from memory.reminder_rules import ChatZone
+from memory.reminders import time_text
 from memory.store import SessionClosedError, Store
 from memory.usage import SpendRecorder
 from models.catalog import Catalog
@@ -85,6 +87,9 @@ class AgentTurn:
     user_id: int | None
     session_id: int
     model_id: str
+    # The chat's time zone, read with the turn's start (memory.store.TurnStart): every round's
+    # system prompt gives the local time in it, without a round trip to the database.
+    chat_zone: ChatZone
     # A photo sent with this turn's message (data URL): an image part of that message in every
     # round's prompt; never stored, later turns see the stored "[photo: caption]".
     image_url: str | None = None
@@ -178,7 +183,7 @@ class AgentLoop:
                 session,
                 memory,
                 framing=framing,
-                now_text=await self._time_text(turn.chat_id),
+                now_text=time_text(turn.chat_zone, self.clock()),
                 tools=tools,
                 context_window=self.context_window(model_id),
                 images=1 if turn.image_url is not None else 0,
@@ -330,10 +335,6 @@ class AgentLoop:
                 tools=[f"{o.name}:{'ok' if o.ok else 'refused'}" for o in outcomes],
             )
             yield ToolRound(steps, result.model_id, tuple(outcomes))
-
-    async def _time_text(self, chat_id: int) -> str:
-        """UTC now, and the chat's local date, time and zone (or that the zone is unknown)."""
-        return await self.tools.reminders.time_text(chat_id, self.clock())
 
     async def _run_tool(
         self, turn: AgentTurn, call: ToolCall, included: frozenset[int]

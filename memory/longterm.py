@@ -114,26 +114,34 @@ async def add_unreported(conn: aiosqlite.Connection, chat_id: int, change: Memor
         )
 
 
-async def take_memory_notice(db: Database, chat_id: int) -> MemoryNotice | None:
-    """The change not announced yet, marked as announced; None when there is none. A plain
-    read first: most replies have nothing to announce and need no write."""
-    row = await db.fetchone(_UNREPORTED, (chat_id,))
+def unreported_notice(conn: sqlite3.Connection, chat_id: int) -> MemoryNotice | None:
+    """The change no reply has announced yet, or None; read inside the transaction that starts
+    a turn (memory/store.py), so the turn makes no round trip of its own for it. Reading does
+    not mark it announced: a turn that fails before its reply shows it leaves it for the next
+    reply (see `memory_notice_shown`)."""
+    row = conn.execute(
+        "SELECT unreported_added, unreported_removed FROM long_term_memory WHERE chat_id = ?",
+        (chat_id,),
+    ).fetchone()
     if row is None or not (row["unreported_added"] or row["unreported_removed"]):
         return None
-    async with db.transaction() as conn:
-        cursor = await conn.execute(_UNREPORTED, (chat_id,))
-        row = await cursor.fetchone()
-        if row is None or not (row["unreported_added"] or row["unreported_removed"]):
-            return None
-        await conn.execute(
-            "UPDATE long_term_memory SET unreported_added = 0, unreported_removed = 0 "
-            "WHERE chat_id = ?",
-            (chat_id,),
-        )
     return MemoryNotice(int(row["unreported_added"]), int(row["unreported_removed"]))
 
 
-_UNREPORTED = "SELECT unreported_added, unreported_removed FROM long_term_memory WHERE chat_id = ?"
+async def memory_notice_shown(db: Database, chat_id: int, notice: MemoryNotice) -> None:
+    """A reply has shown `notice`: those counts are announced. Only they are taken off, so a
+    consolidation that committed while the turn ran is announced by the next reply; the floor
+    at 0 covers a /forget that zeroed them meanwhile."""
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "UPDATE long_term_memory SET "
+            "unreported_added = MAX(0, unreported_added - ?), "
+            "unreported_removed = MAX(0, unreported_removed - ?) WHERE chat_id = ?",
+            (notice.added, notice.removed, chat_id),
+        )
+
+    await db.run_in_transaction(write)
 
 
 class MemoryRepository:

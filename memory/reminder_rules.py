@@ -38,6 +38,22 @@ def canonical_zone(name: str) -> str | None:
     return _zone_names().get(cleaned.lower())
 
 
+UNKNOWN_ZONE = "UTC"
+
+
+@dataclass(frozen=True)
+class ChatZone:
+    name: str  # the IANA name, or "UTC" while unknown
+    known: bool
+
+
+def chat_zone_of(stored: str | None) -> ChatZone:
+    """The zone a chat's stored `time_zone` names; UTC, marked unknown, while none is set."""
+    if stored and canonical_zone(stored):
+        return ChatZone(stored, True)
+    return ChatZone(UNKNOWN_ZONE, False)
+
+
 def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)

@@ -19,8 +19,10 @@ from datetime import datetime, timedelta
 from memory.db import Database
 from memory.reminder_rules import (
     REPEATS,
+    ChatZone,
     WhenError,
     canonical_zone,
+    chat_zone_of,
     first_occurrence,
     format_local,
     next_occurrence,
@@ -33,7 +35,6 @@ from memory.store import from_iso, to_iso, utc_now
 
 MAX_PENDING_PER_CHAT = 50
 MAX_TEXT_CHARS = 1000
-UNKNOWN_ZONE = "UTC"
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,6 @@ class Claim:
     delivery_id: int
     reminder: Reminder
     due_at: datetime
-
-
-@dataclass(frozen=True)
-class ChatZone:
-    name: str  # the IANA name, or "UTC" while unknown
-    known: bool
 
 
 @dataclass(frozen=True)
@@ -96,6 +91,26 @@ def _reminder(row: sqlite3.Row) -> Reminder:
     )
 
 
+def time_text(chat_zone: ChatZone, now: datetime) -> str:
+    """The chat's local date, time and zone for the system prompt (also answers "what day is
+    it?"); when the zone is unknown, the model is told so and to ask once. The zone comes with
+    the turn's start (memory/store.py TurnStart): no round of a turn reads it again."""
+    utc_text = now.strftime("%Y-%m-%d %H:%M")
+    if not chat_zone.known:
+        return (
+            f"{utc_text}. The user's time zone is unknown: times are taken as UTC until it "
+            "is set. If the user asks for anything time-related (a reminder, 'tomorrow', "
+            "the time) and you have not asked before in this conversation, ask once for "
+            "their city or time zone; they set it with /timezone Area/City "
+            "(e.g. /timezone Europe/Lisbon)"
+        )
+    local = to_local(now, zone(chat_zone.name))
+    return (
+        f"{utc_text}. Local date and time for the user: {local.strftime('%A %Y-%m-%d %H:%M')} "
+        f"({chat_zone.name}); reminder times are local to this zone"
+    )
+
+
 class ReminderBook:
     """The reminders of every chat in one database."""
 
@@ -113,10 +128,7 @@ class ReminderBook:
 
     async def chat_zone(self, chat_id: int) -> ChatZone:
         row = await self.db.fetchone("SELECT time_zone FROM chats WHERE chat_id = ?", (chat_id,))
-        name = row["time_zone"] if row is not None else None
-        if name and canonical_zone(name):
-            return ChatZone(name, True)
-        return ChatZone(UNKNOWN_ZONE, False)
+        return chat_zone_of(row["time_zone"] if row is not None else None)
 
     async def set_chat_zone(self, chat_id: int, name: str) -> str | None:
         """Set the chat's zone; returns its IANA name, or None (nothing changed) if unknown."""
@@ -135,25 +147,6 @@ class ReminderBook:
 
         await self.db.run_in_transaction(write)
         return canonical
-
-    async def time_text(self, chat_id: int, now: datetime) -> str:
-        """The chat's local date, time and zone for the system prompt (also answers "what day
-        is it?"); when the zone is unknown, the model is told so and to ask once."""
-        chat_zone = await self.chat_zone(chat_id)
-        utc_text = now.strftime("%Y-%m-%d %H:%M")
-        if not chat_zone.known:
-            return (
-                f"{utc_text}. The user's time zone is unknown: times are taken as UTC until it "
-                "is set. If the user asks for anything time-related (a reminder, 'tomorrow', "
-                "the time) and you have not asked before in this conversation, ask once for "
-                "their city or time zone; they set it with /timezone Area/City "
-                "(e.g. /timezone Europe/Lisbon)"
-            )
-        local = to_local(now, zone(chat_zone.name))
-        return (
-            f"{utc_text}. Local date and time for the user: {local.strftime('%A %Y-%m-%d %H:%M')} "
-            f"({chat_zone.name}); reminder times are local to this zone"
-        )
 
     # making, listing, cancelling ---------------------------------------------------------------
 

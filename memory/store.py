@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from memory.db import Database
+from memory.longterm import MemoryNotice, unreported_notice
 from memory.queue import enqueue_consolidation, maybe_enqueue_window
+from memory.reminder_rules import ChatZone, chat_zone_of
 from models.types import ToolCall, Usage
 
 Clock = Callable[[], datetime]
@@ -101,6 +103,11 @@ class TurnStart:
     # The key was seen before and its message is still unanswered (a crash cut the first
     # handling short): nothing new was stored, the turn answers the stored message.
     resumed: bool = False
+    # Read in the same transaction, so a turn makes no round trip of its own for them: the
+    # chat's time zone (every round's system prompt) and the memory change no reply has
+    # announced yet (its reply shows it, then memory.longterm.memory_notice_shown).
+    chat_zone: ChatZone = field(kw_only=True)
+    memory_notice: MemoryNotice | None = field(kw_only=True)
 
 
 def _row_to_message(row: sqlite3.Row) -> StoredMessage:
@@ -440,7 +447,11 @@ class Store:
             idle_closed = job_id = None
             if key is not None and not self._claim_key(conn, key, chat_id, moment):
                 unanswered = self._unanswered(conn, key)
-                return (None if unanswered is None else TurnStart(unanswered, resumed=True)), None
+                if unanswered is None:
+                    return None, None
+                zone, notice = self._turn_needs(conn, chat_id)
+                started = TurnStart(unanswered, resumed=True, chat_zone=zone, memory_notice=notice)
+                return started, None
             session_id = self._active_session(conn, chat_id, now)
             if idle is not None and self._idle(conn, session_id, moment - idle):
                 idle_closed = self.close_active_session(conn, chat_id, now)
@@ -453,12 +464,21 @@ class Store:
             )  # fmt: skip
             if key is not None:
                 conn.execute("UPDATE turn_keys SET message_id = ? WHERE key = ?", (message.id, key))
-            return TurnStart(message, idle_closed, job_id), window_job
+            zone, notice = self._turn_needs(conn, chat_id)
+            started = TurnStart(message, idle_closed, job_id, chat_zone=zone, memory_notice=notice)
+            return started, window_job
 
         started, window_job = await self.db.run_in_transaction(write)
         if started is not None and (started.job_id is not None or window_job is not None):
             self._job_enqueued()
         return started
+
+    @staticmethod
+    def _turn_needs(conn: sqlite3.Connection, chat_id: int) -> tuple[ChatZone, MemoryNotice | None]:
+        """What a turn reads besides its message (see TurnStart): two lookups by primary key."""
+        row = conn.execute("SELECT time_zone FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
+        zone = chat_zone_of(row["time_zone"] if row is not None else None)
+        return zone, unreported_notice(conn, chat_id)
 
     @staticmethod
     def _claim_key(conn: sqlite3.Connection, key: str, chat_id: int, moment: datetime) -> bool:

@@ -14,7 +14,7 @@ from memory.longterm import (
     LongTermMemory,
     MemoryNotice,
     MemoryRepository,
-    take_memory_notice,
+    memory_notice_shown,
     write_memory,
 )
 from memory.store import Store, to_iso
@@ -193,17 +193,26 @@ async def test_a_commit_counts_the_lines_it_added_and_removed_for_the_next_reply
             "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')"
         )
         await write_memory(conn, 1, "- Name: Rina\n- Smokes", over_budget=False, now="x")
-    assert await take_memory_notice(db, 1) is None  # a write outside consolidation: no count
-
-    # Rewording a kept line is no change; one line dropped, two added.
     update = "- name: rina.\n- Moving billing to PostgreSQL\n- Lives in Porto"
     transport = ScriptedTransport(lambda m, msgs: save_call("[2026-03-01 09:00] a", update))
     store, worker = make_worker(db, clock, transport)
+
+    async def notice() -> MemoryNotice | None:
+        """What the next turn's start reads; its reply shows it, which announces it."""
+        start = await store.store_user_turn(1, "…", user_id=1)
+        assert start is not None
+        if start.memory_notice is not None:
+            await memory_notice_shown(db, 1, start.memory_notice)
+        return start.memory_notice
+
+    assert await notice() is None  # a write outside consolidation: no count
+
+    # Rewording a kept line is no change; one line dropped, two added.
     await store.add_message(1, "user", "I quit smoking; I live in Porto and move billing")
     await store.start_new_session(1)
     await worker.run_due()
-    assert await take_memory_notice(db, 1) == MemoryNotice(added=2, removed=1)
-    assert await take_memory_notice(db, 1) is None  # announced once
+    assert await notice() == MemoryNotice(added=2, removed=1)
+    assert await notice() is None  # announced once
 
     # Counts add up until a reply takes them; /forget leaves nothing to announce.
     await store.add_message(1, "user", "And I have a cat")
@@ -213,5 +222,5 @@ async def test_a_commit_counts_the_lines_it_added_and_removed_for_the_next_reply
     row = await db.fetchone("SELECT unreported_added, unreported_removed FROM long_term_memory")
     assert row is not None and (row["unreported_added"], row["unreported_removed"]) == (1, 0)
     await forget_chat(db, 1, "y")
-    assert await take_memory_notice(db, 1) is None
+    assert await notice() is None
     await db.close()

@@ -18,6 +18,7 @@ from telegram.error import BadRequest, EndPointNotFound, InvalidToken, RetryAfte
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
 from tests.conftest import TG_TOKEN as TOKEN
+from tests.fakes.loopback import loopback_server
 from tests.fakes.telegram import NOT_MODIFIED, FakeTelegram, parse_html
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
@@ -315,23 +316,15 @@ async def test_webhook_delivery_to_a_local_server(tg: FakeTelegram) -> None:
 
     app = web.Application()
     app.router.add_post("/tg", hook)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        async with Bot(TOKEN, base_url=tg.base_url) as bot:
-            await bot.set_webhook(f"http://127.0.0.1:{port}/tg", secret_token="s3cret")
-            with pytest.raises(Exception, match="Conflict"):
-                await bot.get_updates()
-            one = tg.push(tg.make_text_update(1, 2, "a"))
-            two = tg.push(tg.make_text_update(1, 2, "b"))
-            await tg.wait_for(lambda: len(received) == 3)
-            assert received == [(one, "s3cret"), (one, "s3cret"), (two, "s3cret")]
-            assert (await bot.get_webhook_info()).pending_update_count == 0
-    finally:
-        await runner.cleanup()
+    async with loopback_server(app) as receiver, Bot(TOKEN, base_url=tg.base_url) as bot:
+        await bot.set_webhook(f"{receiver}/tg", secret_token="s3cret")
+        with pytest.raises(Exception, match="Conflict"):
+            await bot.get_updates()
+        one = tg.push(tg.make_text_update(1, 2, "a"))
+        two = tg.push(tg.make_text_update(1, 2, "b"))
+        await tg.wait_for(lambda: len(received) == 3)
+        assert received == [(one, "s3cret"), (one, "s3cret"), (two, "s3cret")]
+        assert (await bot.get_webhook_info()).pending_update_count == 0
 
 
 @pytest.mark.parametrize(

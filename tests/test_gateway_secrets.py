@@ -23,6 +23,7 @@ from models.gateways import Gateway
 from models.transport import Transport
 from models.types import Outcome, TransportError
 from tests.conftest import TEST_KEYS
+from tests.fakes.loopback import loopback_server
 from tests.fakes.providers import FakeProvider, Reply
 
 TOKEN = "123456:SECRET-bot-token"
@@ -140,20 +141,15 @@ def test_https_anywhere_and_plain_http_on_the_local_network_are_accepted(
 # --- redirects ------------------------------------------------------------------------------
 
 
-async def _redirector(target: str) -> tuple[web.AppRunner, str]:
-    """A gateway on 127.0.0.1 that answers every request with a 307 to `target`."""
+def _redirector(target: str) -> web.Application:
+    """A gateway that answers every request with a 307 to `target`."""
 
     async def redirect(request: web.Request) -> web.Response:
         raise web.HTTPTemporaryRedirect(target + request.path.split("/v1", 1)[-1])
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", redirect)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    return runner, f"http://127.0.0.1:{port}"
+    return app
 
 
 @pytest.mark.parametrize(
@@ -175,19 +171,19 @@ async def test_a_redirect_is_not_followed_with_the_key(
     # The redirect leads to a working fake on another port: followed, it would answer there.
     target = {"anthropic": fake_anthropic, "groq": fake_groq, "openai": fake_openai}[protocol]
     target.set_default("*", Reply("answered where the redirect pointed"))
-    runner, redirector = await _redirector(target.base_url.removesuffix("/v1") + "/v1")
-    gateways = {
-        protocol: Gateway(protocol, protocol, redirector + base_suffix, (TEST_KEYS[protocol],))
-    }
-    transport = Transport(load_catalog(), gateways, backoff=(0.01,), retry_after_cap=0.1)
-    try:
-        with pytest.raises(TransportError) as failed:
-            await transport.complete(
-                model_id, [{"role": "user", "content": "hi"}], timeout=30, walk_chain=False
-            )
-        assert failed.value.attempts[0].outcome != Outcome.SUCCESS
-        assert failed.value.attempts[0].status_code == 307
-        assert target.requests == []  # neither the key nor the prompt went there
-    finally:
-        await transport.aclose()
-        await runner.cleanup()
+    redirect = _redirector(target.base_url.removesuffix("/v1") + "/v1")
+    async with loopback_server(redirect) as redirector:
+        gateways = {
+            protocol: Gateway(protocol, protocol, redirector + base_suffix, (TEST_KEYS[protocol],))
+        }
+        transport = Transport(load_catalog(), gateways, backoff=(0.01,), retry_after_cap=0.1)
+        try:
+            with pytest.raises(TransportError) as failed:
+                await transport.complete(
+                    model_id, [{"role": "user", "content": "hi"}], timeout=30, walk_chain=False
+                )
+            assert failed.value.attempts[0].outcome != Outcome.SUCCESS
+            assert failed.value.attempts[0].status_code == 307
+            assert target.requests == []  # neither the key nor the prompt went there
+        finally:
+            await transport.aclose()

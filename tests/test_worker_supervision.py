@@ -28,6 +28,7 @@ from models.types import ChatResult, Outcome, StreamDone, TextDelta, TransportEr
 from models.worker import WORKER
 from tests.conftest import make_transport
 from tests.e2e_bot import wait_until
+from tests.fakes.loopback import loopback_server
 from tests.fakes.providers import Reply
 
 HI = [{"role": "user", "content": "Tell me a long story about a lighthouse, please."}]
@@ -188,7 +189,7 @@ KEY = "sk-proj-SUPERSECRET0123456789abcdef"
 BOT_TOKEN = "123456789:AAF-SECRET-BOT-TOKEN-0123456789"
 
 
-async def _echoing_gateway() -> tuple[web.AppRunner, str]:
+def _echoing_gateway() -> web.Application:
     """An OpenAI-compatible gateway refusing the key with a 401 that quotes it whole, as
     OpenAI's did before it masked keys: the key lands in litellm's exception text."""
 
@@ -206,12 +207,7 @@ async def _echoing_gateway() -> tuple[web.AppRunner, str]:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", refuse)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    return runner, f"http://127.0.0.1:{port}/v1"
+    return app
 
 
 async def test_the_worker_holds_no_bot_token_and_its_stderr_no_key(
@@ -221,28 +217,29 @@ async def test_the_worker_holds_no_bot_token_and_its_stderr_no_key(
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("LOG_LEVEL", "DEBUG")  # the worker logs each failed call's error
     await WORKER.aclose()  # the next worker starts with this environment
-    runner, base = await _echoing_gateway()
     stderr_path = tmp_path / "worker-stderr"
-    t = Transport(
-        load_catalog(), {"openai": Gateway("openai", "openai", base, keys=(KEY,))}, backoff=()
-    )
-    try:
-        with stderr_path.open("wb") as stderr:
-            WORKER.stderr = stderr
-            with pytest.raises(TransportError) as raised:
-                await t.complete("gpt-5", HI, timeout=10, walk_chain=False)
-            assert raised.value.attempts[0].outcome is Outcome.AUTH
-            [pid] = WORKER.pids
-            environ = await asyncio.to_thread(Path(f"/proc/{pid}/environ").read_bytes)
-            names = {entry.split(b"=", 1)[0] for entry in environ.split(b"\0") if entry}
-            assert b"TELEGRAM_BOT_TOKEN" not in names and b"OPENAI_API_KEY" not in names
-            assert BOT_TOKEN.encode() not in environ and KEY.encode() not in environ
-            await WORKER.aclose()  # everything it wrote is written
-        text = await asyncio.to_thread(stderr_path.read_text)
-        assert KEY not in text
-        failed = [json.loads(line) for line in text.splitlines() if "provider_call_failed" in line]
-        assert failed and "Incorrect API key provided: [REDACTED]" in failed[0]["error"]
-    finally:
-        WORKER.stderr = None
-        await t.aclose()
-        await runner.cleanup()
+    async with loopback_server(_echoing_gateway()) as gateway:
+        t = Transport(
+            load_catalog(),
+            {"openai": Gateway("openai", "openai", f"{gateway}/v1", keys=(KEY,))},
+            backoff=(),
+        )
+        try:
+            with stderr_path.open("wb") as stderr:
+                WORKER.stderr = stderr
+                with pytest.raises(TransportError) as raised:
+                    await t.complete("gpt-5", HI, timeout=10, walk_chain=False)
+                assert raised.value.attempts[0].outcome is Outcome.AUTH
+                [pid] = WORKER.pids
+                environ = await asyncio.to_thread(Path(f"/proc/{pid}/environ").read_bytes)
+                names = {entry.split(b"=", 1)[0] for entry in environ.split(b"\0") if entry}
+                assert b"TELEGRAM_BOT_TOKEN" not in names and b"OPENAI_API_KEY" not in names
+                assert BOT_TOKEN.encode() not in environ and KEY.encode() not in environ
+                await WORKER.aclose()  # everything it wrote is written
+        finally:
+            WORKER.stderr = None
+            await t.aclose()
+    text = await asyncio.to_thread(stderr_path.read_text)
+    assert KEY not in text
+    failed = [json.loads(line) for line in text.splitlines() if "provider_call_failed" in line]
+    assert failed and "Incorrect API key provided: [REDACTED]" in failed[0]["error"]

@@ -23,7 +23,7 @@ from bot.ui.reminder_texts import reminder_receipt_line
 from bot.ui.render import utf16_len
 from bot.ui.streaming import StreamingReply
 from memory.facts import MAX_FACT_CHARS
-from memory.longterm import take_memory_notice
+from memory.longterm import MemoryNotice, memory_notice_shown
 from memory.quoting import with_quote
 from memory.store import StoredMessage, TurnStart
 from models.catalog import ModelEntry
@@ -255,6 +255,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             request.user_id,
             session_id,
             model.id,
+            start.chat_zone,
             image_url=request.image_url,
             user_name=request.user_name,
         )
@@ -284,7 +285,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         attempts = done.attempts
         text = done.text.strip() or t("agent_no_answer", lang)
         footer = _footer(services, done, receipts, model, lang)
-        notice = await take_memory_notice(services.db, request.chat_id)
+        notice = start.memory_notice  # read with the turn's start
         if notice is not None:
             # A consolidation changed the memory since the last reply: say so, once.
             line = t("memory_updated", lang, added=notice.added, removed=notice.removed)
@@ -314,6 +315,9 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         )
         failed = t("all_models_failed", lang, reason=failure_reason(exc, lang))
         await reply.fail(_with_receipts(failed, receipts, lang))
+    else:
+        if start.memory_notice is not None:
+            await _notice_shown(services, request.chat_id, start.memory_notice)
     finally:
         usage = done.usage if done else None
         log.info(
@@ -332,6 +336,17 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             cost_usd=round(usage.cost_usd, 6) if usage else 0.0,
             usage_estimated=usage.estimated if usage else False,
         )
+
+
+async def _notice_shown(services: Services, chat_id: int, notice: MemoryNotice) -> None:
+    """The answer showed the memory notice: it is announced. Only now, so a turn cut short
+    before (a failure, a /cancel, a crash) leaves it to the next reply instead of losing it.
+    If this write fails, the next reply shows the notice again: better twice than never, and
+    the answer the user already has is not followed by an error."""
+    try:
+        await memory_notice_shown(services.db, chat_id, notice)
+    except Exception:
+        log.exception("memory_notice_not_marked_shown", chat_id=chat_id)
 
 
 def receipt_line(receipt: Receipt, lang: str | None) -> str:
