@@ -64,8 +64,8 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from models.worker_child import main; main()"
 STOP_GRACE_S = 5.0  # a stopped worker's time to leave before it is killed
 RESTART_BACKOFF_S = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
-YOUNG_S = 30.0
-EXTRA_WORKER_NICE = 10  # a worker lost sooner than this after its start counts towards the backoff
+YOUNG_S = 30.0  # a worker lost sooner than this after its start counts towards the backoff
+EXTRA_WORKER_NICE = 10  # an extra worker's priority (see `_start`)
 
 # What the worker's environment keeps of ours: what Python, litellm, TLS, proxies and our logging
 # read. Never the bot token or provider keys (a call carries the one key it is sent with).
