@@ -314,6 +314,16 @@ class GatewayPacer:
             ticket.sent_at = self._clock()  # what the provider counts from
         return wait
 
+    def left(self, ticket: Ticket, seconds_ago: float) -> None:
+        """The request really left `seconds_ago`: later than its permission when its set-up
+        took a while (a busy provider worker, a first request's imports). The provider counts
+        it from its arrival, so its window refills are reckoned from then, not from the
+        permission (reckoned from the permission, a busy worker made us think the window
+        had refilled more than it had, and a burst after the first answer met 429s)."""
+        left_at = self._clock() - max(0.0, seconds_ago)
+        if ticket.sent_at is None or left_at > ticket.sent_at:
+            ticket.sent_at = left_at
+
     def release(self, ticket: Ticket) -> None:
         """The request is over, however it ended (call once per ticket)."""
         self.limits(ticket.model).in_flight -= 1

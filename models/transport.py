@@ -122,6 +122,9 @@ class _Slot:
     def send_now(self) -> bool:
         return self.state.pacer.send_now(self.ticket)
 
+    def left(self, seconds_ago: float) -> None:
+        self.state.pacer.left(self.ticket, seconds_ago)
+
     def close(self) -> None:
         self.state.in_flight -= 1
         self.state.pacer.release(self.ticket)

@@ -13,6 +13,7 @@ Streamed (SSE) bodies are never read here: only JSON bodies, which litellm reads
 from __future__ import annotations
 
 import json
+import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -31,6 +32,9 @@ class SendGate(Protocol):
     async def before_send(self) -> None:
         """Wait until the request may leave."""
 
+    def left(self, seconds_ago: float) -> None:
+        """The request left `seconds_ago` (its set-up may outlast the permission to send)."""
+
 
 @dataclass
 class WireRecord:
@@ -42,6 +46,7 @@ class WireRecord:
     # Passed right before the request leaves (the gateway's send spacing, models/pacing.py;
     # in the worker process a stand-in that asks the bot, models/worker_child.py).
     gate: SendGate | None = None
+    left_at: float | None = None  # time.monotonic() when the request left (after the gate)
 
     @property
     def has_error_body(self) -> bool:
@@ -76,12 +81,12 @@ async def on_request(request: httpx.Request) -> None:
     """The last moment before a request leaves: wait for the gateway's send spacing, so
     requests admitted in pace but delayed by litellm's set-up do not arrive in a bunch."""
     record = _current.get()
-    if record is None or record.gate is None:
+    if record is None:
         return
     gate, record.gate = record.gate, None
-    if gate.send_now():
-        return
-    await gate.before_send()
+    if gate is not None and not gate.send_now():
+        await gate.before_send()
+    record.left_at = time.monotonic()
 
 
 async def on_response(response: httpx.Response) -> None:

@@ -113,19 +113,29 @@ class _Call:
         self.housekeeping = housekeeping  # prepare, warm, close_pool: not a provider call
         self.record = record
         self.gate = record.gate if record is not None else None
+        self.paced_by = self.gate  # told when the request really left (`note`)
         if record is not None:
             record.gate = None
         if self.gate is not None and self.gate.send_now():
-            # The pace lets it leave now: it goes without a round trip at its send time (set-up
-            # in the worker takes a millisecond or two, far below any pace's spacing).
+            # The pace lets it leave now: it goes without a round trip at its send time. Its
+            # set-up in the worker can still take a while (a busy worker, a first request's
+            # imports): the worker says when it left, and the pacer reckons from then.
             self.gate = None
         self.first = first
         self.stream: RemoteStream | None = None
         self.gate_wait: asyncio.Task[None] | None = None
 
     def note(self, wire: WireFields) -> None:
+        status, headers, error_body, left_s_ago = wire
         if self.record is not None:
-            self.record.status, self.record.headers, self.record.error_body = wire
+            self.record.status, self.record.headers, self.record.error_body = (
+                status,
+                headers,
+                error_body,
+            )
+        if left_s_ago is not None and self.paced_by is not None:
+            self.paced_by.left(left_s_ago)
+            self.paced_by = None
 
     def fail(self, error: BaseException) -> None:
         if self.gate_wait is not None:

@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -238,7 +239,8 @@ class _Worker:
 
 
 def _wire(record: WireRecord) -> WireFields:
-    return record.status, record.headers, record.error_body
+    left = None if record.left_at is None else time.monotonic() - record.left_at
+    return record.status, record.headers, record.error_body, left
 
 
 async def _warm_litellm(model_names: Sequence[str]) -> None:

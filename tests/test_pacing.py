@@ -244,3 +244,37 @@ def test_anthropic_headers_with_rfc3339_resets() -> None:
 def test_no_or_broken_headers_are_no_limits() -> None:
     assert read_windows("openai", {"content-type": "application/json"}) == []
     assert read_windows("openai", {"x-ratelimit-limit-requests": "many"}) == []
+
+
+async def test_a_window_refills_from_when_the_request_left_not_from_its_permission() -> None:
+    """A request allowed at once may leave later: its set-up in a busy provider worker, or a
+    first request's imports (~200 ms for litellm's Anthropic tokenizer). The provider counts
+    it when it arrives, so the refill that its `remaining` leaves is reckoned from then. Seen
+    against the fake Anthropic (600 a minute, bursts of 2): reckoned from the permission, the
+    two requests after the first answer left together and the second met a 429."""
+    clock = FakeClock()
+
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=clock, sleep=sleep)
+    probe = await pacer.acquire("m", user="a", max_wait=60)
+    assert probe is not None and pacer.send_now(probe)  # allowed at t = 0 ...
+    clock.advance(0.2)
+    pacer.left(probe, 0.0)  # ... it left at t = 0.2, and was answered at t = 0.25:
+    clock.advance(0.05)
+    headers = {
+        "x-ratelimit-limit-requests": "600",
+        "x-ratelimit-remaining-requests": "1",
+        "x-ratelimit-reset-requests": "59.9s",
+    }
+    pacer.settle(probe, read_windows("openai", headers))
+    answered = clock.now
+    moments = []
+    for user in "bc":
+        assert await pacer.acquire("m", user=user, max_wait=60) is not None
+        moments.append(clock.now - answered)
+    # b takes the one left; c waits for one more, refilled at 0.9 x 10/s from t = 0.2.
+    assert moments[0] == 0.0
+    assert moments[1] == pytest.approx(0.2 + 1 / 9 - 0.25, abs=0.005)

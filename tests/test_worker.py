@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from contextlib import aclosing
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from models.ipc import ClientSpec
 from models.types import Outcome, Spend, StreamDone, StreamRestart, TextDelta
+from models.wire import start_record
 from models.worker import WORKER, WorkerSettings
-from tests.conftest import make_transport
+from tests.conftest import make_gateways, make_transport
 from tests.e2e_bot import wait_until
 from tests.fakes.providers import Reply
 
@@ -168,3 +171,48 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
             WORKER.workers.remove(extra)
             await extra.stop()
         WORKER.configure(before)
+
+
+class _RecordingGate:
+    """A send gate that lets the request go at once and keeps what the worker says of it."""
+
+    def __init__(self) -> None:
+        self.left_at: list[float] = []
+
+    def send_now(self) -> bool:
+        return True
+
+    async def before_send(self) -> None:
+        raise AssertionError("a request allowed at once never waits")
+
+    def left(self, seconds_ago: float) -> None:
+        self.left_at.append(time.monotonic() - seconds_ago)
+
+
+async def test_the_worker_says_when_a_request_really_left(fake_openai) -> None:
+    """A request allowed at once leaves after litellm's set-up in the worker, which a busy
+    worker makes late; the pacer reckons the provider's window from the moment the worker
+    reports (models/pacing.py `left`), which is when the provider received it, not when the
+    answer came (the fake answers 0.5 s later)."""
+    fake_openai.latency = 0.5
+    gateway = make_gateways(fake_openai, fake_openai, fake_openai)["openai"]
+    gate = _RecordingGate()
+    record = start_record()
+    record.gate = gate
+    response = await WORKER.call(
+        "completion",
+        {
+            "model": "openai/gpt-4.1",
+            "messages": HI,
+            "api_base": gateway.api_base,
+            "api_key": gateway.keys[0],
+            "client": ClientSpec(0, gateway, 0, gateway.keys[0]),
+            "max_retries": 0,
+            "timeout": 10,
+        },
+    )
+    assert response.choices[0].message.content
+    [arrived] = [request.at for request in fake_openai.requests]
+    [left_at] = gate.left_at
+    assert left_at <= arrived < left_at + 0.1  # the fake stamps it as it reads the request
+    assert record.status == 200
