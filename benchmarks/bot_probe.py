@@ -7,7 +7,6 @@
   call) shows up here as lag, whatever caused it. For wake-ups later than 50 ms it also records
   how much CPU the loop's thread used meanwhile: the rest of such a stall the thread was not
   running (another thread held the GIL, or the machine's cores were busy elsewhere).
-- The same lag on the loop litellm runs on, if the bot has one (models/offloop.py).
 - Garbage collections: how long each took, per generation.
 - Database waits: the time from asking `Database` for a write transaction until it is open
   (waiting for the writer, then BEGIN IMMEDIATE), how long it is then held, and the time a
@@ -155,15 +154,6 @@ def _install_db_probe(recorder: _Recorder) -> None:
     Database.run_in_transaction = run_in_transaction  # type: ignore[method-assign]
 
 
-def _install_provider_lag_monitor(recorder: _Recorder) -> None:
-    """The same monitor on the loop litellm runs on, where the code has one (models/offloop)."""
-    try:
-        from models.offloop import PROVIDERS
-    except ImportError:
-        return
-    asyncio.run_coroutine_threadsafe(_monitor_lag(recorder, "provider_lag"), PROVIDERS.loop())
-
-
 def _install_gc_probe(recorder: _Recorder) -> None:
     """Time every garbage collection: a full one stops every thread of the process."""
     started: list[float] = []
@@ -187,7 +177,6 @@ def main() -> None:
     recorder = _Recorder(out)
     _install_lag_monitor(recorder)
     _install_db_probe(recorder)
-    _install_provider_lag_monitor(recorder)
     _install_gc_probe(recorder)
     sys.argv = ["python -m bot", *bot_args]
     try:

@@ -328,6 +328,12 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
         mean = statistics.fmean(values)
         print(f"  {label:40s} p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   mean {mean:7.1f} ms")
     print(f"  provider time per turn (fixed): {stream_seconds() * 1000:.0f} ms")
+    if len(turns) > 1:
+        slowest = sorted(turns, key=lambda t: t.intake_ms, reverse=True)[:5]
+        when = ", ".join(
+            f"{t.pushed_at - phase.started:.1f} s: {t.intake_ms:.0f} ms" for t in slowest
+        )
+        print(f"  slowest intakes (pushed, into the phase): {when}")
     harness = [late * 1000 for late in HARNESS_LAG.between(phase.started, phase.ended)]
     print(
         f"  {'harness loop lag (the fakes stamp late)':40s} p50 {percentile(harness, 50):7.1f} ms"
@@ -338,7 +344,6 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
     for label, kind in (
         ("event-loop lag (10 ms sleep, late by)", "lag"),
         ("  stalls ≥ 50 ms: loop thread's own CPU", "lag_busy"),
-        ("provider loop lag (models/offloop.py)", "provider_lag"),
         ("garbage collection, generation 2", "gc2"),
         ("garbage collection, generations 0-1", "gc1"),
         ("db: wait for the write transaction", "db_write_wait"),
