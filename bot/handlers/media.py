@@ -37,8 +37,18 @@ from telegram.ext import ContextTypes
 
 from bot.app.services import Services, services_of
 from bot.handlers.access import admit, say, user_language
-from bot.handlers.downloads import Download, download
+from bot.handlers.downloads import download
 from bot.handlers.incoming import clean_text, is_addressed_to_bot, is_group, strip_bot_mentions
+from bot.handlers.media_limits import (
+    TELEGRAM_DOWNLOAD_LIMIT,
+    VOICE_KINDS,
+    audio_download_limit,
+    file_limit,
+    human_size,
+    least_audio_seconds,
+    refuse_download,
+    spend_refusal,
+)
 from bot.turns.turn import (
     TurnRequest,
     failure_reason,
@@ -62,20 +72,12 @@ log = structlog.get_logger("bot.media")
 
 Context = ContextTypes.DEFAULT_TYPE
 
-# Bots may download files up to 20 MB through getFile on the public Bot API.
-TELEGRAM_DOWNLOAD_LIMIT = 20 * 1024 * 1024
 RETRY_PREFIX = "mr:"
 # A transcript longer than this is shown collapsed (expandable blockquote).
 EXPAND_AFTER_CHARS = 300
 # What the transcript message may show (UTF-16 units, under Telegram's 4096); the whole
 # transcript is stored and answered anyway.
 SHOWN_TRANSCRIPT_UNITS = 4000
-VOICE_KINDS = ("voice", "audio", "video_note")
-# The most bits per second each kind plausibly carries (Telegram records voice notes as Opus at
-# ~24-35 kbps; MP3 tops out at 320 kbps; a video note is mostly video). A file's size divided by
-# this is the least it can last: a 20 MB "1 s" voice note holds at least 1,310 s. The size a
-# sender announces with no duration check is how hours of speech would pass as one second.
-MAX_AUDIO_BITRATE = {"voice": 128_000, "audio": 320_000, "video_note": 4_000_000}
 IMAGE_MIME_TYPES = ("image/jpeg", "image/png", "image/webp", "image/gif")
 
 
@@ -123,33 +125,6 @@ def incoming_media(message: Message) -> Incoming | None:
     return None
 
 
-def file_limit(services: Services, incoming: Incoming) -> int:
-    """The most bytes downloaded for this file: Telegram's limit for bots, and for documents
-    and images (photos too) MAX_DOCUMENT_BYTES."""
-    if incoming.kind in VOICE_KINDS:
-        return TELEGRAM_DOWNLOAD_LIMIT
-    return min(TELEGRAM_DOWNLOAD_LIMIT, services.settings.MAX_DOCUMENT_BYTES)
-
-
-def least_audio_seconds(kind: str, size: int) -> int:
-    """The fewest whole seconds `size` bytes of this kind of recording can last."""
-    return math.ceil(size * 8 / MAX_AUDIO_BITRATE[kind])
-
-
-def audio_download_limit(kind: str, max_seconds: int) -> int:
-    """The most bytes a recording within `max_seconds` may have: the download cap."""
-    return min(TELEGRAM_DOWNLOAD_LIMIT, max_seconds * MAX_AUDIO_BITRATE[kind] // 8)
-
-
-def human_size(size: int) -> str:
-    """Bytes as Telegram clients show file sizes (binary units, written MB and KB)."""
-    if size >= 1024 * 1024:
-        return f"{size / (1024 * 1024):.1f} MB"
-    if size >= 1024:
-        return f"{size / 1024:.0f} KB"
-    return f"{size} B"
-
-
 def _services(context: Context) -> Services:
     return services_of(context.application)
 
@@ -181,7 +156,7 @@ async def media_message(update: Update, context: Context) -> None:
         return
     user = update.effective_user
     assert user is not None
-    refused = await _spend_refusal(services, user.id, lang)
+    refused = await spend_refusal(services, user.id, lang)
     if refused is not None:
         if refused:
             await say(message, refused)
@@ -234,7 +209,7 @@ async def _refusal_before_download(
     ):
         name = incoming.file_name or incoming.mime_type or "?"
         return t("document_unsupported", lang, name=name), None
-    limit = file_limit(services, incoming)
+    limit = file_limit(services, incoming.kind)
     if incoming.file_size is not None and incoming.file_size > limit:
         size, most = human_size(incoming.file_size), human_size(limit)
         return t("file_too_big", lang, size=size, limit=most), None
@@ -255,19 +230,6 @@ async def _refusal_before_download(
             text = t("vision_unsupported", lang, label=model.label, models=names)
             return text, model_keyboard(seeing, model.id, lang)
     return None
-
-
-# --- downloads (the transfer itself: bot/handlers/downloads.py) ----------------------------
-
-
-async def _refuse_download(bot: Any, turn: TurnRequest, got: Download, limit: int) -> None:
-    """The line for a download that brought no bytes."""
-    lang = turn.language
-    if got.too_big:
-        most = human_size(limit)
-        await send_plain(bot, turn, t("file_too_big", lang, size=f"> {most}", limit=most))
-    else:
-        await send_plain(bot, turn, t("download_failed", lang))
 
 
 # --- voice -------------------------------------------------------------------------------------
@@ -309,7 +271,7 @@ async def _transcribe(
     got = await download(bot, item.file_id, most)
     if got.data is None:
         await inbox.mark_failed(item.id)
-        await _refuse_download(bot, request, got, most)
+        await refuse_download(bot, request, got, most)
         return None
     audio = got.data
     seconds = audio_seconds(item, audio)
@@ -449,7 +411,7 @@ async def retry_callback(update: Update, context: Context) -> None:
     if message is None or not item_id.isdigit() or services.turns.is_running(message.chat.id):
         await query.answer(t("retry_gone", lang), show_alert=True)
         return
-    refused = await _spend_refusal(services, user.id, lang)
+    refused = await spend_refusal(services, user.id, lang)
     if refused is not None:
         if refused:
             await query.answer(refused, show_alert=True)
@@ -479,19 +441,6 @@ async def retry_callback(update: Update, context: Context) -> None:
         await inbox.release(item.id)  # only if the turn never settled it (refused, cancelled)
 
 
-async def _spend_refusal(services: Services, user_id: int, lang: str | None) -> str | None:
-    """None when the user may spend; else the line to show ("" when the guard stays silent,
-    e.g. a later refusal in a burst)."""
-    if services.guard is None:
-        return None
-    refused = await services.guard.check_spend(user_id)
-    if refused is None:
-        return None
-    if refused.reply_key is None:
-        return ""
-    return t(refused.reply_key, lang, **refused.reply_values)
-
-
 # --- photos ------------------------------------------------------------------------------------
 
 
@@ -514,10 +463,10 @@ async def _answer_photo(
         media["file_name"] = incoming.file_name
 
     async def prepare(turn: TurnRequest) -> TurnRequest | None:
-        most = file_limit(services, incoming)
+        most = file_limit(services, incoming.kind)
         got = await download(bot, incoming.file_id, most)
         if got.data is None:
-            await _refuse_download(bot, turn, got, most)
+            await refuse_download(bot, turn, got, most)
             return None
         limit = await _image_limit(services, turn.chat_id)
         try:
@@ -590,10 +539,10 @@ async def _answer_document(
 
     async def prepare(turn: TurnRequest) -> TurnRequest | None:
         lang = turn.language
-        most = file_limit(services, incoming)
+        most = file_limit(services, incoming.kind)
         got = await download(bot, incoming.file_id, most)
         if got.data is None:
-            await _refuse_download(bot, turn, got, most)
+            await refuse_download(bot, turn, got, most)
             return None
         data = got.data
         try:
