@@ -21,8 +21,6 @@ downloaded, so a stranger, an over-long note or a user over their cap costs noth
 
 from __future__ import annotations
 
-import asyncio
-import base64
 from dataclasses import replace
 from typing import Any
 
@@ -43,6 +41,7 @@ from bot.handlers.media_limits import (
     refuse_download,
     spend_refusal,
 )
+from bot.handlers.photos import answer_photo
 from bot.handlers.voice import transcribe_and_answer
 from bot.turns.turn import (
     TurnRequest,
@@ -55,7 +54,6 @@ from bot.ui.keyboards import model_keyboard
 from memory.document_reader import read_document
 from memory.documents import DocumentError, document_kind
 from memory.framing import Framing
-from memory.images import ImageError, ImageLimit, fit_image, limit_for
 from memory.media_inbox import InboxItem, MediaInbox
 
 log = structlog.get_logger("bot.media")
@@ -129,7 +127,7 @@ async def media_message(update: Update, context: Context) -> None:
 
         await transcribe_and_answer(services, bot, request, new_item)
     elif incoming.kind == "photo":
-        await _answer_photo(services, bot, request, incoming, caption)
+        await answer_photo(services, bot, request, incoming, caption)
     else:
         await _answer_document(services, bot, request, incoming, caption)
 
@@ -168,60 +166,6 @@ async def _refusal_before_download(
             text = t("vision_unsupported", lang, label=model.label, models=names)
             return text, model_keyboard(seeing, model.id, lang)
     return None
-
-
-# --- photos ------------------------------------------------------------------------------------
-
-
-def photo_text(caption: str) -> str:
-    """What the session stores for a photo and what consolidation reads: never the bytes."""
-    return f"[photo: {caption}]" if caption.strip() else "[photo]"
-
-
-async def _answer_photo(
-    services: Services, bot: Any, request: TurnRequest, incoming: Incoming, caption: str
-) -> None:
-    media: dict[str, object] = {
-        "kind": "photo",
-        "file_id": incoming.file_id,
-        "file_unique_id": incoming.file_unique_id,
-    }
-    if caption:
-        media["caption"] = caption
-    if incoming.file_name:
-        media["file_name"] = incoming.file_name
-
-    async def prepare(turn: TurnRequest) -> TurnRequest | None:
-        most = file_limit(services, incoming.kind)
-        got = await download(bot, incoming.file_id, most)
-        if got.data is None:
-            await refuse_download(bot, turn, got, most)
-            return None
-        limit = await _image_limit(services, turn.chat_id)
-        try:
-            image = await asyncio.to_thread(fit_image, got.data, limit)
-        except ImageError as exc:
-            log.info("image_refused", chat_id=turn.chat_id, reason=exc.reason, size=len(got.data))
-            await send_plain(bot, turn, t(f"image_{exc.reason}", turn.language))
-            return None
-        if image.scaled:
-            log.info("image_scaled", chat_id=turn.chat_id, size=len(got.data), sent=len(image.data))
-        encoded = base64.b64encode(image.data).decode("ascii")
-        url = f"data:{image.mime_type};base64,{encoded}"
-        return replace(turn, text=photo_text(caption), media=media, image_url=url)
-
-    await run_chat_turn(services, bot, request, prepare=prepare)
-
-
-async def _image_limit(services: Services, chat_id: int) -> ImageLimit:
-    """What every model of the chat model's fallback chain accepts."""
-    model = await services.chat_model(chat_id)
-    gateways = services.gateways
-    return limit_for(
-        gateways[entry.gateway].protocol
-        for entry in services.catalog.chain(model.id)
-        if entry.gateway in gateways
-    )
 
 
 # --- documents ---------------------------------------------------------------------------------
