@@ -194,7 +194,7 @@ def estimate_tokens(text: str) -> int:
     letters = shape.translate(_LETTERS)
     digits = shape.translate(_DIGITS)
     letter_pieces = letters.count(b".x") + letters.startswith(b"x") + shape.count(b"aA")
-    digit_groups = digits.count(b".d") + digits.startswith(b"d") + digits.count(b"ddd")
+    digit_groups = digits.count(b"d.") + digits.endswith(b"d") + digits.count(b"ddd")  # run ends
     lone_spaces = shape.count(b" ") - shape.count(b" a") - shape.count(b" A") - shape.count(b" p")
     total = (
         _BASE
