@@ -28,8 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# An image part, as OpenAI counts a 1024×1024 picture in high detail (85 + 4 tiles × 170).
+# An image part, as litellm counts one for gpt-4o: OpenAI's 1024×1024 picture in high detail
+# (85 + 4 tiles × 170).
 IMAGE_PART_TOKENS = 765
+# What one photo costs a model at most, for the estimate: Anthropic resizes an image to at most
+# ~1.15 megapixels, about (width x height) / 750 = 1,600 tokens; OpenAI's high detail is at most
+# ~1,100 for the sizes Telegram sends. The larger of the two.
+IMAGE_TOKENS_BOUND = 1600
 
 
 _encoding: Any = None
@@ -79,10 +84,10 @@ def count_text(text: str) -> int:
 
 def count_messages(messages: list[dict[str, Any]]) -> int:
     """Prompt tokens of `messages` as OpenAI frames chat messages."""
-    return _framed(messages, count_text)
+    return _framed(messages, count_text, IMAGE_PART_TOKENS)
 
 
-def _framed(messages: list[dict[str, Any]], count: Callable[[str], int]) -> int:
+def _framed(messages: list[dict[str, Any]], count: Callable[[str], int], image_tokens: int) -> int:
     """OpenAI's framing of chat messages around the texts' tokens, each counted by `count`."""
     total = 3
     for message in messages:
@@ -97,7 +102,7 @@ def _framed(messages: list[dict[str, Any]], count: Callable[[str], int]) -> int:
                 if not isinstance(part, dict):
                     continue
                 if part.get("type") in ("image_url", "image"):
-                    total += IMAGE_PART_TOKENS
+                    total += image_tokens
                 else:
                     total += count(str(part.get("text") or ""))
         for call in message.get("tool_calls") or []:
@@ -216,5 +221,6 @@ def estimate_tokens(text: str) -> int:
 
 
 def estimate_messages(messages: list[dict[str, Any]]) -> int:
-    """`estimate_tokens` of a request's messages, framed as `count_messages` counts them."""
-    return _framed(messages, estimate_tokens)
+    """`estimate_tokens` of a request's messages, framed as `count_messages` counts them, an
+    image at what the costliest provider counts for one."""
+    return _framed(messages, estimate_tokens, IMAGE_TOKENS_BOUND)
