@@ -23,7 +23,7 @@ from typing import Any
 from memory.framing import Framing
 from memory.store import StoredMessage
 from memory.transcript import trim_middle
-from models.tokens import estimate_tokens
+from models.tokens import IMAGE_TOKENS_BOUND, estimate_tokens
 from models.types import Message
 
 SYSTEM_PROMPT = (
@@ -56,12 +56,6 @@ class Prompt:
     included_ids: frozenset[int]
     omitted: int  # stored session messages left out for the budget
     estimated_tokens: int
-
-
-# What one photo costs a model, counted before it is attached (`with_image`): Anthropic resizes
-# an image to at most ~1.15 megapixels, about (width x height) / 750 = 1,600 tokens; OpenAI's
-# high detail is at most ~1,100 for the sizes Telegram sends. The larger of the two.
-IMAGE_TOKENS = 1600
 
 
 def reply_reserve(context_window: int) -> int:
@@ -207,7 +201,7 @@ def build_prompt(
     photos attached afterwards (`with_image`), whose tokens the budget keeps free.
     """
     framing = framing or Framing()
-    budget = context_window - reply_reserve(context_window) - images * IMAGE_TOKENS
+    budget = context_window - reply_reserve(context_window) - images * IMAGE_TOKENS_BOUND
     fixed = NOTE_TOKENS + (estimate_tokens(json.dumps(tools, ensure_ascii=False)) if tools else 0)
     base_system = system_text(
         long_term_memory,

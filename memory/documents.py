@@ -55,7 +55,8 @@ PDF_MIME = "application/pdf"
 MAX_PDF_PAGES = 300
 # Reading stops once the text holds this many times what the token budget keeps.
 TEXT_CAP_FACTOR = 4
-# estimate_tokens counts 0.4 token per UTF-8 byte, so a budget of N tokens keeps ~2.5 N bytes.
+# estimate_tokens counts about 0.4 token per byte of English prose (a CJK character about one),
+# so a budget of N tokens keeps roughly 2.5 N bytes of it.
 BYTES_PER_TOKEN = 2.5
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -186,8 +187,8 @@ def trim_to_tokens(text: str, budget: int) -> tuple[str, int]:
     returns (text, characters cut). Cuts at line boundaries when one is near."""
     if estimate_tokens(text) <= budget:
         return text, 0
-    # estimate_tokens counts 0.4 token per UTF-8 byte; the marker costs about 20.
-    return _trim_middle(text, lambda kept: estimate_tokens(kept) + 20 <= budget)
+    # The marker (\n\n[… 12345678 characters cut …]\n\n) is estimated at 22 tokens at most.
+    return _trim_middle(text, lambda kept: estimate_tokens(kept) + 22 <= budget)
 
 
 def trim_to_chars(text: str, limit: int) -> tuple[str, int]:

@@ -48,7 +48,7 @@ from models.keys import KeyRing
 from models.pacing import GatewayPacer, Priority, Ticket
 from models.ratelimits import exhausted_until_reset, read_windows, refusal_windows
 from models.streamtext import WholeCharacters
-from models.tokens import count_messages, count_text, estimate_prompt_tokens
+from models.tokens import count_messages, count_text, estimate_messages, estimate_tokens
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
     NO_KEY,
@@ -706,7 +706,7 @@ class _CallPlan:
         self.timeout = timeout  # also the longest wait for a gateway's queue, per attempt
         self.user_key = user_key if user_key is not None else object()
         self.priority = priority
-        self.cost_tokens = estimate_prompt_tokens(messages)
+        self.cost_tokens = estimate_messages(messages)
         head = transport.catalog.get(model_id)
         self.chain = list(transport.catalog.chain(model_id)) if walk_chain else [head]
         self.position = 0
@@ -1038,14 +1038,13 @@ def _spent_until_reset(protocol: str, headers: Mapping[str, str]) -> float | Non
 
 
 def _count_tokens(*, messages: list[Message] | None = None, text: str = "") -> int:
-    """gpt-4o's tokens as litellm counts them (models/tokens.py), or ~4 characters a token."""
+    """gpt-4o's tokens as litellm counts them (models/tokens.py), or the estimate of the text."""
     try:
         if messages is not None:
             return count_messages(messages)
         return count_text(text)
     except Exception:  # an estimate must never fail the turn it accounts for
-        size = len(str(messages)) if messages is not None else len(text)
-        return max(1, size // 4)
+        return max(1, estimate_tokens(str(messages) if messages is not None else text))
 
 
 def estimate_usage(entry: ModelEntry, messages: list[Message], text: str) -> Usage:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import re
 
-from memory.context import IMAGE_TOKENS, Framing, build_prompt, prompt_message, reply_reserve
+from memory.context import Framing, build_prompt, prompt_message, reply_reserve
 from memory.store import StoredMessage
-from models.tokens import estimate_tokens
+from models.tokens import IMAGE_TOKENS_BOUND, estimate_tokens
 from models.types import ToolCall
 from tests.e2e_bot import TESTDATA
 from tests.memory_sessions import claude_code_session, oasst_multilingual
@@ -170,6 +170,6 @@ def test_a_photo_takes_its_tokens_from_the_history_not_from_the_answer() -> None
     with_photo = build_prompt(session, "", context_window=window, images=1)
 
     assert with_photo.omitted > without.omitted
-    assert with_photo.estimated_tokens + IMAGE_TOKENS <= window - reply_reserve(window)
-    assert without.estimated_tokens + IMAGE_TOKENS > window - reply_reserve(window)
+    assert with_photo.estimated_tokens + IMAGE_TOKENS_BOUND <= window - reply_reserve(window)
+    assert without.estimated_tokens + IMAGE_TOKENS_BOUND > window - reply_reserve(window)
     assert with_photo.messages[-1]["content"] == "what is in this photo?"

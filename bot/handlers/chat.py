@@ -29,7 +29,8 @@ from bot.handlers.incoming import (
     message_saved,
     strip_bot_mentions,
 )
-from bot.handlers.media import RETRY_PREFIX, media_message, retry_callback
+from bot.handlers.media import media_message
+from bot.handlers.voice import RETRY_PREFIX, retry_callback
 from bot.turns.turn import run_chat_turn, turn_request_for
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t

@@ -1,7 +1,7 @@
 """Downloading a file a user sent: getFile, then the bytes streamed up to a limit.
 
 Telegram-facing but knows nothing of turns or replies: it returns the bytes or why there are
-none (`Download`), and bot/handlers/media.py decides what to tell the user.
+none (`Download`), and bot/handlers/media_limits.py says what to tell the user.
 """
 
 from __future__ import annotations
