@@ -1,8 +1,8 @@
-"""The turn's start reads what the turn needs besides the message: the chat's time zone (for the
-system prompt of every round) and the memory change no reply has announced yet, in the one
-transaction that stores the user's message. The notice leaves the database only once a reply
-has shown it, so a turn that fails first loses nothing; and a turn makes no other round trip to
-the database for either."""
+"""The turn's start reads what the turn needs besides the message: the chat's model, its time
+zone (for the system prompt of every round) and the memory change no reply has announced yet,
+in the one transaction that stores the user's message. The notice leaves the database only
+once a reply has shown it, so a turn that fails first loses nothing; and a turn makes no other
+round trip to the database for any of them."""
 
 from __future__ import annotations
 
@@ -50,21 +50,31 @@ async def test_the_turn_start_returns_the_chats_time_zone_and_the_unannounced_ch
         await write_memory(conn, 1, "- Name: Rina", over_budget=False, now=to_iso(clock.now))
     await consolidation_changed(db, 1, MemoryNotice(added=2, removed=1))
 
+    await store.set_chat_model(1, "claude-sonnet-4-5")
+
     start = await store.store_user_turn(1, "What time is it?", user_id=1, key="tg:1:7")
     assert start is not None and start.message.content == "What time is it?"
+    assert start.chat_model == "claude-sonnet-4-5"
     assert start.chat_zone == ChatZone("America/New_York", known=True)
     assert start.memory_notice == MemoryNotice(added=2, removed=1)
 
-    # A crash before the answer: the replayed update resumes the turn, with both again.
+    # A crash before the answer, and a /model meanwhile: the replayed update resumes the turn,
+    # with what the chat has now.
+    await store.set_chat_model(1, "gpt-4.1")
     again = await store.store_user_turn(1, "What time is it?", user_id=1, key="tg:1:7")
     assert again is not None and again.resumed and again.message == start.message
+    assert again.chat_model == "gpt-4.1"
     assert again.chat_zone == ChatZone("America/New_York", known=True)
     assert again.memory_notice == MemoryNotice(added=2, removed=1)
 
-    # Another chat: no zone set, nothing to announce.
+    # Another chat: no model chosen, no zone set, nothing to announce.
     other = await store.store_user_turn(2, "Hello", user_id=2)
     assert other is not None
-    assert (other.chat_zone, other.memory_notice) == (ChatZone("UTC", known=False), None)
+    assert (other.chat_model, other.chat_zone, other.memory_notice) == (
+        None,
+        ChatZone("UTC", known=False),
+        None,
+    )
 
 
 async def test_the_notice_stays_until_a_reply_showed_it_and_then_only_what_it_showed(
@@ -123,15 +133,18 @@ def count_round_trips(db: Database) -> Counter[str]:
     return trips
 
 
-async def test_a_turn_reads_the_time_zone_and_the_notice_in_its_start_and_nowhere_else(
+async def test_a_turn_reads_what_it_needs_in_its_start_and_one_read_a_round(
     tmp_path: Path,
 ) -> None:
     """Before: a plain turn made 7 round trips; ReminderBook.chat_zone (once per model round)
-    and take_memory_notice were two of them. A round trip added to every turn's path must be
-    added here on purpose."""
+    and take_memory_notice were two of them, then Store.get_chat_model (between the start and
+    the first round) and the round's two reads (session, memory) went too. Up to the provider
+    request a turn now waits for the database twice: its start, and its round's one read. A
+    round trip added to every turn's path must be added here on purpose."""
     async with bot_under_test(tmp_path) as bot:
         bot.openai.set_default("*", Reply("Hi Rina."))
         await bot.ask(OWNER, "/timezone Europe/Lisbon")
+        await bot.ask(OWNER, "/model gpt-4.1")
         await bot.set_memory(OWNER, "- Name: Rina")
         await consolidation_changed(bot.services.db, OWNER, MemoryNotice(added=1, removed=0))
         trips = count_round_trips(bot.services.db)
@@ -139,14 +152,17 @@ async def test_a_turn_reads_the_time_zone_and_the_notice_in_its_start_and_nowher
         [shown] = await bot.ask(OWNER, "Hello")
 
         assert shown.text == "Hi Rina.\n\n" + t("memory_updated", added=1, removed=0)
-        system = bot.chat_requests()[-1][1].system_text()
+        gateway, request = bot.chat_requests()[-1]
+        assert (gateway, request.model) == ("openai", "gpt-4.1")  # the chat's choice
+        system = request.system_text()
         assert "(Europe/Lisbon); reminder times are local to this zone" in system
+        assert "- Name: Rina" in system
+        assert [m["content"] for m in request.body["messages"][1:]] == ["Hello"]
         assert trips == Counter(
             {
-                "Store.store_user_turn": 1,  # the message, the time zone, the notice
-                "Store.get_chat_model": 1,
-                "Store.session_messages": 1,
-                "MemoryRepository.get": 1,
+                # The message; the chat's model, time zone and unannounced memory change.
+                "Store.store_user_turn": 1,
+                "Store.round_context": 1,  # the session's messages and the memory
                 "Store.add_answer": 1,
                 "memory_notice_shown": 1,  # only when a notice was shown
             }
@@ -157,9 +173,7 @@ async def test_a_turn_reads_the_time_zone_and_the_notice_in_its_start_and_nowher
         assert trips == Counter(
             {
                 "Store.store_user_turn": 1,
-                "Store.get_chat_model": 1,
-                "Store.session_messages": 1,
-                "MemoryRepository.get": 1,
+                "Store.round_context": 1,
                 "Store.add_answer": 1,
             }
         )
