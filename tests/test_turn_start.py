@@ -193,3 +193,27 @@ async def test_a_turn_that_fails_leaves_the_notice_to_the_next_reply(tmp_path: P
         assert answer.text == "Back.\n\n" + t("memory_updated", added=2, removed=0)
         [again] = await bot.ask(OWNER, "and now?")
         assert again.text == "Back."  # shown once
+
+
+async def test_each_spending_cap_check_is_one_round_trip(tmp_path: Path) -> None:
+    """The caps are checked twice on a turn's way to the model (when the message comes, and
+    again once the chat's previous turn is over). Before, each check read each sum alone: with
+    a user cap and a bot cap, three reads one after the other, six a turn."""
+    async with bot_under_test(
+        tmp_path, USER_DAILY_BUDGET_USD=1.0, BOT_MONTHLY_BUDGET_USD=5.0
+    ) as bot:
+        bot.openai.set_default("*", Reply("Hi."))
+        await bot.ask(OWNER, "Hello")  # something spent: the sums have rows to add up
+        trips = count_round_trips(bot.services.db)
+
+        [plain] = await bot.ask(OWNER, "And now?")
+
+        assert plain.text == "Hi."
+        assert trips == Counter(
+            {
+                "UsageLedger.check_budget": 2,  # both caps' sums in each
+                "Store.store_user_turn": 1,
+                "Store.round_context": 1,
+                "Store.add_answer": 1,
+            }
+        )
