@@ -6,7 +6,9 @@ round trip to the database for any of them."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -217,3 +219,35 @@ async def test_each_spending_cap_check_is_one_round_trip(tmp_path: Path) -> None
                 "Store.add_answer": 1,
             }
         )
+
+
+async def test_a_cancel_before_the_model_is_asked_still_tells_the_user(tmp_path: Path) -> None:
+    """The turn's first wait after its start is now the round's read (the chat model came with
+    the start); a /cancel that lands there ends the turn as one that landed in the model read
+    did: the question kept, no model asked, the user told."""
+    async with bot_under_test(tmp_path) as bot:
+        bot.openai.set_default("*", Reply("Hi."))
+        db = bot.services.db
+        released = threading.Event()
+
+        def hold(conn: object) -> None:
+            released.wait(timeout=30)
+
+        # Both read connections busy: the turn's first read waits, and /cancel lands there.
+        holders = [asyncio.create_task(db.read(hold)) for _ in range(2)]
+        try:
+            bot.say(OWNER, "Are you there?")
+            await bot.wait(lambda: bot.services.turns.is_running(OWNER))
+            bot.say(OWNER, "/cancel")
+            await bot.wait(lambda: t("cancelled") in bot.texts(OWNER))
+            await bot.wait_idle(OWNER)
+        finally:
+            released.set()
+            await asyncio.gather(*holders)
+
+        assert bot.texts(OWNER) == [t("reply_cancelled"), t("cancelled")]
+        assert bot.model_requests() == []
+        rows = await bot.rows("SELECT role, content FROM messages ORDER BY id")
+        assert rows == [{"role": "user", "content": "Are you there?"}]
+        [next_answer] = await bot.ask(OWNER, "And now?")
+        assert next_answer.text == "Hi."
