@@ -1,7 +1,8 @@
 """The agent loop of one chat turn: stream the model, run the tools it calls, continue.
 
 Each round builds the prompt afresh from what is stored (system prompt with the memory as it is
-now, the session within the context budget, this turn's earlier tool rounds), streams the model
+now, the session within the context budget, this turn's earlier tool rounds; both read in one
+round trip, `Store.round_context`), streams the model
 through the transport, and either ends the turn (an answer) or runs the requested memory tools,
 stores the call and its results in one transaction, and goes round again. After AGENT_MAX_STEPS
 tool rounds the model is asked once more with `tool_choice: none`, so it must answer in words.
@@ -17,7 +18,7 @@ the current round.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable
+from collections.abc import AsyncGenerator, Callable, Hashable
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -107,7 +108,6 @@ class AgentLoop:
         transport: StreamingClient,
         catalog: Catalog,
         tools: ChatTools,
-        memory_text: Callable[[int], Awaitable[str]],
         max_steps: int = DEFAULT_MAX_STEPS,
         timeout: float = 60.0,
         max_answer_tokens: int | None = None,
@@ -118,7 +118,6 @@ class AgentLoop:
         self.transport = transport
         self.catalog = catalog
         self.tools = tools
-        self.memory_text = memory_text
         self.max_steps = max_steps
         self.timeout = timeout
         # Bounds of one answer: tokens per model request (MAX_ANSWER_TOKENS) and seconds for
@@ -176,12 +175,10 @@ class AgentLoop:
             offer = self.max_steps > 0 and entry.tools
             last_round = steps >= self.max_steps or calls_run >= MAX_TOOL_CALLS_PER_TURN
             tools = CHAT_TOOLS if offer else None
-            session, memory = await asyncio.gather(
-                self.store.session_messages(turn.session_id), self.memory_text(turn.chat_id)
-            )
+            stored = await self.store.round_context(turn.session_id, turn.chat_id)
             prompt = build_prompt(
-                session,
-                memory,
+                stored.messages,
+                stored.memory,
                 framing=framing,
                 now_text=time_text(turn.chat_zone, self.clock()),
                 tools=tools,

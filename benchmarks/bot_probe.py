@@ -10,7 +10,8 @@
 - Garbage collections: how long each took, per generation.
 - Database waits: the time from asking `Database` for a write transaction until it is open
   (waiting for the writer, then BEGIN IMMEDIATE), how long it is then held, and the time a
-  read (`fetchone`/`fetchall`) takes from call to rows, queueing included.
+  read takes from call to rows, queueing included: every round trip to a reader, `read(fn)`,
+  through which `fetchone` and `fetchall` go too (each counted once).
 
 Samples are appended to OUT_FILE as `kind monotonic_s value_ms` lines (the monotonic clock is
 the same for every process on the machine, so the benchmark can match them to its phases).
@@ -98,8 +99,7 @@ def _install_db_probe(recorder: _Recorder) -> None:
     from memory.db import Database
 
     original_transaction = Database.transaction
-    original_fetchone = Database.fetchone
-    original_fetchall = Database.fetchall
+    original_read = Database.read
     original_run_in_transaction = Database.run_in_transaction
 
     @asynccontextmanager
@@ -134,23 +134,15 @@ def _install_db_probe(recorder: _Recorder) -> None:
                 recorder.add("db_write_wait", opened, opened - asked)
                 recorder.add("db_write_hold", closed, closed - opened)
 
-    async def fetchone(self: Database, *args: Any, **kwargs: Any) -> Any:
+    async def read(self: Database, *args: Any, **kwargs: Any) -> Any:
         asked = time.monotonic()
         try:
-            return await original_fetchone(self, *args, **kwargs)
-        finally:
-            recorder.add("db_read", time.monotonic(), time.monotonic() - asked)
-
-    async def fetchall(self: Database, *args: Any, **kwargs: Any) -> Any:
-        asked = time.monotonic()
-        try:
-            return await original_fetchall(self, *args, **kwargs)
+            return await original_read(self, *args, **kwargs)
         finally:
             recorder.add("db_read", time.monotonic(), time.monotonic() - asked)
 
     Database.transaction = transaction  # type: ignore[method-assign,assignment]
-    Database.fetchone = fetchone  # type: ignore[method-assign]
-    Database.fetchall = fetchall  # type: ignore[method-assign]
+    Database.read = read  # type: ignore[method-assign]
     Database.run_in_transaction = run_in_transaction  # type: ignore[method-assign]
 
 

@@ -65,6 +65,12 @@ def _memory_from(chat_id: int, row: sqlite3.Row | None) -> LongTermMemory:
     )
 
 
+def memory_of(conn: sqlite3.Connection, chat_id: int) -> LongTermMemory:
+    """The chat's memory, read on a database thread (`Database.read`): the agent loop reads it
+    with the session's messages, in one round trip (memory/store.py `round_context`)."""
+    return _memory_from(chat_id, conn.execute(_MEMORY_ROW, (chat_id,)).fetchone())
+
+
 async def read_memory(conn: aiosqlite.Connection, chat_id: int) -> LongTermMemory:
     """Memory as seen inside an open transaction (the commit re-reads it here)."""
     cursor = await conn.execute(_MEMORY_ROW, (chat_id,))
@@ -151,10 +157,9 @@ class MemoryRepository:
         self.db = db
 
     async def get(self, chat_id: int) -> LongTermMemory:
-        return _memory_from(chat_id, await self.db.fetchone(_MEMORY_ROW, (chat_id,)))
+        return await self.db.read(lambda conn: memory_of(conn, chat_id))
 
     async def content(self, chat_id: int) -> str:
-        """What goes into the chat's system prompt."""
         return (await self.get(chat_id)).content
 
     async def history(self, chat_id: int, *, limit: int | None = None) -> list[HistoryEntry]:

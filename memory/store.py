@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from memory.db import Database
-from memory.longterm import MemoryNotice, unreported_notice
+from memory.longterm import MemoryNotice, memory_of, unreported_notice
 from memory.queue import enqueue_consolidation, maybe_enqueue_window
 from memory.reminder_rules import ChatZone, chat_zone_of
 from models.types import ToolCall, Usage
@@ -104,10 +104,24 @@ class TurnStart:
     # handling short): nothing new was stored, the turn answers the stored message.
     resumed: bool = False
     # Read in the same transaction, so a turn makes no round trip of its own for them: the
-    # chat's time zone (every round's system prompt) and the memory change no reply has
-    # announced yet (its reply shows it, then memory.longterm.memory_notice_shown).
+    # model the chat chose with /model (None: never chose; the bot checks it is still
+    # offered), the chat's time zone (every round's system prompt) and the memory change no
+    # reply has announced yet (its reply shows it, then memory.longterm.memory_notice_shown).
+    # A /model committed before the message was stored answers it; one after, the next turn.
+    chat_model: str | None = field(kw_only=True)
     chat_zone: ChatZone = field(kw_only=True)
     memory_notice: MemoryNotice | None = field(kw_only=True)
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """The stored part of a round's prompt (see Store.round_context)."""
+
+    messages: list[StoredMessage]
+    memory: str
+
+
+_SESSION_MESSAGES = "SELECT * FROM messages WHERE session_id = ? ORDER BY id"
 
 
 def _row_to_message(row: sqlite3.Row) -> StoredMessage:
@@ -449,9 +463,7 @@ class Store:
                 unanswered = self._unanswered(conn, key)
                 if unanswered is None:
                     return None, None
-                zone, notice = self._turn_needs(conn, chat_id)
-                started = TurnStart(unanswered, resumed=True, chat_zone=zone, memory_notice=notice)
-                return started, None
+                return self._started(conn, chat_id, unanswered, resumed=True), None
             session_id = self._active_session(conn, chat_id, now)
             if idle is not None and self._idle(conn, session_id, moment - idle):
                 idle_closed = self.close_active_session(conn, chat_id, now)
@@ -464,8 +476,7 @@ class Store:
             )  # fmt: skip
             if key is not None:
                 conn.execute("UPDATE turn_keys SET message_id = ? WHERE key = ?", (message.id, key))
-            zone, notice = self._turn_needs(conn, chat_id)
-            started = TurnStart(message, idle_closed, job_id, chat_zone=zone, memory_notice=notice)
+            started = self._started(conn, chat_id, message, idle_closed, job_id)
             return started, window_job
 
         started, window_job = await self.db.run_in_transaction(write)
@@ -474,11 +485,29 @@ class Store:
         return started
 
     @staticmethod
-    def _turn_needs(conn: sqlite3.Connection, chat_id: int) -> tuple[ChatZone, MemoryNotice | None]:
-        """What a turn reads besides its message (see TurnStart): two lookups by primary key."""
-        row = conn.execute("SELECT time_zone FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
-        zone = chat_zone_of(row["time_zone"] if row is not None else None)
-        return zone, unreported_notice(conn, chat_id)
+    def _started(
+        conn: sqlite3.Connection,
+        chat_id: int,
+        message: StoredMessage,
+        idle_closed_session_id: int | None = None,
+        job_id: int | None = None,
+        *,
+        resumed: bool = False,
+    ) -> TurnStart:
+        """The turn's start, with what it reads besides its message (see TurnStart): two
+        lookups by primary key."""
+        row = conn.execute(
+            "SELECT model_id, time_zone FROM chats WHERE chat_id = ?", (chat_id,)
+        ).fetchone()
+        return TurnStart(
+            message,
+            idle_closed_session_id,
+            job_id,
+            resumed,
+            chat_model=row["model_id"] if row is not None else None,
+            chat_zone=chat_zone_of(row["time_zone"] if row is not None else None),
+            memory_notice=unreported_notice(conn, chat_id),
+        )
 
     @staticmethod
     def _claim_key(conn: sqlite3.Connection, key: str, chat_id: int, moment: datetime) -> bool:
@@ -579,10 +608,20 @@ class Store:
         return await self.db.run_in_transaction(write)
 
     async def session_messages(self, session_id: int) -> list[StoredMessage]:
-        rows = await self.db.fetchall(
-            "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)
-        )
+        rows = await self.db.fetchall(_SESSION_MESSAGES, (session_id,))
         return [_row_to_message(row) for row in rows]
+
+    async def round_context(self, session_id: int, chat_id: int) -> RoundContext:
+        """What a round of a turn builds its prompt from: the session's messages and the chat's
+        memory, in one round trip to a reader (two would each wait behind every other chat's
+        reads and for a turn of the event loop, under load on the path to the provider)."""
+
+        def read(conn: sqlite3.Connection) -> RoundContext:
+            rows = conn.execute(_SESSION_MESSAGES, (session_id,)).fetchall()
+            messages = [_row_to_message(row) for row in rows]
+            return RoundContext(messages, memory_of(conn, chat_id).content)
+
+        return await self.db.read(read)
 
     async def open_session_message_ids(self, chat_id: int) -> list[int]:
         """Ids of the messages in the chat's open session: what the chat already shows, which

@@ -10,6 +10,7 @@ Periods are UTC calendar days and months, so "today" means the same thing on eve
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -222,42 +223,16 @@ class UsageLedger:
         ]
 
     async def spent_usd(self, since: datetime, user_id: int | None = None) -> float:
-        spent, _ = await self._spent(since, since, user_id)
+        spent, _ = await self.db.read(lambda conn: _spent(conn, since, since, user_id))
         return spent
-
-    async def _spent(
-        self, day: datetime, month: datetime, user_id: int | None
-    ) -> tuple[float, float]:
-        """(spent since `day`, spent since `month`) in one pass over the month's rows.
-
-        A user's two kinds of rows are summed by separate queries so each uses its index
-        (usage_by_user, usage_by_chat); an OR across them would scan the whole month.
-        """
-        sums = (
-            "SELECT COALESCE(SUM(CASE WHEN created_at >= ? THEN cost_usd END), 0) AS day, "
-            "COALESCE(SUM(cost_usd), 0) AS month FROM usage WHERE created_at >= ?"
-        )
-        params: list[object] = [to_iso(day), to_iso(month)]
-        if user_id is None:
-            parts = [(sums, params)]
-        else:
-            parts = [
-                (sums + " AND user_id = ?", [*params, user_id]),
-                (sums + " AND user_id IS NULL AND chat_id = ?", [*params, user_id]),
-            ]
-        total_day = total_month = 0.0
-        for sql, values in parts:
-            row = await self.db.fetchone(sql, values)
-            if row is not None:
-                total_day += float(row["day"])
-                total_month += float(row["month"])
-        return total_day, total_month
 
     async def check_budget(self, user_id: int, budgets: Budgets) -> BudgetHit | None:
         """The first cap `user_id` has reached (user caps before bot caps), or None.
 
         Spend includes consolidation: it is real money spent for this user. The check gates new
-        chat calls only; consolidation of messages already sent is never refused.
+        chat calls only; consolidation of messages already sent is never refused. Every sum a
+        check needs is read in one round trip: it is asked twice on a turn's way to the model
+        (bot/turns/limits.py), and each trip waits behind every other chat's reads.
         """
         if not budgets.any:
             return None
@@ -275,15 +250,48 @@ class UsageLedger:
                 (Cap.BOT_MONTHLY, budgets.bot_monthly_usd),
             ),
         )
-        for who, (day_cap, day_limit), (month_cap, month_limit) in scopes:
-            if day_limit <= 0 and month_limit <= 0:
-                continue
-            spent_day, spent_month = await self._spent(today, month, who)
+        capped = [(who, day, mon) for who, day, mon in scopes if day[1] > 0 or mon[1] > 0]
+        sums = await self.db.read(
+            lambda conn: [_spent(conn, today, month, who) for who, _, _ in capped]
+        )
+        for (_, (day_cap, day_limit), (month_cap, month_limit)), (spent_day, spent_month) in zip(
+            capped, sums, strict=True
+        ):
             if day_limit > 0 and spent_day >= day_limit:
                 return BudgetHit(day_cap, day_limit, spent_day, today)
             if month_limit > 0 and spent_month >= month_limit:
                 return BudgetHit(month_cap, month_limit, spent_month, month)
         return None
+
+
+def _spent(
+    conn: sqlite3.Connection, day: datetime, month: datetime, user_id: int | None
+) -> tuple[float, float]:
+    """(spent since `day`, spent since `month`) in one pass over the month's rows, on a
+    database thread (`Database.read`); `user_id` None is the whole bot.
+
+    A user's two kinds of rows are summed by separate queries so each uses its index
+    (usage_by_user, usage_by_chat); an OR across them would scan the whole month.
+    """
+    sums = (
+        "SELECT COALESCE(SUM(CASE WHEN created_at >= ? THEN cost_usd END), 0) AS day, "
+        "COALESCE(SUM(cost_usd), 0) AS month FROM usage WHERE created_at >= ?"
+    )
+    params: list[object] = [to_iso(day), to_iso(month)]
+    if user_id is None:
+        parts = [(sums, params)]
+    else:
+        parts = [
+            (sums + " AND user_id = ?", [*params, user_id]),
+            (sums + " AND user_id IS NULL AND chat_id = ?", [*params, user_id]),
+        ]
+    total_day = total_month = 0.0
+    for sql, values in parts:
+        row = conn.execute(sql, values).fetchone()
+        if row is not None:
+            total_day += float(row["day"])
+            total_month += float(row["month"])
+    return total_day, total_month
 
 
 class SpendRecorder:

@@ -88,7 +88,6 @@ def test_max_tokens_stays_within_the_reply_room_of_the_smallest_window() -> None
             transport=None,  # type: ignore[arg-type]
             catalog=catalog,
             tools=None,  # type: ignore[arg-type]
-            memory_text=None,  # type: ignore[arg-type]
             max_answer_tokens=limit,
         )
 

@@ -1,12 +1,14 @@
-"""The turn's start reads what the turn needs besides the message: the chat's time zone (for the
-system prompt of every round) and the memory change no reply has announced yet, in the one
-transaction that stores the user's message. The notice leaves the database only once a reply
-has shown it, so a turn that fails first loses nothing; and a turn makes no other round trip to
-the database for either."""
+"""The turn's start reads what the turn needs besides the message: the chat's model, its time
+zone (for the system prompt of every round) and the memory change no reply has announced yet,
+in the one transaction that stores the user's message. The notice leaves the database only
+once a reply has shown it, so a turn that fails first loses nothing; and a turn makes no other
+round trip to the database for any of them."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -50,21 +52,31 @@ async def test_the_turn_start_returns_the_chats_time_zone_and_the_unannounced_ch
         await write_memory(conn, 1, "- Name: Rina", over_budget=False, now=to_iso(clock.now))
     await consolidation_changed(db, 1, MemoryNotice(added=2, removed=1))
 
+    await store.set_chat_model(1, "claude-sonnet-4-5")
+
     start = await store.store_user_turn(1, "What time is it?", user_id=1, key="tg:1:7")
     assert start is not None and start.message.content == "What time is it?"
+    assert start.chat_model == "claude-sonnet-4-5"
     assert start.chat_zone == ChatZone("America/New_York", known=True)
     assert start.memory_notice == MemoryNotice(added=2, removed=1)
 
-    # A crash before the answer: the replayed update resumes the turn, with both again.
+    # A crash before the answer, and a /model meanwhile: the replayed update resumes the turn,
+    # with what the chat has now.
+    await store.set_chat_model(1, "gpt-4.1")
     again = await store.store_user_turn(1, "What time is it?", user_id=1, key="tg:1:7")
     assert again is not None and again.resumed and again.message == start.message
+    assert again.chat_model == "gpt-4.1"
     assert again.chat_zone == ChatZone("America/New_York", known=True)
     assert again.memory_notice == MemoryNotice(added=2, removed=1)
 
-    # Another chat: no zone set, nothing to announce.
+    # Another chat: no model chosen, no zone set, nothing to announce.
     other = await store.store_user_turn(2, "Hello", user_id=2)
     assert other is not None
-    assert (other.chat_zone, other.memory_notice) == (ChatZone("UTC", known=False), None)
+    assert (other.chat_model, other.chat_zone, other.memory_notice) == (
+        None,
+        ChatZone("UTC", known=False),
+        None,
+    )
 
 
 async def test_the_notice_stays_until_a_reply_showed_it_and_then_only_what_it_showed(
@@ -123,15 +135,18 @@ def count_round_trips(db: Database) -> Counter[str]:
     return trips
 
 
-async def test_a_turn_reads_the_time_zone_and_the_notice_in_its_start_and_nowhere_else(
+async def test_a_turn_reads_what_it_needs_in_its_start_and_one_read_a_round(
     tmp_path: Path,
 ) -> None:
     """Before: a plain turn made 7 round trips; ReminderBook.chat_zone (once per model round)
-    and take_memory_notice were two of them. A round trip added to every turn's path must be
-    added here on purpose."""
+    and take_memory_notice were two of them, then Store.get_chat_model (between the start and
+    the first round) and the round's two reads (session, memory) went too. Up to the provider
+    request a turn now waits for the database twice: its start, and its round's one read. A
+    round trip added to every turn's path must be added here on purpose."""
     async with bot_under_test(tmp_path) as bot:
         bot.openai.set_default("*", Reply("Hi Rina."))
         await bot.ask(OWNER, "/timezone Europe/Lisbon")
+        await bot.ask(OWNER, "/model gpt-4.1")
         await bot.set_memory(OWNER, "- Name: Rina")
         await consolidation_changed(bot.services.db, OWNER, MemoryNotice(added=1, removed=0))
         trips = count_round_trips(bot.services.db)
@@ -139,14 +154,17 @@ async def test_a_turn_reads_the_time_zone_and_the_notice_in_its_start_and_nowher
         [shown] = await bot.ask(OWNER, "Hello")
 
         assert shown.text == "Hi Rina.\n\n" + t("memory_updated", added=1, removed=0)
-        system = bot.chat_requests()[-1][1].system_text()
+        gateway, request = bot.chat_requests()[-1]
+        assert (gateway, request.model) == ("openai", "gpt-4.1")  # the chat's choice
+        system = request.system_text()
         assert "(Europe/Lisbon); reminder times are local to this zone" in system
+        assert "- Name: Rina" in system
+        assert [m["content"] for m in request.body["messages"][1:]] == ["Hello"]
         assert trips == Counter(
             {
-                "Store.store_user_turn": 1,  # the message, the time zone, the notice
-                "Store.get_chat_model": 1,
-                "Store.session_messages": 1,
-                "MemoryRepository.get": 1,
+                # The message; the chat's model, time zone and unannounced memory change.
+                "Store.store_user_turn": 1,
+                "Store.round_context": 1,  # the session's messages and the memory
                 "Store.add_answer": 1,
                 "memory_notice_shown": 1,  # only when a notice was shown
             }
@@ -157,9 +175,7 @@ async def test_a_turn_reads_the_time_zone_and_the_notice_in_its_start_and_nowher
         assert trips == Counter(
             {
                 "Store.store_user_turn": 1,
-                "Store.get_chat_model": 1,
-                "Store.session_messages": 1,
-                "MemoryRepository.get": 1,
+                "Store.round_context": 1,
                 "Store.add_answer": 1,
             }
         )
@@ -179,3 +195,59 @@ async def test_a_turn_that_fails_leaves_the_notice_to_the_next_reply(tmp_path: P
         assert answer.text == "Back.\n\n" + t("memory_updated", added=2, removed=0)
         [again] = await bot.ask(OWNER, "and now?")
         assert again.text == "Back."  # shown once
+
+
+async def test_each_spending_cap_check_is_one_round_trip(tmp_path: Path) -> None:
+    """The caps are checked twice on a turn's way to the model (when the message comes, and
+    again once the chat's previous turn is over). Before, each check read each sum alone: with
+    a user cap and a bot cap, three reads one after the other, six a turn."""
+    async with bot_under_test(
+        tmp_path, USER_DAILY_BUDGET_USD=1.0, BOT_MONTHLY_BUDGET_USD=5.0
+    ) as bot:
+        bot.openai.set_default("*", Reply("Hi."))
+        await bot.ask(OWNER, "Hello")  # something spent: the sums have rows to add up
+        trips = count_round_trips(bot.services.db)
+
+        [plain] = await bot.ask(OWNER, "And now?")
+
+        assert plain.text == "Hi."
+        assert trips == Counter(
+            {
+                "UsageLedger.check_budget": 2,  # both caps' sums in each
+                "Store.store_user_turn": 1,
+                "Store.round_context": 1,
+                "Store.add_answer": 1,
+            }
+        )
+
+
+async def test_a_cancel_before_the_model_is_asked_still_tells_the_user(tmp_path: Path) -> None:
+    """The turn's first wait after its start is now the round's read (the chat model came with
+    the start); a /cancel that lands there ends the turn as one that landed in the model read
+    did: the question kept, no model asked, the user told."""
+    async with bot_under_test(tmp_path) as bot:
+        bot.openai.set_default("*", Reply("Hi."))
+        db = bot.services.db
+        released = threading.Event()
+
+        def hold(conn: object) -> None:
+            released.wait(timeout=30)
+
+        # Both read connections busy: the turn's first read waits, and /cancel lands there.
+        holders = [asyncio.create_task(db.read(hold)) for _ in range(2)]
+        try:
+            bot.say(OWNER, "Are you there?")
+            await bot.wait(lambda: bot.services.turns.is_running(OWNER))
+            bot.say(OWNER, "/cancel")
+            await bot.wait(lambda: t("cancelled") in bot.texts(OWNER))
+            await bot.wait_idle(OWNER)
+        finally:
+            released.set()
+            await asyncio.gather(*holders)
+
+        assert bot.texts(OWNER) == [t("reply_cancelled"), t("cancelled")]
+        assert bot.model_requests() == []
+        rows = await bot.rows("SELECT role, content FROM messages ORDER BY id")
+        assert rows == [{"role": "user", "content": "Are you there?"}]
+        [next_answer] = await bot.ask(OWNER, "And now?")
+        assert next_answer.text == "Hi."

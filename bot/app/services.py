@@ -52,15 +52,11 @@ class Prepared:
     default_model: str
 
 
-async def _no_long_term_memory(chat_id: int) -> str:
-    return ""
-
-
 @dataclass
 class Services:
     """The long-lived objects handlers use. Opened in post_init, closed in post_shutdown.
 
-    Features add fields here (e.g. a consolidation worker) and replace `memory_text`.
+    Features add fields here (e.g. a consolidation worker).
     """
 
     settings: Settings
@@ -71,7 +67,6 @@ class Services:
     store: Store
     transport: Transport
     turns: ChatTurns = field(default_factory=ChatTurns)
-    memory_text: Callable[[int], Awaitable[str]] = _no_long_term_memory
     edit_interval: float = 1.0
     on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     # Operations (bot/app/turn_guard.attach_turn_guard): graceful stop, limits and budgets.
@@ -121,8 +116,6 @@ class Services:
             transport=transport,
             catalog=prepared.catalog,
             tools=ChatTools(db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock),
-            # Looked up per call: the memory feature replaces `memory_text` after opening.
-            memory_text=lambda chat_id: services.memory_text(chat_id),
             max_steps=settings.AGENT_MAX_STEPS,
             timeout=settings.CHAT_TIMEOUT,
             max_answer_tokens=settings.MAX_ANSWER_TOKENS,
@@ -142,7 +135,12 @@ class Services:
 
     async def chat_model(self, chat_id: int) -> ModelEntry:
         """The chat's chosen model, or the default if none was chosen or it is gone now."""
-        chosen = await self.store.get_chat_model(chat_id)
+        return self.model_or_default(await self.store.get_chat_model(chat_id))
+
+    def model_or_default(self, chosen: str | None) -> ModelEntry:
+        """The model a chat chose (`chosen`, as stored), or the default if it chose none or
+        the chosen one is not offered any more. A turn has `chosen` from its start
+        (memory.store.TurnStart.chat_model); other callers use `chat_model`."""
         if chosen is not None and self.is_available(chosen):
             return self.catalog.get(chosen)
         return self.catalog.get(self.default_model)

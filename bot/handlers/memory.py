@@ -3,8 +3,9 @@ lifecycle (the `export` subcommand is bot/cli/export.py).
 
 `attach_memory` runs in post_init, after `Services.open`: it turns on automatic consolidation
 and idle sessions in the store, starts the consolidation worker (which first resumes jobs a
-crash interrupted), feeds each chat's long-term memory into the chat prompt, and stops the
-worker (and the daily purge of the archive, ARCHIVE_DAYS) before the database closes.
+crash interrupted), and stops the worker (and the daily purge of the archive, ARCHIVE_DAYS)
+before the database closes. The chat prompt reads the long-term memory itself (the agent loop,
+`Store.round_context`).
 """
 
 from __future__ import annotations
@@ -90,7 +91,6 @@ async def attach_memory(
         clock=store.clock,
     )
     store.on_job_enqueued = worker.notify
-    services.memory_text = repo.content
 
     async def stop_worker() -> None:
         await worker.stop(settings.SHUTDOWN_GRACE_SECONDS)

@@ -230,15 +230,11 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         use_drafts=services.settings.TELEGRAM_DRAFT_STREAMING and request.private,
         message_thread_id=request.message_thread_id,
     )
-    try:
-        model = await services.chat_model(request.chat_id)
-    except asyncio.CancelledError:
-        # Stopped (/cancel, or /new or /forget right after the question) before any model
-        # was asked: the user still learns that this message got no answer.
-        note = "reply_interrupted" if services.lifecycle.closing else "reply_cancelled"
-        await reply.cancelled(t(note, lang))
-        log.info("turn_finished", chat_id=request.chat_id, outcome="cancelled", attempts=0)
-        return
+    # The model the chat chose, read with the turn's start: no round trip of its own on the
+    # way to the provider. A stop before any model is asked (/cancel, or /new or /forget
+    # right after the question) lands in the loop's first read, below: the user still learns
+    # that this message got no answer.
+    model = services.model_or_default(start.chat_model)
     agent = services.agent
     assert agent is not None, "Services.open builds the agent loop"
     done: AgentDone | None = None
