@@ -14,7 +14,9 @@ retry, fallback, key choice and wait is decided in this module:
   in its headers (and under an optional ceiling); waiting never counts as a model failure, and
   only a wait longer than the attempt's timeout gives up on the gateway, like a timeout;
 - circuit breakers per model and per gateway skip what keeps failing, with half-open probes;
-- one global retry budget bounds how much extra traffic an outage can make us send.
+- one global retry budget bounds how much extra traffic an outage can make us send;
+- every attempt a provider may bill is reported to the caller as it ends, priced by
+  models/billing.py (the provider's usage, else an estimate).
 
 litellm itself (request set-up, the HTTP exchange, per-chunk stream handling) runs in the
 provider worker processes (models/worker.py): the decisions stay here, and litellm's CPU does
@@ -34,6 +36,7 @@ from typing import Any
 
 import structlog
 
+from models.billing import audio_usage, estimate_usage, provider_usage, tell_spend
 from models.breakers import BreakerChange, CircuitBreaker, RetryBudget
 from models.catalog import Catalog, ModelEntry
 from models.errors import (
@@ -48,7 +51,7 @@ from models.keys import KeyRing
 from models.pacing import GatewayPacer, Priority, Ticket
 from models.ratelimits import exhausted_until_reset, read_windows, refusal_windows
 from models.streamtext import WholeCharacters
-from models.tokens import count_messages, count_text, estimate_prompt_tokens
+from models.tokens import estimate_prompt_tokens
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
     NO_KEY,
@@ -57,7 +60,6 @@ from models.types import (
     ChatResult,
     Message,
     Outcome,
-    Spend,
     SpendCallback,
     StreamDone,
     StreamEvent,
@@ -246,7 +248,7 @@ class Transport:
                         response = await acompletion(**kwargs)
                 except asyncio.CancelledError:
                     # The provider got the prompt and may be answering: count the prompt.
-                    _tell(on_spend, slot.entry, messages, "", None, "cancelled")
+                    tell_spend(on_spend, slot.entry, messages, "", None, "cancelled")
                     raise
                 except LocalFailure as exc:
                     plan.report_local(slot, exc)
@@ -266,7 +268,7 @@ class Transport:
                 if not result.text.strip() and not result.tool_calls:
                     await plan.report(slot, _classify_empty(wire, "200 empty completion"))
                     continue
-                _tell(on_spend, slot.entry, messages, "", result.usage, "success")
+                tell_spend(on_spend, slot.entry, messages, "", result.usage, "success")
                 plan.report_success(slot, headers)
                 result.attempts = plan.attempts
                 result.queued_s = plan.queued_s
@@ -386,7 +388,7 @@ class Transport:
                 except (asyncio.CancelledError, GeneratorExit):
                     # Cut off by /cancel, a stop of the bot, or a caller that stopped reading:
                     # the provider billed the prompt and what it streamed so far.
-                    _tell(on_spend, slot.entry, messages, "".join(pieces), usage, "cancelled")
+                    tell_spend(on_spend, slot.entry, messages, "".join(pieces), usage, "cancelled")
                     raise
                 except LocalFailure as exc:
                     local = exc
@@ -410,9 +412,9 @@ class Transport:
                     # Not the model's failure (no breaker, no fallback): the answer ends here
                     # with what came, and that is billed.
                     text = "".join(pieces)
-                    spent = _usage(usage, slot.entry) if usage else None
+                    spent = provider_usage(usage, slot.entry) if usage else None
                     spent = spent or estimate_usage(slot.entry, messages, text)
-                    _tell(on_spend, slot.entry, messages, text, spent, "cut")
+                    tell_spend(on_spend, slot.entry, messages, text, spent, "cut")
                     log.warning(
                         "answer_time_limit",
                         model=slot.entry.id,
@@ -426,7 +428,7 @@ class Transport:
                     return
                 if failure is not None or local is not None:
                     if pieces or usage is not None:  # it answered before it broke: billed
-                        _tell(on_spend, slot.entry, messages, "".join(pieces), usage, "failed")
+                        tell_spend(on_spend, slot.entry, messages, "".join(pieces), usage, "failed")
                     if local is not None:
                         restart_reason = str(local)
                         plan.report_local(slot, local)
@@ -441,18 +443,20 @@ class Transport:
                     try:
                         yield TextDelta(tail)
                     except GeneratorExit:  # the caller stopped at the very end
-                        _tell(on_spend, slot.entry, messages, "".join(pieces), usage, "cancelled")
+                        tell_spend(
+                            on_spend, slot.entry, messages, "".join(pieces), usage, "cancelled"
+                        )
                         raise
                 text = "".join(pieces)
                 if not text.strip() and not calls:
                     if usage is not None:
-                        _tell(on_spend, slot.entry, messages, text, usage, "failed")
+                        tell_spend(on_spend, slot.entry, messages, text, usage, "failed")
                     await plan.report(slot, _classify_empty(wire, "200 empty stream"))
                     continue
-                spent = _usage(usage, slot.entry) if usage else None
+                spent = provider_usage(usage, slot.entry) if usage else None
                 answered = text + "".join(c.arguments for c in calls.calls())
                 spent = spent or estimate_usage(slot.entry, messages, answered)
-                _tell(on_spend, slot.entry, messages, text, spent, "success")
+                tell_spend(on_spend, slot.entry, messages, text, spent, "success")
                 plan.report_success(slot, headers)
                 yield StreamDone(
                     ChatResult(
@@ -508,9 +512,7 @@ class Transport:
                     "max_retries": 0,
                     "timeout": timeout,
                 }
-                cost = Usage(
-                    cost_usd=slot.entry.audio_cost_usd(duration_s), audio_seconds=duration_s
-                )
+                cost = audio_usage(slot.entry, duration_s)
                 if not await plan.worker_ready(slot):
                     continue
                 wire = start_record()
@@ -543,8 +545,7 @@ class Transport:
                     and not isinstance(reported, bool)
                     and 0 < reported < 86_400
                 ):
-                    seconds = float(reported)
-                    cost = Usage(cost_usd=slot.entry.audio_cost_usd(seconds), audio_seconds=seconds)
+                    cost = audio_usage(slot.entry, float(reported))
                 billed.append((slot.entry.id, cost))
                 return Transcription(
                     model_id=slot.entry.id,
@@ -1037,66 +1038,6 @@ def _spent_until_reset(protocol: str, headers: Mapping[str, str]) -> float | Non
     return max(waits) if waits else None
 
 
-def _count_tokens(*, messages: list[Message] | None = None, text: str = "") -> int:
-    """gpt-4o's tokens as litellm counts them (models/tokens.py), or ~4 characters a token."""
-    try:
-        if messages is not None:
-            return count_messages(messages)
-        return count_text(text)
-    except Exception:  # an estimate must never fail the turn it accounts for
-        size = len(str(messages)) if messages is not None else len(text)
-        return max(1, size // 4)
-
-
-def estimate_usage(entry: ModelEntry, messages: list[Message], text: str) -> Usage:
-    """What an attempt probably cost when the provider did not say: the prompt as sent plus
-    the text received, priced from the catalog, flagged as an estimate."""
-    prompt = _count_tokens(messages=messages)
-    completion = _count_tokens(text=text)
-    return Usage(prompt, completion, entry.cost_usd(prompt, completion), estimated=True)
-
-
-def _tell(
-    on_spend: SpendCallback | None,
-    entry: ModelEntry,
-    messages: list[Message],
-    text: str,
-    usage: Any,
-    ended: str,
-) -> None:
-    """Report one attempt's spend: the provider's usage (ours or litellm's object) if any,
-    else an estimate. A failing callback is logged, never raised into the stream."""
-    if on_spend is None:
-        return
-    if isinstance(usage, Usage):
-        spent = usage
-    elif usage is not None:
-        spent = _usage(usage, entry)
-    else:
-        spent = estimate_usage(entry, messages, text)
-    try:
-        on_spend(Spend(entry.id, entry.gateway, spent, ended))
-    except Exception:
-        log.exception("spend_callback_failed", model=entry.id)
-
-
-def _usage(usage: Any, entry: ModelEntry) -> Usage:
-    if usage is None:
-        return Usage()
-    prompt = _token_count(getattr(usage, "prompt_tokens", 0))
-    completion = _token_count(getattr(usage, "completion_tokens", 0))
-    return Usage(prompt, completion, entry.cost_usd(prompt, completion))
-
-
-def _token_count(value: Any) -> int:
-    """A token count as the gateway reported it, never below zero: a negative count would
-    take money off the ledger and let spending pass its cap."""
-    try:
-        return max(0, int(value or 0))
-    except (TypeError, ValueError, OverflowError):
-        return 0
-
-
 def _cut_result(
     entry: ModelEntry, requested: str, text: str, usage: Usage, plan: _CallPlan
 ) -> ChatResult:
@@ -1135,6 +1076,6 @@ def _result_from_response(response: Any, entry: ModelEntry, requested: str) -> C
         text=text,
         tool_calls=tool_calls,
         finish_reason=finish_reason,
-        usage=_usage(getattr(response, "usage", None), entry),
+        usage=provider_usage(getattr(response, "usage", None), entry),
         requested_model_id=requested,
     )
