@@ -27,8 +27,8 @@ from typing import Any
 import structlog
 
 from models.attempt_policy import AttemptPolicy, CallPlan, Clock, Sleep, Slot
-from models.billing import audio_usage, estimate_usage, provider_usage, tell_spend
-from models.catalog import Catalog, ModelEntry
+from models.calls import Answer, Call, CompletionCall, StreamCall, TranscriptionCall
+from models.catalog import Catalog
 from models.errors import (
     Classified,
     classify,
@@ -38,24 +38,19 @@ from models.errors import (
 from models.gateways import Gateway
 from models.ipc import ClientSpec, LocalFailure, ProviderFailure
 from models.pacing import Priority
-from models.streamtext import WholeCharacters
-from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
-    TIME_LIMIT,
     ChatResult,
     Message,
     Outcome,
     SpendCallback,
-    StreamDone,
     StreamEvent,
     StreamRestart,
     TextDelta,
-    ToolCall,
     Transcription,
     Usage,
 )
 from models.wire import WireRecord, start_record
-from models.worker import WORKER, acompletion, atranscription
+from models.worker import WORKER
 
 log = structlog.get_logger(__name__)
 
@@ -153,56 +148,27 @@ class Transport:
         ends (see `Spend`): the answer's usage, and an estimate when a cancellation cut off
         a request in flight. `user_key` (e.g. the Telegram user id) is who waits in the
         gateways' fair queues; `priority` puts background work behind chat."""
-        plan = CallPlan(self.policy, model_id, walk_chain, messages, timeout, user_key, priority)
-        while (slot := await plan.next_slot()) is not None:
-            try:
-                kwargs = self._request_kwargs(
-                    slot, messages, timeout, max_tokens, tools=tools, tool_choice=tool_choice
-                )
-                if not await self._worker_ready(plan, slot):
-                    continue
-                wire = start_record()
-                wire.gate = slot
-                try:
-                    async with asyncio.timeout(timeout + self.timeout_grace):
-                        response = await acompletion(**kwargs)
-                except asyncio.CancelledError:
-                    # The provider got the prompt and may be answering: count the prompt.
-                    tell_spend(on_spend, slot.entry, messages, "", None, "cancelled")
-                    raise
-                except LocalFailure as exc:
-                    plan.report_local(slot, exc)
-                    continue
-                except Exception as exc:  # classified below; nothing escapes unclassified
-                    failure = _classify_failure(exc, wire)
-                    if wire.headers:
-                        slot.learn(wire.headers, failure, wire.error_body)
-                    await plan.report(slot, failure)
-                    continue
-                headers = wire.headers or _success_headers(response)
-                slot.learn(headers)
-                result = _result_from_response(response, slot.entry, model_id)
-                if getattr(response, "usage", None) is None:
-                    answered = result.text + "".join(c.arguments for c in result.tool_calls)
-                    result.usage = estimate_usage(slot.entry, messages, answered)
-                if not result.text.strip() and not result.tool_calls:
-                    await plan.report(slot, _classify_empty(wire, "200 empty completion"))
-                    continue
-                tell_spend(on_spend, slot.entry, messages, "", result.usage, "success")
-                plan.report_success(slot, headers)
-                result.attempts = plan.attempts
-                result.queued_s = plan.queued_s
-                return result
-            finally:
-                slot.close()
-        raise plan.failure()
+        call = CompletionCall(
+            model_id,
+            messages,
+            tools=tools,
+            tool_choice=tool_choice,
+            max_tokens=max_tokens,
+            on_spend=on_spend,
+            timeout=timeout,
+            walk_chain=walk_chain,
+            user_key=user_key,
+            priority=priority,
+            pool=self._pool,
+        )
+        return await _answer(self._attempts(call), ChatResult)
 
-    async def stream(
+    def stream(
         self,
         model_id: str,
         messages: list[Message],
         *,
-        timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
+        timeout: float,
         walk_chain: bool = True,
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
@@ -233,167 +199,21 @@ class Transport:
         request is closed, what was received is billed (`Spend.ended` "cut") and the stream
         ends with a StreamDone whose `finish_reason` is TIME_LIMIT, holding the text so far.
         """
-        loop = asyncio.get_running_loop()
-        plan = CallPlan(self.policy, model_id, walk_chain, messages, timeout, user_key, priority)
-        shown_model: str | None = None  # whose text the caller currently shows
-        restart_reason = ""
-
-        def guard_until() -> float:
-            """No chunk for `timeout` seconds means the provider is gone; and no answer runs
-            past `deadline`."""
-            silent = loop.time() + timeout + self.timeout_grace
-            return silent if deadline is None else min(silent, deadline)
-
-        while (slot := await plan.next_slot()) is not None:
-            try:
-                if deadline is not None and loop.time() >= deadline:
-                    # Out of time between attempts (after a failure): nothing more is asked.
-                    yield StreamDone(_cut_result(slot.entry, model_id, "", Usage(), plan))
-                    return
-                if shown_model is not None:
-                    yield StreamRestart(shown_model, slot.entry.id, restart_reason)
-                    shown_model = None
-                kwargs = self._request_kwargs(
-                    slot, messages, timeout, max_tokens, tools=tools, tool_choice=tool_choice
-                )
-                kwargs["stream"] = True
-                kwargs["stream_options"] = {"include_usage": True}
-                assembler = WholeCharacters()
-                pieces: list[str] = []
-                usage: Any = None
-                finish_reason: str | None = None
-                calls = ToolCallAssembler()
-                headers: Mapping[str, str] = {}
-                response: Any = None
-                failure: Classified | None = None
-                out_of_time = False
-                local: LocalFailure | None = None
-                if not await self._worker_ready(plan, slot):
-                    continue
-                wire = start_record()
-                wire.gate = slot
-                try:
-                    # A guard on silence (no chunk for `timeout`: the provider is gone; a long
-                    # answer may stream for minutes) and on the answer's deadline, around each
-                    # wait for the provider only: the time the caller holds a piece we yielded
-                    # is neither, and a timer firing then would cancel the caller wherever it
-                    # is. (A context per chunk costs about what rescheduling one did.)
-                    async with asyncio.timeout_at(guard_until()):
-                        response = await acompletion(**kwargs)
-                    headers = wire.headers or _success_headers(response)
-                    slot.learn(headers)
-                    chunks = aiter(response)
-                    while True:
-                        async with asyncio.timeout_at(guard_until()):
-                            try:
-                                chunk = await anext(chunks)
-                            except StopAsyncIteration:
-                                break
-                        if getattr(chunk, "usage", None):
-                            usage = chunk.usage
-                        for choice in getattr(chunk, "choices", None) or []:
-                            if choice.finish_reason:
-                                finish_reason = choice.finish_reason
-                            delta = choice.delta
-                            if getattr(delta, "tool_calls", None):
-                                calls.feed(delta.tool_calls)
-                            piece = getattr(delta, "content", None) or ""
-                            if not piece:
-                                continue
-                            pieces.append(piece)
-                            whole = assembler.feed(piece)
-                            if whole:
-                                shown_model = slot.entry.id
-                                yield TextDelta(whole)
-                except (asyncio.CancelledError, GeneratorExit):
-                    # Cut off by /cancel, a stop of the bot, or a caller that stopped reading:
-                    # the provider billed the prompt and what it streamed so far.
-                    tell_spend(on_spend, slot.entry, messages, "".join(pieces), usage, "cancelled")
-                    raise
-                except LocalFailure as exc:
-                    local = exc
-                except Exception as exc:
-                    out_of_time = (
-                        isinstance(exc, TimeoutError)
-                        and deadline is not None
-                        and loop.time() >= deadline
-                    )
-                    if not out_of_time:
-                        failure = _classify_failure(exc, wire)
-                        if response is None and wire.headers:
-                            slot.learn(wire.headers, failure, wire.error_body)
-                finally:
-                    if response is not None and hasattr(response, "aclose"):
-                        try:
-                            await response.aclose()
-                        except Exception:  # closing a broken stream may fail again; nothing to do
-                            pass
-                if out_of_time:
-                    # Not the model's failure (no breaker, no fallback): the answer ends here
-                    # with what came, and that is billed.
-                    text = "".join(pieces)
-                    spent = provider_usage(usage, slot.entry) if usage else None
-                    spent = spent or estimate_usage(slot.entry, messages, text)
-                    tell_spend(on_spend, slot.entry, messages, text, spent, "cut")
-                    log.warning(
-                        "answer_time_limit",
-                        model=slot.entry.id,
-                        chars=len(text),
-                        completion_tokens=spent.completion_tokens,
-                    )
-                    tail = assembler.flush()
-                    if tail:
-                        yield TextDelta(tail)
-                    yield StreamDone(_cut_result(slot.entry, model_id, text, spent, plan))
-                    return
-                if failure is not None or local is not None:
-                    if pieces or usage is not None:  # it answered before it broke: billed
-                        tell_spend(on_spend, slot.entry, messages, "".join(pieces), usage, "failed")
-                    if local is not None:
-                        restart_reason = str(local)
-                        plan.report_local(slot, local)
-                        continue
-                    assert failure is not None
-                    restart_reason = failure.detail or failure.outcome.value
-                    await plan.report(slot, failure, text_shown=shown_model is not None)
-                    continue
-                tail = assembler.flush()
-                if tail:
-                    shown_model = slot.entry.id
-                    try:
-                        yield TextDelta(tail)
-                    except GeneratorExit:  # the caller stopped at the very end
-                        tell_spend(
-                            on_spend, slot.entry, messages, "".join(pieces), usage, "cancelled"
-                        )
-                        raise
-                text = "".join(pieces)
-                if not text.strip() and not calls:
-                    if usage is not None:
-                        tell_spend(on_spend, slot.entry, messages, text, usage, "failed")
-                    await plan.report(slot, _classify_empty(wire, "200 empty stream"))
-                    continue
-                spent = provider_usage(usage, slot.entry) if usage else None
-                answered = text + "".join(c.arguments for c in calls.calls())
-                spent = spent or estimate_usage(slot.entry, messages, answered)
-                tell_spend(on_spend, slot.entry, messages, text, spent, "success")
-                plan.report_success(slot, headers)
-                yield StreamDone(
-                    ChatResult(
-                        model_id=slot.entry.id,
-                        text=text,
-                        tool_calls=calls.calls(),
-                        finish_reason=finish_reason,
-                        usage=spent,
-                        attempts=plan.attempts,
-                        requested_model_id=model_id,
-                        queued_s=plan.queued_s,
-                    )
-                )
-                return
-            finally:
-                slot.close()
-        raise plan.failure()
+        call = StreamCall(
+            model_id,
+            messages,
+            deadline=deadline,
+            tools=tools,
+            tool_choice=tool_choice,
+            max_tokens=max_tokens,
+            on_spend=on_spend,
+            timeout=timeout,
+            walk_chain=walk_chain,
+            user_key=user_key,
+            priority=priority,
+            pool=self._pool,
+        )
+        return self._attempts(call)
 
     async def transcribe(
         self,
@@ -418,68 +238,19 @@ class Transport:
         billed too, at `duration_s`: the provider may have transcribed the audio before we gave
         up.
         """
-        plan = CallPlan(self.policy, model_id, walk_chain, [], timeout, user_key, priority)
-        billed: list[tuple[str, Usage]] = []
-        while (slot := await plan.next_slot()) is not None:
-            try:
-                gateway = slot.state.gateway
-                kwargs: dict[str, Any] = {
-                    "model": gateway.litellm_model(slot.entry),
-                    "file": (filename, audio, mime_type),
-                    "api_base": gateway.api_base,
-                    "api_key": slot.key,
-                    "client": ClientSpec(self._pool, gateway, slot.key_index, slot.key, sdk=True),
-                    "max_retries": 0,
-                    "timeout": timeout,
-                }
-                cost = audio_usage(slot.entry, duration_s)
-                if not await self._worker_ready(plan, slot):
-                    continue
-                wire = start_record()
-                wire.gate = slot
-                try:
-                    async with asyncio.timeout(timeout + self.timeout_grace):
-                        response = await atranscription(**kwargs)
-                except asyncio.CancelledError:
-                    raise
-                except LocalFailure as exc:
-                    plan.report_local(slot, exc)
-                    continue
-                except Exception as exc:
-                    failure = _classify_failure(exc, wire)
-                    if wire.headers:
-                        slot.learn(wire.headers, failure, wire.error_body)
-                    if failure.outcome is Outcome.TIMEOUT:
-                        billed.append((slot.entry.id, cost))
-                    await plan.report(slot, failure)
-                    continue
-                slot.learn(wire.headers or _success_headers(response))
-                text = getattr(response, "text", None)
-                if not isinstance(text, str) or wire.has_error_body:
-                    await plan.report(slot, _classify_empty(wire, "200 without a transcript"))
-                    continue
-                plan.report_success(slot, wire.headers or _success_headers(response))
-                reported = getattr(response, "duration", None)  # verbose_json: what it heard
-                if (
-                    isinstance(reported, int | float)
-                    and not isinstance(reported, bool)
-                    and 0 < reported < 86_400
-                ):
-                    cost = audio_usage(slot.entry, float(reported))
-                billed.append((slot.entry.id, cost))
-                return Transcription(
-                    model_id=slot.entry.id,
-                    text=text.strip(),
-                    usage=cost,
-                    attempts=plan.attempts,
-                    requested_model_id=model_id,
-                    billed=billed,
-                )
-            finally:
-                slot.close()
-        error = plan.failure()
-        error.billed = billed
-        raise error
+        call = TranscriptionCall(
+            model_id,
+            audio,
+            filename=filename,
+            mime_type=mime_type,
+            duration_s=duration_s,
+            timeout=timeout,
+            walk_chain=walk_chain,
+            user_key=user_key,
+            priority=priority,
+            pool=self._pool,
+        )
+        return await _answer(self._attempts(call), Transcription)
 
     def status(self) -> dict[str, Any]:
         """Breaker, key and queue state (`AttemptPolicy.status`) and the provider workers, for
@@ -516,7 +287,136 @@ class Transport:
         worker."""
         await WORKER.close_pool(self._pool)
 
-    # --- internals ----------------------------------------------------------------------------
+    # --- the attempt loop ---------------------------------------------------------------------
+
+    async def _attempts(
+        self, call: Call[Answer]
+    ) -> AsyncIterator[TextDelta | StreamRestart | Answer]:
+        """The one attempt loop of `complete`, `stream` and `transcribe`: take the next slot
+        the plan allows, send the call's request through a provider worker under our own
+        guard, read what arrives, and tell the plan how the attempt ended, until an answer
+        (the last item) or the plan runs out (`TransportError`). What differs per kind is the
+        `call`'s (models/calls.py). Text shown on the way comes as TextDelta; after text was
+        shown a failure cannot take it back, so the next attempt starts with a StreamRestart.
+
+        Every attempt the provider may bill is reported by the call as it ends: cancelled
+        (also a caller that stops iterating), failed after it answered, cut at the deadline,
+        answered."""
+        loop = asyncio.get_running_loop()
+        plan = CallPlan(
+            self.policy,
+            call.model_id,
+            call.walk_chain,
+            call.messages,
+            call.timeout,
+            call.user_key,
+            call.priority,
+        )
+        shown_model: str | None = None  # whose text the caller currently shows
+        restart_reason = ""
+
+        def guard_until() -> float:
+            """No answer (no chunk) for `timeout` seconds means the provider is gone; and no
+            answer runs past the call's deadline."""
+            silent = loop.time() + call.timeout + self.timeout_grace
+            return silent if call.deadline is None else min(silent, call.deadline)
+
+        while (slot := await plan.next_slot()) is not None:
+            try:
+                if call.deadline is not None and loop.time() >= call.deadline:
+                    # Out of time between attempts (after a failure): nothing more is asked.
+                    yield call.cut(slot, plan, "", Usage())
+                    return
+                if shown_model is not None:
+                    yield StreamRestart(shown_model, slot.entry.id, restart_reason)
+                    shown_model = None
+                request = call.request(slot)
+                call.start()
+                headers: Mapping[str, str] = {}
+                response: Any = None
+                failure: Classified | None = None
+                out_of_time = False
+                local: LocalFailure | None = None
+                if not await self._worker_ready(plan, slot):
+                    continue
+                wire = start_record()
+                wire.gate = slot
+                try:
+                    # A guard on silence (no answer or chunk for `timeout`: the provider is
+                    # gone; a long answer may stream for minutes) and on the answer's deadline,
+                    # around each wait for the provider only: the time the caller holds a piece
+                    # we yielded is neither, and a timer firing then would cancel the caller
+                    # wherever it is. (A context per chunk costs about what rescheduling did.)
+                    async with asyncio.timeout_at(guard_until()):
+                        response = await call.send(request)
+                    headers = wire.headers or _success_headers(response)
+                    slot.learn(headers)
+                    chunks = call.chunks(response)
+                    while chunks is not None:
+                        async with asyncio.timeout_at(guard_until()):
+                            try:
+                                chunk = await anext(chunks)
+                            except StopAsyncIteration:
+                                break
+                        for text in call.feed(chunk):
+                            shown_model = slot.entry.id
+                            yield TextDelta(text)
+                except (asyncio.CancelledError, GeneratorExit):
+                    # Cut off by /cancel, a stop of the bot, or a caller that stopped reading:
+                    # the provider billed the prompt and what it sent so far.
+                    call.bill_cancelled(slot)
+                    raise
+                except LocalFailure as exc:
+                    local = exc
+                except Exception as exc:  # classified below; nothing escapes unclassified
+                    out_of_time = (
+                        isinstance(exc, TimeoutError)
+                        and call.deadline is not None
+                        and loop.time() >= call.deadline
+                    )
+                    if not out_of_time:
+                        failure = _classify_failure(exc, wire)
+                        if response is None and wire.headers:
+                            slot.learn(wire.headers, failure, wire.error_body)
+                finally:
+                    await call.close(response)
+                if out_of_time:
+                    # Not the model's failure (no breaker, no fallback): the answer ends here
+                    # with what came, and that is billed.
+                    text, spent = call.bill_cut(slot)
+                    tail = call.tail()
+                    if tail:
+                        yield TextDelta(tail)
+                    yield call.cut(slot, plan, text, spent)
+                    return
+                if local is not None:
+                    call.bill_failed(slot, None)
+                    restart_reason = str(local)
+                    plan.report_local(slot, local)
+                    continue
+                if failure is not None:
+                    call.bill_failed(slot, failure)
+                    restart_reason = failure.detail or failure.outcome.value
+                    await plan.report(slot, failure, text_shown=shown_model is not None)
+                    continue
+                tail = call.tail()
+                if tail:
+                    shown_model = slot.entry.id
+                    try:
+                        yield TextDelta(tail)
+                    except GeneratorExit:  # the caller stopped at the very end
+                        call.bill_cancelled(slot)
+                        raise
+                answer = call.answer(slot, response, wire, plan)
+                if answer is None:
+                    await plan.report(slot, _classify_empty(wire, call.empty_detail))
+                    continue
+                plan.report_success(slot, headers)
+                yield answer
+                return
+            finally:
+                slot.close()
+        raise call.failure(plan)
 
     async def _worker_ready(self, plan: CallPlan, slot: Slot) -> bool:
         """Wait for a provider worker before the attempt's clock starts: a worker starting or
@@ -528,39 +428,6 @@ class Transport:
             plan.report_local(slot, exc)
             return False
         return True
-
-    def _request_kwargs(
-        self,
-        slot: Slot,
-        messages: list[Message],
-        timeout: float,
-        max_tokens: int | None,
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        gateway = slot.state.gateway
-        if not slot.entry.tools:
-            # No tool support: no tools offered, and earlier tool exchanges become text.
-            tools, tool_choice = None, None
-            if any(m.get("role") == "tool" or m.get("tool_calls") for m in messages):
-                messages = flatten_tool_messages(messages)
-        kwargs: dict[str, Any] = {
-            "model": gateway.litellm_model(slot.entry),
-            "messages": messages,
-            "api_base": gateway.api_base,
-            "api_key": slot.key,
-            "client": ClientSpec(self._pool, gateway, slot.key_index, slot.key),
-            "max_retries": 0,
-            "timeout": timeout,
-        }
-        if max_tokens is not None:
-            kwargs["max_tokens"] = max_tokens
-        if tools:
-            kwargs["tools"] = tools
-            if tool_choice is not None:
-                kwargs["tool_choice"] = tool_choice
-        return kwargs
 
 
 # --- response helpers -------------------------------------------------------------------------
@@ -590,44 +457,11 @@ def _success_headers(response: Any) -> Mapping[str, str]:
     return out
 
 
-def _cut_result(
-    entry: ModelEntry, requested: str, text: str, usage: Usage, plan: CallPlan
-) -> ChatResult:
-    """The end of an answer whose time ran out: the text so far, no tool calls (a call cut
-    in the middle is not one)."""
-    return ChatResult(
-        model_id=entry.id,
-        text=text,
-        finish_reason=TIME_LIMIT,
-        usage=usage,
-        attempts=plan.attempts,
-        requested_model_id=requested,
-        queued_s=plan.queued_s,
-    )
-
-
-def _result_from_response(response: Any, entry: ModelEntry, requested: str) -> ChatResult:
-    choices = getattr(response, "choices", None) or []
-    text = ""
-    tool_calls: list[ToolCall] = []
-    finish_reason = None
-    if choices:
-        choice = choices[0]
-        finish_reason = getattr(choice, "finish_reason", None)
-        message = getattr(choice, "message", None)
-        text = (getattr(message, "content", None) or "") if message is not None else ""
-        for call in (getattr(message, "tool_calls", None) or []) if message is not None else []:
-            function = getattr(call, "function", None)
-            name = getattr(function, "name", None) or ""
-            arguments = getattr(function, "arguments", None)
-            if not isinstance(arguments, str):
-                arguments = "" if arguments is None else str(arguments)
-            tool_calls.append(ToolCall(getattr(call, "id", "") or "", name, arguments))
-    return ChatResult(
-        model_id=entry.id,
-        text=text,
-        tool_calls=tool_calls,
-        finish_reason=finish_reason,
-        usage=provider_usage(getattr(response, "usage", None), entry),
-        requested_model_id=requested,
-    )
+async def _answer(attempts: AsyncIterator[object], kind: type[Answer]) -> Answer:
+    """Run an attempt loop whose call shows nothing on the way: its one item is the answer.
+    Iterated to its end, so the attempt's slot is closed before the answer is returned."""
+    last: object = None
+    async for item in attempts:
+        last = item
+    assert isinstance(last, kind), last
+    return last
