@@ -192,7 +192,8 @@ class _ChatCall(Call[Answer]):
 
 
 class CompletionCall(_ChatCall[ChatResult]):
-    """A chat answer (text and/or tool calls) that arrives in one piece."""
+    """A chat answer (text and/or tool calls) that arrives in one piece. An empty one that
+    reported usage is billed as failed (its prompt was), as an empty stream is."""
 
     empty_detail = "200 empty completion"
 
@@ -204,6 +205,8 @@ class CompletionCall(_ChatCall[ChatResult]):
             answered = result.text + "".join(c.arguments for c in result.tool_calls)
             result.usage = estimate_usage(slot.entry, self.messages, answered)
         if not result.text.strip() and not result.tool_calls:
+            if getattr(response, "usage", None) is not None:  # the prompt was billed
+                self._tell(slot, "", result.usage, "failed")
             return None
         self._tell(slot, "", result.usage, "success")
         result.attempts = plan.attempts

@@ -81,3 +81,22 @@ async def test_stream_reports_a_broken_model_and_a_caller_that_stopped_reading(
     assert spend.usage.completion_tokens >= 150  # ~800 characters received
     assert spend.usage.completion_tokens < 1000  # far less than the whole answer
     await t.aclose()
+
+
+async def test_an_empty_completion_that_reported_usage_is_billed_like_an_empty_stream(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    """A 200 with no content still bills the prompt (OpenAI's body says so in `usage`): the
+    retry that answers is not the only attempt on the ledger."""
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    spends: list[Spend] = []
+    fake_openai.script(
+        "gpt-4.1", Fault("empty_200"), Reply("second try", prompt_tokens=11, completion_tokens=3)
+    )
+    result = await t.complete("gpt-4.1", HI, timeout=5, on_spend=spends.append)
+    assert result.text == "second try"
+    assert [
+        (s.model_id, s.ended, s.usage.prompt_tokens, s.usage.completion_tokens, s.usage.estimated)
+        for s in spends
+    ] == [("gpt-4.1", "failed", 1, 0, False), ("gpt-4.1", "success", 11, 3, False)]
+    await t.aclose()
