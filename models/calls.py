@@ -329,7 +329,8 @@ class TranscriptionCall(Call[Transcription]):
     """Speech to text. Priced by the second: the duration the provider reports (Whisper's
     verbose_json `duration`), else `duration_s`, the caller's best bound. A timed-out attempt
     is billed too, at `duration_s`: the provider may have transcribed the audio before we gave
-    up. Every billed attempt is listed in the answer's (or the error's) `billed`."""
+    up. Every billed attempt is listed in the answer's (or the error's) `billed`; a cancelled
+    one is not (a cancellation returns neither, so nothing would carry the list)."""
 
     empty_detail = "200 without a transcript"
 
