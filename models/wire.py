@@ -24,7 +24,7 @@ _MAX_BODY_CHARS = 20_000
 
 
 class SendGate(Protocol):
-    """The gateway's send spacing for one request (`_Slot` in models/transport.py)."""
+    """The gateway's send spacing for one request (`Slot` in models/attempt_policy.py)."""
 
     def send_now(self) -> bool:
         """Without waiting: True when the request may leave now (and it counts as sent)."""

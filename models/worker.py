@@ -8,7 +8,7 @@ in a worker process the bot only reads small tuples off a socket.
 A worker (models/worker_child.py) makes the calls; the bot sends each call's arguments (with
 only the key in use) and gets back plain data: the HTTP status, headers and error body, the
 classified failure, every streamed chunk as a small tuple. Keys, pacing, breakers, retries and
-fallbacks stay in the bot (models/transport.py).
+fallbacks stay in the bot (models/transport.py, models/attempt_policy.py).
 
 The bot depends on a worker for every answer, so the pool supervises them:
 - a worker that stops answering (no message for `heartbeat_s`, pings every quarter of it), dies,

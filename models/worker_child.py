@@ -53,7 +53,7 @@ litellm.suppress_debug_info = True
 litellm.disable_hf_tokenizer_download = True
 # litellm counts every request's prompt with tiktoken, to price it (`response_cost`, which we
 # never read) and to make up usage a provider did not report (the bot estimates that itself and
-# flags it: `estimate_usage` in models/transport.py). Its two encodings cost this process 115 MiB
+# flags it: `estimate_usage` in models/billing.py). Its two encodings cost this process 115 MiB
 # and every request a tokenizer pass over its whole prompt. With the counter off, a usage nobody
 # reported arrives as zeros, which models/ipc.py reads as none.
 litellm.disable_token_counter = True

@@ -131,7 +131,7 @@ async def test_successes_earn_retries_back(fake_openai, fake_groq, fake_anthropi
     )  # fmt: skip
     for _ in range(2):
         await t.complete("qwen3-32b", HI, timeout=5)  # two successes: one retry earned
-    assert t.retry_budget.balance == pytest.approx(1.0)
+    assert t.policy.retry_budget.balance == pytest.approx(1.0)
     fake_groq.script("qwen/qwen3-32b", Fault("server_500"), Fault("server_500"))
     with pytest.raises(TransportError) as caught:
         await t.complete("qwen3-32b", HI, timeout=5, walk_chain=False)

@@ -74,7 +74,7 @@ async def test_stats_text_shows_queue_outcomes_breakers_workers_and_spend(
     await store.record_usage(ANN, ANN, "gpt-5", "chat", Usage(1000, 200, 0.5))
     await store.record_usage(ANN, ANN, "qwen3-32b", "consolidation", Usage(3000, 300, 0.25))
     # The real transport: trip the Groq gateway breaker the way failures do.
-    groq = transport.gateway_state("groq")
+    groq = transport.policy.gateway_state("groq")
     while groq.breaker.state.value == "closed":
         groq.breaker.record_failure()
 

@@ -90,7 +90,7 @@ async def test_a_stream_whose_usage_nobody_reported_is_billed_as_our_estimate(
     """The worker turns litellm's token counter off (115 MiB and a tokenizer pass per request):
     litellm then fills an unreported usage with zeros. Those must not be billed as a free
     answer: the bot counts the prompt and the text itself, flagged as an estimate."""
-    tokens.load()  # the exact count, not the 4-bytes stand-in used while it loads
+    tokens.load()  # the exact count, not the estimate used while it loads
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
     spends: list[Spend] = []
     fake_openai.script("gpt-5", Reply(LONG, chunk_chars=40, send_usage=False))
@@ -102,4 +102,23 @@ async def test_a_stream_whose_usage_nobody_reported_is_billed_as_our_estimate(
     assert spend.usage.completion_tokens == tokens.count_text(LONG)
     assert spend.usage.prompt_tokens == tokens.count_messages(HI)
     assert spend.usage.cost_usd > 0 and done.usage == spend.usage
+    await t.aclose()
+
+
+async def test_an_empty_completion_that_reported_usage_is_billed_like_an_empty_stream(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    """A 200 with no content still bills the prompt (OpenAI's body says so in `usage`): the
+    retry that answers is not the only attempt on the ledger."""
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    spends: list[Spend] = []
+    fake_openai.script(
+        "gpt-4.1", Fault("empty_200"), Reply("second try", prompt_tokens=11, completion_tokens=3)
+    )
+    result = await t.complete("gpt-4.1", HI, timeout=5, on_spend=spends.append)
+    assert result.text == "second try"
+    assert [
+        (s.model_id, s.ended, s.usage.prompt_tokens, s.usage.completion_tokens, s.usage.estimated)
+        for s in spends
+    ] == [("gpt-4.1", "failed", 1, 0, False), ("gpt-4.1", "success", 11, 3, False)]
     await t.aclose()

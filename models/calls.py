@@ -1,0 +1,429 @@
+"""The three kinds of call the transport makes, and only what differs between them.
+
+`Transport` runs one attempt loop for all three (`Transport._attempts` in models/transport.py):
+a slot from the `CallPlan`, the request through a provider worker under our own guard, what
+arrives read, the outcome told to the plan. A call object answers the loop's questions for its
+kind: what to send, what to show while the answer arrives, what an attempt that ends early
+cost, and what the answer is.
+
+- `CompletionCall` (`Transport.complete`): a chat answer that arrives in one piece;
+- `StreamCall` (`Transport.stream`): a chat answer shown as it streams, in whole characters,
+  with tool calls assembled from their pieces and a deadline for the whole answer;
+- `TranscriptionCall` (`Transport.transcribe`): speech to text, priced by the second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Hashable, Iterator
+from typing import Any, Generic, TypeVar
+
+import structlog
+
+from models.attempt_policy import CallPlan, Slot
+from models.billing import audio_usage, estimate_usage, provider_usage, tell_spend
+from models.catalog import ModelEntry
+from models.errors import Classified
+from models.ipc import ClientSpec
+from models.pacing import Priority
+from models.streamtext import WholeCharacters
+from models.toolstream import ToolCallAssembler, flatten_tool_messages
+from models.types import (
+    TIME_LIMIT,
+    ChatResult,
+    Message,
+    Outcome,
+    SpendCallback,
+    StreamDone,
+    ToolCall,
+    Transcription,
+    TransportError,
+    Usage,
+)
+from models.wire import WireRecord
+from models.worker import acompletion, atranscription
+
+log = structlog.get_logger(__name__)
+
+Answer = TypeVar("Answer")
+
+
+class Call(Generic[Answer]):
+    """What the attempt loop asks of every kind of call. The defaults fit a request whose
+    answer arrives in one piece, shows nothing on the way and has no deadline."""
+
+    empty_detail: str  # the detail of an answer without content, reported as EMPTY
+    deadline: float | None = None  # the event loop's clock: the whole answer ends there
+
+    def __init__(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        timeout: float,
+        walk_chain: bool,
+        user_key: Hashable | None,
+        priority: Priority,
+        pool: int,
+    ) -> None:
+        self.model_id = model_id
+        self.messages = messages
+        self.timeout = timeout
+        self.walk_chain = walk_chain
+        self.user_key = user_key
+        self.priority = priority
+        self.pool = pool  # the transport's HTTP clients in the worker
+
+    def request(self, slot: Slot) -> dict[str, Any]:
+        """The keyword arguments of the litellm call for this slot's model, gateway and key."""
+        raise NotImplementedError
+
+    async def send(self, request: dict[str, Any]) -> Any:
+        """Make the call in a provider worker; the response, or the provider's failure."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """A new attempt begins: forget what the last one received."""
+
+    def chunks(self, response: Any) -> AsyncIterator[Any] | None:
+        """The pieces the answer arrives in; None when it arrived whole."""
+        return None
+
+    def feed(self, chunk: Any) -> Iterator[str]:
+        """Read one piece of the answer; yield the text to show the caller now."""
+        return iter(())
+
+    async def close(self, response: Any) -> None:
+        """The attempt is over, however it ended: let go of what its response holds open."""
+
+    def tail(self) -> str:
+        """Text received but not shown yet (an incomplete character held back)."""
+        return ""
+
+    def bill_cancelled(self, slot: Slot) -> None:
+        """The caller went away mid-attempt: report what the provider may bill for it."""
+
+    def bill_failed(self, slot: Slot, failure: Classified | None) -> None:
+        """The attempt failed (`failure` None: ours, a worker lost): report what it cost."""
+
+    def answer(self, slot: Slot, response: Any, wire: WireRecord, plan: CallPlan) -> Answer | None:
+        """The caller's answer, its spend reported; None: the provider sent nothing usable
+        (the loop reports it as empty and tries the next slot)."""
+        raise NotImplementedError
+
+    def cut(self, slot: Slot, plan: CallPlan, text: str, usage: Usage) -> Answer:
+        """The end of an answer whose deadline passed: the text so far."""
+        raise NotImplementedError("only a call with a deadline is cut")
+
+    def bill_cut(self, slot: Slot) -> tuple[str, Usage]:
+        """The deadline passed mid-answer: report what came, and return the text and usage."""
+        raise NotImplementedError("only a call with a deadline is cut")
+
+    def failure(self, plan: CallPlan) -> TransportError:
+        """Every slot failed: the error the caller gets."""
+        return plan.failure()
+
+
+class _ChatCall(Call[Answer]):
+    """What chat answers share, streamed or not: the request and the bill. An attempt that
+    ends early is billed for the prompt and what it received (nothing, for an answer that
+    arrives whole), at the provider's usage when it came, else an estimate."""
+
+    def __init__(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None,
+        tool_choice: str | dict[str, Any] | None,
+        max_tokens: int | None,
+        on_spend: SpendCallback | None,
+        **common: Any,
+    ) -> None:
+        super().__init__(model_id, messages, **common)
+        self.tools = tools
+        self.tool_choice = tool_choice
+        self.max_tokens = max_tokens
+        self.on_spend = on_spend
+        self.pieces: list[str] = []  # text received in this attempt
+        self.usage: Any = None  # the provider's usage in this attempt, when it came
+
+    def request(self, slot: Slot) -> dict[str, Any]:
+        gateway = slot.state.gateway
+        messages, tools, tool_choice = self.messages, self.tools, self.tool_choice
+        if not slot.entry.tools:
+            # No tool support: no tools offered, and earlier tool exchanges become text.
+            tools, tool_choice = None, None
+            if any(m.get("role") == "tool" or m.get("tool_calls") for m in messages):
+                messages = flatten_tool_messages(messages)
+        kwargs: dict[str, Any] = {
+            "model": gateway.litellm_model(slot.entry),
+            "messages": messages,
+            "api_base": gateway.api_base,
+            "api_key": slot.key,
+            "client": ClientSpec(self.pool, gateway, slot.key_index, slot.key),
+            "max_retries": 0,
+            "timeout": self.timeout,
+        }
+        if self.max_tokens is not None:
+            kwargs["max_tokens"] = self.max_tokens
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
+        return kwargs
+
+    async def send(self, request: dict[str, Any]) -> Any:
+        return await acompletion(**request)
+
+    def start(self) -> None:
+        self.pieces = []
+        self.usage = None
+
+    def bill_cancelled(self, slot: Slot) -> None:
+        # The provider got the prompt and may be answering: count the prompt and what came.
+        self._tell(slot, "".join(self.pieces), self.usage, "cancelled")
+
+    def bill_failed(self, slot: Slot, failure: Classified | None) -> None:
+        if self.pieces or self.usage is not None:  # it answered before it broke: billed
+            self._tell(slot, "".join(self.pieces), self.usage, "failed")
+
+    def _tell(self, slot: Slot, text: str, usage: Any, ended: str) -> None:
+        tell_spend(self.on_spend, slot.entry, self.messages, text, usage, ended)
+
+
+class CompletionCall(_ChatCall[ChatResult]):
+    """A chat answer (text and/or tool calls) that arrives in one piece. An empty one that
+    reported usage is billed as failed (its prompt was), as an empty stream is."""
+
+    empty_detail = "200 empty completion"
+
+    def answer(
+        self, slot: Slot, response: Any, wire: WireRecord, plan: CallPlan
+    ) -> ChatResult | None:
+        result = _result_from_response(response, slot.entry, self.model_id)
+        if getattr(response, "usage", None) is None:
+            answered = result.text + "".join(c.arguments for c in result.tool_calls)
+            result.usage = estimate_usage(slot.entry, self.messages, answered)
+        if not result.text.strip() and not result.tool_calls:
+            if getattr(response, "usage", None) is not None:  # the prompt was billed
+                self._tell(slot, "", result.usage, "failed")
+            return None
+        self._tell(slot, "", result.usage, "success")
+        result.attempts = plan.attempts
+        result.queued_s = plan.queued_s
+        return result
+
+
+class StreamCall(_ChatCall[StreamDone]):
+    """A chat answer shown as it streams: text in whole characters, tool calls assembled from
+    their pieces (all three protocols arrive through litellm in the OpenAI delta shape), and a
+    `deadline` for the whole answer."""
+
+    empty_detail = "200 empty stream"
+
+    def __init__(
+        self, model_id: str, messages: list[Message], *, deadline: float | None, **chat: Any
+    ) -> None:
+        super().__init__(model_id, messages, **chat)
+        self.deadline = deadline
+        self.assembler = WholeCharacters()
+        self.calls = ToolCallAssembler()
+        self.finish_reason: str | None = None
+
+    def request(self, slot: Slot) -> dict[str, Any]:
+        kwargs = super().request(slot)
+        kwargs["stream"] = True
+        kwargs["stream_options"] = {"include_usage": True}
+        return kwargs
+
+    def start(self) -> None:
+        super().start()
+        self.assembler = WholeCharacters()
+        self.calls = ToolCallAssembler()
+        self.finish_reason = None
+
+    def chunks(self, response: Any) -> AsyncIterator[Any]:
+        return aiter(response)
+
+    def feed(self, chunk: Any) -> Iterator[str]:
+        if getattr(chunk, "usage", None):
+            self.usage = chunk.usage
+        for choice in getattr(chunk, "choices", None) or []:
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+            delta = choice.delta
+            if getattr(delta, "tool_calls", None):
+                self.calls.feed(delta.tool_calls)
+            piece = getattr(delta, "content", None) or ""
+            if not piece:
+                continue
+            self.pieces.append(piece)
+            whole = self.assembler.feed(piece)
+            if whole:
+                yield whole
+
+    async def close(self, response: Any) -> None:
+        if response is not None and hasattr(response, "aclose"):
+            try:
+                await response.aclose()
+            except Exception:  # closing a broken stream may fail again; nothing to do
+                pass
+
+    def tail(self) -> str:
+        return self.assembler.flush()
+
+    def answer(
+        self, slot: Slot, response: Any, wire: WireRecord, plan: CallPlan
+    ) -> StreamDone | None:
+        text = "".join(self.pieces)
+        if not text.strip() and not self.calls:
+            if self.usage is not None:
+                self._tell(slot, text, self.usage, "failed")
+            return None
+        spent = provider_usage(self.usage, slot.entry) if self.usage else None
+        answered = text + "".join(c.arguments for c in self.calls.calls())
+        spent = spent or estimate_usage(slot.entry, self.messages, answered)
+        self._tell(slot, text, spent, "success")
+        return StreamDone(
+            ChatResult(
+                model_id=slot.entry.id,
+                text=text,
+                tool_calls=self.calls.calls(),
+                finish_reason=self.finish_reason,
+                usage=spent,
+                attempts=plan.attempts,
+                requested_model_id=self.model_id,
+                queued_s=plan.queued_s,
+            )
+        )
+
+    def bill_cut(self, slot: Slot) -> tuple[str, Usage]:
+        text = "".join(self.pieces)
+        spent = provider_usage(self.usage, slot.entry) if self.usage else None
+        spent = spent or estimate_usage(slot.entry, self.messages, text)
+        self._tell(slot, text, spent, "cut")
+        log.warning(
+            "answer_time_limit",
+            model=slot.entry.id,
+            chars=len(text),
+            completion_tokens=spent.completion_tokens,
+        )
+        return text, spent
+
+    def cut(self, slot: Slot, plan: CallPlan, text: str, usage: Usage) -> StreamDone:
+        # No tool calls: a call cut in the middle is not one.
+        return StreamDone(
+            ChatResult(
+                model_id=slot.entry.id,
+                text=text,
+                finish_reason=TIME_LIMIT,
+                usage=usage,
+                attempts=plan.attempts,
+                requested_model_id=self.model_id,
+                queued_s=plan.queued_s,
+            )
+        )
+
+
+class TranscriptionCall(Call[Transcription]):
+    """Speech to text. Priced by the second: the duration the provider reports (Whisper's
+    verbose_json `duration`), else `duration_s`, the caller's best bound. A timed-out attempt
+    is billed too, at `duration_s`: the provider may have transcribed the audio before we gave
+    up. Every billed attempt is listed in the answer's (or the error's) `billed`; a cancelled
+    one is not (a cancellation returns neither, so nothing would carry the list)."""
+
+    empty_detail = "200 without a transcript"
+
+    def __init__(
+        self,
+        model_id: str,
+        audio: bytes,
+        *,
+        filename: str,
+        mime_type: str,
+        duration_s: float,
+        **common: Any,
+    ) -> None:
+        super().__init__(model_id, [], **common)
+        self.audio = audio
+        self.filename = filename
+        self.mime_type = mime_type
+        self.duration_s = duration_s
+        self.billed: list[tuple[str, Usage]] = []
+
+    def request(self, slot: Slot) -> dict[str, Any]:
+        gateway = slot.state.gateway
+        return {
+            "model": gateway.litellm_model(slot.entry),
+            "file": (self.filename, self.audio, self.mime_type),
+            "api_base": gateway.api_base,
+            "api_key": slot.key,
+            "client": ClientSpec(self.pool, gateway, slot.key_index, slot.key, sdk=True),
+            "max_retries": 0,
+            "timeout": self.timeout,
+        }
+
+    async def send(self, request: dict[str, Any]) -> Any:
+        return await atranscription(**request)
+
+    def bill_failed(self, slot: Slot, failure: Classified | None) -> None:
+        if failure is not None and failure.outcome is Outcome.TIMEOUT:
+            self.billed.append((slot.entry.id, audio_usage(slot.entry, self.duration_s)))
+
+    def answer(
+        self, slot: Slot, response: Any, wire: WireRecord, plan: CallPlan
+    ) -> Transcription | None:
+        # An empty transcript is a success (the note may hold no words); a 200 whose body is
+        # an error object is not.
+        text = getattr(response, "text", None)
+        if not isinstance(text, str) or wire.has_error_body:
+            return None
+        cost = audio_usage(slot.entry, self.duration_s)
+        reported = getattr(response, "duration", None)  # verbose_json: what it heard
+        if (
+            isinstance(reported, int | float)
+            and not isinstance(reported, bool)
+            and 0 < reported < 86_400
+        ):
+            cost = audio_usage(slot.entry, float(reported))
+        self.billed.append((slot.entry.id, cost))
+        return Transcription(
+            model_id=slot.entry.id,
+            text=text.strip(),
+            usage=cost,
+            attempts=plan.attempts,
+            requested_model_id=self.model_id,
+            billed=self.billed,
+        )
+
+    def failure(self, plan: CallPlan) -> TransportError:
+        error = plan.failure()
+        error.billed = self.billed
+        return error
+
+
+def _result_from_response(response: Any, entry: ModelEntry, requested: str) -> ChatResult:
+    choices = getattr(response, "choices", None) or []
+    text = ""
+    tool_calls: list[ToolCall] = []
+    finish_reason = None
+    if choices:
+        choice = choices[0]
+        finish_reason = getattr(choice, "finish_reason", None)
+        message = getattr(choice, "message", None)
+        text = (getattr(message, "content", None) or "") if message is not None else ""
+        for call in (getattr(message, "tool_calls", None) or []) if message is not None else []:
+            function = getattr(call, "function", None)
+            name = getattr(function, "name", None) or ""
+            arguments = getattr(function, "arguments", None)
+            if not isinstance(arguments, str):
+                arguments = "" if arguments is None else str(arguments)
+            tool_calls.append(ToolCall(getattr(call, "id", "") or "", name, arguments))
+    return ChatResult(
+        model_id=entry.id,
+        text=text,
+        tool_calls=tool_calls,
+        finish_reason=finish_reason,
+        usage=provider_usage(getattr(response, "usage", None), entry),
+        requested_model_id=requested,
+    )
