@@ -17,9 +17,12 @@ The bot depends on a worker for every answer, so the pool supervises them:
 - a replacement starts after a backoff that grows while workers keep dying young, and is warmed
   up (clients built, litellm's first-request loading done) before it takes calls;
 - a worker over `max_rss_mb` takes no new calls, and stops once its calls are done;
-- one worker runs at rest; another (up to `max_workers`) starts while every worker has
-  `scale_calls` calls in flight or uses `scale_cpu` of a core, and stops after `idle_s` without
-  calls;
+- `at_rest` workers (one by default) run at rest; another (up to `max_workers`) starts while
+  every worker has `scale_calls` calls in flight or uses `scale_cpu` of a core, and stops after
+  `idle_s` without calls. One that starts under load imports litellm in seconds of CPU, which a
+  sudden rush pays for: on 2 cores, 100 conversations starting within a second see an intake p99
+  of 0.15–1 s with one worker at rest, against 24–53 ms with two (benchmarks/turn_overhead.py);
+  an owner who expects such rushes keeps two at rest (about 200 MiB more);
 - start-up (`start_timeout_s`) and stop (`STOP_GRACE_S`) are bounded.
 
 Everything runs on the caller's loop. The processes outlive a loop (tests run one loop per
@@ -96,6 +99,7 @@ class WorkerSettings:
     """How the pool runs its workers (bot/config.py fills it from the settings)."""
 
     max_workers: int = 1  # PROVIDER_WORKERS
+    at_rest: int = 1  # PROVIDER_WORKERS_AT_REST: started at warm-up, never retired for idling
     heartbeat_s: float = 5.0  # PROVIDER_WORKER_HEARTBEAT_S: silence that makes a worker lost
     max_rss_mb: float = 1024.0  # PROVIDER_WORKER_MAX_RSS_MB
     start_timeout_s: float = 60.0  # spawn → ready (litellm's import) and warmed up
@@ -429,7 +433,7 @@ class ProviderWorker:
             raise
         finally:
             theirs.close()
-        if self.number > 1:
+        if self.number > self.pool.settings.at_rest:
             # An extra worker starts under load: its import and warm-up (seconds of CPU) yield
             # the cores to the bot and the busy worker (its own calls too, later: it is there
             # for what the first cannot take).
@@ -634,8 +638,9 @@ def _cpu_seconds(pid: int | None) -> float | None:
 
 
 class WorkerPool:
-    """The worker processes: one at rest, up to `settings.max_workers` under load. A call goes
-    to the ready worker with the fewest calls in flight; before any is ready it waits for one."""
+    """The worker processes: `settings.at_rest` at rest, up to `settings.max_workers` under
+    load. A call goes to the ready worker with the fewest calls in flight; before any is ready
+    it waits for one."""
 
     def __init__(self, settings: WorkerSettings | None = None) -> None:
         self.settings = settings or WorkerSettings()
@@ -691,6 +696,8 @@ class WorkerPool:
             async with asyncio.timeout(self.settings.start_timeout_s):
                 await worker.request("prepare", list(specs))
                 await worker.request("warm", list(model_names))
+        while len(self.workers) < min(self.settings.at_rest, self.settings.max_workers):
+            self._spawn_extra()  # the others kept at rest start in the background
 
     def recipe(self) -> tuple[list[ClientSpec], list[str]]:
         specs = [spec for specs in self._recipes.values() for spec in specs]
@@ -813,7 +820,7 @@ class WorkerPool:
                 self.restarts += 1  # replaced (for memory) by the one `_maybe_grow` started
                 self._retire(worker)
         serving = [w for w in self.workers if w.state == "ready"]
-        for worker in serving[1:]:
+        for worker in serving[self.settings.at_rest :]:
             if not worker.calls and time.monotonic() - worker.last_busy > self.settings.idle_s:
                 self._retire(worker)
 

@@ -99,6 +99,11 @@ def test_unknown_setting_in_env_file_is_named(tmp_path: Path) -> None:
         ({"CONSOLIDATION_RETRY_DELAYS": ""}, "CONSOLIDATION_RETRY_DELAYS", "at least one"),
         ({"MEMORY_WINDOW": "ten"}, "MEMORY_WINDOW", "integer"),
         ({"PROVIDER_WORKERS": "0"}, "PROVIDER_WORKERS", "greater than or equal to 1"),
+        (
+            {"PROVIDER_WORKERS": "2", "PROVIDER_WORKERS_AT_REST": "3"},
+            "PROVIDER_WORKERS_AT_REST",
+            "not be more than PROVIDER_WORKERS",
+        ),
         ({"TELEGRAM_MODE": "push"}, "TELEGRAM_MODE", "polling"),
         ({"LOG_LEVEL": "LOUD"}, "LOG_LEVEL", "DEBUG"),
         ({"WEBHOOK_PORT": "70000"}, "WEBHOOK_PORT", "65535"),
@@ -243,3 +248,5 @@ def test_provider_workers_follow_the_machine_unless_set() -> None:
     assert provider_workers(unset, cpus=2, memory_bytes=1 * GIB) == 1  # a 1 GB VPS
     chosen = load_settings(TELEGRAM_BOT_TOKEN=TOKEN, PROVIDER_WORKERS="3")
     assert provider_workers(chosen, cpus=1, memory_bytes=1 * GIB) == 3
+    kept = load_settings(TELEGRAM_BOT_TOKEN=TOKEN, PROVIDER_WORKERS_AT_REST="2")
+    assert provider_workers(kept, cpus=1, memory_bytes=1 * GIB) == 2  # never fewer than at rest

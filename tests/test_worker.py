@@ -173,6 +173,52 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
         WORKER.configure(before)
 
 
+async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retire(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    """PROVIDER_WORKERS_AT_REST=2: both start at warm-up, before any load, at the bot's own
+    priority; a third one started by load (at nice 10) is retired after its idle spell, and
+    the two at rest are not."""
+    before = WORKER.settings
+    WORKER.configure(
+        WorkerSettings(max_workers=3, at_rest=2, scale_calls=1, idle_s=0.5, heartbeat_s=2.0)
+    )
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    try:
+        await t.warm_up()
+        await wait_until(
+            lambda: len(WORKER.workers) == 2 and all(w.state == "ready" for w in WORKER.workers),
+            "both workers kept at rest to be ready, with no call made",
+            60.0,
+        )
+        at_rest = set(WORKER.pids)
+        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in at_rest] == [0, 0]
+        for _ in range(2):
+            fake_openai.script("gpt-5", Reply(LONG * 4, chunk_chars=16, chunk_delay=0.05))
+
+        async def read() -> None:
+            async for _ in t.stream("gpt-5", HI, timeout=5):
+                pass
+
+        streams = [asyncio.create_task(read()) for _ in range(2)]
+        await wait_until(lambda: len(WORKER.workers) == 3, "a third worker under load", 10.0)
+        [extra] = [w for w in WORKER.workers if w.pid not in at_rest]
+        await wait_until(lambda: extra.pid is not None, "the third worker to be spawned", 10.0)
+        assert os.getpriority(os.PRIO_PROCESS, extra.pid) == 10
+        for task in streams:
+            task.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
+        await wait_until(lambda: extra not in WORKER.workers, "the idle extra to retire", 60.0)
+        assert set(WORKER.pids) == at_rest
+        assert all(w.state == "ready" for w in WORKER.workers)
+    finally:
+        await t.aclose()
+        for extra_worker in WORKER.workers[1:]:
+            WORKER.workers.remove(extra_worker)
+            await extra_worker.stop()
+        WORKER.configure(before)
+
+
 class _RecordingGate:
     """A send gate that lets the request go at once and keeps what the worker says of it."""
 

@@ -71,6 +71,7 @@ class Settings(BaseSettings):
     )
     CONSOLIDATION_CONCURRENCY: int = Field(default=2, ge=1, le=32)
     PROVIDER_WORKERS: int | None = Field(default=None, ge=1, le=16)  # unset: provider_workers()
+    PROVIDER_WORKERS_AT_REST: int = Field(default=1, ge=1, le=16)
     PROVIDER_WORKER_HEARTBEAT_S: float = Field(default=5.0, ge=0.5, le=60)
     PROVIDER_WORKER_MAX_RSS_MB: float = Field(default=1024.0, ge=200)
     MEMORY_WINDOW: int = Field(default=50, ge=4)
@@ -195,15 +196,17 @@ def provider_workers(
     settings: Settings, *, cpus: float | None = None, memory_bytes: int | None = None
 ) -> int:
     """At most how many litellm worker processes to run (models/worker.py): PROVIDER_WORKERS,
-    or when unset 2 on a machine with 2 CPUs and 2 GiB of memory or more, else 1. One runs at
-    rest; a second starts only under load (one worker uses at most one core; measured with
+    or when unset 2 on a machine with 2 CPUs and 2 GiB of memory or more, else 1 (and never
+    fewer than PROVIDER_WORKERS_AT_REST). PROVIDER_WORKERS_AT_REST run at rest (1 by default);
+    another starts only under load (one worker uses at most one core; measured with
     benchmarks/turn_overhead.py on 2 cores at 100 conversations, a second one took intake p99
-    from 124–307 ms to 46 ms, for about 300 MB more memory while it runs)."""
+    from 124–307 ms to 46 ms, for about 200 MB more memory while it runs)."""
     if settings.PROVIDER_WORKERS is not None:
         return settings.PROVIDER_WORKERS
     cpus = _usable_cpus() if cpus is None else cpus
     memory_bytes = _usable_memory() if memory_bytes is None else memory_bytes
-    return 2 if cpus >= 2 and memory_bytes >= 2 * GIB else 1
+    by_machine = 2 if cpus >= 2 and memory_bytes >= 2 * GIB else 1
+    return max(by_machine, settings.PROVIDER_WORKERS_AT_REST)
 
 
 def _usable_cpus() -> float:
@@ -276,6 +279,11 @@ def _check_cross_field(settings: Settings) -> None:
             raise ConfigError("WEBHOOK_SECRET: required when TELEGRAM_MODE=webhook")
     if settings.MEMORY_KEEP_RECENT >= settings.MEMORY_WINDOW:
         raise ConfigError("MEMORY_KEEP_RECENT: must be smaller than MEMORY_WINDOW")
+    if (
+        settings.PROVIDER_WORKERS is not None
+        and settings.PROVIDER_WORKERS_AT_REST > settings.PROVIDER_WORKERS
+    ):
+        raise ConfigError("PROVIDER_WORKERS_AT_REST: must not be more than PROVIDER_WORKERS")
 
 
 def _one_line(exc: ValidationError) -> str:

@@ -95,6 +95,7 @@ class Services:
         WORKER.configure(
             WorkerSettings(
                 max_workers=provider_workers(settings),
+                at_rest=settings.PROVIDER_WORKERS_AT_REST,
                 heartbeat_s=settings.PROVIDER_WORKER_HEARTBEAT_S,
                 max_rss_mb=settings.PROVIDER_WORKER_MAX_RSS_MB,
             )
