@@ -21,8 +21,9 @@ The bot depends on a worker for every answer, so the pool supervises them:
   every worker has `scale_calls` calls in flight or uses `scale_cpu` of a core, and stops after
   `idle_s` without calls. One that starts under load imports litellm in seconds of CPU, which a
   sudden rush pays for: on 2 cores, 100 conversations starting within a second see an intake p99
-  of 0.15–1 s with one worker at rest, against 24–53 ms with two (benchmarks/turn_overhead.py);
-  an owner who expects such rushes keeps two at rest (about 200 MiB more);
+  of 0.33–0.86 s with one worker at rest, against 0.16–0.29 s with two
+  (benchmarks/turn_overhead.py); an owner who expects such rushes keeps two at rest (about
+  200 MiB more);
 - start-up (`start_timeout_s`) and stop (`STOP_GRACE_S`) are bounded.
 
 Everything runs on the caller's loop. The processes outlive a loop (tests run one loop per
