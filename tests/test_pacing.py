@@ -30,6 +30,16 @@ def _pacer(clock: FakeClock, rps: float | None = 10.0, burst: float = 1.0) -> Ga
     return pacer
 
 
+def _learning_pacer(clock: FakeClock) -> GatewayPacer:
+    """No ceiling: paced by what the provider's headers say alone; its sleeps advance `clock`."""
+
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    return GatewayPacer("g", ceiling_rps=None, burst=None, clock=clock, sleep=sleep)
+
+
 async def _serve(pacer: GatewayPacer, requests: list[tuple[str, Priority]]) -> list[str]:
     """Ask for every (user, priority) at once, in list order; the order they were served."""
     served: list[str] = []
@@ -105,12 +115,7 @@ async def test_unknown_limits_let_one_probe_go_and_the_rest_wait_for_its_answer(
 
 async def test_a_learned_limit_paces_below_it_and_counts_our_own_sends() -> None:
     clock = FakeClock()
-
-    async def sleep(seconds: float) -> None:
-        clock.advance(seconds)
-        await asyncio.sleep(0)
-
-    pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=clock, sleep=sleep)
+    pacer = _learning_pacer(clock)
     probe = await pacer.acquire("m", user="a", max_wait=60)
     assert probe is not None
     # 120 requests a minute; 2 left now, the window is whole again in 1 s.
@@ -253,12 +258,7 @@ async def test_a_window_refills_from_when_the_request_left_not_from_its_permissi
     against the fake Anthropic (600 a minute, bursts of 2): reckoned from the permission, the
     two requests after the first answer left together and the second met a 429."""
     clock = FakeClock()
-
-    async def sleep(seconds: float) -> None:
-        clock.advance(seconds)
-        await asyncio.sleep(0)
-
-    pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=clock, sleep=sleep)
+    pacer = _learning_pacer(clock)
     probe = await pacer.acquire("m", user="a", max_wait=60)
     assert probe is not None and pacer.send_now(probe)  # allowed at t = 0 ...
     clock.advance(0.2)
