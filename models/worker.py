@@ -19,11 +19,12 @@ The bot depends on a worker for every answer, so the pool supervises them:
 - a worker over `max_rss_mb` takes no new calls, and stops once its calls are done;
 - `at_rest` workers (one by default) run at rest; another (up to `max_workers`) starts while
   every worker has `scale_calls` calls in flight or uses `scale_cpu` of a core, and stops after
-  `idle_s` without calls. One that starts under load imports litellm in seconds of CPU, which a
-  sudden rush pays for: on 2 cores, 100 conversations starting within a second see an intake p99
-  of 0.33–0.86 s with one worker at rest, against 0.16–0.29 s with two
-  (benchmarks/turn_overhead.py); an owner who expects such rushes keeps two at rest (about
-  200 MiB more);
+  `idle_s` without calls. One that starts under load is a copy of a ready worker (`fork`, on
+  the spare socket each spawned worker gets): a spawned one would spend seconds of CPU
+  importing litellm inside the rush that asked for it. On 2 cores, 100 conversations starting
+  within a second: intake p99 26–449 ms (median 192) with copies, 253–549 ms spawning, 38 ms
+  with two at rest (benchmarks/turn_overhead.py); bot and both workers hold 299 MiB with a
+  copy, 519 with a spawned second;
 - start-up (`start_timeout_s`) and stop (`STOP_GRACE_S`) are bounded.
 
 Everything runs on the caller's loop. The processes outlive a loop (tests run one loop per
