@@ -19,11 +19,12 @@ The bot depends on a worker for every answer, so the pool supervises them:
 - a worker over `max_rss_mb` takes no new calls, and stops once its calls are done;
 - `at_rest` workers (one by default) run at rest; another (up to `max_workers`) starts while
   every worker has `scale_calls` calls in flight or uses `scale_cpu` of a core, and stops after
-  `idle_s` without calls. One that starts under load imports litellm in seconds of CPU, which a
-  sudden rush pays for: on 2 cores, 100 conversations starting within a second see an intake p99
-  of 0.33–0.86 s with one worker at rest, against 0.16–0.29 s with two
-  (benchmarks/turn_overhead.py); an owner who expects such rushes keeps two at rest (about
-  200 MiB more);
+  `idle_s` without calls. One that starts under load is a copy of a ready worker (`fork`, on
+  the spare socket each spawned worker gets): a spawned one would spend seconds of CPU
+  importing litellm inside the rush that asked for it. On 2 cores, 100 conversations starting
+  within a second: intake p99 26–449 ms (median 192) with copies, 253–549 ms spawning, 38 ms
+  with two at rest (benchmarks/turn_overhead.py); bot and both workers hold 299 MiB with a
+  copy, 519 with a spawned second;
 - start-up (`start_timeout_s`) and stop (`STOP_GRACE_S`) are bounded.
 
 Everything runs on the caller's loop. The processes outlive a loop (tests run one loop per
@@ -38,6 +39,7 @@ import collections
 import contextlib
 import itertools
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -228,8 +230,9 @@ class ProviderWorker:
         self.number = number
         self.restarts = restarts
         self.state = "new"  # new → starting → ready → (draining →) stopped | lost
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | ForkedProcess | None = None
         self._sock: socket.socket | None = None
+        self._spare: socket.socket | None = None  # our end of the socket a copy would serve on
         self._link: _Link | None = None
         self._ids = itertools.count(1)
         self.calls: dict[int, _Call] = {}
@@ -248,6 +251,10 @@ class ProviderWorker:
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
+
+    @property
+    def can_fork(self) -> bool:
+        return self._spare is not None
 
     @property
     def in_flight(self) -> int:
@@ -326,17 +333,36 @@ class ProviderWorker:
                 raise first.exception() from None  # type: ignore[misc]
             raise WorkerLost(f"provider worker {self.number} lost") from exc
 
-    async def request(self, kind: str, *args: Any) -> None:
-        """A housekeeping request (prepare clients, warm up, close a pool), answered "done"."""
+    async def request(self, kind: str, *args: Any) -> Any:
+        """A housekeeping request (prepare clients, warm up, close a pool, fork), answered
+        "done" (with what it made, if anything)."""
         link = self._link
         if link is None or link.loop is not asyncio.get_running_loop():
-            return
+            return None
         call_id = next(self._ids)
         first = asyncio.get_running_loop().create_future()
         frame = encode((kind, call_id, *args))
         self.calls[call_id] = _Call(None, first, housekeeping=True)
         link.writer.write(frame)
-        await first
+        return await first
+
+    async def fork(self) -> tuple[int, socket.socket] | None:
+        """A copy of this worker, serving on the spare socket it was started with: its pid and
+        our end of that socket; None when it has no spare or cannot (the caller spawns)."""
+        spare, self._spare = self._spare, None
+        if spare is None or not self.usable:
+            if spare is not None:
+                spare.close()
+            return None
+        try:
+            async with asyncio.timeout(self.pool.settings.start_timeout_s):
+                pid = await self.request("fork")
+        except (TimeoutError, WorkerLost):
+            pid = None
+        if not isinstance(pid, int):
+            spare.close()
+            return None
+        return pid, spare
 
     def cancel(self, call_id: int) -> None:
         call = self.calls.pop(call_id, None)
@@ -353,8 +379,7 @@ class ProviderWorker:
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
         self._detach(WorkerLost(f"provider worker {self.number} stopped"))
-        if self._sock is not None:
-            self._sock.close()
+        self._close_sockets()
         if self.process is not None:
             await _reap(self.process, STOP_GRACE_S)
             log.info("provider_worker_stopped", number=self.number, pid=self.process.pid)
@@ -416,30 +441,18 @@ class ProviderWorker:
     async def _start(self) -> None:
         self.state = "starting"
         await self.pool.restart_delay()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            # Not asyncio's subprocess: its child watcher ties the process to one loop, and a
-            # worker outlives loops (see the module docstring). Spawning does not block long.
-            self.process = subprocess.Popen(  # noqa: ASYNC220
-                (sys.executable, "-c", _BOOT, _ROOT, str(theirs.fileno())),
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=self.pool.stderr,
-                env=worker_environment(os.environ),
-            )
-        except BaseException:
-            ours.close()
-            self.state = "lost"
-            raise
-        finally:
-            theirs.close()
-        if self.number > self.pool.settings.at_rest:
-            # An extra worker starts under load: its import and warm-up (seconds of CPU) yield
-            # the cores to the bot and the busy worker (its own calls too, later: it is there
-            # for what the first cannot take).
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, self.process.pid, EXTRA_WORKER_NICE)
+        forked = await self.pool.fork_a_ready_worker()
+        if forked is not None:
+            pid, ours = forked
+            self.process = ForkedProcess(pid)
+        else:
+            ours = self._spawn()
+            if self.number > self.pool.settings.at_rest:
+                # An extra worker spawned under load: its import and warm-up (seconds of CPU)
+                # yield the cores to the bot and the busy worker (its own calls too, later: it
+                # is there for what the first cannot take).
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, self.process.pid, EXTRA_WORKER_NICE)
         self._sock = ours
         self.started_at = time.monotonic()
         self.pool.started += 1
@@ -450,8 +463,8 @@ class ProviderWorker:
                 self.recipe_version = self.pool.recipe_version
                 specs, names = self.pool.recipe()
                 if specs:
-                    await self.request("prepare", specs)
-                if names:
+                    await self.request("prepare", specs)  # its own clients, a copy's too
+                if names and forked is None:  # a copy has loaded all a first call loads
                     await self.request("warm", names)
         except (TimeoutError, WorkerLost, ConnectionError) as exc:
             if self.state == "starting":
@@ -463,6 +476,39 @@ class ProviderWorker:
             log.info("provider_worker_ready", number=self.number, pid=self.process.pid)
         elif self.state in ("stopped", "lost"):
             raise WorkerLost(f"provider worker {self.number} {self.state}")
+
+    def _spawn(self) -> socket.socket:
+        """A new process (it imports litellm: seconds of CPU); our end of its socket. When the
+        pool may run more than one worker it also gets a spare socket, to serve a copy of
+        itself on (`fork`)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        spare: tuple[socket.socket, socket.socket] | None = None
+        if self.pool.settings.max_workers > 1:
+            spare = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds = [theirs.fileno()] + ([spare[1].fileno()] if spare else [])
+        try:
+            # Not asyncio's subprocess: its child watcher ties the process to one loop, and a
+            # worker outlives loops (see the module docstring). Spawning does not block long.
+            self.process = subprocess.Popen(
+                (sys.executable, "-c", _BOOT, _ROOT, *map(str, fds)),
+                pass_fds=fds,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self.pool.stderr,
+                env=worker_environment(os.environ),
+            )
+        except BaseException:
+            ours.close()
+            if spare:
+                spare[0].close()
+            self.state = "lost"
+            raise
+        finally:
+            theirs.close()
+            if spare:
+                spare[1].close()
+        self._spare = spare[0] if spare else None
+        return ours
 
     async def _attach(self, *, starting: bool = False) -> None:
         """Connect the running loop to the worker's socket (a duplicate of it, so the loop
@@ -484,6 +530,12 @@ class ProviderWorker:
         if starting:
             await self._ready  # the worker says "ready" once litellm is imported
         self.pool.watch()
+
+    def _close_sockets(self) -> None:
+        for sock in (self._sock, self._spare):
+            if sock is not None:
+                sock.close()
+        self._spare = None
 
     def _detach(self, error: BaseException | None) -> None:
         link, self._link = self._link, None
@@ -520,8 +572,7 @@ class ProviderWorker:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
         self._detach(WorkerLost(f"provider worker lost ({reason})"))
-        if self._sock is not None:
-            self._sock.close()
+        self._close_sockets()
         self.pool.lost(self)
         if self.process is not None:
             asyncio.get_running_loop().create_task(_reap(self.process, 0.0))
@@ -580,7 +631,7 @@ class ProviderWorker:
             call.fail(CallNotEncoded(message[2]))
         elif kind == "done":
             del self.calls[call_id]
-            _settle(call.first, None)
+            _settle(call.first, message[2] if len(message) > 2 else None)
         else:
             raise ValueError(f"unknown message {kind!r}")
 
@@ -602,7 +653,35 @@ def _settle(future: asyncio.Future[Any], value: Any) -> None:
         future.set_result(value)
 
 
-async def _reap(process: subprocess.Popen[bytes], grace: float) -> None:
+class ForkedProcess:
+    """A worker forked from another (`ProviderWorker.fork`): not our child (its parent's kernel
+    reaps it), so what the pool needs of a process is done by pid."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            text = _proc_read(self.pid, "stat")
+            if text is None or text.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
+                self.returncode = 0
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
+        while (code := self.poll()) is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            time.sleep(0.02)
+        return code
+
+
+async def _reap(process: subprocess.Popen[bytes] | ForkedProcess, grace: float) -> None:
     """Wait for `process` to exit (polling: no child watcher ties it to a loop); kill it after
     `grace` seconds."""
     deadline = time.monotonic() + grace
@@ -775,6 +854,14 @@ class WorkerPool:
         chosen = min(ready, key=lambda w: w.in_flight)
         self._maybe_grow()
         return chosen
+
+    async def fork_a_ready_worker(self) -> tuple[int, socket.socket] | None:
+        """A copy of a ready worker that still has its spare socket (see `ProviderWorker.fork`),
+        or None: the new worker is spawned."""
+        for worker in list(self.workers):
+            if worker.usable and worker.can_fork:
+                return await worker.fork()
+        return None
 
     def _maybe_grow(self) -> None:
         """Start another worker when every serving one is busy (and the cap allows), or when

@@ -18,6 +18,8 @@ through it too, line by line.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import gc
 import io
 import logging
@@ -25,10 +27,11 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import litellm
 import structlog
@@ -98,8 +101,9 @@ class _RemoteGate:
 
 
 class _Worker:
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, spare: int | None = None) -> None:
         self._writer = writer
+        self._spare = spare  # the socket a worker forked from us serves on (`_fork`)
         self._pools: dict[int, ClientPool] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.gates: dict[int, asyncio.Future[None]] = {}
@@ -141,6 +145,8 @@ class _Worker:
             task = self._tasks.get(message[1])
             if task is not None:
                 task.cancel()
+        elif kind == "fork":
+            self._track(message[1], self._fork())
         elif kind == "prepare":
             _, call_id, specs = message
             self._track(call_id, self._prepare(specs))
@@ -153,14 +159,45 @@ class _Worker:
 
     def _track(self, call_id: int, work: Any) -> None:
         async def run() -> None:
+            result = None
             try:
-                await work
+                result = await work
             finally:
-                self.send(("done", call_id))
+                self.send(("done", call_id, result))
 
         task = asyncio.create_task(run())
         self._tasks[call_id] = task
         task.add_done_callback(lambda _, i=call_id: self._tasks.pop(i, None))
+
+    async def _fork(self) -> int | None:
+        """Start another worker as a copy of this one: ready in milliseconds, where a new
+        process spends seconds of CPU importing litellm, in the middle of the rush that asked
+        for it. The copy serves on the spare socket the bot gave us at our start (one each);
+        its pid, or None without a spare."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        forked: concurrent.futures.Future[int] = concurrent.futures.Future()
+
+        def fork_here() -> None:
+            # In a thread of its own: the child keeps only the thread that forked, so it holds
+            # none of our loop's callbacks, and starts a loop of its own.
+            try:
+                pid = os.fork()
+            except BaseException as exc:
+                forked.set_exception(exc)
+                return
+            if pid == 0:
+                _serve_forked(spare)
+            forked.set_result(pid)
+
+        threading.Thread(target=fork_here, name="provider-worker-fork", daemon=True).start()
+        try:
+            pid = await asyncio.wrap_future(forked)
+        finally:
+            os.close(spare)
+        log.info("provider_worker_forked", pid=pid)
+        return pid
 
     def _client(self, spec: ClientSpec) -> Any:
         redactor().add([spec.key])
@@ -266,9 +303,9 @@ async def _warm_litellm(model_names: Sequence[str]) -> None:
             continue
 
 
-async def serve(sock: socket.socket) -> None:
+async def serve(sock: socket.socket, spare: int | None = None) -> None:
     reader, writer = await asyncio.open_unix_connection(sock=sock)
-    worker = _Worker(writer)
+    worker = _Worker(writer, spare)
     asyncio.get_running_loop().set_exception_handler(_loop_errors)
     worker.send(("ready", os.getpid()))
     try:
@@ -327,19 +364,39 @@ def _log_through_the_scrubber() -> None:
     sys.stderr = _LoggedOutput("stderr")
 
 
+def _serve_forked(fd: int) -> NoReturn:
+    """The copy `_fork` made: close every descriptor the original held but our socket (its bot
+    link, its provider connections, its loop's), then serve on a loop of our own. The
+    original's objects stay in memory, unreferenced by anything that runs."""
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            number = int(name)
+            if number > 2 and number != fd:
+                with contextlib.suppress(OSError):
+                    os.close(number)
+        asyncio.run(serve(socket.socket(fileno=fd)))
+    except BaseException:
+        log.exception("provider_worker_fork_failed")
+    finally:
+        os._exit(0)
+
+
 def main() -> None:
-    """`python -c ... main()` with the socket's descriptor as the last argument."""
-    sock = socket.socket(fileno=int(sys.argv[-1]))
+    """`python -c ... main()` with the socket's descriptor (and, when the bot may ask for a
+    copy of us, a spare socket's) as the last arguments."""
+    sock = socket.socket(fileno=int(sys.argv[2]))
+    spare = int(sys.argv[3]) if len(sys.argv) > 3 else None
     _log_through_the_scrubber()
     # Ctrl-C in a terminal (and a stop sent to the whole group) reaches us with the bot: the bot
     # stops gracefully and still needs us for the replies it lets finish. We leave when it has
     # gone and our socket closes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the copies we fork are reaped by the kernel
     # Everything imported so far lives as long as the process: keep it out of collections.
     gc.collect()
     gc.freeze()
-    asyncio.run(serve(sock))
+    asyncio.run(serve(sock, spare))
 
 
 def _loop_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

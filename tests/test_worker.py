@@ -103,6 +103,10 @@ def _port(url: str) -> int:
     return port
 
 
+def _parent_pid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def _peer_pids(port: int) -> set[int]:
     """Processes holding a TCP connection to 127.0.0.1:`port` (from /proc, Linux)."""
     inodes: set[str] = set()
@@ -173,13 +177,67 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
         WORKER.configure(before)
 
 
+async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervised_alike(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    """The second worker is forked from the warm first one (its spare socket), not spawned:
+    it imports nothing, so it serves within the rush that asked for it. It serves calls from
+    its own connections, and it is supervised like a spawned one: killed, it is replaced and
+    its stream is finished on the same model by a worker that is left."""
+    before = WORKER.settings
+    await WORKER.aclose()
+    WORKER.configure(WorkerSettings(max_workers=2, scale_calls=1))
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    try:
+        await t.warm_up()
+        [first] = WORKER.pids
+        for _ in range(3):
+            fake_openai.script("gpt-5", Reply(LONG * 4, chunk_chars=16, chunk_delay=0.05))
+        fake_openai.script("gpt-5-mini", Reply("a fallback must not answer"))
+
+        async def read() -> tuple[str, str]:
+            text, model = "", ""
+            async for event in t.stream("gpt-5", HI, timeout=5):
+                if isinstance(event, TextDelta):
+                    text += event.text
+                elif isinstance(event, StreamRestart):
+                    text = ""
+                elif isinstance(event, StreamDone):
+                    model = event.result.model_id
+            return text, model
+
+        one = asyncio.create_task(read())
+        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker under load", 10.0)
+        await wait_until(
+            lambda: all(w.state == "ready" for w in WORKER.workers), "it to be ready", 30.0
+        )
+        second = next(pid for pid in WORKER.pids if pid != first)
+        assert _parent_pid(second) == first
+        two = asyncio.create_task(read())
+        port = _port(fake_openai.base_url)
+        await wait_until(lambda: _peer_pids(port) == {first, second}, "both to stream", 10.0)
+        os.kill(second, signal.SIGKILL)
+        results = await asyncio.wait_for(asyncio.gather(one, two), 60)
+        assert [model for _, model in results] == ["gpt-5", "gpt-5"]
+        assert [text for text, _ in results] == [LONG * 4, LONG * 4]
+        assert second not in WORKER.pids and WORKER.restarts >= 1
+    finally:
+        await t.aclose()
+        for extra in WORKER.workers[1:]:
+            WORKER.workers.remove(extra)
+            await extra.stop()
+        WORKER.configure(before)
+
+
 async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retire(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
     """PROVIDER_WORKERS_AT_REST=2: both start at warm-up, before any load, at the bot's own
-    priority; a third one started by load (at nice 10) is retired after its idle spell, and
+    priority (the second a copy of the first); a third one started by load is spawned (the
+    first's spare socket went to the second) at nice 10, and is retired after its idle spell;
     the two at rest are not."""
     before = WORKER.settings
+    await WORKER.aclose()  # from a pool with no worker: which one has a spare is known
     WORKER.configure(
         WorkerSettings(max_workers=3, at_rest=2, scale_calls=1, idle_s=0.5, heartbeat_s=2.0)
     )
@@ -192,6 +250,8 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
             60.0,
         )
         at_rest = set(WORKER.pids)
+        first, second = WORKER.pids
+        assert _parent_pid(second) == first  # a copy: no second import of litellm
         assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in at_rest] == [0, 0]
         for _ in range(2):
             fake_openai.script("gpt-5", Reply(LONG * 4, chunk_chars=16, chunk_delay=0.05))
@@ -204,6 +264,7 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
         await wait_until(lambda: len(WORKER.workers) == 3, "a third worker under load", 10.0)
         [extra] = [w for w in WORKER.workers if w.pid not in at_rest]
         await wait_until(lambda: extra.pid is not None, "the third worker to be spawned", 10.0)
+        assert extra.pid is not None and _parent_pid(extra.pid) == os.getpid()
         assert os.getpriority(os.PRIO_PROCESS, extra.pid) == 10
         for task in streams:
             task.cancel()

@@ -199,9 +199,9 @@ def provider_workers(
     or when unset 2 on a machine with 2 CPUs and 2 GiB of memory or more, else 1 (and never
     fewer than PROVIDER_WORKERS_AT_REST). PROVIDER_WORKERS_AT_REST run at rest (1 by default);
     another starts only under load (one worker uses at most one core; measured with
-    benchmarks/turn_overhead.py on 2 cores at 100 conversations, one worker alone gave an
-    intake p99 of 0.47–0.86 s, two warm ones 0.16–0.29 s, for about 200 MB more memory while
-    the second runs)."""
+    benchmarks/turn_overhead.py on 2 cores at 100 conversations starting within a second, one
+    worker alone gave an intake p99 of 0.47–0.86 s, a second forked under load 26–449 ms
+    (median 192), two warm from the start 38 ms)."""
     if settings.PROVIDER_WORKERS is not None:
         return settings.PROVIDER_WORKERS
     cpus = _usable_cpus() if cpus is None else cpus
