@@ -111,11 +111,13 @@ def stream_seconds() -> float:
 
 
 def family(pid: int) -> list[int]:
-    """The bot's process and its children (the provider workers, models/worker.py)."""
+    """The bot's process and all its descendants: the provider workers (models/worker.py),
+    spawned by the bot or forked from a worker."""
     pids = [pid]
     for children in Path(f"/proc/{pid}/task").glob("*/children"):
         try:
-            pids += [int(child) for child in children.read_text().split()]
+            for child in children.read_text().split():
+                pids += family(int(child))
         except OSError:  # a thread that ended meanwhile
             pass
     return pids

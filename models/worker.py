@@ -23,8 +23,7 @@ The bot depends on a worker for every answer, so the pool supervises them:
   the spare socket each spawned worker gets): a spawned one would spend seconds of CPU
   importing litellm inside the rush that asked for it. On 2 cores, 100 conversations starting
   within a second: intake p99 26–449 ms (median 192) with copies, 253–549 ms spawning, 38 ms
-  with two at rest (benchmarks/turn_overhead.py); bot and both workers hold 299 MiB with a
-  copy, 519 with a spawned second;
+  with two at rest (benchmarks/turn_overhead.py);
 - start-up (`start_timeout_s`) and stop (`STOP_GRACE_S`) are bounded.
 
 Everything runs on the caller's loop. The processes outlive a loop (tests run one loop per
