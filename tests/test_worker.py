@@ -137,7 +137,6 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
 ) -> None:
     """PROVIDER_WORKERS=2: one worker at rest; a second starts when the first is busy, and
     a call goes to the worker with fewer calls in flight."""
-    before = WORKER.settings
     WORKER.configure(WorkerSettings(max_workers=2, scale_calls=1))
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
     try:
@@ -170,11 +169,7 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
             task.cancel()
         await asyncio.gather(first, second, return_exceptions=True)
     finally:
-        await t.aclose()
-        for extra in WORKER.workers[1:]:
-            WORKER.workers.remove(extra)
-            await extra.stop()
-        WORKER.configure(before)
+        await t.aclose()  # the pool is reset after each test (tests/conftest.py)
 
 
 async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervised_alike(
@@ -184,7 +179,6 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
     it imports nothing, so it serves within the rush that asked for it. It serves calls from
     its own connections, and it is supervised like a spawned one: killed, it is replaced and
     its stream is finished on the same model by a worker that is left."""
-    before = WORKER.settings
     await WORKER.aclose()
     WORKER.configure(WorkerSettings(max_workers=2, scale_calls=1))
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
@@ -222,11 +216,7 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
         assert [text for text, _ in results] == [LONG * 4, LONG * 4]
         assert second not in WORKER.pids and WORKER.restarts >= 1
     finally:
-        await t.aclose()
-        for extra in WORKER.workers[1:]:
-            WORKER.workers.remove(extra)
-            await extra.stop()
-        WORKER.configure(before)
+        await t.aclose()  # the pool is reset after each test (tests/conftest.py)
 
 
 async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retire(
@@ -236,7 +226,6 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
     priority (the second a copy of the first); a third one started by load is spawned (the
     first's spare socket went to the second) at nice 10, and is retired after its idle spell;
     the two at rest are not."""
-    before = WORKER.settings
     await WORKER.aclose()  # from a pool with no worker: which one has a spare is known
     WORKER.configure(
         WorkerSettings(max_workers=3, at_rest=2, scale_calls=1, idle_s=0.5, heartbeat_s=2.0)
@@ -273,11 +262,7 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
         assert set(WORKER.pids) == at_rest
         assert all(w.state == "ready" for w in WORKER.workers)
     finally:
-        await t.aclose()
-        for extra_worker in WORKER.workers[1:]:
-            WORKER.workers.remove(extra_worker)
-            await extra_worker.stop()
-        WORKER.configure(before)
+        await t.aclose()  # the pool is reset after each test (tests/conftest.py)
 
 
 class _RecordingGate:
