@@ -170,10 +170,10 @@ class _Worker:
         task.add_done_callback(lambda _, i=call_id: self._tasks.pop(i, None))
 
     async def _fork(self) -> int | None:
-        """Start another worker as a copy of this one: ready in milliseconds, where a new
-        process spends seconds of CPU importing litellm, in the middle of the rush that asked
-        for it. The copy serves on the spare socket the bot gave us at our start (one each);
-        its pid, or None without a spare."""
+        """Start another worker as a copy of this one: it imports nothing, where a new process
+        spends seconds of CPU importing litellm, in the middle of the rush that asked for it.
+        The copy serves on the spare socket the bot gave us at our start (one each); its pid,
+        or None without a spare."""
         spare, self._spare = self._spare, None
         if spare is None:
             return None
