@@ -83,7 +83,7 @@ class _Track:
 
     window: Window
     read_at: float  # our estimate of when the provider counted: refills start from there
-    reset_at: float
+    reset_at: float  # surely full again (a reset stamped to the second: its end)
     sent_mark: float  # our cumulative sends (unit) when the request it answers was sent
 
 
@@ -163,7 +163,7 @@ class ModelLimits:
             old = self.tracks.get(window.name)
             if old is not None and old.sent_mark > mark:
                 continue  # a newer response already spoke for this window
-            self.tracks[window.name] = _Track(window, counted_at, now + window.reset_s, mark)
+            self.tracks[window.name] = _Track(window, counted_at, now + window.full_in_s, mark)
             if window.unit == "requests" and window.period_s <= MINUTE:
                 rate = window.rate_per_s * PACE_SHARE
                 burst = max(1.0, rate / 4)

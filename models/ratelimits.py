@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -38,7 +38,13 @@ DAY = 86_400.0
 @dataclass(frozen=True)
 class Window:
     """One limit the provider reported: `limit` per `period_s`, `remaining` now, full in
-    `reset_s` seconds. `unit` is "requests" or "tokens"."""
+    `reset_s` seconds. `unit` is "requests" or "tokens".
+
+    `reset_late_s`: how much later than `reset_s` the reset may really come. Anthropic stamps
+    its resets to the whole second, so the moment can be up to a second after the stamp. A
+    rest until the reset ends at the stamp (the pacer's refill still counts what is left);
+    the pacer counts the window full only at the latest moment the stamp allows, or a reset
+    read early lets a burst into a window the provider still has short."""
 
     name: str  # "requests", "tokens", "input-tokens", "output-tokens"
     unit: str
@@ -46,6 +52,12 @@ class Window:
     remaining: float
     reset_s: float
     period_s: float
+    reset_late_s: float = 0.0
+
+    @property
+    def full_in_s(self) -> float:
+        """Seconds until the window is surely full again."""
+        return self.reset_s + self.reset_late_s
 
     @property
     def rate_per_s(self) -> float:
@@ -192,16 +204,17 @@ def _anthropic(lowered: Mapping[str, str], now: datetime) -> list[Window]:
     windows = []
     for name in ("requests", "tokens", "input-tokens", "output-tokens"):
         prefix = f"anthropic-ratelimit-{name}"
+        stamp = lowered.get(f"{prefix}-reset")
         window = _window(
             name,
             "requests" if name == "requests" else "tokens",
             MINUTE,
             lowered.get(f"{prefix}-limit"),
             lowered.get(f"{prefix}-remaining"),
-            _timestamp(lowered.get(f"{prefix}-reset"), now),
+            _timestamp(stamp, now),
         )
         if window is not None:
-            windows.append(window)
+            windows.append(replace(window, reset_late_s=_stamp_resolution_s(stamp)))
     return windows
 
 
@@ -230,14 +243,24 @@ def _duration(value: str | None) -> float | None:
     return parse_duration(value) if value else None
 
 
-def _timestamp(value: str | None, now: datetime) -> float | None:
-    """RFC 3339 (``2026-11-30T16:20:00Z``) → seconds from `now`."""
+def _moment(value: str | None) -> datetime | None:
+    """RFC 3339 (``2026-11-30T16:20:00Z``) → an aware datetime; None when absent or broken."""
     if not value:
         return None
     try:
         moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return max(0.0, (moment - now).total_seconds())
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _timestamp(value: str | None, now: datetime) -> float | None:
+    """RFC 3339 → seconds from `now`."""
+    moment = _moment(value)
+    return None if moment is None else max(0.0, (moment - now).total_seconds())
+
+
+def _stamp_resolution_s(value: str | None) -> float:
+    """1.0 for a stamp to the whole second (no fraction), else 0.0."""
+    moment = _moment(value)
+    return 1.0 if moment is not None and moment.microsecond == 0 else 0.0

@@ -41,7 +41,8 @@ async def test_the_headers_set_the_pace_and_the_provider_never_refuses(
     fake.enforce_rate_limit(10.0, burst=2.0)  # 600 requests a minute, in slices of a second
     t = _transport(fake_openai, fake_groq, fake_anthropic)
     await t.warm_up()  # the learned pace is under test, not a worker's first start
-    results = await asyncio.gather(*(t.complete(model, HI, timeout=10) for _ in range(25)))
+    # A generous bound: the claim is that nobody is refused, not how fast a loaded machine is.
+    results = await asyncio.gather(*(t.complete(model, HI, timeout=30) for _ in range(25)))
     assert [r.model_id for r in results] == [model] * 25  # nobody moved down the chain
     assert fake.rate_limited == 0 and len(fake.requests) == 25
     gateway = "openai" if model == "gpt-4.1" else "anthropic"

@@ -243,6 +243,9 @@ def test_anthropic_headers_with_rfc3339_resets() -> None:
     by_name = {w.name: w for w in read_windows("anthropic", headers, now=now)}
     assert set(by_name) == {"requests", "input-tokens"}
     assert by_name["requests"].remaining == 0 and by_name["requests"].reset_s == 7.0
+    # A stamp to the whole second stands for a moment up to a second later: surely full at
+    # its end. A stamp with a fraction is taken as it reads.
+    assert by_name["requests"].full_in_s == 8.0 and by_name["input-tokens"].full_in_s == 1.5
     assert by_name["input-tokens"].reset_s == 1.5
 
 
@@ -278,3 +281,29 @@ async def test_a_window_refills_from_when_the_request_left_not_from_its_permissi
     # b takes the one left; c waits for one more, refilled at 0.9 x 10/s from t = 0.2.
     assert moments[0] == 0.0
     assert moments[1] == pytest.approx(0.2 + 1 / 9 - 0.25, abs=0.005)
+
+
+async def test_a_reset_stamped_to_the_second_does_not_count_the_window_full_early() -> None:
+    """Anthropic stamps a reset to the whole second. A provider 0.95 s into a second whose
+    window refills in 0.1 s stamps the next second: read as exact, the window seemed full
+    0.05 s after the answer, and the next requests went together into the provider's 429
+    (seen against the fake Anthropic, 600 a minute in bursts of 2). Read as the end of the
+    second, the refill at the learned pace decides: one request per 1/9 s."""
+    clock = FakeClock()
+    pacer = _learning_pacer(clock)
+    probe = await pacer.acquire("m", user="a", max_wait=60)
+    assert probe is not None and pacer.send_now(probe)
+    answered_at = datetime(2026, 11, 30, 16, 0, 0, 950_000, tzinfo=UTC)
+    headers = {
+        "anthropic-ratelimit-requests-limit": "600",
+        "anthropic-ratelimit-requests-remaining": "1",
+        "anthropic-ratelimit-requests-reset": "2026-11-30T16:00:01Z",
+    }
+    pacer.settle(probe, read_windows("anthropic", headers, now=answered_at))
+    pacer.release(probe)
+    answered = clock.now
+    moments = []
+    for user in "bcd":
+        assert await pacer.acquire("m", user=user, max_wait=60) is not None
+        moments.append(clock.now - answered)
+    assert moments == [0.0, pytest.approx(1 / 9, abs=0.005), pytest.approx(2 / 9, abs=0.005)]
