@@ -133,6 +133,18 @@ def rss_mib(pid: int) -> float:
     return total
 
 
+def pss_mib(pid: int) -> float:
+    """Proportional memory of the bot and its workers: a page that n of them share counts 1/n
+    to each. A worker forked from another shares its imports with it, which a sum of RSS
+    counts twice; the sum of PSS is what the family takes from the machine."""
+    total = 0.0
+    for member in family(pid):
+        for line in Path(f"/proc/{member}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                total += int(line.split()[1]) / 1024
+    return total
+
+
 async def settled_rss_mib(pid: int, limit_s: float = 60.0) -> float:
     """The tree's RSS once start-up work is over: a provider worker that starts after polling
     (and warms up) grows for a few seconds. Settled: three samples a second apart within 2 MiB,
@@ -278,6 +290,7 @@ class Phase:
     started: float
     ended: float
     rss: float
+    pss: float
     cpu: float  # CPU seconds the bot used during the phase
 
     @property
@@ -318,7 +331,7 @@ def report(phase: Phase, tg: FakeTelegram, samples: list[tuple[str, float, float
     turns = phase.turns
     print(
         f"\n{phase.name}: {len(turns)} turns in {phase.wall:.2f} s "
-        f"({phase.turns_per_s:.1f} turns/s), RSS {phase.rss:.1f} MiB"
+        f"({phase.turns_per_s:.1f} turns/s), RSS {phase.rss:.1f} MiB, PSS {phase.pss:.1f} MiB"
     )
     for label, values in (
         ("intake  (update → provider request)", [t.intake_ms for t in turns]),
@@ -379,7 +392,9 @@ async def run_phase(
     cpu_before = cpu_seconds(process.pid)
     turns = await run()
     cpu = cpu_seconds(process.pid) - cpu_before
-    return Phase(name, turns, started, time.monotonic(), rss_mib(process.pid), cpu)
+    return Phase(
+        name, turns, started, time.monotonic(), rss_mib(process.pid), pss_mib(process.pid), cpu
+    )
 
 
 async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
@@ -423,7 +438,10 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
             print(f"start-up (spawn → commands registered, polling): {startup:.2f} s")
             print(f"RSS idle (bot and provider workers): {idle_rss:.1f} MiB")
             warm_rss = await settled_rss_mib(process.pid)
-            print(f"RSS idle once warmed up (bot and provider workers): {warm_rss:.1f} MiB")
+            print(
+                f"RSS idle once warmed up (bot and provider workers): {warm_rss:.1f} MiB "
+                f"(PSS {pss_mib(process.pid):.1f} MiB, {len(family(process.pid))} processes)"
+            )
 
             phases: list[Phase] = []
             bursts: list[Phase] = []
