@@ -239,10 +239,10 @@ class Transport:
 
         `on_spend` hears every attempt the provider may bill as soon as it ends (see `Spend`),
         as for `complete`: the answer; an attempt that timed out (`ended` "failed") and one cut
-        off while in flight by a cancellation of the caller (/cancel, a stop) (`ended`
-        "cancelled"), both at `duration_s`: the provider had the whole upload and may have
-        transcribed it before we gave up. It is the only report of what failed or cancelled
-        attempts cost: an error or a cancellation carries none.
+        off in flight by a cancellation of the caller's task (`ended` "cancelled"), both at
+        `duration_s`: the provider had the whole upload and may have transcribed it before we
+        gave up. It is the only report of what failed or cancelled attempts cost: an error or a
+        cancellation carries none.
         """
         call = TranscriptionCall(
             model_id,

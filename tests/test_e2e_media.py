@@ -250,8 +250,8 @@ async def test_a_transcription_cancelled_while_the_provider_holds_it_is_billed_o
         bot.groq.script("whisper-large-v3-turbo", Fault("hang"))
         update_id = bot.send_media(OWNER, bot.voice(VOICE, duration=3))
         await bot.wait(lambda: bool(bot.transcription_requests()))
-        # The upload is at the provider, which holds it: the turn handling the note is
-        # cancelled there (as the loop's end cancels what is still running).
+        # The upload is at the provider, which holds it: the task handling the note is
+        # cancelled there (as asyncio.run cancels what still runs when the bot's loop ends).
         [handling] = [
             task
             for task in asyncio.all_tasks()
