@@ -1,10 +1,10 @@
 """What a provider attempt cost, and telling the caller the moment the attempt ends.
 
 The transport reports every attempt a provider may bill (answered, failed after it answered,
-cancelled, cut at the answer's time limit) through the caller's `on_spend`; the caller writes
-the ledger. The provider's own usage when it sent one; otherwise an estimate of the prompt as
-sent plus the text received, priced from the catalog and flagged `estimated`. Transcription is
-priced by the second.
+a transcription timed out, cancelled, cut at the answer's time limit) through the caller's
+`on_spend`; the caller writes the ledger. The provider's own usage when it sent one; otherwise
+an estimate of the prompt as sent plus the text received, priced from the catalog and flagged
+`estimated`. Transcription is priced by the second.
 """
 
 from __future__ import annotations

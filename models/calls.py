@@ -327,10 +327,13 @@ class StreamCall(_ChatCall[StreamDone]):
 
 class TranscriptionCall(Call[Transcription]):
     """Speech to text. Priced by the second: the duration the provider reports (Whisper's
-    verbose_json `duration`), else `duration_s`, the caller's best bound. A timed-out attempt
-    is billed too, at `duration_s`: the provider may have transcribed the audio before we gave
-    up. Every billed attempt is listed in the answer's (or the error's) `billed`; a cancelled
-    one is not (a cancellation returns neither, so nothing would carry the list)."""
+    verbose_json `duration`), else `duration_s`, the caller's best bound (the recording's own
+    length where it could be measured, never less than its size allows: never just what the
+    sender announced). Each attempt the provider may bill is told to `on_spend` as it ends, as
+    chat calls tell theirs: the answer, an attempt that timed out and one cut off by a
+    cancellation (both at `duration_s`: the provider had the whole upload and may have
+    transcribed, and billed, it before we gave up). A refusal (429, 5xx, an error body) costs
+    nothing and is not told."""
 
     empty_detail = "200 without a transcript"
 
@@ -342,6 +345,7 @@ class TranscriptionCall(Call[Transcription]):
         filename: str,
         mime_type: str,
         duration_s: float,
+        on_spend: SpendCallback | None,
         **common: Any,
     ) -> None:
         super().__init__(model_id, [], **common)
@@ -349,7 +353,7 @@ class TranscriptionCall(Call[Transcription]):
         self.filename = filename
         self.mime_type = mime_type
         self.duration_s = duration_s
-        self.billed: list[tuple[str, Usage]] = []
+        self.on_spend = on_spend
 
     def request(self, slot: Slot) -> dict[str, Any]:
         gateway = slot.state.gateway
@@ -366,9 +370,12 @@ class TranscriptionCall(Call[Transcription]):
     async def send(self, request: dict[str, Any]) -> Any:
         return await atranscription(**request)
 
+    def bill_cancelled(self, slot: Slot) -> None:
+        self._tell(slot, audio_usage(slot.entry, self.duration_s), "cancelled")
+
     def bill_failed(self, slot: Slot, failure: Classified | None) -> None:
         if failure is not None and failure.outcome is Outcome.TIMEOUT:
-            self.billed.append((slot.entry.id, audio_usage(slot.entry, self.duration_s)))
+            self._tell(slot, audio_usage(slot.entry, self.duration_s), "failed")
 
     def answer(
         self, slot: Slot, response: Any, wire: WireRecord, plan: CallPlan
@@ -386,20 +393,17 @@ class TranscriptionCall(Call[Transcription]):
             and 0 < reported < 86_400
         ):
             cost = audio_usage(slot.entry, float(reported))
-        self.billed.append((slot.entry.id, cost))
+        self._tell(slot, cost, "success")
         return Transcription(
             model_id=slot.entry.id,
             text=text.strip(),
             usage=cost,
             attempts=plan.attempts,
             requested_model_id=self.model_id,
-            billed=self.billed,
         )
 
-    def failure(self, plan: CallPlan) -> TransportError:
-        error = plan.failure()
-        error.billed = self.billed
-        return error
+    def _tell(self, slot: Slot, usage: Usage, ended: str) -> None:
+        tell_spend(self.on_spend, slot.entry, self.messages, "", usage, ended)
 
 
 def _result_from_response(response: Any, entry: ModelEntry, requested: str) -> ChatResult:

@@ -227,6 +227,7 @@ class Transport:
         walk_chain: bool = True,
         user_key: Hashable | None = None,
         priority: Priority = Priority.CHAT,
+        on_spend: SpendCallback | None = None,
     ) -> Transcription:
         """Speech to text through `litellm.atranscription`, with the same retry, fallback, key,
         bucket and breaker rules as chat (the same `CallPlan`).
@@ -234,9 +235,14 @@ class Transport:
         An empty transcript is a success (the note may hold no words); a 200 whose body is an
         error object is classified from that body. Cost is the catalog's price per second times
         the duration the provider reports (Whisper's verbose_json `duration`), else `duration_s`
-        (the caller's best bound: never just what the sender announced). A timed-out attempt is
-        billed too, at `duration_s`: the provider may have transcribed the audio before we gave
-        up.
+        (the caller's best bound: never just what the sender announced).
+
+        `on_spend` hears every attempt the provider may bill as soon as it ends (see `Spend`),
+        as for `complete`: the answer; an attempt that timed out (`ended` "failed") and one cut
+        off in flight by a cancellation of the caller's task (`ended` "cancelled"), both at
+        `duration_s`: the provider had the whole upload and may have transcribed it before we
+        gave up. It is the only report of what failed or cancelled attempts cost: an error or a
+        cancellation carries none.
         """
         call = TranscriptionCall(
             model_id,
@@ -244,6 +250,7 @@ class Transport:
             filename=filename,
             mime_type=mime_type,
             duration_s=duration_s,
+            on_spend=on_spend,
             timeout=timeout,
             walk_chain=walk_chain,
             user_key=user_key,

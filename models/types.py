@@ -64,8 +64,9 @@ class Usage:
 @dataclass(frozen=True)
 class Spend:
     """What one provider attempt cost, reported the moment the attempt ends, however it ends:
-    answered, failed after text (the fallback then answers), or cut off by a cancellation (a
-    /cancel, a stop of the bot). Every request a provider may bill is reported exactly once.
+    answered, failed after text (the fallback then answers) or a transcription that timed out,
+    or cut off by a cancellation (a /cancel, a stop of the bot). Every request a provider may
+    bill is reported exactly once.
     """
 
     model_id: str
@@ -116,10 +117,8 @@ class ChatResult:
 
 @dataclass
 class Transcription:
-    """Speech turned into text: which model did it, what it heard, what it cost.
-
-    `billed` holds one (model id, usage) per attempt that cost money: the success, and any
-    attempt that timed out (the provider may have transcribed, and billed, the audio anyway).
+    """Speech turned into text: which model did it, what it heard, what it cost (`usage`: this
+    attempt's; every billable attempt, this one included, was told to the caller's `on_spend`).
     """
 
     model_id: str
@@ -127,7 +126,6 @@ class Transcription:
     usage: Usage = field(default_factory=Usage)
     attempts: list[Attempt] = field(default_factory=list)
     requested_model_id: str = ""
-    billed: list[tuple[str, Usage]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -155,21 +153,12 @@ StreamEvent = TextDelta | StreamRestart | StreamDone
 
 
 class TransportError(Exception):
-    """Every model tried failed. `attempts` says which failed how (no secrets).
+    """Every model tried failed. `attempts` says which failed how (no secrets). What failed
+    attempts may still have cost was told to the caller's `on_spend` as each ended."""
 
-    `billed` lists (model id, usage) of failed attempts that may still have cost money
-    (a transcription that timed out), so the caller records that spend too.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        attempts: list[Attempt],
-        billed: list[tuple[str, Usage]] | None = None,
-    ) -> None:
+    def __init__(self, message: str, attempts: list[Attempt]) -> None:
         super().__init__(message)
         self.attempts = attempts
-        self.billed = list(billed or [])
 
     @property
     def last_outcome(self) -> Outcome | None:

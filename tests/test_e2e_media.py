@@ -209,6 +209,78 @@ async def test_transcription_falls_back_from_groq_to_openai(tmp_path: Path) -> N
         assert rows[0]["cost_usd"] == pytest.approx(VOICE_SECONDS * MINI_TRANSCRIBE_PER_SECOND)
 
 
+async def test_a_transcription_that_timed_out_and_its_fallback_are_each_billed_once(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path, TRANSCRIPTION_TIMEOUT=1.0) as bot:
+        # Groq takes the upload and never answers: each attempt times out (the provider may
+        # still transcribe and bill it), then OpenAI transcribes.
+        bot.groq.set_default("whisper-large-v3-turbo", Fault("hang"))
+        bot.openai.hears(VOICE, SPOKEN)
+        bot.send_media(OWNER, bot.voice(VOICE, duration=3))
+        await bot.wait(lambda: answered(bot, OWNER))
+
+        groq_uploads = [r for g, r in bot.transcription_requests() if g == "groq"]
+        assert groq_uploads and [g for g, _ in bot.transcription_requests()][-1] == "openai"
+        rows = await bot.rows(
+            "SELECT model_id, cost_usd, audio_seconds FROM usage"
+            " WHERE purpose = 'transcription' ORDER BY id"
+        )
+        # One row per upload that may cost money, none twice: each timed-out one at the
+        # recording's measured length (not the 3 s announced), then the transcript.
+        timed_out = {
+            "model_id": "whisper-large-v3-turbo",
+            "cost_usd": pytest.approx(VOICE_SECONDS * GROQ_PER_SECOND),
+            "audio_seconds": pytest.approx(VOICE_SECONDS),
+        }
+        assert rows == [
+            *[timed_out] * len(groq_uploads),
+            {
+                "model_id": "gpt-4o-mini-transcribe",
+                "cost_usd": pytest.approx(VOICE_SECONDS * MINI_TRANSCRIBE_PER_SECOND),
+                "audio_seconds": pytest.approx(VOICE_SECONDS),
+            },
+        ]
+
+
+async def test_a_transcription_cancelled_while_the_provider_holds_it_is_billed_once(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        bot.groq.script("whisper-large-v3-turbo", Fault("hang"))
+        update_id = bot.send_media(OWNER, bot.voice(VOICE, duration=3))
+        await bot.wait(lambda: bool(bot.transcription_requests()))
+        # The upload is at the provider, which holds it: the task handling the note is
+        # cancelled there (as asyncio.run cancels what still runs when the bot's loop ends).
+        [handling] = [
+            task
+            for task in asyncio.all_tasks()
+            if task.get_name().endswith(":process_concurrent_update")
+        ]
+        handling.cancel()
+        await bot.wait_handled(update_id)
+        assert handling.cancelled()
+
+        [(gateway, upload)] = bot.transcription_requests()
+        assert (gateway, upload.model) == ("groq", "whisper-large-v3-turbo")
+        # The provider may have transcribed (and billed) the whole upload: one row, at the
+        # recording's measured length, not the 3 s its sender announced.
+        rows = await bot.rows(
+            "SELECT model_id, purpose, cost_usd, audio_seconds, user_id, chat_id FROM usage"
+        )
+        assert rows == [
+            {
+                "model_id": "whisper-large-v3-turbo",
+                "purpose": "transcription",
+                "cost_usd": pytest.approx(VOICE_SECONDS * GROQ_PER_SECOND),
+                "audio_seconds": pytest.approx(VOICE_SECONDS),
+                "user_id": OWNER,
+                "chat_id": OWNER,
+            }
+        ]
+        assert not bot.chat_requests()
+
+
 async def test_every_transcription_model_failing_keeps_the_note_for_a_retry(
     tmp_path: Path,
 ) -> None:

@@ -5,17 +5,19 @@ The audio is tests/data/voice_en.ogg (espeak-ng speech, Ogg/Opus as Telegram sen
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import pytest
 
-from models.types import Outcome, TransportError
+from models.types import Outcome, Spend, TransportError, Usage
 from tests.conftest import TEST_KEYS, make_transport
-from tests.e2e_bot import MEDIA
+from tests.e2e_bot import MEDIA, wait_until
 from tests.fakes.providers import Fault, Reply
 
 VOICE = (MEDIA / "voice_en.ogg").read_bytes()
 SPOKEN = (MEDIA / "voice_en.txt").read_text(encoding="utf-8").strip()
+GROQ_PER_SECOND = 0.04 / 3600
 
 
 async def transcribe(transport, **overrides):
@@ -31,11 +33,12 @@ async def transcribe(transport, **overrides):
 
 async def test_groq_transcribes_the_upload_and_the_catalog_prices_it(transport, fake_groq) -> None:
     fake_groq.hears(VOICE, SPOKEN)
-    result = await transcribe(transport)
+    spends: list[Spend] = []
+    result = await transcribe(transport, on_spend=spends.append)
     assert result.text == SPOKEN and result.model_id == "whisper-large-v3-turbo"
     assert result.usage.audio_seconds == 3.0
-    assert result.usage.cost_usd == pytest.approx(3 * 0.04 / 3600)
-    assert result.billed == [("whisper-large-v3-turbo", result.usage)]
+    assert result.usage.cost_usd == pytest.approx(3 * GROQ_PER_SECOND)
+    assert spends == [Spend("whisper-large-v3-turbo", "groq", result.usage, "success")]
     [request] = fake_groq.requests
     assert request.path == "/openai/v1/audio/transcriptions"
     assert request.api_key == TEST_KEYS["groq"]
@@ -60,13 +63,15 @@ async def test_a_groq_fault_falls_back_to_openai_classified_from_the_real_body(
     # Retryable faults are retried on Groq first (1 + 3 retries): script enough of them.
     fake_groq.script("whisper-large-v3-turbo", *[fault] * 4)
     fake_openai.hears(VOICE, SPOKEN)
-    result = await transcribe(transport)
+    spends: list[Spend] = []
+    result = await transcribe(transport, on_spend=spends.append)
     assert result.text == SPOKEN and result.model_id == "gpt-4o-mini-transcribe"
     assert result.attempts[0].outcome is outcome
     assert [(r.path, r.model) for r in fake_openai.requests] == [
         ("/v1/audio/transcriptions", "gpt-4o-mini-transcribe")
     ]
-    assert result.billed == [("gpt-4o-mini-transcribe", result.usage)]  # failures cost nothing
+    # A refusal costs nothing: only the answer is billed, once.
+    assert spends == [Spend("gpt-4o-mini-transcribe", "openai", result.usage, "success")]
 
 
 async def test_whisper_1_last_in_the_chain_parses_its_verbose_json(
@@ -88,11 +93,12 @@ async def test_every_model_failing_raises_with_the_attempts(
 ) -> None:
     fake_groq.set_default("*", Fault("bad_gateway_502"))
     fake_openai.set_default("*", Fault("server_500"))
+    spends: list[Spend] = []
     with pytest.raises(TransportError) as caught:
-        await transcribe(transport)
+        await transcribe(transport, on_spend=spends.append)
     models = [a.model_id for a in caught.value.attempts]
     assert models[-2:] == ["gpt-4o-mini-transcribe", "whisper-1"]
-    assert caught.value.billed == []
+    assert spends == []  # every provider refused: nothing was transcribed
 
 
 async def test_a_timed_out_attempt_is_billed(fake_openai, fake_groq, fake_anthropic) -> None:
@@ -100,15 +106,37 @@ async def test_a_timed_out_attempt_is_billed(fake_openai, fake_groq, fake_anthro
     try:
         fake_groq.script("whisper-large-v3-turbo", *[Reply("late", delay=2.0)] * 4)
         fake_openai.hears(VOICE, SPOKEN)
-        result = await transcribe(transport, timeout=0.3)
+        spends: list[Spend] = []
+        result = await transcribe(transport, timeout=0.3, on_spend=spends.append)
         assert result.model_id == "gpt-4o-mini-transcribe"
         timed_out = [a for a in result.attempts if a.outcome is Outcome.TIMEOUT]
-        assert timed_out
-        # The provider may have done the work before we gave up: each timeout is billed.
-        groq_billed = [m for m, _ in result.billed if m == "whisper-large-v3-turbo"]
-        assert len(groq_billed) == len(timed_out)
+        assert timed_out and {a.model_id for a in timed_out} == {"whisper-large-v3-turbo"}
+        # The provider may have done the work before we gave up: each timeout is billed, once,
+        # at the duration given; then the answer, once.
+        groq = Usage(cost_usd=3 * GROQ_PER_SECOND, audio_seconds=3.0)
+        assert spends == [
+            *[Spend("whisper-large-v3-turbo", "groq", groq, "failed")] * len(timed_out),
+            Spend("gpt-4o-mini-transcribe", "openai", result.usage, "success"),
+        ]
     finally:
         await transport.aclose()
+
+
+async def test_a_transcription_cancelled_while_the_provider_holds_it_is_billed(
+    transport, fake_groq, fake_openai
+) -> None:
+    """The upload reached the provider, which may transcribe (and bill) it whatever we do:
+    the cancelled attempt is told to `on_spend` at the duration given, and nothing else is."""
+    fake_groq.script("whisper-large-v3-turbo", Fault("hang"))
+    spends: list[Spend] = []
+    call = asyncio.create_task(transcribe(transport, duration_s=2.5, on_spend=spends.append))
+    await wait_until(lambda: bool(fake_groq.transcription_requests()), "the upload to arrive")
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    billed = Usage(cost_usd=2.5 * GROQ_PER_SECOND, audio_seconds=2.5)
+    assert spends == [Spend("whisper-large-v3-turbo", "groq", billed, "cancelled")]
+    assert len(fake_groq.transcription_requests()) == 1 and not fake_openai.requests
 
 
 async def test_an_empty_transcript_is_a_success(transport, fake_groq) -> None:

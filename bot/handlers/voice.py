@@ -38,7 +38,8 @@ from memory.audio import ogg_seconds
 from memory.documents import trim_to_chars
 from memory.media_inbox import InboxItem, MediaInbox
 from memory.store import StoredMessage
-from models.types import NO_KEY, TransportError, Usage
+from memory.usage import SpendRecorder
+from models.types import NO_KEY, Transcription, TransportError
 
 # The name these events have always been logged under (they were part of bot/handlers/media.py).
 log = structlog.get_logger("bot.media")
@@ -100,17 +101,8 @@ async def _transcribe(
         await send_plain(bot, request, t("voice_too_long", lang, seconds=shown, limit=limit_s))
         return None
     try:
-        result = await services.transport.transcribe(
-            settings.TRANSCRIPTION_MODEL,
-            audio,
-            filename=_audio_file_name(item),
-            mime_type=item.mime_type or "audio/ogg",
-            duration_s=seconds,
-            timeout=settings.TRANSCRIPTION_TIMEOUT,
-            user_key=request.user_id,  # a turn in the gateway's fair queue, like chat
-        )
+        result = await _billed_transcription(services, request, item, audio, seconds)
     except TransportError as exc:
-        await _record_transcription_spend(services, request, exc.billed)
         await inbox.mark_failed(item.id)
         if exc.attempts and all(a.detail == NO_KEY for a in exc.attempts):
             # Not a passing failure: no transcription model has a key. A retry cannot help.
@@ -133,7 +125,6 @@ async def _transcribe(
             reply_markup=InlineKeyboardMarkup([[button]]),
         )
         return None
-    await _record_transcription_spend(services, request, result.billed)
     log.info(
         "transcribed",
         chat_id=request.chat_id,
@@ -172,13 +163,36 @@ def _audio_file_name(item: InboxItem) -> str:
     return {"voice": "voice.ogg", "video_note": "video_note.mp4"}.get(item.kind, "audio.ogg")
 
 
-async def _record_transcription_spend(
-    services: Services, request: TurnRequest, billed: list[tuple[str, Usage]]
-) -> None:
-    for model_id, usage in billed:
-        await services.store.record_usage(
-            request.chat_id, request.user_id, model_id, "transcription", usage
+async def _billed_transcription(
+    services: Services, request: TurnRequest, item: InboxItem, audio: bytes, seconds: float
+) -> Transcription:
+    """The note through the transcription chain, every attempt that may cost money recorded
+    under "transcription" however the call ends: a transcript, every model failing, or the
+    turn cancelled while a provider holds the upload (the transport tells each attempt to
+    `on_spend` as it ends; nothing else carries a cancelled attempt's cost).
+
+    `seconds` (`audio_seconds`) is what a timed-out or cancelled attempt is billed at, and a
+    success whose provider reports no duration: the recording's own length where its bytes
+    tell it (Ogg), never less than its size allows; the sender's announced duration is a
+    claim, used only where nothing measured it."""
+    settings = services.settings
+    spending = SpendRecorder(services.store, request.chat_id, request.user_id, "transcription")
+    try:
+        return await services.transport.transcribe(
+            settings.TRANSCRIPTION_MODEL,
+            audio,
+            filename=_audio_file_name(item),
+            mime_type=item.mime_type or "audio/ogg",
+            duration_s=seconds,
+            timeout=settings.TRANSCRIPTION_TIMEOUT,
+            user_key=request.user_id,  # a turn in the gateway's fair queue, like chat
+            on_spend=spending.add,
         )
+    finally:
+        try:
+            await spending.flush()
+        except Exception:  # the ledger's failure must not hide the transcript or the error
+            log.exception("usage_not_recorded", chat_id=request.chat_id, inbox_id=item.id)
 
 
 def transcript_html(heading: str, transcript: str) -> str:
