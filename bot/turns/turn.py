@@ -254,6 +254,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             start.chat_zone,
             image_url=request.image_url,
             user_name=request.user_name,
+            topic_id=request.message_thread_id,
         )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.
