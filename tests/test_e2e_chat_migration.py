@@ -20,7 +20,7 @@ import structlog
 from tests.e2e_bot import TESTDATA, BotUnderTest, bot_under_test
 from tests.fakes.providers import Reply, ToolCallReply
 from tests.fakes.telegram import BotMessage
-from tests.test_e2e_reminders import local_when, marked, schedule
+from tests.test_e2e_reminders import local_when, marked, schedule, wait_until_async
 
 ASSETS = TESTDATA / "tg-updates" / "telegram-rs_update_assets"
 TELOXIDE = TESTDATA / "tg-updates" / "teloxide_test_payloads.json"
@@ -228,3 +228,36 @@ async def test_a_reminder_set_in_a_forum_topic_fires_there_or_in_the_chat_once_i
         assert gone == [(7, "Topic_closed"), (9, "Message thread not found")]
         outcomes = await bot.rows("SELECT outcome FROM reminder_deliveries")
         assert [o["outcome"] for o in outcomes] == ["sent"] * 3
+
+
+async def test_a_reply_that_meets_chat_migrated_goes_to_the_supergroup_and_the_data_follows(
+    tmp_path: Path,
+) -> None:
+    """A question asked just before the upgrade: its answer is shown in the supergroup, and
+    the chat's data (the question and answer included) moves there once the turn is over.
+    Before: the answer was lost and everything stayed under the old id."""
+    old, new = -216055857, -1001113717682
+    async with bot_under_test(tmp_path) as bot:
+        await bot.set_memory(old, "- the group meets on Fridays in room 4B")
+        bot.tg.migrated_chats[old] = new
+        bot.openai.script("gpt-5", Reply("On Fridays, in room 4B."))
+        with structlog.testing.capture_logs() as logs:
+            bot.say(old, "@mnemo_test_bot when do we meet?", chat_type="group")
+            await bot.wait(lambda: [m.text for m in bot.messages(new)] == [
+                "On Fridays, in room 4B."
+            ])  # fmt: skip
+
+            async def moved() -> bool:
+                return set((await rows_under(bot, old)).values()) == {0}
+
+            await wait_until_async(moved)
+        [shown] = bot.messages(new)
+        assert shown.reply_to_message_id is None  # the question's id belongs to the old chat
+        assert bot.messages(old) == []
+        [event] = [e for e in logs if e["event"] == "chat_migrated"]
+        assert (event["via"], event["old_chat_id"], event["new_chat_id"]) == ("reply", old, new)
+        said = await bot.rows("SELECT chat_id, role, content FROM messages ORDER BY id")
+        assert [(m["chat_id"], m["role"]) for m in said] == [(new, "user"), (new, "assistant")]
+        assert said[1]["content"] == "On Fridays, in room 4B."
+        [memory] = await bot.rows("SELECT chat_id, content FROM long_term_memory")
+        assert memory == {"chat_id": new, "content": "- the group meets on Fridays in room 4B"}
