@@ -6,9 +6,11 @@ tests/test_e2e_chat_migration.py."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,9 @@ from memory.db import Database
 from memory.longterm import write_memory
 from memory.reminders import ReminderBook
 from memory.store import Store, to_iso, utc_now
+from models.types import ChatResult, Message
+from tests.memory_sessions import SettableClock
+from tests.test_jobs import Responder, ScriptedTransport, make_worker, save_call
 
 OLD = -216055857  # the ids of ../shared/testdata/tg-updates/telegram-rs_update_assets
 NEW = -1001113717682
@@ -122,3 +127,47 @@ async def test_when_the_new_id_was_used_first_both_are_kept_and_its_own_settings
     ]
     assert [r.text for r in await book.pending(NEW)] == ["book the room"]
     assert (await book.get(NEW, reminder.id)) is not None
+
+
+class AskedTransport(ScriptedTransport):
+    """Says when the first model was asked (and then waits for the gate)."""
+
+    def __init__(self, responder: Responder) -> None:
+        super().__init__(responder)
+        self.asked = asyncio.Event()
+
+    async def complete(self, model_id: str, messages: list[Message], **kwargs: Any) -> ChatResult:  # type: ignore[override]
+        self.asked.set()
+        return await super().complete(model_id, messages, **kwargs)
+
+
+async def test_a_consolidation_running_while_the_chat_moves_commits_under_the_new_id(
+    db: Database,
+) -> None:
+    """The job read the memory and the messages under the old id; its commit (memory, history
+    entry, archive, attempts, spend) lands under the new one, not behind."""
+    clock = SettableClock()
+    transport = AskedTransport(
+        lambda m, msgs: save_call("[2026-03-01 09:00] planned the offsite", "- offsite in May")
+    )
+    transport.gate = asyncio.Event()
+    store, worker = make_worker(db, clock, transport)
+    await store.add_message(OLD, "user", "the offsite is in May", user_id=7)
+    await store.start_new_session(OLD)
+    running = asyncio.create_task(worker.run_due())
+    await transport.asked.wait()  # the models are running: memory and messages were read
+    assert (await move_chat(db, OLD, NEW, to_iso(clock()))).anything
+    transport.gate.set()
+    await running
+
+    assert set((await rows_of(db, OLD)).values()) == {0}
+    [memory] = await db.fetchall("SELECT chat_id, content FROM long_term_memory")
+    assert dict(memory) == {"chat_id": NEW, "content": "- offsite in May"}
+    [entry] = await db.fetchall("SELECT chat_id, entry FROM history_entries")
+    assert dict(entry) == {"chat_id": NEW, "entry": "[2026-03-01 09:00] planned the offsite"}
+    [job] = await db.fetchall("SELECT chat_id, state FROM consolidation_jobs")
+    assert dict(job) == {"chat_id": NEW, "state": "done"}
+    archived = await db.fetchall("SELECT chat_id, content FROM archived_messages")
+    assert [dict(a) for a in archived] == [{"chat_id": NEW, "content": "the offsite is in May"}]
+    spent = await db.fetchall("SELECT DISTINCT chat_id FROM usage")
+    assert [s["chat_id"] for s in spent] == [NEW]
