@@ -8,6 +8,8 @@ same rate limiter as replies (AIORateLimiter: Telegram's ~30 messages/s overall,
 group) and keeps Telegram's one message per second per chat; a RetryAfter is waited out, never
 retried into, and a 5xx or a network error is retried with back-off by the scheduler. A chat
 that blocked the bot or no longer exists stops its reminders instead of being retried forever.
+A group that became a supergroup takes its reminders along (bot/handlers/migration.py), and a
+reminder set in a forum topic goes back to that topic, or to the chat once the topic is gone.
 A reminder costs no model call.
 """
 

@@ -423,10 +423,13 @@ class FakeTelegram:
         # Chats whose user blocked the bot: sendMessage gets Telegram's 403 for them.
         self.blocked_chats: set[int] = set()
         # Groups upgraded to supergroups (old id -> new id): any method naming the old id gets
-        # the Bot API's 400 with `parameters.migrate_to_chat_id` (PTB raises ChatMigrated).
+        # the Bot API's 400 with `parameters.migrate_to_chat_id` (PTB raises ChatMigrated);
+        # the body as reported in TwiN/gatus#179.
         self.migrated_chats: dict[int, int] = {}
         # Forums: the topic ids that exist in each (a chat not listed takes any thread id), and
-        # the (chat, topic) pairs an admin closed.
+        # the (chat, topic) pairs an admin closed. Texts: "Bad Request: message thread not
+        # found" (tdlib/telegram-bot-api#472), "Bad Request: TOPIC_CLOSED" (PTB shows it as
+        # "Topic_closed", Matt0550/TagEveryoneTelegramBot#26).
         self.forum_topics: dict[int, set[int]] = {}
         self.closed_topics: set[tuple[int, int]] = set()
         self.commands: dict[str, list[dict[str, Any]]] = {}
