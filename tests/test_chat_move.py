@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from memory.chat_move import MOVED_TABLES, move_chat
+from memory.chat_move import CHAT_SETTINGS, MOVED_TABLES, move_chat
 from memory.db import Database
 from memory.longterm import write_memory
 from memory.reminders import ReminderBook
@@ -59,6 +59,16 @@ async def rows_of(db: Database, chat_id: int) -> dict[str, int]:
 async def test_the_move_covers_every_table_keyed_by_chat_id(db: Database) -> None:
     """A table added by a later migration with a chat_id column must be added to the move."""
     assert sorted(["chats", "long_term_memory", *MOVED_TABLES]) == await chat_id_columns(db)
+
+
+async def test_every_column_of_a_chat_and_of_its_memory_is_carried(db: Database) -> None:
+    """The chats row and the memory are merged column by column: a column added later (a new
+    chat setting) must be added to the merge, or a merged chat would lose it."""
+    chats = {c["name"] for c in await db.fetchall("PRAGMA table_info(chats)")}
+    assert chats == {"chat_id", "created_at", "updated_at", *CHAT_SETTINGS}
+    memory = {c["name"] for c in await db.fetchall("PRAGMA table_info(long_term_memory)")}
+    assert memory == {"chat_id", "content", "version", "over_budget", "updated_at",
+                      "unreported_added", "unreported_removed"}  # fmt: skip
 
 
 async def test_a_second_move_changes_nothing_and_returns_nothing(db: Database) -> None:
