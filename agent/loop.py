@@ -96,6 +96,8 @@ class AgentTurn:
     image_url: str | None = None
     # Who wrote the turn's message, as the front end names them (a group reminder mentions them).
     user_name: str | None = None
+    # The forum topic the message was written in, if any: a reminder set here is sent there.
+    topic_id: int | None = None
 
 
 class AgentLoop:
@@ -354,6 +356,7 @@ class AgentLoop:
                 exclude_message_ids=included,
                 user_id=turn.user_id,
                 user_name=turn.user_name,
+                topic_id=turn.topic_id,
             )
         except asyncio.CancelledError:
             raise

@@ -147,6 +147,7 @@ class ChatTools:
         exclude_message_ids: Iterable[int] = (),
         user_id: int | None = None,
         user_name: str | None = None,
+        topic_id: int | None = None,
     ) -> ToolOutcome:
         """Run one call. Never raises for bad arguments: the model gets an error to act on."""
         try:
@@ -162,7 +163,7 @@ class ChatTools:
         if call.name == "forget_fact":
             return await self._forget(chat_id, call, args)
         if call.name in REMINDER_TOOL_NAMES:
-            return await self._reminder(chat_id, call, args, user_id, user_name)
+            return await self._reminder(chat_id, call, args, user_id, user_name, topic_id)
         return self._error(
             call, f"unknown tool {call.name!r}; the tools are {', '.join(sorted(CHAT_TOOL_NAMES))}"
         )
@@ -240,10 +241,12 @@ class ChatTools:
         args: dict[str, Any],
         user_id: int | None,
         user_name: str | None,
+        topic_id: int | None,
     ) -> ToolOutcome:
         result = await run_reminder_tool(
-            self.reminders, chat_id, call.name, args, user_id=user_id, user_name=user_name
-        )
+            self.reminders, chat_id, call.name, args,
+            user_id=user_id, user_name=user_name, topic_id=topic_id,
+        )  # fmt: skip
         receipt = None
         if result.kind is not None and result.reminder is not None:
             receipt = Receipt(result.kind, result.reminder.text, reminder=result.reminder)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -199,15 +199,19 @@ class JobQueue:
         archived = await prepare_archive(chunk.messages)
         async with self.db.transaction() as conn:
             cursor = await conn.execute(
-                "SELECT 1 FROM consolidation_jobs WHERE id = ? AND state = 'running' "
+                "SELECT chat_id FROM consolidation_jobs WHERE id = ? AND state = 'running' "
                 "AND started_at = ?",
                 (job.id, job.started_at),
             )
-            if await cursor.fetchone() is None:
+            claimed = await cursor.fetchone()
+            if claimed is None:
                 # Forgotten (/forget deleted the job) or reclaimed: nothing is applied, but
                 # the models were paid, so the spend is recorded.
                 await _insert_spent(conn, job, chunk, result.spent, self.store, now)
                 return CommitResult.NOT_OURS
+            # The chat may have moved to a new id while the models ran (memory/chat_move.py):
+            # everything this commit writes follows it.
+            job = replace(job, chat_id=int(claimed["chat_id"]))
             current = await read_memory(conn, job.chat_id)
             cursor = await conn.execute(
                 f"SELECT COUNT(*) AS n FROM messages WHERE id IN ({marks})", ids

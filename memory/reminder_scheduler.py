@@ -43,6 +43,9 @@ MAX_SLEEP_S = 300.0  # re-read the next due time at least this often (a changed 
 class Delivered:
     message_id: int
     text: str  # what the chat now shows: stored in the session as the bot's message
+    # Where it went when that is no longer the reminder's chat (the chat moved to a new id
+    # on the way, memory/chat_move.py): the session message is stored there.
+    chat_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -191,8 +194,9 @@ class ReminderScheduler:
 
         def write(conn: sqlite3.Connection) -> int | None:
             self.book.mark_sent(conn, claim, sent.message_id, late=late, now=now)
+            chat_id = sent.chat_id if sent.chat_id is not None else claim.reminder.chat_id
             _, window_job = store._insert_message(
-                conn, now, claim.reminder.chat_id, "assistant", sent.text,
+                conn, now, chat_id, "assistant", sent.text,
                 None, None, None, None, None, None, None,
             )  # fmt: skip
             return window_job
@@ -215,7 +219,7 @@ class ReminderScheduler:
             log.info(
                 "reminder_sent",
                 reminder_id=reminder.id,
-                chat_id=reminder.chat_id,
+                chat_id=outcome.chat_id if outcome.chat_id is not None else reminder.chat_id,
                 late=late,
                 lateness_ms=round((self.clock() - claim.due_at).total_seconds() * 1000),
             )

@@ -111,9 +111,10 @@ async def run_reminder_tool(
     *,
     user_id: int | None = None,
     user_name: str | None = None,
+    topic_id: int | None = None,
 ) -> ReminderResult:
     if name == "schedule_reminder":
-        return await _schedule(book, chat_id, args, user_id, user_name)
+        return await _schedule(book, chat_id, args, user_id, user_name, topic_id)
     if name == "list_reminders":
         reminders = await book.pending(chat_id)
         if not reminders:
@@ -130,6 +131,7 @@ async def _schedule(
     args: dict[str, Any],
     user_id: int | None,
     user_name: str | None,
+    topic_id: int | None,
 ) -> ReminderResult:
     when, text = args.get("when"), args.get("text")
     repeat = args.get("repeat") or "none"
@@ -148,6 +150,7 @@ async def _schedule(
             repeat=repeat.strip().lower(),
             user_id=user_id,
             user_name=user_name,
+            topic_id=topic_id,
         )
     except ScheduleRefused as exc:
         return ReminderResult(f"error: not scheduled: {exc}", ok=False)

@@ -50,6 +50,8 @@ class Reminder:
     repeat: str
     next_at: datetime | None
     state: str
+    # The forum topic it was set in (migration 0013); None: the chat itself.
+    topic_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ def _reminder(row: sqlite3.Row) -> Reminder:
         repeat=row["repeat"],
         next_at=from_iso(row["next_at"]) if row["next_at"] else None,
         state=row["state"],
+        topic_id=row["topic_id"],
     )
 
 
@@ -159,9 +162,11 @@ class ReminderBook:
         repeat: str = "none",
         user_id: int | None = None,
         user_name: str | None = None,
+        topic_id: int | None = None,
     ) -> Reminder:
-        """Store a reminder; ScheduleRefused (with what to do) for past times, more than a year
-        ahead, an unknown rule, or the chat's 50 pending reminders."""
+        """Store a reminder, sent back into `topic_id` (the forum topic it was set in) when it
+        fires; ScheduleRefused (with what to do) for past times, more than a year ahead, an
+        unknown rule, or the chat's 50 pending reminders."""
         if repeat not in REPEATS:
             raise ScheduleRefused(f"'repeat' must be one of {', '.join(REPEATS)}")
         cleaned = " ".join(text.split())
@@ -191,11 +196,11 @@ class ReminderBook:
                 )
             cursor = conn.execute(
                 "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
-                "local_start, repeat, next_at, state, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                "local_start, repeat, next_at, state, created_at, updated_at, topic_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
                 (
                     chat_id, user_id, user_name, cleaned, chat_zone.name, int(chat_zone.known),
-                    format_local(parsed.local), repeat, to_iso(first), stamp, stamp,
+                    format_local(parsed.local), repeat, to_iso(first), stamp, stamp, topic_id,
                 ),
             )  # fmt: skip
             assert cursor.lastrowid is not None

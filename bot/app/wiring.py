@@ -24,6 +24,7 @@ from bot.app.services import SERVICES_KEY, Prepared, Services, available_models,
 from bot.app.turn_guard import attach_turn_guard
 from bot.handlers.chat import register_handlers
 from bot.handlers.memory import attach_memory, register_memory_handlers
+from bot.handlers.migration import register_migration_handlers
 from bot.handlers.ops import attach_operations, register_operations_handlers
 from bot.handlers.reminders import attach_reminders, register_reminder_handlers
 from bot.ui.commands import register_commands
@@ -222,6 +223,7 @@ def build_application(
     register_memory_handlers(application)
     register_operations_handlers(application)
     register_reminder_handlers(application)
+    register_migration_handlers(application)
     return application
 
 

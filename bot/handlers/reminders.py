@@ -8,6 +8,8 @@ same rate limiter as replies (AIORateLimiter: Telegram's ~30 messages/s overall,
 group) and keeps Telegram's one message per second per chat; a RetryAfter is waited out, never
 retried into, and a 5xx or a network error is retried with back-off by the scheduler. A chat
 that blocked the bot or no longer exists stops its reminders instead of being retried forever.
+A group that became a supergroup takes its reminders along (bot/handlers/migration.py), and a
+reminder set in a forum topic goes back to that topic, or to the chat once the topic is gone.
 A reminder costs no model call.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -30,6 +32,7 @@ from bot.app.config import Settings
 from bot.app.services import Services, services_of
 from bot.handlers.access import admit, say, user_allowed, user_language
 from bot.handlers.incoming import clean_text
+from bot.handlers.migration import migrate_chat
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.reminder_texts import button_label, fired_html, fired_text, list_text, local_date
@@ -100,6 +103,21 @@ def _stop_reason(error: TelegramError) -> str | None:
     return None
 
 
+def _topic_gone(error: TelegramError) -> bool:
+    """The forum topic a reminder was set in was deleted or closed since (the Bot API's texts:
+    "Bad Request: message thread not found", "Bad Request: TOPIC_CLOSED")."""
+    text = error.message.lower()
+    return isinstance(error, BadRequest) and (
+        "message thread not found" in text or "topic_closed" in text
+    )
+
+
+# A send may change its target twice on the way (the chat moved to a new id, the topic is
+# gone); more than that is not a reason to loop.
+MAX_RETARGETS = 2
+OnMigrated = Callable[[int, int], Awaitable[object]]
+
+
 @dataclass
 class TelegramDelivery:
     """Sends fired reminders; the scheduler calls it once per attempt."""
@@ -108,47 +126,67 @@ class TelegramDelivery:
     settings: Settings
     store: Store
     clock: Callable[[], datetime]
+    # Told (old id, new id) when a send finds the chat moved: the chat's data follows it.
+    on_migrated: OnMigrated | None = None
     _last_send: dict[int, float] = field(default_factory=dict)
     _next_slot: float = 0.0  # the earliest moment the next reminder may leave (monotonic)
 
     async def __call__(self, claim: Claim, late: bool) -> DeliveryOutcome:
         reminder = claim.reminder
-        chat_id = reminder.chat_id
+        chat_id, topic_id = reminder.chat_id, reminder.topic_id
         if reminder.user_id is not None and not user_allowed(self.settings, reminder.user_id):
             return Stopped("not_allowed")  # the allowlist changed since it was set
         lang = await self.store.get_chat_language(chat_id)
         plain = fired_text(reminder, claim.due_at, late=late, lang=lang, now=self.clock())
-        await self._pace(chat_id)
-        try:
-            message = await self._send(chat_id, plain, reminder, html=True)
-        except RetryAfter as error:
-            seconds = error.retry_after
-            wait = seconds.total_seconds() if hasattr(seconds, "total_seconds") else seconds
-            log.warning("reminder_flood_control", chat_id=chat_id, retry_after_s=wait)
-            return RetryLater(float(wait))
-        except ChatMigrated as error:
-            # The group became a supergroup: the reminder is not lost, it can be sent there.
-            log.warning("reminder_chat_migrated", chat_id=chat_id, new_chat_id=error.new_chat_id)
-            return Failed("chat_migrated")
-        except (Forbidden, BadRequest) as error:
-            reason = _stop_reason(error)
-            if reason is not None:
-                return Stopped(reason)
-            try:  # a message Telegram refuses as HTML: once more as plain text
-                message = await self._send(chat_id, plain, reminder, html=False)
-            except TelegramError as again:
-                return Failed(again.message)
-        except TelegramError as error:  # 5xx, timeouts, connection errors
-            log.warning("reminder_send_failed", chat_id=chat_id, error=str(error))
-            return RetryLater()
-        return Delivered(message.message_id, plain)
+        for _ in range(MAX_RETARGETS + 1):
+            await self._pace(chat_id)
+            try:
+                message = await self._send(chat_id, topic_id, plain, reminder, html=True)
+            except RetryAfter as error:
+                seconds = error.retry_after
+                wait = seconds.total_seconds() if hasattr(seconds, "total_seconds") else seconds
+                log.warning("reminder_flood_control", chat_id=chat_id, retry_after_s=wait)
+                return RetryLater(float(wait))
+            except ChatMigrated as error:
+                # The group became a supergroup: its data moves there, and so does this one.
+                log.warning("reminder_chat_migrated", chat_id=chat_id, reminder_id=reminder.id,
+                            new_chat_id=error.new_chat_id)  # fmt: skip
+                if self.on_migrated is not None:
+                    await self.on_migrated(chat_id, error.new_chat_id)
+                chat_id = error.new_chat_id
+                continue
+            except (Forbidden, BadRequest) as error:
+                if topic_id is not None and _topic_gone(error):
+                    # Better in the main chat than lost with its topic.
+                    log.warning("reminder_topic_gone_sent_to_chat", chat_id=chat_id,
+                                reminder_id=reminder.id, topic_id=topic_id,
+                                error=error.message)  # fmt: skip
+                    topic_id = None
+                    continue
+                reason = _stop_reason(error)
+                if reason is not None:
+                    return Stopped(reason)
+                try:  # a message Telegram refuses as HTML: once more as plain text
+                    message = await self._send(chat_id, topic_id, plain, reminder, html=False)
+                except TelegramError as again:
+                    return Failed(again.message)
+            except TelegramError as error:  # 5xx, timeouts, connection errors
+                log.warning("reminder_send_failed", chat_id=chat_id, error=str(error))
+                return RetryLater()
+            moved = chat_id if chat_id != reminder.chat_id else None
+            return Delivered(message.message_id, plain, chat_id=moved)
+        return RetryLater()
 
-    async def _send(self, chat_id: int, plain: str, reminder: Reminder, *, html: bool) -> Message:
+    async def _send(
+        self, chat_id: int, topic_id: int | None, plain: str, reminder: Reminder, *, html: bool
+    ) -> Message:
         self._last_send[chat_id] = time.monotonic()
         if html:
             text = fired_html(plain, reminder, group=chat_id < 0)
-            return await self.bot.send_message(chat_id, text, parse_mode=ParseMode.HTML)
-        return await self.bot.send_message(chat_id, plain)
+            return await self.bot.send_message(
+                chat_id, text, parse_mode=ParseMode.HTML, message_thread_id=topic_id
+            )
+        return await self.bot.send_message(chat_id, plain, message_thread_id=topic_id)
 
     async def _pace(self, chat_id: int) -> None:
         """Keep one message per second per chat (two reminders due together in one chat would
@@ -175,7 +213,13 @@ async def attach_reminders(application: App, services: Services) -> ReminderFeat
     """Start the scheduler on the agent's reminder book (call from post_init)."""
     assert services.agent is not None
     book = services.agent.tools.reminders
-    delivery = TelegramDelivery(application.bot, services.settings, services.store, book.clock)
+
+    async def migrated(old_chat_id: int, new_chat_id: int) -> None:
+        await migrate_chat(services, old_chat_id, new_chat_id, via="reminder")
+
+    delivery = TelegramDelivery(
+        application.bot, services.settings, services.store, book.clock, on_migrated=migrated
+    )
     scheduler = ReminderScheduler(book, services.store, delivery, clock=book.clock)
     book.on_change = scheduler.notify
 

@@ -18,6 +18,7 @@ from telegram.error import TelegramError
 from agent.events import AgentDone, Receipt, ToolRound
 from agent.loop import AgentTurn
 from bot.handlers.incoming import is_group, mark_message_saved, quoted_text
+from bot.handlers.migration import migrate_later
 from bot.ui.i18n import t
 from bot.ui.reminder_texts import reminder_receipt_line
 from bot.ui.render import utf16_len
@@ -229,6 +230,9 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         edit_interval=services.edit_interval,
         use_drafts=services.settings.TELEGRAM_DRAFT_STREAMING and request.private,
         message_thread_id=request.message_thread_id,
+        # The group became a supergroup: the reply goes there, and once this turn is over
+        # (its answer stored) the chat's data follows.
+        on_migrated=lambda old, new: migrate_later(services, old, new, via="reply"),
     )
     # The model the chat chose, read with the turn's start: no round trip of its own on the
     # way to the provider. A stop before any model is asked (/cancel, or /new or /forget
@@ -254,6 +258,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             start.chat_zone,
             image_url=request.image_url,
             user_name=request.user_name,
+            topic_id=request.message_thread_id,
         )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.

@@ -26,12 +26,13 @@ import datetime as dtm
 import html
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
 from telegram import Bot, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
-from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
+from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 
 from bot.ui.render import (
     TELEGRAM_TEXT_LIMIT,
@@ -81,9 +82,12 @@ class StreamingReply:
         message_thread_id: int | None = None,
         limit: int = TELEGRAM_TEXT_LIMIT,
         first_hold: float | None = None,
+        on_migrated: Callable[[int, int], None] | None = None,
     ) -> None:
         self._bot = bot
         self._chat_id = chat_id
+        # Told (old id, new id) when the chat turns out to have become a supergroup.
+        self._on_migrated = on_migrated
         self._reply_to = reply_to_message_id
         self._interval = edit_interval
         self._use_drafts = use_drafts
@@ -197,6 +201,9 @@ class StreamingReply:
                 await self._bot.send_chat_action(
                     self._chat_id, ChatAction.TYPING, message_thread_id=self._thread_id
                 )
+            except ChatMigrated as error:
+                self._migrated(error)
+                continue
             except TelegramError as error:
                 log.info("typing_action_failed", chat_id=self._chat_id, error=str(error))
             with contextlib.suppress(TimeoutError):
@@ -216,6 +223,21 @@ class StreamingReply:
                 await self._sleep(delay)
                 continue
             await self._step()
+
+    def _migrated(self, error: ChatMigrated) -> None:
+        """The group became a supergroup: the reply goes on there. Nothing of it can be on
+        screen in the old chat (Telegram refuses every request naming it), so the new chat gets
+        the whole text, as a new message, without the reply-to (that message id is the old
+        chat's) or a topic (an upgraded group had none)."""
+        log.warning("reply_chat_migrated", chat_id=self._chat_id, new_chat_id=error.new_chat_id)
+        if self._on_migrated is not None:
+            self._on_migrated(self._chat_id, error.new_chat_id)
+        self._chat_id = error.new_chat_id
+        self._reply_to = None
+        self._thread_id = None
+        self._use_drafts = False
+        self._shown.clear()
+        self._dirty.set()
 
     def _hold_until(self) -> float:
         """Earliest moment the first message (or draft) may appear; -inf once one has."""
@@ -281,6 +303,8 @@ class StreamingReply:
                     await self._bot.delete_message(self._chat_id, stale.message_id)
         except RetryAfter as error:
             self._penalise(error)
+        except ChatMigrated as error:
+            self._migrated(error)
         except BadRequest as error:
             log.info("stream_update_refused", chat_id=self._chat_id, error=error.message)
         except Forbidden as error:
@@ -410,6 +434,9 @@ class StreamingReply:
                 if penalties > MAX_PENALTY_WAITS:
                     log.error("final_text_given_up_flood", chat_id=self._chat_id)
                     return None
+            except ChatMigrated as error:
+                self._migrated(error)
+                shown = None
             except BadRequest as error:
                 if shown is not None and _is_not_modified(error):
                     return shown.message_id

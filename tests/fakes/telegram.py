@@ -422,6 +422,16 @@ class FakeTelegram:
         self._global_sends: list[float] = []
         # Chats whose user blocked the bot: sendMessage gets Telegram's 403 for them.
         self.blocked_chats: set[int] = set()
+        # Groups upgraded to supergroups (old id -> new id): any method naming the old id gets
+        # the Bot API's 400 with `parameters.migrate_to_chat_id` (PTB raises ChatMigrated);
+        # the body as reported in TwiN/gatus#179.
+        self.migrated_chats: dict[int, int] = {}
+        # Forums: the topic ids that exist in each (a chat not listed takes any thread id), and
+        # the (chat, topic) pairs an admin closed. Texts: "Bad Request: message thread not
+        # found" (tdlib/telegram-bot-api#472), "Bad Request: TOPIC_CLOSED" (PTB shows it as
+        # "Topic_closed", Matt0550/TagEveryoneTelegramBot#26).
+        self.forum_topics: dict[int, set[int]] = {}
+        self.closed_topics: set[tuple[int, int]] = set()
         self.commands: dict[str, list[dict[str, Any]]] = {}
         self.webhook_url = ""
         self.webhook_secret: str | None = None
@@ -519,12 +529,17 @@ class FakeTelegram:
         reply_to_bot: bool = False,
         entities: list[dict[str, Any]] | None = None,
         quote: str | None = None,
+        topic_id: int | None = None,
     ) -> dict[str, Any]:
         """An update carrying a user's text message, with the entities Telegram would add.
 
         `reply_to_bot` makes it a reply to the bot's last message; `quote` (with it) the part
-        of that message the user selected, as Telegram's `quote` object (Bot API 7.0)."""
+        of that message the user selected, as Telegram's `quote` object (Bot API 7.0);
+        `topic_id` writes it inside that topic of a forum (Bot API 6.3's `message_thread_id`
+        and `is_topic_message`, the chat's `is_forum`)."""
         chat = self._chat_dict(chat_id, chat_type, first_name)
+        if topic_id is not None:
+            chat["is_forum"] = True
         self._chats[chat_id] = chat
         message: dict[str, Any] = {
             "message_id": self._next_message_id(chat_id),
@@ -538,6 +553,9 @@ class FakeTelegram:
             },
             "text": text,
         }
+        if topic_id is not None:
+            message["message_thread_id"] = topic_id
+            message["is_topic_message"] = True
         found = entities if entities is not None else self._auto_entities(text)
         if found:
             message["entities"] = found
@@ -1015,6 +1033,18 @@ class FakeTelegram:
         chat_id = params.get("chat_id")
         if isinstance(chat_id, bool) or not isinstance(chat_id, int):
             raise _ApiError(400, "Bad Request: chat not found")
+        if chat_id in self.migrated_chats:
+            raise _ApiError(
+                400,
+                "Bad Request: group chat was upgraded to a supergroup chat",
+                {"migrate_to_chat_id": self.migrated_chats[chat_id]},
+            )
+        thread = params.get("message_thread_id")
+        if thread is not None and chat_id in self.forum_topics:
+            if thread not in self.forum_topics[chat_id]:
+                raise _ApiError(400, "Bad Request: message thread not found")
+            if (chat_id, thread) in self.closed_topics:
+                raise _ApiError(400, "Bad Request: TOPIC_CLOSED")
         return chat_id
 
     def _find_message(self, chat_id: int, message_id: Any, missing: str) -> BotMessage:

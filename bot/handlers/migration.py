@@ -1,0 +1,83 @@
+"""A group that becomes a supergroup keeps its memory, its settings and its reminders.
+
+Telegram gives the upgraded group a new chat id. It says so twice — a service message with
+`migrate_to_chat_id` in the old chat, one with `migrate_from_chat_id` in the new — and a send
+to the old id fails with ChatMigrated naming the new one. Any of these moves the chat's data
+to the new id (memory/chat_move.py: ONE transaction, idempotent, so hearing it three or four
+times is harmless). The move waits for the old chat's running turn, so that turn's answer is
+stored before its rows move; a turn of the old chat that meets ChatMigrated itself cannot wait
+for itself and starts the move in the background instead.
+
+The service messages are handled whoever upgraded the group: they cost nothing and only move
+what the bot already holds for that group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+from telegram import Update
+from telegram.ext import Application, ContextTypes, MessageHandler, filters
+
+from bot.app.services import Services, services_of
+from memory.chat_move import ChatMove, move_chat
+from memory.store import to_iso
+
+log = structlog.get_logger("bot.migration")
+
+App = Application[Any, Any, Any, Any, Any, Any]
+Context = ContextTypes.DEFAULT_TYPE
+
+# Moves started from inside a turn: referenced until done, so none is collected half-way.
+_background: set[asyncio.Task[ChatMove]] = set()
+
+
+async def migrate_chat(
+    services: Services, old_chat_id: int, new_chat_id: int, *, via: str
+) -> ChatMove:
+    """Move the chat's data to its new id once the old chat's running turn is over."""
+    async with services.turns.serialised(old_chat_id):
+        moved = await move_chat(
+            services.db, old_chat_id, new_chat_id, to_iso(services.store.clock())
+        )
+    if moved.anything:
+        log.info(
+            "chat_migrated",
+            old_chat_id=old_chat_id,
+            new_chat_id=new_chat_id,
+            via=via,
+            merged=moved.merged,
+            closed_session=moved.closed_session_id,
+            rows={table: count for table, count in moved.moved.items() if count},
+        )
+    else:
+        log.info("chat_migration_nothing_left", old_chat_id=old_chat_id,
+                 new_chat_id=new_chat_id, via=via)  # fmt: skip
+    return moved
+
+
+def migrate_later(services: Services, old_chat_id: int, new_chat_id: int, *, via: str) -> None:
+    """From inside a turn of the old chat (which holds its lock): move once that turn ends."""
+    task = asyncio.create_task(migrate_chat(services, old_chat_id, new_chat_id, via=via))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+async def migration_message(update: Update, context: Context) -> None:
+    """`migrate_to_chat_id` (in the old group) or `migrate_from_chat_id` (in the supergroup)."""
+    message = update.effective_message
+    if message is None:
+        return
+    services = services_of(context.application)
+    if message.migrate_to_chat_id is not None:
+        await migrate_chat(services, message.chat_id, message.migrate_to_chat_id,
+                           via="migrate_to_chat_id")  # fmt: skip
+    elif message.migrate_from_chat_id is not None:
+        await migrate_chat(services, message.migrate_from_chat_id, message.chat_id,
+                           via="migrate_from_chat_id")  # fmt: skip
+
+
+def register_migration_handlers(application: App) -> None:
+    application.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, migration_message))
