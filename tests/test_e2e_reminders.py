@@ -253,10 +253,12 @@ async def test_cancelled_from_the_list_never_fires_and_other_chats_cannot_cancel
 async def test_a_chat_that_blocked_the_bot_stops_its_reminders(tmp_path: Path) -> None:
     async with bot_under_test(tmp_path, ADMIN_USER_IDS=str(OWNER)) as bot:
         await bot.ask(FRIEND, "/timezone UTC", user_id=FRIEND)
-        schedule_soon(bot, 3, ZoneInfo("UTC"), "soon")
-        await bot.ask(FRIEND, "remind me soon", user_id=FRIEND)
         schedule(bot, local_when(7 * 86400, ZoneInfo("UTC")), "next week", repeat="weekly")
-        await bot.ask(FRIEND, "and next week", user_id=FRIEND)
+        await bot.ask(FRIEND, "remind me next week", user_id=FRIEND)
+        # The one due in seconds last, and blocked as its turn ends: no other turn can outlast
+        # its seconds and let it be sent before the block.
+        schedule_soon(bot, 3, ZoneInfo("UTC"), "soon")
+        await bot.ask(FRIEND, "and soon", user_id=FRIEND)
         bot.tg.blocked_chats.add(FRIEND)
 
         async def stopped() -> bool:
@@ -266,8 +268,8 @@ async def test_a_chat_that_blocked_the_bot_stops_its_reminders(tmp_path: Path) -
         await wait_until_async(stopped)
         rows = await bot.rows("SELECT text, state, stop_reason FROM reminders ORDER BY id")
         assert rows == [
-            {"text": "soon", "state": "stopped", "stop_reason": "blocked"},
             {"text": "next week", "state": "stopped", "stop_reason": "blocked"},
+            {"text": "soon", "state": "stopped", "stop_reason": "blocked"},
         ]
         refused = [c for c in bot.tg.calls_of("sendMessage") if c.params["chat_id"] == FRIEND
                    and not c.ok]  # fmt: skip
