@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -18,9 +19,16 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from tests.e2e_bot import TESTDATA, BotUnderTest, bot_under_test
-from tests.fakes.providers import Reply, ToolCallReply
+from tests.fakes.providers import Reply
 from tests.fakes.telegram import BotMessage
-from tests.test_e2e_reminders import local_when, marked, schedule, wait_until_async
+from tests.test_e2e_reminders import (
+    WrittenWhen,
+    local_when,
+    marked,
+    reminder_call,
+    schedule_soon,
+    wait_until_async,
+)
 
 ASSETS = TESTDATA / "tg-updates" / "telegram-rs_update_assets"
 TELOXIDE = TESTDATA / "tg-updates" / "teloxide_test_payloads.json"
@@ -67,11 +75,8 @@ async def set_up_group(bot: BotUnderTest, group: int) -> None:
     assert zone.text.startswith("Time zone set: Europe/Lisbon.")
     await bot.services.store.set_chat_model(group, "claude-sonnet-4-5")
     await bot.set_memory(group, "- the group meets on Fridays in room 4B")
-    # A first answer: the provider worker is ready before a reminder due in seconds is set.
-    bot.anthropic.script("claude-sonnet-4-5", Reply("Hello, group."))
-    await bot.ask(group, "@mnemo_test_bot hello", **in_group)
     lisbon = ZoneInfo("Europe/Lisbon")
-    schedule_claude(bot, local_when(3, lisbon), "stretch")
+    schedule_claude(bot, WrittenWhen(3, lisbon), "stretch")
     await bot.ask(group, "@mnemo_test_bot remind us to stretch", **in_group)
     await bot.wait(lambda: bool(fired(bot, group, "stretch")), timeout=30)
     await marked(bot)
@@ -79,12 +84,8 @@ async def set_up_group(bot: BotUnderTest, group: int) -> None:
     await bot.ask(group, "@mnemo_test_bot remind us in an hour to book the room", **in_group)
 
 
-def schedule_claude(bot: BotUnderTest, when: Any, text: str) -> None:
-    bot.anthropic.script(
-        "claude-sonnet-4-5",
-        ToolCallReply("schedule_reminder", {"when": when.isoformat(), "text": text}),
-        Reply("Done."),
-    )
+def schedule_claude(bot: BotUnderTest, when: datetime | WrittenWhen, text: str) -> None:
+    bot.anthropic.script("claude-sonnet-4-5", reminder_call(when, text), Reply("Done."))
 
 
 async def test_the_upgrade_service_messages_move_everything_to_the_supergroup(
@@ -168,7 +169,7 @@ async def test_a_reminder_that_meets_chat_migrated_is_sent_to_the_supergroup(
     async with bot_under_test(tmp_path) as bot:
         in_group = {"chat_type": "group"}
         await bot.ask(old, "/timezone UTC", **in_group)
-        schedule(bot, local_when(3, ZoneInfo("UTC")), "water the office plants")
+        schedule_soon(bot, 3, ZoneInfo("UTC"), "water the office plants")
         await bot.ask(old, "@mnemo_test_bot remind us to water the office plants", **in_group)
         # Upgraded without the bot hearing of it (the service messages were lost).
         bot.tg.migrated_chats[old] = new
@@ -195,7 +196,7 @@ async def test_a_reminder_set_in_a_forum_topic_fires_there_or_in_the_chat_once_i
     async with bot_under_test(tmp_path) as bot:
         bot.tg.forum_topics[forum] = {7, 9}
         await bot.ask(forum, "/timezone UTC", topic_id=7, **in_topic)
-        schedule(bot, local_when(2, ZoneInfo("UTC")), "standup in here")
+        schedule_soon(bot, 2, ZoneInfo("UTC"), "standup in here")
         await bot.ask(forum, "@mnemo_test_bot remind us", topic_id=7, **in_topic)
         await bot.wait(lambda: bool(fired(bot, forum, "standup in here")), timeout=30)
         [standup] = fired(bot, forum, "standup in here")
@@ -203,13 +204,15 @@ async def test_a_reminder_set_in_a_forum_topic_fires_there_or_in_the_chat_once_i
         [row] = await bot.rows("SELECT topic_id FROM reminders")
         assert row["topic_id"] == 7
 
-        schedule(bot, local_when(3, ZoneInfo("UTC")), "topic 9 thing")
-        await bot.ask(forum, "@mnemo_test_bot remind us", topic_id=9, **in_topic)
-        schedule(bot, local_when(3, ZoneInfo("UTC")), "closed topic thing")
-        await bot.ask(forum, "@mnemo_test_bot remind us too", topic_id=7, **in_topic)
-        bot.tg.forum_topics[forum] = {7}  # topic 9 deleted
-        bot.tg.closed_topics.add((forum, 7))  # topic 7 closed
+        # Each topic goes as its reminder's turn ends: no other turn can outlast the seconds
+        # a reminder was given and let it fire in its topic first.
         with structlog.testing.capture_logs() as logs:
+            schedule_soon(bot, 3, ZoneInfo("UTC"), "topic 9 thing")
+            await bot.ask(forum, "@mnemo_test_bot remind us", topic_id=9, **in_topic)
+            bot.tg.forum_topics[forum] = {7}  # topic 9 deleted
+            schedule_soon(bot, 3, ZoneInfo("UTC"), "closed topic thing")
+            await bot.ask(forum, "@mnemo_test_bot remind us too", topic_id=7, **in_topic)
+            bot.tg.closed_topics.add((forum, 7))  # topic 7 closed
             await bot.wait(
                 lambda: (
                     bool(fired(bot, forum, "topic 9 thing"))

@@ -42,14 +42,55 @@ def english_date(local: datetime) -> str:
     return f"{local:%a} {local.day} {local:%b}, {local:%H:%M}"
 
 
-def schedule(bot: BotUnderTest, when: datetime, text: str, repeat: str = "none") -> None:
+class WrittenWhen:
+    """A reminder time `seconds` after the model answers, written when it answers (as a real
+    model writes it from the time in its prompt), so no worker start or load before the answer
+    can make it a past time. `local` is the naive local time it wrote, for the receipt."""
+
+    def __init__(self, seconds: float, tz: ZoneInfo) -> None:
+        self.seconds, self.tz = seconds, tz
+        self._local: datetime | None = None
+
+    def write(self) -> str:
+        self._local = local_when(self.seconds, self.tz)
+        return self._local.isoformat()
+
+    @property
+    def local(self) -> datetime:
+        if self._local is None:
+            raise AssertionError("the model has not answered with this time")
+        return self._local
+
+    @property
+    def utc(self) -> datetime:
+        return self.local.replace(tzinfo=self.tz).astimezone(UTC)
+
+
+def reminder_call(when: datetime | WrittenWhen, text: str, **more: str) -> ToolCallReply:
+    """The model's `schedule_reminder` call; a WrittenWhen is written as the model answers."""
+
+    def arguments() -> dict[str, str]:
+        written = when.write() if isinstance(when, WrittenWhen) else when.isoformat()
+        return {"when": written, "text": text, **more}
+
+    return ToolCallReply("schedule_reminder", arguments)
+
+
+def schedule(
+    bot: BotUnderTest, when: datetime | WrittenWhen, text: str, repeat: str = "none"
+) -> None:
     bot.openai.script(
-        "gpt-5",
-        ToolCallReply(
-            "schedule_reminder", {"when": when.isoformat(), "text": text, "repeat": repeat}
-        ),
-        Reply("Done, I will remind you."),
+        "gpt-5", reminder_call(when, text, repeat=repeat), Reply("Done, I will remind you.")
     )
+
+
+def schedule_soon(
+    bot: BotUnderTest, seconds: float, tz: ZoneInfo, text: str, repeat: str = "none"
+) -> WrittenWhen:
+    """The model's next answer sets `text` for `seconds` after that answer."""
+    when = WrittenWhen(seconds, tz)
+    schedule(bot, when, text, repeat)
+    return when
 
 
 def chat_requests(bot: BotUnderTest) -> list[RecordedRequest]:
@@ -84,19 +125,13 @@ async def test_set_by_the_model_with_a_local_receipt_then_fired_on_time(tmp_path
     async with bot_under_test(tmp_path) as bot:
         [zone_reply] = await bot.ask(CHAT, "/timezone america/new_york")
         assert zone_reply.text.startswith("Time zone set: America/New_York.")
-        # A first turn starts the provider worker: the reminder's 4 s are then not spent on a
-        # loaded machine's worker start (which made the time the model wrote a past one).
-        bot.openai.script("gpt-5", Reply("Hello."))
-        await bot.ask(CHAT, "hello")
-        due_local = local_when(4, NEW_YORK)
-        schedule(bot, due_local, "call the dentist")
+        due = schedule_soon(bot, 4, NEW_YORK, "call the dentist")
         [shown] = await bot.ask(CHAT, "remind me in a few seconds to call the dentist")
         assert shown.text.splitlines()[-1] == (
-            f"⏰ Reminder set: {english_date(due_local)} (America/New_York) — call the dentist"
+            f"⏰ Reminder set: {english_date(due.local)} (America/New_York) — call the dentist"
         )
         # The model was told the local date, time and zone.
-        first = chat_requests(bot)[1]
-        assert "call the dentist" in str(first.body["messages"][-1])  # the reminder turn's
+        first = chat_requests(bot)[0]
         assert re.search(
             r"Local date and time for the user: \w+day \d{4}-\d\d-\d\d \d\d:\d\d "
             r"\(America/New_York\)",
@@ -113,8 +148,7 @@ async def test_set_by_the_model_with_a_local_receipt_then_fired_on_time(tmp_path
         )
         assert delivery["message_id"] == message.message_id
         assert (delivery["outcome"], delivery["late"]) == ("sent", 0)
-        due_utc = due_local.replace(tzinfo=NEW_YORK).astimezone(UTC)
-        assert datetime.fromisoformat(delivery["finished_at"]) >= due_utc  # never early
+        assert datetime.fromisoformat(delivery["finished_at"]) >= due.utc  # never early
         assert len(bot.model_requests()) == requests_before  # firing costs no model call
         # The session holds it as the bot's message: the next turn's model sees it.
         rows = await bot.rows("SELECT role, content FROM messages ORDER BY id")
@@ -178,8 +212,7 @@ async def test_cancelled_from_the_list_never_fires_and_other_chats_cannot_cancel
 ) -> None:
     async with bot_under_test(tmp_path) as bot:
         await bot.ask(CHAT, "/timezone UTC")
-        cancelled_at = local_when(3, ZoneInfo("UTC"))
-        schedule(bot, cancelled_at, "cancelled one")
+        cancelled = schedule_soon(bot, 3, ZoneInfo("UTC"), "cancelled one")
         await bot.ask(CHAT, "remind me of the cancelled one")
         [listing] = await bot.ask(CHAT, "/reminders")
         assert listing.text.splitlines()[0] == "Pending reminders (1); press ❌ to cancel one:"
@@ -208,10 +241,10 @@ async def test_cancelled_from_the_list_never_fires_and_other_chats_cannot_cancel
         await bot.wait(lambda: bot.messages(CHAT)[-1].text.startswith("No pending reminders."))
 
         # A later reminder fires; by then the cancelled one's time has long passed.
-        schedule(bot, local_when(5, ZoneInfo("UTC")), "witness")
+        schedule_soon(bot, 5, ZoneInfo("UTC"), "witness")
         await bot.ask(CHAT, "remind me of the witness")
         await bot.wait(lambda: bool(fired(bot, CHAT, "witness")), timeout=30)
-        assert datetime.now(UTC).replace(tzinfo=None) > cancelled_at
+        assert datetime.now(UTC) > cancelled.utc
         assert fired(bot, CHAT, "cancelled one") == []
         rows = await bot.rows("SELECT reminder_id FROM reminder_deliveries")
         assert reminder["id"] not in [r["reminder_id"] for r in rows]
@@ -220,10 +253,12 @@ async def test_cancelled_from_the_list_never_fires_and_other_chats_cannot_cancel
 async def test_a_chat_that_blocked_the_bot_stops_its_reminders(tmp_path: Path) -> None:
     async with bot_under_test(tmp_path, ADMIN_USER_IDS=str(OWNER)) as bot:
         await bot.ask(FRIEND, "/timezone UTC", user_id=FRIEND)
-        schedule(bot, local_when(3, ZoneInfo("UTC")), "soon")
-        await bot.ask(FRIEND, "remind me soon", user_id=FRIEND)
         schedule(bot, local_when(7 * 86400, ZoneInfo("UTC")), "next week", repeat="weekly")
-        await bot.ask(FRIEND, "and next week", user_id=FRIEND)
+        await bot.ask(FRIEND, "remind me next week", user_id=FRIEND)
+        # The one due in seconds last, and blocked as its turn ends: no other turn can outlast
+        # its seconds and let it be sent before the block.
+        schedule_soon(bot, 3, ZoneInfo("UTC"), "soon")
+        await bot.ask(FRIEND, "and soon", user_id=FRIEND)
         bot.tg.blocked_chats.add(FRIEND)
 
         async def stopped() -> bool:
@@ -233,8 +268,8 @@ async def test_a_chat_that_blocked_the_bot_stops_its_reminders(tmp_path: Path) -
         await wait_until_async(stopped)
         rows = await bot.rows("SELECT text, state, stop_reason FROM reminders ORDER BY id")
         assert rows == [
-            {"text": "soon", "state": "stopped", "stop_reason": "blocked"},
             {"text": "next week", "state": "stopped", "stop_reason": "blocked"},
+            {"text": "soon", "state": "stopped", "stop_reason": "blocked"},
         ]
         refused = [c for c in bot.tg.calls_of("sendMessage") if c.params["chat_id"] == FRIEND
                    and not c.ok]  # fmt: skip
@@ -271,11 +306,8 @@ async def test_kill_9_between_set_and_due_fires_once_after_restart(tmp_path: Pat
                 ),
                 "the zone",
             )
-            due_local = local_when(8, ZoneInfo("Asia/Tokyo"))
-            arguments = {"when": due_local.isoformat(), "text": "feed the cat"}
-            fakes.openai.script(
-                "gpt-5", ToolCallReply("schedule_reminder", arguments), Reply("Sure.")
-            )
+            due = WrittenWhen(8, ZoneInfo("Asia/Tokyo"))  # 8 s after the model answers
+            fakes.openai.script("gpt-5", reminder_call(due, "feed the cat"), Reply("Sure."))
             fakes.tg.push(fakes.tg.make_text_update(user, user, "remind me to feed the cat"))
             await wait_until(
                 lambda: any("⏰ Reminder set" in t for t in texts_of(fakes, user)), "the receipt"
@@ -303,7 +335,7 @@ async def test_server_errors_and_flood_control_are_retried_and_it_is_sent_once(
 ) -> None:
     async with bot_under_test(tmp_path) as bot:
         await bot.ask(CHAT, "/timezone UTC")
-        schedule(bot, local_when(3, ZoneInfo("UTC")), "stand up")
+        schedule_soon(bot, 3, ZoneInfo("UTC"), "stand up")
         await bot.ask(CHAT, "remind me to stand up")
         sends_before = len(bot.tg.calls_of("sendMessage"))
         bot.tg.inject_error("sendMessage", status=502, description="Bad Gateway")

@@ -179,3 +179,29 @@ async def test_real_litellm_parses_text_tool_calls_and_streams(kind: str) -> Non
         assert text == "ünïcödé 👩‍💻 streamed"
         assert usage is not None and usage.completion_tokens > 0
         assert fp.requests[-1].stream is True
+
+
+@pytest.mark.parametrize("kind", ["openai", "groq", "anthropic"])
+async def test_computed_tool_arguments_are_written_once_when_the_fake_answers(kind: str) -> None:
+    """A time "in 3 seconds" must be written when the model answers, not when it was scripted."""
+    async with FakeProvider(kind) as fp:
+        seen_requests: list[int] = []
+
+        def when() -> dict[str, str]:
+            seen_requests.append(len(fp.requests))
+            return {"when": f"written after {len(fp.requests)} request(s)"}
+
+        fp.script("*", ToolCallReply("first", when, also=[("second", lambda: {"n": 2})]))
+        assert seen_requests == []  # scripting writes nothing
+        tools = [{"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": {}}}} for name in ("first", "second")]  # fmt: skip
+        response = await litellm.acompletion(
+            model=f"{kind}/m-1", api_base=fp.base_url, api_key="k", max_retries=0, timeout=5,
+            messages=[{"role": "user", "content": "hi"}], tools=tools,
+        )  # fmt: skip
+        calls = response.choices[0].message.tool_calls
+        assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+            ("first", {"when": "written after 1 request(s)"}),
+            ("second", {"n": 2}),
+        ]
+        assert seen_requests == [1]  # once, with the request in hand

@@ -12,11 +12,12 @@ Reply/ToolCallReply/Fault (extra response headers), for key-rotation and pacing 
 retry-storm and burst benchmarks.
 
 Chat tools: `ToolCallReply` answers with one tool call (or several, `also=[...]`), streaming or
-not, in the provider's own format; `Respond(fn)` computes the step from the request body (a
-summarising consolidation model, a model that reads its tool results). A ToolCallReply sent to a
-request that offers no tools, or says `tool_choice: none`, is answered with its `text` instead
-(as a real model then must). Each recorded request exposes `system_text()`, `tool_results()`,
-`tool_names()` and `tool_choice()` in one shape whatever the protocol.
+not, in the provider's own format, its arguments given or computed when it answers (a time "in
+3 seconds" written as a real model writes it); `Respond(fn)` computes the step from the request
+body (a summarising consolidation model, a model that reads its tool results). A ToolCallReply
+sent to a request that offers no tools, or says `tool_choice: none`, is answered with its `text`
+instead (as a real model then must). Each recorded request exposes `system_text()`,
+`tool_results()`, `tool_names()` and `tool_choice()` in one shape whatever the protocol.
 
 Usage::
 
@@ -96,23 +97,41 @@ class Reply:
     endless: bool = False
 
 
+Arguments = dict[str, Any] | str
+# Arguments computed when the fake answers: what a model writes from the time in its prompt.
+ArgumentsSource = Arguments | Callable[[], Arguments]
+
+
 @dataclass
 class ToolCallReply:
     """A tool call; a str `arguments` is sent verbatim (it may be invalid JSON on purpose).
 
+    `arguments` may be a callable returning them, called once when the fake answers the
+    request: a real model writes a time ("in 3 seconds") when it answers, from the current time
+    its prompt gives, not when the test scripted it.
+
     `also` adds further calls to the same answer (parallel tool calls), each a (name, arguments)
-    pair. `text` is said before the calls, or alone when the request allows no tool call.
+    pair, whose arguments may be callables too. `text` is said before the calls, or alone when
+    the request allows no tool call.
     """
 
     name: str = "save_memory"
-    arguments: dict[str, Any] | str = field(default_factory=dict)
+    arguments: ArgumentsSource = field(default_factory=dict)
     text: str = ""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     headers: dict[str, str] | None = None
-    also: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    also: list[tuple[str, ArgumentsSource]] = field(default_factory=list)
     chunk_chars: int = 8
     delay: float = 0.0
+
+    def written(self) -> ToolCallReply:
+        """This answer with its computed arguments called: the one the fake sends."""
+        return replace(
+            self,
+            arguments=_written(self.arguments),
+            also=[(name, _written(args)) for name, args in self.also],
+        )
 
     @property
     def arguments_text(self) -> str:
@@ -125,7 +144,13 @@ class ToolCallReply:
         ]
 
 
-def _arguments_text(arguments: dict[str, Any] | str) -> str:
+def _written(arguments: ArgumentsSource) -> Arguments:
+    return arguments() if callable(arguments) else arguments
+
+
+def _arguments_text(arguments: ArgumentsSource) -> str:
+    if callable(arguments):
+        raise TypeError("computed arguments are written when the fake answers (see written())")
     if isinstance(arguments, str):
         return arguments
     return json.dumps(arguments, ensure_ascii=False)
@@ -903,6 +928,8 @@ class FakeProvider:
                 return await self._fault(request, step, body, api_key, stream)
             if getattr(step, "delay", 0.0):
                 await asyncio.sleep(step.delay)  # type: ignore[union-attr]
+            if isinstance(step, ToolCallReply):
+                step = step.written()  # after any delay: the model writes as it answers
             if limit_headers:  # the provider's own headers on every answer, the step's win
                 step = replace(step, headers={**limit_headers, **(step.headers or {})})
             if stream:
