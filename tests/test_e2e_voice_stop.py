@@ -70,6 +70,34 @@ async def test_cancel_or_new_stops_a_transcription_and_keeps_the_note(
         assert len(bot.transcription_requests()) == 2
 
 
+async def test_forget_stops_a_transcription_and_offers_no_retry_of_what_it_deletes(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        bot.groq.script(WHISPER, Fault("hang"))
+        bot.send_media(OWNER, bot.voice(VOICE, duration=3))
+        await bot.wait(lambda: bool(bot.transcription_requests()))
+
+        bot.say(OWNER, "/forget")  # answered while the note's turn holds the chat
+        await bot.wait(lambda: any(m.reply_markup for m in bot.messages(OWNER)))
+        [prompt] = bot.messages(OWNER)
+        yes = prompt.button_data()[0]
+        bot.tg.push(bot.tg.make_callback_update(OWNER, OWNER, yes, message_id=prompt.message_id))
+        await bot.wait(lambda: bot.texts(OWNER)[-1] == t("forget_done"))
+        await bot.wait(lambda: bot.groq.hangs_cut == 1)
+        await bot.wait_idle(OWNER)
+
+        # The note is gone with the rest, and no Retry button points at it; its attempt is
+        # billed (the ledger outlives /forget).
+        # (The one message is the prompt, edited to its answer, its buttons gone.)
+        assert bot.texts(OWNER) == [t("forget_done")]
+        assert bot.messages(OWNER)[0].reply_markup is None
+        assert await bot.rows("SELECT * FROM media_inbox") == []
+        rows = await bot.rows("SELECT model_id, purpose, cost_usd, audio_seconds FROM usage")
+        assert rows == [CANCELLED_ATTEMPT]
+        assert len(bot.transcription_requests()) == 1
+
+
 async def test_a_graceful_stop_cuts_a_transcription_short_and_the_next_start_answers_it(
     tmp_path: Path,
 ) -> None:

@@ -32,6 +32,7 @@ from bot.handlers.media_limits import (
     refuse_download,
     spend_refusal,
 )
+from bot.turns.chat_turns import FORGETTING
 from bot.turns.turn import (
     TurnRequest,
     failure_reason,
@@ -80,8 +81,10 @@ async def transcribe_and_answer(
         current.append(row)
         try:
             return await _transcribe(services, bot, turn, row)
-        except asyncio.CancelledError:
-            await _transcription_stopped(services, bot, turn, row)
+        except asyncio.CancelledError as stop:
+            await _transcription_stopped(
+                services, bot, turn, row, forgetting=FORGETTING in stop.args
+            )
             raise
 
     async def stored(message: StoredMessage) -> None:
@@ -157,7 +160,7 @@ async def _transcribe(
 
 
 async def _transcription_stopped(
-    services: Services, bot: Any, request: TurnRequest, item: InboxItem
+    services: Services, bot: Any, request: TurnRequest, item: InboxItem, *, forgetting: bool
 ) -> None:
     """The note's turn was cancelled while it was downloaded or transcribed (the attempt in
     flight is billed by `_billed_transcription` all the same).
@@ -165,11 +168,15 @@ async def _transcription_stopped(
     A graceful stop holds the note's update for the next start (`held_on_stop`), which writes
     the row anew and transcribes it: this row goes, or it would stay behind, orphaned. Any
     other stop keeps the note for the Retry button, saying so: /cancel and /new stop the work,
-    not the user's words; a Retry cut short by a stop likewise."""
+    not the user's words; a Retry cut short by a stop likewise. /forget's stop offers nothing:
+    the forgetting deletes the note."""
     inbox = MediaInbox(services.db)
     if held_on_stop(services, request):
         await inbox.discard(item.id)
         log.info("transcription_held_for_restart", chat_id=request.chat_id, inbox_id=item.id)
+        return
+    if forgetting:
+        log.info("transcription_forgotten", chat_id=request.chat_id, inbox_id=item.id)
         return
     await inbox.mark_failed(item.id)
     key = "transcription_interrupted" if services.lifecycle.closing else "transcription_cancelled"

@@ -17,6 +17,10 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+# The cancellation message of /forget's stop (`cancel(reason=...)`): the work it stops keeps
+# nothing for later, since the forgetting deletes it.
+FORGETTING = "forgetting"
+
 
 class ChatTurns:
     """Per-chat locks (created lazily, dropped when idle) and the chat's running reply task."""
@@ -117,15 +121,16 @@ class ChatTurns:
         task = self._running.get(chat_id)
         return task is not None and not task.done()
 
-    async def cancel(self, chat_id: int, *, wait: float = 10.0) -> bool:
+    async def cancel(self, chat_id: int, *, wait: float = 10.0, reason: str | None = None) -> bool:
         """Cancel the chat's running reply and wait (bounded) until it has wound down.
 
         Waiting matters for /new: the cancelled reply stores what it showed, and that must
-        land in the old session, before the new one opens.
+        land in the old session, before the new one opens. `reason` is the cancellation's
+        message (`FORGETTING`), which the cancelled work reads from its CancelledError.
         """
         task = self._running.get(chat_id)
         if task is None or task.done():
             return False
-        task.cancel()
+        task.cancel(reason)
         await asyncio.wait({task}, timeout=wait)
         return True
