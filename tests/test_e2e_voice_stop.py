@@ -152,3 +152,46 @@ async def test_a_graceful_stop_cuts_a_transcription_short_and_the_next_start_ans
         cancelled, transcribed = (dict(r) for r in rows)
         assert cancelled == CANCELLED_ATTEMPT
         assert transcribed["model_id"] == WHISPER
+
+
+async def test_a_retry_cut_short_by_a_stop_gets_a_new_retry_button(tmp_path: Path) -> None:
+    db_path = tmp_path / "bot.sqlite3"
+    async with FakeServers() as fakes:
+        tg, groq, openai = fakes.tg, fakes.groq, fakes.openai
+        settings = fake_settings(
+            fakes, ALLOWED_USER_IDS=str(OWNER), DATABASE_PATH=db_path, SHUTDOWN_GRACE_SECONDS=0.2
+        )
+        # Every transcription model fails: the note is kept with a Retry button.
+        groq.script(WHISPER, *[Fault("server_500")] * 4)
+        openai.script("gpt-4o-mini-transcribe", Fault("bad_gateway_502"))
+        openai.script("whisper-1", Fault("server_500"))
+        bot = Served(settings)
+        stored = tg.add_file(VOICE, file_path="voice/file_1.oga")
+        media = {"voice": {**tg.file_fields(stored), "duration": 3, "mime_type": "audio/ogg"}}
+        tg.push(tg.make_media_update(OWNER, OWNER, media))
+        await tg.wait_for(lambda: any(m.reply_markup for m in tg.bot_messages(OWNER)), timeout=30)
+        [failed] = tg.bot_messages(OWNER)
+        [[button]] = failed.reply_markup["inline_keyboard"]  # type: ignore[index]
+
+        # Retry is pressed; the provider holds the upload; the bot stops.
+        groq.script(WHISPER, Fault("hang"))
+        before = len(groq.transcription_requests())
+        tg.push(
+            tg.make_callback_update(
+                OWNER, OWNER, button["callback_data"], message_id=failed.message_id
+            )
+        )
+        await tg.wait_for(lambda: len(groq.transcription_requests()) > before, timeout=30)
+        await bot.stop()
+        await tg.wait_for(lambda: groq.hangs_cut == 1, timeout=30)
+
+        # A press is not replayed: the user is told, with a new button for the same row.
+        assert query(db_path, "SELECT update_id FROM held_updates") == []
+        [(inbox_id, state)] = query(db_path, "SELECT id, state FROM media_inbox")
+        assert state == "failed"
+        interrupted = tg.bot_messages(OWNER)[-1]
+        assert interrupted.text == t("transcription_interrupted")
+        [[again]] = interrupted.reply_markup["inline_keyboard"]  # type: ignore[index]
+        assert again["callback_data"] == f"{RETRY_PREFIX}{inbox_id}"
+        rows = query(db_path, "SELECT model_id, purpose, cost_usd, audio_seconds FROM usage")
+        assert [dict(r) for r in rows] == [CANCELLED_ATTEMPT]
