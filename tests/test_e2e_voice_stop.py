@@ -14,6 +14,7 @@ from bot.handlers.voice import RETRY_PREFIX
 from bot.ui.i18n import t
 from tests.e2e_bot import OWNER, FakeServers, bot_under_test, fake_settings, query
 from tests.fakes.providers import Fault
+from tests.fakes.telegram import FakeTelegram
 from tests.test_e2e_media import GROQ_PER_SECOND, SPOKEN, VOICE, VOICE_SECONDS, answered
 from tests.test_shutdown_replay import Served
 
@@ -25,6 +26,13 @@ CANCELLED_ATTEMPT = {
     "cost_usd": pytest.approx(VOICE_SECONDS * GROQ_PER_SECOND),
     "audio_seconds": pytest.approx(VOICE_SECONDS),
 }
+
+
+def push_voice_note(tg: FakeTelegram) -> int:
+    """The owner sends VOICE as a voice note (to a bot run by `Served`); its update id."""
+    stored = tg.add_file(VOICE, file_path="voice/file_1.oga")
+    media = {"voice": {**tg.file_fields(stored), "duration": 3, "mime_type": "audio/ogg"}}
+    return tg.push(tg.make_media_update(OWNER, OWNER, media))
 
 
 @pytest.mark.parametrize(("command", "reply"), [("/cancel", "cancelled"), ("/new", "new_session")])
@@ -116,9 +124,7 @@ async def test_a_graceful_stop_cuts_a_transcription_short_and_the_next_start_ans
 
         # Run 1: the note's upload is at the provider, which holds it; stop.
         bot = Served(settings)
-        stored = tg.add_file(VOICE, file_path="voice/file_1.oga")
-        media = {"voice": {**tg.file_fields(stored), "duration": 3, "mime_type": "audio/ogg"}}
-        update_id = tg.push(tg.make_media_update(OWNER, OWNER, media))
+        update_id = push_voice_note(tg)
         await tg.wait_for(lambda: bool(groq.transcription_requests()), timeout=30)
         assert groq.hangs_cut == 0
         await bot.stop()  # bounded: the provider never answers of its own accord
@@ -166,9 +172,7 @@ async def test_a_retry_cut_short_by_a_stop_gets_a_new_retry_button(tmp_path: Pat
         openai.script("gpt-4o-mini-transcribe", Fault("bad_gateway_502"))
         openai.script("whisper-1", Fault("server_500"))
         bot = Served(settings)
-        stored = tg.add_file(VOICE, file_path="voice/file_1.oga")
-        media = {"voice": {**tg.file_fields(stored), "duration": 3, "mime_type": "audio/ogg"}}
-        tg.push(tg.make_media_update(OWNER, OWNER, media))
+        push_voice_note(tg)
         await tg.wait_for(lambda: any(m.reply_markup for m in tg.bot_messages(OWNER)), timeout=30)
         [failed] = tg.bot_messages(OWNER)
         [[button]] = failed.reply_markup["inline_keyboard"]  # type: ignore[index]
