@@ -6,6 +6,11 @@ downloaded and transcribed by the hidden transcription chain. The transcript is 
 and answered as if typed; it is what the session stores. If every transcription model fails
 the user is told, with a Retry button naming the inbox row (`retry_callback`: the row is claimed
 in one UPDATE, so two presses answer once).
+
+The transcription is the chat's turn in progress (`run_chat_turn` runs `prepare` as the chat's
+running work): /cancel and /new stop it and the note keeps a Retry button; a graceful stop gives
+it the grace of a reply, then cancels it and holds the update for the next start, which
+transcribes and answers the note (`_transcription_stopped`).
 """
 
 from __future__ import annotations
