@@ -2,6 +2,7 @@
 note stays, with its Retry button), and a graceful stop gives it the grace of a reply, cancels
 it, and holds its update, so the next start transcribes and answers it. Real PTB and litellm
 against the fakes; the fake Groq holds the upload (`Fault("hang")`) until the client hangs up.
+A document being read is a turn's preparation too: the last test holds one across a stop.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from bot.ui.i18n import t
 from tests.e2e_bot import OWNER, FakeServers, bot_under_test, fake_settings, query
 from tests.fakes.providers import Fault
 from tests.fakes.telegram import FakeTelegram
-from tests.test_e2e_media import GROQ_PER_SECOND, SPOKEN, VOICE, VOICE_SECONDS, answered
+from tests.hostile_pdfs import pdf_bomb
+from tests.test_e2e_media import BOMB_PAGES, GROQ_PER_SECOND, SPOKEN, VOICE, VOICE_SECONDS, answered
 from tests.test_shutdown_replay import Served
 
 WHISPER = "whisper-large-v3-turbo"
@@ -199,3 +201,37 @@ async def test_a_retry_cut_short_by_a_stop_gets_a_new_retry_button(tmp_path: Pat
         assert again["callback_data"] == f"{RETRY_PREFIX}{inbox_id}"
         rows = query(db_path, "SELECT model_id, purpose, cost_usd, audio_seconds FROM usage")
         assert [dict(r) for r in rows] == [CANCELLED_ATTEMPT]
+
+
+async def test_a_document_being_read_when_the_bot_stops_is_read_again_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """Every turn's preparation is the chat's running work, not only a transcription: a PDF
+    bomb being read in its child process gets the grace, then the read is cut off and the
+    message held; the next start reads it again and answers it."""
+    db_path = tmp_path / "bot.sqlite3"
+    async with FakeServers() as fakes:
+        tg = fakes.tg
+        settings = {"ALLOWED_USER_IDS": str(OWNER), "DATABASE_PATH": db_path}
+        bomb = tg.add_file(pdf_bomb(BOMB_PAGES), file_path="documents/bomb.pdf")
+        fields = {**tg.file_fields(bomb), "file_name": "bomb.pdf", "mime_type": "application/pdf"}
+
+        # Run 1: the read would take minutes (DOCUMENT_TIMEOUT past the test's bound on the stop).
+        bot = Served(
+            fake_settings(fakes, **settings, SHUTDOWN_GRACE_SECONDS=0.2, DOCUMENT_TIMEOUT=120)
+        )
+        update_id = tg.push(tg.make_media_update(OWNER, OWNER, {"document": fields}))
+        await tg.wait_for(lambda: bool(tg.downloads), timeout=30)  # the bomb is being read
+        await bot.stop()
+        assert [r[0] for r in query(db_path, "SELECT update_id FROM held_updates")] == [update_id]
+        assert tg.bot_messages(OWNER) == []
+
+        # Run 2: read again, under a bound that answers it.
+        bot = Served(fake_settings(fakes, **settings, DOCUMENT_TIMEOUT=2))
+        too_complex = t("document_too_complex", name="bomb.pdf", seconds="2")
+        await tg.wait_for(
+            lambda: [m.text for m in tg.bot_messages(OWNER)] == [too_complex], timeout=60
+        )
+        await bot.stop()
+        assert len(tg.downloads) == 2
+        assert query(db_path, "SELECT update_id FROM held_updates") == []
