@@ -120,6 +120,13 @@ class MediaInbox:
                 (to_iso(utc_now()), item_id),
             )
 
+    async def discard(self, item_id: int) -> None:
+        """The row of a note whose update is held for the next start, which writes it anew."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "DELETE FROM media_inbox WHERE id = ? AND state != 'done'", (item_id,)
+            )
+
     async def mark_failed(self, item_id: int) -> None:
         await self._set(item_id, "failed", None)
 

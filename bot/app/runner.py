@@ -6,8 +6,11 @@ A stop (SIGTERM, SIGINT) goes in this order, and each step exists so that nothin
    consolidation worker launches no new job (running ones get the grace period).
 2. Stop fetching updates (polling) or stop the webhook server (Telegram keeps and retries what
    it could not post).
-3. Replies being written get SHUTDOWN_GRACE_SECONDS to finish. A reply still running then is
-   ended with a note, and what was shown is stored.
+3. Replies being written, and turns still preparing (a voice note being transcribed, a photo
+   or document being fetched and read), get SHUTDOWN_GRACE_SECONDS to finish. A reply still
+   running then is ended with a note, and what was shown is stored; a preparation still running
+   is cancelled (an attempt in flight is billed) and its update held as in step 4, so
+   `application.stop()` below never waits for a transcription chain.
 4. Chat turns that had not started are *held*: their update (with any split-message parts) is
    written to `held_updates` instead of being answered. Telegram has already forgotten them —
    PTB confirms fetched updates on its next getUpdates, a webhook post was answered 200 — so

@@ -23,6 +23,7 @@ from telegram.ext import Application, CallbackQueryHandler, CommandHandler, Cont
 from bot.app.services import Services, services_of
 from bot.handlers.access import admit, say, user_language
 from bot.handlers.incoming import clean_text
+from bot.turns.chat_turns import FORGETTING
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.render import split_plain
@@ -198,7 +199,7 @@ async def forget_callback(update: Update, context: Context) -> None:
         # the wait, its session is gone and the store refuses the write.
         turns = services_of(context.application).turns
         async with turns.session_gate(chat_id):
-            await turns.cancel(chat_id)
+            await turns.cancel(chat_id, reason=FORGETTING)
             forgotten = await forget_chat(feature.repo.db, chat_id, to_iso(feature.worker.clock()))
         log.info(
             "memory_forgotten",

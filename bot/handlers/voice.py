@@ -6,10 +6,16 @@ downloaded and transcribed by the hidden transcription chain. The transcript is 
 and answered as if typed; it is what the session stores. If every transcription model fails
 the user is told, with a Retry button naming the inbox row (`retry_callback`: the row is claimed
 in one UPDATE, so two presses answer once).
+
+The transcription is the chat's turn in progress (`run_chat_turn` runs `prepare` as the chat's
+running work): /cancel and /new stop it and the note keeps a Retry button; a graceful stop gives
+it the grace of a reply, then cancels it and holds the update for the next start, which
+transcribes and answers the note (`_transcription_stopped`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import html
 import math
 from collections.abc import Awaitable, Callable
@@ -31,7 +37,14 @@ from bot.handlers.media_limits import (
     refuse_download,
     spend_refusal,
 )
-from bot.turns.turn import TurnRequest, failure_reason, run_chat_turn, send_plain
+from bot.turns.chat_turns import FORGETTING
+from bot.turns.turn import (
+    TurnRequest,
+    failure_reason,
+    held_on_stop,
+    run_chat_turn,
+    send_plain,
+)
 from bot.ui.i18n import t
 from bot.ui.render import utf16_len
 from memory.audio import ogg_seconds
@@ -71,7 +84,13 @@ async def transcribe_and_answer(
     async def prepare(turn: TurnRequest) -> TurnRequest | None:
         row = item if isinstance(item, InboxItem) else await item()
         current.append(row)
-        return await _transcribe(services, bot, turn, row)
+        try:
+            return await _transcribe(services, bot, turn, row)
+        except asyncio.CancelledError as stop:
+            await _transcription_stopped(
+                services, bot, turn, row, forgetting=FORGETTING in stop.args
+            )
+            raise
 
     async def stored(message: StoredMessage) -> None:
         await MediaInbox(services.db).mark_done(current[-1].id, message.id)
@@ -115,14 +134,11 @@ async def _transcribe(
             inbox_id=item.id,
             attempts=[f"{a.model_id}@{a.gateway}:{a.outcome}" for a in exc.attempts],
         )
-        button = InlineKeyboardButton(
-            t("retry_button", lang), callback_data=f"{RETRY_PREFIX}{item.id}"
-        )
         await send_plain(
             bot,
             request,
             t("transcription_failed", lang, reason=failure_reason(exc, lang)),
-            reply_markup=InlineKeyboardMarkup([[button]]),
+            reply_markup=_retry_markup(item, lang),
         )
         return None
     log.info(
@@ -146,6 +162,38 @@ async def _transcribe(
         note = t("transcript_trimmed", lang, kept=f"{total - cut:,}", total=f"{total:,}")
         await send_plain(bot, request, note)
     return replace(request, text=caption + text, media=item.media())
+
+
+async def _transcription_stopped(
+    services: Services, bot: Any, request: TurnRequest, item: InboxItem, *, forgetting: bool
+) -> None:
+    """The note's turn was cancelled while it was downloaded or transcribed (the attempt in
+    flight is billed by `_billed_transcription` all the same).
+
+    A graceful stop holds the note's update for the next start (`held_on_stop`), which writes
+    the row anew and transcribes it: this row goes, or it would stay behind, orphaned. Any
+    other stop keeps the note for the Retry button, saying so: /cancel and /new stop the work,
+    not the user's words; a Retry cut short by a stop likewise. /forget's stop offers nothing:
+    the forgetting deletes the note."""
+    inbox = MediaInbox(services.db)
+    if held_on_stop(services, request):
+        await inbox.discard(item.id)
+        log.info("transcription_held_for_restart", chat_id=request.chat_id, inbox_id=item.id)
+        return
+    if forgetting:
+        log.info("transcription_forgotten", chat_id=request.chat_id, inbox_id=item.id)
+        return
+    await inbox.mark_failed(item.id)
+    key = "transcription_interrupted" if services.lifecycle.closing else "transcription_cancelled"
+    log.info("transcription_stopped", chat_id=request.chat_id, inbox_id=item.id, note=key)
+    lang = request.language
+    await send_plain(bot, request, t(key, lang), reply_markup=_retry_markup(item, lang))
+
+
+def _retry_markup(item: InboxItem, lang: str | None) -> InlineKeyboardMarkup:
+    """The Retry button under a note that was not transcribed (`retry_callback`)."""
+    button = InlineKeyboardButton(t("retry_button", lang), callback_data=f"{RETRY_PREFIX}{item.id}")
+    return InlineKeyboardMarkup([[button]])
 
 
 def audio_seconds(item: InboxItem, audio: bytes) -> float:

@@ -3,7 +3,9 @@
 Updates are processed concurrently across chats (PTB's concurrent updates), but a chat's own
 turns run one at a time and in arrival order: a second message waits for the first reply to
 finish, so the model always sees the conversation as the user wrote it. /cancel and /new do not
-take the lock; they cancel the running reply directly.
+take the lock; they cancel the chat's running work directly: the reply, or before it the turn's
+preparation (a voice note being transcribed, a photo downloaded, a document read), which is
+registered the same way so that /cancel, /new and a graceful stop reach it too.
 """
 
 from __future__ import annotations
@@ -11,7 +13,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# The cancellation message of /forget's stop (`cancel(reason=...)`): the work it stops keeps
+# nothing for later, since the forgetting deletes it.
+FORGETTING = "forgetting"
 
 
 class ChatTurns:
@@ -72,13 +80,13 @@ class ChatTurns:
         """Run `work` as the chat's running reply, which /cancel and /new may cancel."""
         await self.join(chat_id, self.begin(chat_id, work))
 
-    def begin(self, chat_id: int, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """Register `work` as the chat's running reply (cancellable from now on)."""
+    def begin(self, chat_id: int, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Register `work` as the chat's running reply or preparation (cancellable from now on)."""
         task = asyncio.create_task(work)
         self._running[chat_id] = task
         return task
 
-    async def join(self, chat_id: int, task: asyncio.Task[None]) -> None:
+    async def join(self, chat_id: int, task: asyncio.Task[Any]) -> None:
         """Wait for a reply started with `begin`; its cancellation ends it quietly."""
         try:
             await task
@@ -113,15 +121,16 @@ class ChatTurns:
         task = self._running.get(chat_id)
         return task is not None and not task.done()
 
-    async def cancel(self, chat_id: int, *, wait: float = 10.0) -> bool:
+    async def cancel(self, chat_id: int, *, wait: float = 10.0, reason: str | None = None) -> bool:
         """Cancel the chat's running reply and wait (bounded) until it has wound down.
 
         Waiting matters for /new: the cancelled reply stores what it showed, and that must
-        land in the old session, before the new one opens.
+        land in the old session, before the new one opens. `reason` is the cancellation's
+        message (`FORGETTING`), which the cancelled work reads from its CancelledError.
         """
         task = self._running.get(chat_id)
         if task is None or task.done():
             return False
-        task.cancel()
+        task.cancel(reason)
         await asyncio.wait({task}, timeout=wait)
         return True

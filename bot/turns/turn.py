@@ -139,6 +139,13 @@ async def send_plain(bot: Bot, request: TurnRequest, text: str, **kwargs: Any) -
         log.warning("reply_failed", chat_id=request.chat_id, error=str(exc))
 
 
+def held_on_stop(services: Services, request: TurnRequest) -> bool:
+    """Whether a turn whose preparation a stop cut short is held for the next start: only one
+    keyed by its update (a message), which the next start replays once; a Retry press has no
+    update worth replaying (Telegram has long forgotten the query by then)."""
+    return services.lifecycle.closing and request.turn_key is not None
+
+
 async def run_chat_turn(
     services: Services,
     bot: Bot,
@@ -154,7 +161,9 @@ async def run_chat_turn(
 
     `prepare` runs inside the chat's turn, before anything is stored: a voice note is
     transcribed there, so it is answered in the order it was sent. It returns the request to
-    store and answer, or None when there is nothing to answer (it has told the user why).
+    store and answer, or None when there is nothing to answer (it has told the user why). It
+    runs as the chat's running work (`ChatTurns.begin`), cancellable as a reply is; if a stop
+    cancels it, the update is held (`held_on_stop`).
     `on_stored` is told the stored user message (a voice note's inbox row points at it).
     """
     # While the bot is stopping, a turn that has not started is held back (see bot/lifecycle).
@@ -181,7 +190,17 @@ async def run_chat_turn(
             log.info("turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key)
             return
         if prepare is not None:
-            prepared = await prepare(request)
+            # The preparation is the chat's turn in progress, like the reply after it: /cancel
+            # and /new stop it, a graceful stop gives it the grace and then cancels it.
+            preparing = turns.begin(request.chat_id, prepare(request))
+            await turns.join(request.chat_id, preparing)
+            if preparing.cancelled():
+                if held_on_stop(services, request):
+                    # Cut short by a stop: the update is kept and handled afresh at the next
+                    # start (bot/app/lifecycle.py), so the note, photo or document is not lost.
+                    await services.lifecycle.hold_current()
+                return
+            prepared = preparing.result()
             if prepared is None:
                 return
             request = prepared

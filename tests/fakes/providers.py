@@ -745,6 +745,7 @@ class FakeProvider:
         self.gate: asyncio.Event | None = None
         self.answered = 0  # requests whose answer was sent (or failed) after the gate
         self.streams_cut = 0  # streamed answers the client hung up on before their end
+        self.hangs_cut = 0  # requests held by Fault("hang") until the client hung up
         self.rate_limited_at: list[float] = []
         # Wire model -> TOOL_CHOICE_REFUSALS key: that model answers every request that forces
         # a tool with the refusal (HTTP 400), as a provider does; automatic choice works.
@@ -1429,7 +1430,11 @@ class FakeProvider:
         if kind == "empty_200":
             return await self._empty(request, body, stream, headers)
         if kind == "hang":
-            await asyncio.sleep(3600)  # the client gives up; server cleanup cancels us
+            # Held until the client gives up (its hang-up is counted) or server cleanup.
+            # aiohttp tells a handler nothing when its client hangs up, so the fake looks.
+            while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            self.hangs_cut += 1
             return web.Response(status=504)
         if kind == "disconnect":
             _drop(request)
