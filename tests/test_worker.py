@@ -207,6 +207,9 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
         )
         second = next(pid for pid in WORKER.pids if pid != first)
         assert _parent_pid(second) == first
+        # The copy made the warm-up's first calls on its own loop before it took a call.
+        [copy] = [w for w in WORKER.workers if w.pid == second]
+        assert copy.warmed and copy.warmed == WORKER.workers[0].warmed
         two = asyncio.create_task(read())
         port = _port(fake_openai.base_url)
         await wait_until(lambda: _peer_pids(port) == {first, second}, "both to stream", 10.0)
