@@ -22,8 +22,9 @@ The bot depends on a worker for every answer, so the pool supervises them:
   `idle_s` without calls. One that starts under load is a copy of a ready worker (`fork`, on
   the spare socket each spawned worker gets): a spawned one would spend seconds of CPU
   importing litellm inside the rush that asked for it. On 2 cores, 100 conversations starting
-  within a second: intake p99 26–449 ms (median 192) with copies, 253–549 ms spawning, 38 ms
-  with two at rest (benchmarks/turn_overhead.py);
+  within a second: intake p99 36–296 ms (median 128, 12 runs) with a copy that makes the
+  warm-up's first calls on its own loop before it serves, 204–320 ms with one that did not,
+  253–549 ms spawning (benchmarks/turn_overhead.py);
 - start-up (`start_timeout_s`) and stop (`STOP_GRACE_S`) are bounded.
 
 Everything runs on the caller's loop. The processes outlive a loop (tests run one loop per

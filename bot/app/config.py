@@ -200,8 +200,8 @@ def provider_workers(
     fewer than PROVIDER_WORKERS_AT_REST). PROVIDER_WORKERS_AT_REST run at rest (1 by default);
     another starts only under load (one worker uses at most one core; measured with
     benchmarks/turn_overhead.py on 2 cores at 100 conversations starting within a second, one
-    worker alone gave an intake p99 of 0.47–0.86 s, a second forked under load 26–449 ms
-    (median 192), two warm from the start 38 ms)."""
+    worker alone gave an intake p99 of 0.47–0.86 s, a second forked under load 36–296 ms
+    (median 128 over 12 runs), two from the start 27–303 ms)."""
     if settings.PROVIDER_WORKERS is not None:
         return settings.PROVIDER_WORKERS
     cpus = _usable_cpus() if cpus is None else cpus
