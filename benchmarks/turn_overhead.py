@@ -125,22 +125,22 @@ def family(pid: int) -> list[int]:
 
 def rss_mib(pid: int) -> float:
     """Resident memory of the bot and its provider workers together."""
-    total = 0.0
-    for member in family(pid):
-        for line in Path(f"/proc/{member}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) / 1024
-    return total
+    return _family_mib(pid, "status", "VmRSS:")
 
 
 def pss_mib(pid: int) -> float:
     """Proportional memory of the bot and its workers: a page that n of them share counts 1/n
     to each. A worker forked from another shares its imports with it, which a sum of RSS
     counts twice; the sum of PSS is what the family takes from the machine."""
+    return _family_mib(pid, "smaps_rollup", "Pss:")
+
+
+def _family_mib(pid: int, proc_file: str, field: str) -> float:
+    """`field` (in kB) of /proc/<pid>/`proc_file`, summed over the bot and its descendants."""
     total = 0.0
     for member in family(pid):
-        for line in Path(f"/proc/{member}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
+        for line in Path(f"/proc/{member}/{proc_file}").read_text().splitlines():
+            if line.startswith(field):
                 total += int(line.split()[1]) / 1024
     return total
 
