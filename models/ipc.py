@@ -27,8 +27,8 @@ _LENGTH = struct.Struct("!I")
 # A photo crosses as a data URL (~27 MB for Telegram's largest); a few of them fit.
 MAX_FRAME = 256 * 1024 * 1024
 
-# (status, headers, error body) of the last HTTP response the worker saw for one call, and how
-# many seconds before this message its request left (None: it never did).
+# (status, headers, error body) of the last HTTP response the worker saw for one call, and when
+# its request left, on the machine's monotonic clock (time.monotonic(); None: it never did).
 WireFields = tuple[int | None, dict[str, str], Any, float | None]
 
 

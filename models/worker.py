@@ -20,7 +20,7 @@ The bot depends on a worker for every answer, so the pool supervises them:
 - `at_rest` workers (one by default) run at rest; another (up to `max_workers`) starts while
   every worker has `scale_calls` calls in flight or uses `scale_cpu` of a core, and stops after
   `idle_s` without calls. One that starts under load is a copy of a ready worker (`fork`, on
-  the spare socket each spawned worker gets): a spawned one would spend seconds of CPU
+  a spare socket of those each spawned worker gets): a spawned one would spend seconds of CPU
   importing litellm inside the rush that asked for it. On 2 cores, 100 conversations starting
   within a second: intake p99 36–296 ms (median 128, 12 runs) with a copy that makes the
   warm-up's first calls on its own loop before it serves, 204–320 ms with one that did not,
@@ -72,6 +72,9 @@ STOP_GRACE_S = 5.0  # a stopped worker's time to leave before it is killed
 RESTART_BACKOFF_S = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 YOUNG_S = 30.0  # a worker lost sooner than this after its start counts towards the backoff
 EXTRA_WORKER_NICE = 10  # an extra worker's priority (see `_start`)
+# Copies one spawned worker can make (`fork`): an extra worker retires after a quiet spell, and
+# each later rush that needs one forks again. Past these, an extra one is spawned.
+SPARE_SOCKETS = 8
 
 # What the worker's environment keeps of ours: what Python, litellm, TLS, proxies and our logging
 # read. Never the bot token or provider keys (a call carries the one key it is sent with).
@@ -133,15 +136,17 @@ class _Call:
         self.gate_wait: asyncio.Task[None] | None = None
 
     def note(self, wire: WireFields) -> None:
-        status, headers, error_body, left_s_ago = wire
+        status, headers, error_body, left_at = wire
         if self.record is not None:
             self.record.status, self.record.headers, self.record.error_body = (
                 status,
                 headers,
                 error_body,
             )
-        if left_s_ago is not None and self.paced_by is not None:
-            self.paced_by.left(left_s_ago)
+        if left_at is not None and self.paced_by is not None:
+            # One monotonic clock for every process of the machine: the age is exact here,
+            # where an age taken in the worker would also count the report's way to us.
+            self.paced_by.left(max(0.0, time.monotonic() - left_at))
             self.paced_by = None
 
     def fail(self, error: BaseException) -> None:
@@ -232,7 +237,7 @@ class ProviderWorker:
         self.state = "new"  # new → starting → ready → (draining →) stopped | lost
         self.process: subprocess.Popen[bytes] | ForkedProcess | None = None
         self._sock: socket.socket | None = None
-        self._spare: socket.socket | None = None  # our end of the socket a copy would serve on
+        self._spares: dict[int, socket.socket] = {}  # our ends of the sockets copies serve on
         self._link: _Link | None = None
         self._ids = itertools.count(1)
         self.calls: dict[int, _Call] = {}
@@ -255,7 +260,7 @@ class ProviderWorker:
 
     @property
     def can_fork(self) -> bool:
-        return self._spare is not None
+        return bool(self._spares)
 
     @property
     def in_flight(self) -> int:
@@ -348,16 +353,18 @@ class ProviderWorker:
         return await first
 
     async def fork(self) -> tuple[int, socket.socket] | None:
-        """A copy of this worker, serving on the spare socket it was started with: its pid and
-        our end of that socket; None when it has no spare or cannot (the caller spawns)."""
-        spare, self._spare = self._spare, None
-        if spare is None or not self.usable:
-            if spare is not None:
-                spare.close()
+        """A copy of this worker, serving on a spare socket it was started with: its pid and
+        our end of that socket; None when it has no spare left or cannot (the caller spawns)."""
+        if not self._spares:
+            return None
+        index = min(self._spares)
+        spare = self._spares.pop(index)
+        if not self.usable:
+            spare.close()
             return None
         try:
             async with asyncio.timeout(self.pool.settings.start_timeout_s):
-                pid = await self.request("fork")
+                pid = await self.request("fork", index)
         except (TimeoutError, WorkerLost):
             pid = None
         if not isinstance(pid, int):
@@ -485,13 +492,13 @@ class ProviderWorker:
 
     def _spawn(self) -> socket.socket:
         """A new process (it imports litellm: seconds of CPU); our end of its socket. When the
-        pool may run more than one worker it also gets a spare socket, to serve a copy of
-        itself on (`fork`)."""
+        pool may run more than one worker it also gets `SPARE_SOCKETS` spare sockets, to serve
+        copies of itself on (`fork`): one per rush that needs an extra worker, since an extra
+        one retires after a quiet spell and the next rush asks again."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        spare: tuple[socket.socket, socket.socket] | None = None
-        if self.pool.settings.max_workers > 1:
-            spare = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        fds = [theirs.fileno()] + ([spare[1].fileno()] if spare else [])
+        count = SPARE_SOCKETS if self.pool.settings.max_workers > 1 else 0
+        spares = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(count)]
+        fds = [theirs.fileno()] + [spare[1].fileno() for spare in spares]
         try:
             # Not asyncio's subprocess: its child watcher ties the process to one loop, and a
             # worker outlives loops (see the module docstring). Spawning does not block long.
@@ -505,15 +512,15 @@ class ProviderWorker:
             )
         except BaseException:
             ours.close()
-            if spare:
+            for spare in spares:
                 spare[0].close()
             self.state = "lost"
             raise
         finally:
             theirs.close()
-            if spare:
+            for spare in spares:
                 spare[1].close()
-        self._spare = spare[0] if spare else None
+        self._spares = {index: spare[0] for index, spare in enumerate(spares)}
         return ours
 
     async def _attach(self, *, starting: bool = False) -> None:
@@ -538,10 +545,10 @@ class ProviderWorker:
         self.pool.watch()
 
     def _close_sockets(self) -> None:
-        for sock in (self._sock, self._spare):
+        for sock in (self._sock, *self._spares.values()):
             if sock is not None:
                 sock.close()
-        self._spare = None
+        self._spares = {}
 
     def _detach(self, error: BaseException | None) -> None:
         link, self._link = self._link, None
@@ -863,7 +870,7 @@ class WorkerPool:
         return chosen
 
     async def fork_a_ready_worker(self) -> tuple[int, socket.socket] | None:
-        """A copy of a ready worker that still has its spare socket (see `ProviderWorker.fork`),
+        """A copy of a ready worker that still has a spare socket (see `ProviderWorker.fork`),
         or None: the new worker is spawned."""
         for worker in list(self.workers):
             if worker.usable and worker.can_fork:

@@ -28,7 +28,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -101,9 +100,9 @@ class _RemoteGate:
 
 
 class _Worker:
-    def __init__(self, writer: asyncio.StreamWriter, spare: int | None = None) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, spares: dict[int, int] | None = None) -> None:
         self._writer = writer
-        self._spare = spare  # the socket a worker forked from us serves on (`_fork`)
+        self._spares = spares or {}  # the sockets workers forked from us serve on (`_fork`)
         self._pools: dict[int, ClientPool] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.gates: dict[int, asyncio.Future[None]] = {}
@@ -146,7 +145,8 @@ class _Worker:
             if task is not None:
                 task.cancel()
         elif kind == "fork":
-            self._track(message[1], self._fork())
+            _, call_id, index = message
+            self._track(call_id, self._fork(index))
         elif kind == "prepare":
             _, call_id, specs = message
             self._track(call_id, self._prepare(specs))
@@ -169,12 +169,12 @@ class _Worker:
         self._tasks[call_id] = task
         task.add_done_callback(lambda _, i=call_id: self._tasks.pop(i, None))
 
-    async def _fork(self) -> int | None:
+    async def _fork(self, index: int) -> int | None:
         """Start another worker as a copy of this one: it imports nothing, where a new process
         spends seconds of CPU importing litellm, in the middle of the rush that asked for it.
-        The copy serves on the spare socket the bot gave us at our start (one each); its pid,
-        or None without a spare."""
-        spare, self._spare = self._spare, None
+        The copy serves on the spare socket `index` of those the bot gave us at our start; its
+        pid, or None without that spare."""
+        spare = self._spares.pop(index, None)
         if spare is None:
             return None
         forked: concurrent.futures.Future[int] = concurrent.futures.Future()
@@ -276,8 +276,7 @@ class _Worker:
 
 
 def _wire(record: WireRecord) -> WireFields:
-    left = None if record.left_at is None else time.monotonic() - record.left_at
-    return record.status, record.headers, record.error_body, left
+    return record.status, record.headers, record.error_body, record.left_at
 
 
 async def _warm_litellm(model_names: Sequence[str]) -> None:
@@ -303,9 +302,9 @@ async def _warm_litellm(model_names: Sequence[str]) -> None:
             continue
 
 
-async def serve(sock: socket.socket, spare: int | None = None) -> None:
+async def serve(sock: socket.socket, spares: dict[int, int] | None = None) -> None:
     reader, writer = await asyncio.open_unix_connection(sock=sock)
-    worker = _Worker(writer, spare)
+    worker = _Worker(writer, spares)
     asyncio.get_running_loop().set_exception_handler(_loop_errors)
     worker.send(("ready", os.getpid()))
     try:
@@ -382,10 +381,10 @@ def _serve_forked(fd: int) -> NoReturn:
 
 
 def main() -> None:
-    """`python -c ... main()` with the socket's descriptor (and, when the bot may ask for a
-    copy of us, a spare socket's) as the last arguments."""
+    """`python -c ... main()` with the socket's descriptor (and, when the bot may ask for
+    copies of us, the spare sockets') as the last arguments."""
     sock = socket.socket(fileno=int(sys.argv[2]))
-    spare = int(sys.argv[3]) if len(sys.argv) > 3 else None
+    spares = dict(enumerate(int(fd) for fd in sys.argv[3:]))
     _log_through_the_scrubber()
     # Ctrl-C in a terminal (and a stop sent to the whole group) reaches us with the bot: the bot
     # stops gracefully and still needs us for the replies it lets finish. We leave when it has
@@ -396,7 +395,7 @@ def main() -> None:
     # Everything imported so far lives as long as the process: keep it out of collections.
     gc.collect()
     gc.freeze()
-    asyncio.run(serve(sock, spare))
+    asyncio.run(serve(sock, spares))
 
 
 def _loop_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from contextlib import aclosing
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import models.worker as worker_module
 from models.ipc import ClientSpec
 from models.types import Outcome, Spend, StreamDone, StreamRestart, TextDelta
 from models.wire import start_record
@@ -223,12 +224,14 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
 
 
 async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retire(
-    fake_openai, fake_groq, fake_anthropic
+    fake_openai, fake_groq, fake_anthropic, monkeypatch
 ) -> None:
     """PROVIDER_WORKERS_AT_REST=2: both start at warm-up, before any load, at the bot's own
-    priority (the second a copy of the first); a third one started by load is spawned (the
-    first's spare socket went to the second) at nice 10, and is retired after its idle spell;
-    the two at rest are not."""
+    priority (the second a copy of the first); a third one started by load is a copy too, and
+    retires after its idle spell while the two at rest stay. The next rush forks again, on
+    another spare socket; with the spares used up (three here) the extra one is spawned, at
+    nice 10 while it imports."""
+    monkeypatch.setattr(worker_module, "SPARE_SOCKETS", 3)
     await WORKER.aclose()  # from a pool with no worker: which one has a spare is known
     WORKER.configure(
         WorkerSettings(max_workers=3, at_rest=2, scale_calls=1, idle_s=0.5, heartbeat_s=2.0)
@@ -245,25 +248,34 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
         first, second = WORKER.pids
         assert _parent_pid(second) == first  # a copy: no second import of litellm
         assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in at_rest] == [0, 0]
-        for _ in range(2):
-            fake_openai.script("gpt-5", Reply(LONG * 4, chunk_chars=16, chunk_delay=0.05))
 
-        async def read() -> None:
-            async for _ in t.stream("gpt-5", HI, timeout=5):
-                pass
+        async def rush() -> tuple[int, int]:
+            """One rush that starts an extra worker: its parent's pid and its priority."""
+            for _ in range(2):
+                fake_openai.script("gpt-5", Reply(LONG * 4, chunk_chars=16, chunk_delay=0.05))
 
-        streams = [asyncio.create_task(read()) for _ in range(2)]
-        await wait_until(lambda: len(WORKER.workers) == 3, "a third worker under load", 10.0)
-        [extra] = [w for w in WORKER.workers if w.pid not in at_rest]
-        await wait_until(lambda: extra.pid is not None, "the third worker to be spawned", 10.0)
-        assert extra.pid is not None and _parent_pid(extra.pid) == os.getpid()
-        assert os.getpriority(os.PRIO_PROCESS, extra.pid) == 10
-        for task in streams:
-            task.cancel()
-        await asyncio.gather(*streams, return_exceptions=True)
-        await wait_until(lambda: extra not in WORKER.workers, "the idle extra to retire", 60.0)
-        assert set(WORKER.pids) == at_rest
-        assert all(w.state == "ready" for w in WORKER.workers)
+            async def read() -> None:
+                async for _ in t.stream("gpt-5", HI, timeout=5):
+                    pass
+
+            streams = [asyncio.create_task(read()) for _ in range(2)]
+            await wait_until(lambda: len(WORKER.workers) == 3, "a third worker under load", 10.0)
+            [extra] = [w for w in WORKER.workers if w.pid not in at_rest]
+            await wait_until(lambda: extra.pid is not None, "the third worker's process", 10.0)
+            assert extra.pid is not None
+            seen = (_parent_pid(extra.pid), os.getpriority(os.PRIO_PROCESS, extra.pid))
+            for task in streams:
+                task.cancel()
+            await asyncio.gather(*streams, return_exceptions=True)
+            await wait_until(lambda: extra not in WORKER.workers, "the idle extra to retire", 60)
+            assert set(WORKER.pids) == at_rest
+            assert all(w.state == "ready" for w in WORKER.workers)
+            return seen
+
+        assert await rush() == (first, 0)  # a copy of the first, at the bot's priority
+        assert await rush() == (first, 0)  # the next rush: a copy again, on another spare
+        # The first's spares are used up (the second at rest took one): spawned, niced.
+        assert await rush() == (os.getpid(), 10)
     finally:
         await t.aclose()  # the pool is reset after each test (tests/conftest.py)
 
