@@ -204,17 +204,19 @@ def _anthropic(lowered: Mapping[str, str], now: datetime) -> list[Window]:
     windows = []
     for name in ("requests", "tokens", "input-tokens", "output-tokens"):
         prefix = f"anthropic-ratelimit-{name}"
-        stamp = lowered.get(f"{prefix}-reset")
+        moment = _moment(lowered.get(f"{prefix}-reset"))
         window = _window(
             name,
             "requests" if name == "requests" else "tokens",
             MINUTE,
             lowered.get(f"{prefix}-limit"),
             lowered.get(f"{prefix}-remaining"),
-            _timestamp(stamp, now),
+            None if moment is None else max(0.0, (moment - now).total_seconds()),
         )
         if window is not None:
-            windows.append(replace(window, reset_late_s=_stamp_resolution_s(stamp)))
+            # A stamp to the whole second (no fraction) may stand for a moment a second later.
+            late = 1.0 if moment is not None and moment.microsecond == 0 else 0.0
+            windows.append(replace(window, reset_late_s=late))
     return windows
 
 
@@ -252,15 +254,3 @@ def _moment(value: str | None) -> datetime | None:
     except ValueError:
         return None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def _timestamp(value: str | None, now: datetime) -> float | None:
-    """RFC 3339 → seconds from `now`."""
-    moment = _moment(value)
-    return None if moment is None else max(0.0, (moment - now).total_seconds())
-
-
-def _stamp_resolution_s(value: str | None) -> float:
-    """1.0 for a stamp to the whole second (no fraction), else 0.0."""
-    moment = _moment(value)
-    return 1.0 if moment is not None and moment.microsecond == 0 else 0.0
