@@ -141,8 +141,8 @@ def _write(root: Path, files: dict[str, str]) -> dict[str, Path]:
     [
         # a lazy import inside a function
         {
-            "memory/store.py": "def f():\n    from memory.jobs import x\n",
-            "memory/jobs.py": "from memory.store import y\n",
+            "memory/store.py": "def f():\n    from memory.consolidation.jobs import x\n",
+            "memory/consolidation/jobs.py": "from memory.store import y\n",
         },
         # a cycle only type checkers follow
         {
@@ -179,7 +179,7 @@ def test_layer_check_flags_upward_and_telegram_imports(tmp_path: Path) -> None:
     assert [p.split(":")[0] for p in problems] == ["agent/z.py", "memory/y.py", "models/x.py"]
 
 
-# litellm and the OpenAI SDK live in the provider worker (models/worker.py). Loaded in the bot
+# litellm and the OpenAI SDK live in the provider worker (models/worker/pool.py). Loaded in the bot
 # too, they would cost the bot ~150 MB of memory and their CPU would share the chat loop's GIL.
 WORKER_ONLY = ("litellm", "openai")
 BOT_ENTRY = "bot.__main__"
@@ -218,8 +218,8 @@ def test_no_module_of_the_bot_process_imports_litellm_anywhere() -> None:
     reach: a lazy import on a path no test runs is found too."""
     modules = our_modules()
     reached = bot_process_modules(modules)
-    assert {"bot.app.wiring", "agent.loop", "models.transport", "models.worker"} <= reached
-    assert "models.worker_child" not in reached
+    assert {"bot.wiring", "agent.loop", "models.transport", "models.worker.pool"} <= reached
+    assert "models.worker.child" not in reached
     assert worker_imports_in_the_bot(modules) == []
 
 
