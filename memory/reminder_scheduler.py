@@ -37,6 +37,10 @@ log = structlog.get_logger("memory.reminder_scheduler")
 LATE_AFTER = timedelta(seconds=60)
 RETRY_DELAYS_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 MAX_SLEEP_S = 300.0  # re-read the next due time at least this often (a changed system clock)
+# The shortest wait when a look found something due but could start nothing (the book and the
+# clock disagreeing, say): a pause, so that such a state costs a few looks a second instead of
+# a loop that never yields.
+IDLE_LOOK_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -132,22 +136,28 @@ class ReminderScheduler:
                 await asyncio.wait(late)
 
     async def _run(self) -> None:
+        """Every pass ends in a wait that can block: for the wake event (a finished send, a
+        `notify`) or for the next due moment. The bot has one event loop; a pass that could
+        come round without blocking would freeze every chat, /healthz and the watchdog pings."""
         while True:
             self._wake.clear()
             try:
-                await self._dispatch()
+                started = await self._dispatch()
                 timeout = await self._sleep_for()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("reminder_scheduler_error")
-                timeout = 5.0
+                started, timeout = 0, 5.0
+            if timeout <= 0 and not started:
+                timeout = IDLE_LOOK_S  # something is due, yet nothing could start: pause
             if timeout > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
 
-    async def _dispatch(self) -> None:
-        """Start sends while there is room: retries that are due, then new claims."""
+    async def _dispatch(self) -> int:
+        """Start sends while there is room: retries that are due, then new claims. Returns how
+        many started."""
         now = self.clock()
         free = self.concurrency - len(self._sending)
         ready = [r for r in self._retries if r[0] <= now][: max(free, 0)]
@@ -155,20 +165,26 @@ class ReminderScheduler:
             self._retries.remove(retry)
             self._send(retry[2], retry[1])
         free -= len(ready)
+        started = len(ready)
         if free > 0:
             for claim in await self.book.claim_due(now, free):
                 self._send(claim, 0)
+                started += 1
+        return started
 
     async def _sleep_for(self) -> float:
-        """Seconds until something is due; 0 to look again at once."""
+        """Seconds to wait for a wake-up before looking again; 0 to look again at once.
+
+        With every slot busy nothing can start, however much is due (a retry, a claim left by
+        a crash), so the wait is for the wake-up a finished send gives, not for a due time:
+        a due time already past would make the wait 0 and the loop would spin."""
+        if len(self._sending) >= self.concurrency:
+            return MAX_SLEEP_S
         now = self.clock()
         moments = [when for when, _, _ in self._retries]
-        if len(self._sending) < self.concurrency:
-            next_due = await self.book.next_due()
-            if next_due is not None:
-                moments.append(next_due)
-        elif not moments:
-            return MAX_SLEEP_S  # full: a finished send wakes us
+        next_due = await self.book.next_due()
+        if next_due is not None:
+            moments.append(next_due)
         if not moments:
             return MAX_SLEEP_S
         seconds = (min(moments) - now).total_seconds()

@@ -4,8 +4,11 @@ It runs in both polling and webhook mode on its own port (HEALTH_PORT), bound to
 default so only the host's monitor (or a reverse proxy the operator sets up) can reach it. The
 figures come from a callable so this module knows nothing of the store or the worker.
 
-200 means "up and taking updates"; 503 means "stopping" or "the figures could not be read"
-(e.g. the database is locked or gone), which is what a monitor should page about.
+200 means "up and taking updates"; 503 means "stopping", "the figures could not be read"
+(e.g. the database is locked or gone) or "the event loop is lagging" (`loop_lag_ms`, the worst
+of the last minute, past the watch's limit: bot/app/loop_watch.py), which is what a monitor
+should page about. A loop frozen outright cannot answer at all: the check's time-out is the
+signal then.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from bot.app.loop_watch import LoopWatch
+
 log = structlog.get_logger(__name__)
 
 Figures = Callable[[], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
@@ -26,8 +31,16 @@ Figures = Callable[[], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
 class HealthServer:
     """Serves `/healthz` until `stop()`. `port=0` picks a free port (see `.port`)."""
 
-    def __init__(self, figures: Figures, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        figures: Figures,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        loop_watch: LoopWatch | None = None,
+    ) -> None:
         self._figures = figures
+        self._loop_watch = loop_watch
         self._host = host
         self._requested_port = port
         self._runner: web.AppRunner | None = None
@@ -53,6 +66,10 @@ class HealthServer:
             log.warning("health_figures_failed", error=type(exc).__name__)
             body["status"] = "error"
             body["error"] = type(exc).__name__
+        if self._loop_watch is not None:
+            body["loop_lag_ms"] = round(self._loop_watch.lag_s() * 1000)
+            if body["status"] == "ok" and self._loop_watch.over_limit():
+                body["status"] = "loop_lagging"
         code = 200 if body["status"] == "ok" else 503
         return web.json_response(body, status=code)
 

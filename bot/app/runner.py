@@ -33,6 +33,7 @@ from telegram.ext import Application
 
 from bot.app.health import HealthServer
 from bot.app.lifecycle import lifecycle_of
+from bot.app.loop_watch import LoopWatch, SystemdNotifier
 from bot.app.services import SERVICES_KEY, Services, warm_up_providers
 from bot.handlers.memory import MEMORY_KEY
 from memory.store import from_iso, utc_now
@@ -108,6 +109,11 @@ async def serve(
     health: HealthServer | None = None
     updater = application.updater
     assert updater is not None
+    notifier = SystemdNotifier()
+    # Started first, so that a start-up frozen in post_init (round four's scheduler did that)
+    # already misses its watchdog pings.
+    loop_watch = LoopWatch(notifier)
+    loop_watch.start()
     try:
         await application.initialize()
         if application.post_init:
@@ -118,7 +124,10 @@ async def serve(
         await lifecycle_of(application).replay_held(application)
         if settings.HEALTH_PORT:
             health = HealthServer(
-                health_figures(application, mode), host="127.0.0.1", port=settings.HEALTH_PORT
+                health_figures(application, mode),
+                host="127.0.0.1",
+                port=settings.HEALTH_PORT,
+                loop_watch=loop_watch,
             )
             await health.start()
         if mode == "webhook":
@@ -138,8 +147,10 @@ async def serve(
             )
         await application.start()
         warm_up_providers(application)
+        notifier.ready()
         log.info("bot_running", mode=mode, health_port=health.port if health else None)
         await stop.wait()
+        notifier.stopping()
         log.info("bot_stopping", grace_s=settings.SHUTDOWN_GRACE_SECONDS)
         if health is not None:
             health.mark_stopping()
@@ -156,6 +167,7 @@ async def serve(
             await application.post_shutdown(application)
         if health is not None:
             await health.stop()
+        await loop_watch.stop()
         for signum in installed:
             loop.remove_signal_handler(signum)
 
