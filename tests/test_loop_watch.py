@@ -16,8 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bot.app.health import HealthServer
-from bot.app.loop_watch import LoopWatch, SystemdNotifier
+from bot.health import HealthServer
+from bot.loop_watch import LoopWatch, SystemdNotifier
 from tests.e2e_bot import OWNER, FakeServers, restartable_bot, wait_until
 
 
