@@ -152,27 +152,29 @@ async def test_a_merge_drops_the_old_chats_pending_memory_edits_and_keeps_the_ne
     joined memory (and hold words a user may have asked to forget). They go; the new chat's
     stay, under its own versions."""
     now = to_iso(utc_now())
-    async with db.transaction() as conn:
-        await conn.executemany(
-            f"INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, '{now}', '{now}')",
-            [(OLD,), (NEW,)],
+    edits = [
+        (OLD, 2, "remember", "meets on Fridays", '["- meets on Fridays"]', now),
+        (OLD, 3, "remember", "parks in B2", '["- parks in B2"]', now),
+        (NEW, 1, "remember", "room 4B", '["- room 4B"]', now),
+    ]
+
+    def write(conn: sqlite3.Connection) -> tuple[int, int]:
+        conn.executemany(
+            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?)",
+            [(OLD, now, now), (NEW, now, now)],
         )
         for content in ("- likes tea", "- likes tea\n- meets on Fridays",
                         "- likes tea\n- meets on Fridays\n- parks in B2"):  # fmt: skip
-            old_version = await write_memory(conn, OLD, content, over_budget=False, now=now)
-        new_version = await write_memory(conn, NEW, "- room 4B", over_budget=False, now=now)
-    assert (old_version, new_version) == (3, 1)
-    edits = [
-        (OLD, 2, "remember", "meets on Fridays", '["- meets on Fridays"]'),
-        (OLD, 3, "remember", "parks in B2", '["- parks in B2"]'),
-        (NEW, 1, "remember", "room 4B", '["- room 4B"]'),
-    ]
-    async with db.transaction() as conn:
-        await conn.executemany(
+            old_version = write_memory(conn, OLD, content, over_budget=False, now=now)
+        new_version = write_memory(conn, NEW, "- room 4B", over_budget=False, now=now)
+        conn.executemany(
             "INSERT INTO memory_edits(chat_id, version, kind, fact, lines, created_at) "
-            f"VALUES (?, ?, ?, ?, ?, '{now}')",
+            "VALUES (?, ?, ?, ?, ?, ?)",
             edits,
         )
+        return old_version, new_version
+
+    assert await db.run_in_transaction(write) == (3, 1)
 
     moved = await move_chat(db, OLD, NEW, now)
 
