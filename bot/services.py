@@ -96,8 +96,6 @@ class Services:
             WorkerSettings(
                 max_workers=provider_workers(settings),
                 at_rest=settings.PROVIDER_WORKERS_AT_REST,
-                heartbeat_s=settings.PROVIDER_WORKER_HEARTBEAT_S,
-                max_rss_mb=settings.PROVIDER_WORKER_MAX_RSS_MB,
             )
         )
         transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))

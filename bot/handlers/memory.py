@@ -87,7 +87,6 @@ async def attach_memory(
         store,
         consolidator,
         retry_delays=settings.CONSOLIDATION_RETRY_DELAYS,
-        concurrency=settings.CONSOLIDATION_CONCURRENCY,
         memory_max_chars=settings.MEMORY_MAX_CHARS,
         clock=store.clock,
     )
