@@ -302,13 +302,16 @@ class BotUnderTest(_ProviderShortcuts):
         from memory.store import to_iso, utc_now
 
         now = to_iso(utc_now())
-        async with self.services.db.transaction() as conn:
-            await conn.execute(
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(chat_id) DO NOTHING",
                 (chat_id, now, now),
             )
-            await write_memory(conn, chat_id, content, over_budget=False, now=now)
+            write_memory(conn, chat_id, content, over_budget=False, now=now)
+
+        await self.services.db.run_in_transaction(write)
 
 
 def real_update(name: str, chat_id: int, user_id: int) -> dict[str, Any]:
