@@ -26,7 +26,7 @@ from typing import Any
 
 from bot.app import build_application, prepare, running
 from bot.config import Settings, load_settings
-from bot.services import MemoryFeature, Prepared, Services
+from bot.services import MemoryFeature, Prepared, ReminderFeature, Services
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 
@@ -193,6 +193,12 @@ class BotUnderTest(_ProviderShortcuts):
     def memory(self) -> MemoryFeature:
         """The memory feature: its repository and the consolidation worker."""
         return self.services.memory
+
+    @property
+    def reminders(self) -> ReminderFeature:
+        """The reminder book and scheduler (a test with a settable clock wakes the scheduler
+        after moving the time: it sleeps by the event loop's clock, not by `clock`)."""
+        return self.services.reminders
 
     async def consolidations_settled(self, chat_id: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
         """Until the chat has no consolidation job left open and the worker runs none."""
