@@ -645,18 +645,6 @@ class Store:
         )
         return [_row_to_message(row) for row in rows]
 
-    async def count_session_messages(self, session_id: int) -> int:
-        row = await self.db.fetchone(
-            "SELECT COUNT(*) AS n FROM messages WHERE session_id = ?", (session_id,)
-        )
-        return int(row["n"]) if row else 0
-
-    async def all_sessions(self, chat_id: int) -> list[int]:
-        rows = await self.db.fetchall(
-            "SELECT id FROM sessions WHERE chat_id = ? ORDER BY id", (chat_id,)
-        )
-        return [int(r["id"]) for r in rows]
-
     # usage -------------------------------------------------------------------------------
 
     async def record_usage(
