@@ -265,9 +265,7 @@ async def _billed_transcription(
         if result.text:
             # Paid for: kept before anything else can cut the turn short (a stop, a /cancel),
             # so the note is never transcribed twice (`_transcribe` answers from the row).
-            await _written_whatever_happens(
-                services.inbox.keep_transcript(item.id, result.text)
-            )
+            await _written_whatever_happens(services.inbox.keep_transcript(item.id, result.text))
         return result
     finally:
         try:
