@@ -20,8 +20,8 @@ EXIT_CRASH = 1
 
 
 def _run(args: argparse.Namespace) -> int:
+    from bot.app import prepare, run_polling, secrets_of
     from bot.config import load_settings
-    from bot.wiring import prepare, run_polling, secrets_of
     from models.logging_setup import configure_logging
 
     settings = load_settings()
