@@ -23,6 +23,7 @@ import asyncio
 import contextvars
 import os
 import random
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -38,10 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import structlog
 
 from benchmarks.common import percentile
-from memory.consolidation import Consolidation, Consolidator
+from memory.consolidation.consolidation import Consolidation, Consolidator
+from memory.consolidation.transcript import Chunk
 from memory.longterm import LongTermMemory
 from memory.store import to_iso
-from memory.transcript import Chunk
 from models.types import ChatResult, Outcome, TransportError
 from tests.consolidation_stack import WIRE, Stack, good_call, open_stack
 from tests.fakes.providers import Fault, Reply, Step, ToolCallReply
@@ -161,20 +162,21 @@ def session_pool() -> list[list[SessionMessage]]:
 async def seed(stack: Stack, jobs: int, pool: list[list[SessionMessage]]) -> dict[int, int]:
     """One active session per chat, written in bulk (seeding is not what is measured)."""
     seeded: dict[int, int] = {}
-    async with stack.db.transaction() as conn:
+
+    def write(conn: sqlite3.Connection) -> None:
         for index in range(jobs):
             chat_id = 10_000 + index
             session = pool[index % len(pool)]
             now = to_iso(session[0].at)
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?)",
                 (chat_id, now, now),
             )
-            cursor = await conn.execute(
+            cursor = conn.execute(
                 "INSERT INTO sessions(chat_id, opened_at) VALUES (?, ?)", (chat_id, now)
             )
             session_id = cursor.lastrowid
-            await conn.executemany(
+            conn.executemany(
                 "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
                 "tool_call_id, user_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
@@ -192,6 +194,8 @@ async def seed(stack: Stack, jobs: int, pool: list[list[SessionMessage]]) -> dic
                 ],
             )
             seeded[chat_id] = len(session)
+
+    await stack.db.run_in_transaction(write)
     return seeded
 
 

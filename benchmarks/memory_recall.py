@@ -30,7 +30,7 @@ and sending ~3,000 turns through the Bot API fake takes minutes.) Every question
 with an evidence session (the sessions of the question's evidence turns) among the first k hits.
 
 Last, scale: 100,000 archived turns in one chat (LoCoMo's turns over and over, each copy its own
-session), written with the archive's own functions (memory/archive.py: terms, then the insert
+session), written with the archive's own functions (memory/recall/archive.py: terms, then the insert
 the commit does), and LoCoMo's questions asked of it.
 
     python benchmarks/memory_recall.py [--sessions 200] [--scale-turns 100000] [--only locomo]
@@ -40,15 +40,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import math
 import os
 import re
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +61,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import structlog
 
 try:
-    from memory.search_terms import STOPWORDS as RECALL_STOPWORDS
+    from memory.recall.terms import STOPWORDS as RECALL_STOPWORDS
 except ImportError:  # the code before the archive (measuring the baseline)
-    from memory.recall import _STOPWORDS as RECALL_STOPWORDS  # type: ignore[attr-defined,no-redef]
-from memory.recall import Recall
+    from memory.recall.search import _STOPWORDS as RECALL_STOPWORDS  # type: ignore[attr-defined,no-redef]
+from memory.recall.search import Recall
 from tests.consolidation_stack import open_stack
 from tests.fakes.providers import Respond
 from tests.memory_sessions import (
@@ -393,7 +395,7 @@ async def run_locomo() -> list[float]:
 
 async def run_scale(total: int) -> None:
     """The `recall_scale:` line: LoCoMo's questions over `total` archived turns in one chat."""
-    from memory.archive import archive_in, index_messages
+    from memory.recall.archive import archive_in, index_messages
     from memory.store import StoredMessage
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
@@ -402,6 +404,35 @@ async def run_scale(total: int) -> None:
     questions = [q["question"] for _, _, qs in conversations for q in qs]
     text_chars = sum(len(text) for _, text in turns)
     chat = 9000
+
+    def write(conn: sqlite3.Connection, batch: list[tuple[datetime, str]]) -> None:
+        """One copy of the turns, archived as a consolidation commit archives them."""
+        cursor = conn.execute(
+            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
+            (chat, "2023-01-01", "2023-01-01"),
+        )
+        cursor = conn.execute(
+            "INSERT INTO sessions(chat_id, opened_at, closed_at) VALUES (?, ?, ?) RETURNING id",
+            (chat, "2023-01-01", "2023-01-01"),
+        )
+        row = cursor.fetchone()
+        session = int(row["id"])
+        stored = []
+        for at, text in batch:
+            cursor = conn.execute(
+                "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
+                "VALUES (?, ?, 'user', ?, ?) RETURNING id",
+                (session, chat, text, at.isoformat()),
+            )
+            row = cursor.fetchone()
+            stored.append(
+                StoredMessage(int(row["id"]), session, chat, "user", text, at.isoformat())
+            )
+        rows = index_messages(stored)
+        archive_in(conn, rows, "2024-01-01T00:00:00+00:00")
+        conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
+
     with tempfile.TemporaryDirectory() as tmp:
         stack = await open_stack(Path(tmp) / "scale.sqlite3", concurrency=1)
         try:
@@ -411,35 +442,8 @@ async def run_scale(total: int) -> None:
             while written < total:
                 copy += 1
                 batch = turns[: total - written]
-                async with db.transaction() as conn:
-                    cursor = await conn.execute(
-                        "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
-                        "ON CONFLICT DO NOTHING",
-                        (chat, "2023-01-01", "2023-01-01"),
-                    )
-                    cursor = await conn.execute(
-                        "INSERT INTO sessions(chat_id, opened_at, closed_at) VALUES (?, ?, ?) "
-                        "RETURNING id",
-                        (chat, "2023-01-01", "2023-01-01"),
-                    )
-                    row = await cursor.fetchone()
-                    session = int(row["id"])
-                    stored = []
-                    for at, text in batch:
-                        cursor = await conn.execute(
-                            "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
-                            "VALUES (?, ?, 'user', ?, ?) RETURNING id",
-                            (session, chat, text, at.isoformat()),
-                        )
-                        row = await cursor.fetchone()
-                        stored.append(
-                            StoredMessage(
-                                int(row["id"]), session, chat, "user", text, at.isoformat()
-                            )
-                        )
-                    rows = await asyncio.to_thread(index_messages, stored)
-                    await archive_in(conn, rows, "2024-01-01T00:00:00+00:00")
-                    await conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
+
+                await db.run_in_transaction(functools.partial(write, batch=batch))
                 written += len(batch)
             size = await asyncio.to_thread(os.path.getsize, Path(tmp) / "scale.sqlite3")
             print(

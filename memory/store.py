@@ -16,7 +16,7 @@ from typing import Literal
 from memory.db import Database
 from memory.longterm import MemoryNotice, memory_of, unreported_notice
 from memory.queue import enqueue_consolidation, maybe_enqueue_window
-from memory.reminder_rules import ChatZone, chat_zone_of
+from memory.timezones import ChatZone, chat_zone_of
 from models.types import ToolCall, Usage
 
 Clock = Callable[[], datetime]
@@ -679,8 +679,7 @@ class Store:
         usage: Usage,
         now: str,
     ) -> None:
-        """One usage row, inside the caller's transaction (on its connection's thread; from a
-        `transaction()` block through `run_sync`)."""
+        """One usage row, inside the caller's `Database.run_in_transaction` body."""
         conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
             "completion_tokens, cost_usd, created_at, estimated, audio_seconds) "

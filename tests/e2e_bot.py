@@ -24,11 +24,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bot.app.config import Settings, load_settings
-from bot.app.lifecycle import lifecycle_of
-from bot.app.services import Prepared, Services, services_of
-from bot.app.wiring import build_application, prepare, running
+from bot.config import Settings, load_settings
 from bot.handlers.memory import MEMORY_KEY, MemoryFeature
+from bot.lifecycle import lifecycle_of
+from bot.services import Prepared, Services, services_of
+from bot.wiring import build_application, prepare, running
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 
@@ -304,13 +304,16 @@ class BotUnderTest(_ProviderShortcuts):
         from memory.store import to_iso, utc_now
 
         now = to_iso(utc_now())
-        async with self.services.db.transaction() as conn:
-            await conn.execute(
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(chat_id) DO NOTHING",
                 (chat_id, now, now),
             )
-            await write_memory(conn, chat_id, content, over_budget=False, now=now)
+            write_memory(conn, chat_id, content, over_budget=False, now=now)
+
+        await self.services.db.run_in_transaction(write)
 
 
 def real_update(name: str, chat_id: int, user_id: int) -> dict[str, Any]:

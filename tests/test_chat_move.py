@@ -7,6 +7,7 @@ tests/test_e2e_chat_migration.py."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -17,9 +18,9 @@ import pytest
 from memory.chat_move import CHAT_SETTINGS, MOVED_TABLES, move_chat
 from memory.db import Database
 from memory.longterm import write_memory
-from memory.reminders import ReminderBook
 from memory.store import Store, to_iso, utc_now
 from models.types import ChatResult, Message
+from reminders.book import ReminderBook
 from tests.memory_sessions import SettableClock
 from tests.test_jobs import Responder, ScriptedTransport, make_worker, save_call
 
@@ -101,10 +102,13 @@ async def test_when_the_new_id_was_used_first_both_are_kept_and_its_own_settings
     assert await book.set_chat_zone(NEW, "Asia/Tokyo") == "Asia/Tokyo"
     await store.add_message(NEW, "user", "the supergroup's first words", user_id=7)
     new_session = await store.active_session(NEW)
-    async with db.transaction() as conn:
-        await write_memory(conn, OLD, "- meets on Fridays\n- likes tea", over_budget=False,
+
+    def write(conn: sqlite3.Connection) -> None:
+        write_memory(conn, OLD, "- meets on Fridays\n- likes tea", over_budget=False,
                            now=now)  # fmt: skip
-        await write_memory(conn, NEW, "- likes tea\n- room 4B", over_budget=False, now=now)
+        write_memory(conn, NEW, "- likes tea\n- room 4B", over_budget=False, now=now)
+
+    await db.run_in_transaction(write)
 
     moved = await move_chat(db, OLD, NEW, now)
 

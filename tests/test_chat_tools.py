@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sqlite3
 from pathlib import Path
 
-from memory.chat_tools import ChatTools, format_hits
+from agent.tools.memory import ChatTools, format_hits
 from memory.forget import forget_chat
-from memory.recall import Recall
-from memory.search_terms import query_terms
+from memory.recall.search import Recall
+from memory.recall.terms import query_terms
 from models.types import ToolCall
 from tests.consolidation_stack import Stack, closed_session, open_stack
 from tests.fakes.providers import ToolCallReply
@@ -211,14 +212,17 @@ async def test_recall_ranks_history_and_unconsolidated_messages_on_one_scale(
         sessions = oasst_conversations(("zh", "ja", "ko", "de"), limit=6)
         now = "2026-03-01T09:00:00.000Z"
         *consolidated, pending = sessions
-        async with stack.db.transaction() as conn:
+
+        def write(conn: sqlite3.Connection) -> None:
             for i, session in enumerate(consolidated):
-                await conn.execute(
+                conn.execute(
                     "INSERT INTO history_entries(chat_id, session_id, entry, model_id, "
                     "first_message_at, created_at) VALUES (?, ?, ?, 'm', ?, ?)",
                     (CHAT, i + 1, " ".join(m.content for m in session)[:600],
                      session[0].at.isoformat(), now),
                 )  # fmt: skip
+
+        await stack.db.run_in_transaction(write)
         stored = [
             await stack.store.add_message(CHAT, m.role, m.content, user_id=CHAT) for m in pending
         ]

@@ -4,6 +4,7 @@ chain, nothing is lost, and the log names the model that failed and how."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -108,11 +109,12 @@ TASK_FAILURES: dict[str, tuple[Step, set[str]]] = {
 async def test_failure_on_the_head_model_is_saved_by_the_next(stack: Stack, name: str) -> None:
     step, outcomes = HTTP_FAULTS.get(name) or TASK_FAILURES[name]
     stack.groq.set_default(WIRE[HEAD], step)
-    async with stack.db.transaction() as conn:  # memory exists, so an empty update is invalid
-        await conn.execute(
-            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')"
-        )
-        await write_memory(conn, 1, "- Name: Rina", over_budget=False, now=to_iso(stack.clock()))
+
+    def write(conn: sqlite3.Connection) -> None:  # memory exists, so an empty update is invalid
+        conn.execute("INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')")
+        write_memory(conn, 1, "- Name: Rina", over_budget=False, now=to_iso(stack.clock()))
+
+    await stack.db.run_in_transaction(write)
 
     logs, saved_by = await consolidate_once(stack)
 
@@ -287,9 +289,9 @@ async def test_consolidation_usage_is_priced_from_the_catalog(stack: Stack) -> N
 
 
 async def test_time_spent_waiting_behind_chat_is_not_the_models_timeout(tmp_path: Path) -> None:
-    # Consolidation yields to chat in the gateway's queue (models/pacing.py). Its timeout bounds
-    # the model's answer, not the wait: here it waits ~1.1 s behind a chat at the learned pace
-    # of 0.9/s, then the model answers in 1.5 s; 2.6 s in all, past the 2 s timeout.
+    # Consolidation yields to chat in the gateway's queue (models/policy/pacing.py). Its timeout
+    # bounds the model's answer, not the wait: here it waits ~1.1 s behind a chat at the learned
+    # pace of 0.9/s, then the model answers in 1.5 s; 2.6 s in all, past the 2 s timeout.
     stack = await open_stack(
         tmp_path / "q.sqlite3", head="gpt-4.1-mini", attempt_timeout=2.0, latency=1.5
     )

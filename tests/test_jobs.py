@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -15,10 +16,15 @@ from typing import Any
 
 import pytest
 
-from memory.consolidation import Consolidator
+from memory.consolidation.consolidation import Consolidator
+from memory.consolidation.jobs import (
+    ConsolidationWorker,
+    JobQueue,
+    consolidation_stats,
+    retry_delay,
+)
 from memory.db import Database
 from memory.forget import forget_chat
-from memory.jobs import ConsolidationWorker, JobQueue, consolidation_stats, retry_delay
 from memory.longterm import MemoryRepository
 from memory.store import Store, to_iso
 from models.catalog import load_catalog
@@ -333,8 +339,11 @@ async def test_messages_that_vanished_meanwhile_are_not_claimed_by_the_commit(
     transport.gate = asyncio.Event()
     run = asyncio.create_task(worker.run_due())
     await until(lambda: len(transport.calls) >= 1)
-    async with db.transaction() as conn:  # e.g. an operator removed a message by hand
-        await conn.execute("DELETE FROM messages WHERE id = ?", (ids[0],))
+
+    def write(conn: sqlite3.Connection) -> None:  # e.g. an operator removed a message by hand
+        conn.execute("DELETE FROM messages WHERE id = ?", (ids[0],))
+
+    await db.run_in_transaction(write)
     transport.gate.set()
     await run
 

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from memory.db import Database
-from memory.reminder_scheduler import (
+from memory.store import Store, utc_now
+from reminders.book import Claim, ReminderBook, ScheduleRefused
+from reminders.scheduler import (
     Delivered,
     DeliveryOutcome,
     ReminderScheduler,
     RetryLater,
     Stopped,
 )
-from memory.reminders import Claim, ReminderBook, ScheduleRefused
-from memory.store import Store, utc_now
 
 CHAT = 7
 OTHER = 8
