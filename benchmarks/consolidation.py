@@ -43,7 +43,7 @@ from memory.consolidation.consolidation import Consolidation, Consolidator
 from memory.consolidation.transcript import Chunk
 from memory.longterm import LongTermMemory
 from memory.store import to_iso
-from models.types import ChatResult, Outcome, TransportError
+from models.types import ChatResult, Outcome, SpendCallback, TransportError
 from tests.consolidation_stack import WIRE, Stack, good_call, open_stack
 from tests.fakes.providers import Fault, Reply, Step, ToolCallReply
 from tests.memory_sessions import (
@@ -125,12 +125,15 @@ class TimedConsolidator(Consolidator):
         *,
         chat_id: int | None = None,
         job_id: int | None = None,
+        on_spend: SpendCallback | None = None,
     ) -> Consolidation:
         counter = [0]
         token = current_run.set(counter)
         started = time.perf_counter()
         try:
-            return await super().consolidate(memory, chunk, chat_id=chat_id, job_id=job_id)
+            return await super().consolidate(
+                memory, chunk, chat_id=chat_id, job_id=job_id, on_spend=on_spend
+            )
         finally:
             elapsed = time.perf_counter() - started
             current_run.reset(token)

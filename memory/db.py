@@ -21,13 +21,15 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from memory import MemoryLayerError
+
 T = TypeVar("T")
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[\w-]+\.sql$")
 
 
-class MigrationError(Exception):
+class MigrationError(MemoryLayerError):
     """The migrations folder or the database's schema version is inconsistent."""
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from memory import MemoryLayerError
 from memory.db import Database
 from memory.longterm import MemoryNotice, memory_of, unreported_notice
 from memory.queue import enqueue_consolidation, maybe_enqueue_window
@@ -26,7 +27,7 @@ Clock = Callable[[], datetime]
 TURN_KEY_RETENTION = timedelta(days=7)
 
 
-class SessionClosedError(Exception):
+class SessionClosedError(MemoryLayerError):
     """A write aimed at a session that is closed and whose consolidation has been claimed (or
     done, or forgotten). Such a message would never be consolidated nor deleted: it is refused.
     """

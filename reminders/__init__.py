@@ -3,3 +3,13 @@
 Import direction: `bot → agent → reminders, media → memory → models`; reminders and media do
 not import each other.
 """
+
+
+class RemindersError(Exception):
+    """Base of the reminders layer's errors: a reminder the model asked for that cannot be
+    stored as asked; str(error) tells the model what to do instead. Each is a ValueError too.
+
+    RemindersError
+    ├── WhenError        reminders/rules.py  a `when` that is not a usable date-time
+    └── ScheduleRefused  reminders/book.py   a reminder refused (in the past, too many, ...)
+    """

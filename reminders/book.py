@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from memory.db import Database
 from memory.store import from_iso, to_iso, utc_now
 from memory.timezones import ChatZone, canonical_zone, chat_zone_of, zone
+from reminders import RemindersError
 from reminders.rules import (
     REPEATS,
     WhenError,
@@ -69,7 +70,7 @@ class ReminderStats:
     in_flight: int
 
 
-class ScheduleRefused(ValueError):
+class ScheduleRefused(RemindersError, ValueError):
     """A reminder that is not stored; str(self) tells the model what to do instead."""
 
 

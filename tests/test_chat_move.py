@@ -143,6 +143,51 @@ async def test_when_the_new_id_was_used_first_both_are_kept_and_its_own_settings
     assert (await book.get(NEW, reminder.id)) is not None
 
 
+async def test_a_merge_drops_the_old_chats_pending_memory_edits_and_keeps_the_new_ones(
+    db: Database,
+) -> None:
+    """Both chats have tool edits kept for a consolidation's replay (remember / forget while
+    one ran). The merged memory's version moves past both, so a consolidation of either runs
+    again from it: the old chat's edits would only replay its facts a second time into the
+    joined memory (and hold words a user may have asked to forget). They go; the new chat's
+    stay, under its own versions."""
+    now = to_iso(utc_now())
+    edits = [
+        (OLD, 2, "remember", "meets on Fridays", '["- meets on Fridays"]', now),
+        (OLD, 3, "remember", "parks in B2", '["- parks in B2"]', now),
+        (NEW, 1, "remember", "room 4B", '["- room 4B"]', now),
+    ]
+
+    def write(conn: sqlite3.Connection) -> tuple[int, int]:
+        conn.executemany(
+            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?)",
+            [(OLD, now, now), (NEW, now, now)],
+        )
+        for content in ("- likes tea", "- likes tea\n- meets on Fridays",
+                        "- likes tea\n- meets on Fridays\n- parks in B2"):  # fmt: skip
+            old_version = write_memory(conn, OLD, content, over_budget=False, now=now)
+        new_version = write_memory(conn, NEW, "- room 4B", over_budget=False, now=now)
+        conn.executemany(
+            "INSERT INTO memory_edits(chat_id, version, kind, fact, lines, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            edits,
+        )
+        return old_version, new_version
+
+    assert await db.run_in_transaction(write) == (3, 1)
+
+    moved = await move_chat(db, OLD, NEW, now)
+
+    assert moved.merged
+    [memory] = await db.fetchall("SELECT content, version FROM long_term_memory")
+    assert dict(memory) == {
+        "content": "- likes tea\n- meets on Fridays\n- parks in B2\n- room 4B",
+        "version": 4,  # past both (3 and 1)
+    }
+    kept = await db.fetchall("SELECT chat_id, version, fact FROM memory_edits ORDER BY id")
+    assert [tuple(e) for e in kept] == [(NEW, 1, "room 4B")]
+
+
 class AskedTransport(ScriptedTransport):
     """Says when the first model was asked (and then waits for the gate)."""
 

@@ -28,7 +28,17 @@ from memory.forget import forget_chat
 from memory.longterm import MemoryRepository
 from memory.store import Store, to_iso
 from models.catalog import load_catalog
-from models.types import Attempt, ChatResult, Message, Outcome, ToolCall, TransportError, Usage
+from models.types import (
+    Attempt,
+    ChatResult,
+    Message,
+    Outcome,
+    Spend,
+    SpendCallback,
+    ToolCall,
+    TransportError,
+    Usage,
+)
 from tests.consolidation_stack import CHAIN
 from tests.memory_sessions import SettableClock, framed
 
@@ -50,6 +60,7 @@ def down(model_id: str) -> TransportError:
 
 
 Responder = Callable[[str, list[Message]], ChatResult]
+CATALOG = load_catalog()
 
 
 class ScriptedTransport:
@@ -73,6 +84,7 @@ class ScriptedTransport:
         walk_chain: bool = True,
         user_key: object = None,
         priority: object = None,
+        on_spend: SpendCallback | None = None,
     ) -> ChatResult:
         assert walk_chain is False
         self.calls.append((model_id, messages))
@@ -85,6 +97,11 @@ class ScriptedTransport:
         finally:
             self.in_flight -= 1
         result.model_id = model_id
+        if on_spend is not None:  # as the transport tells it: priced from the catalog
+            entry = CATALOG.get(model_id)
+            tokens = (result.usage.prompt_tokens, result.usage.completion_tokens)
+            priced = Usage(*tokens, cost_usd=entry.cost_usd(*tokens))
+            on_spend(Spend(model_id, entry.gateway, priced, "success"))
         return result
 
 

@@ -8,6 +8,11 @@ stay searchable) + its own state + usage in ONE transaction, after checking that
 job, that the memory version is the one it started from and that every message it summarised still
 exists. A kill -9 before that COMMIT leaves everything as it was (the job is reset to pending at
 start-up); after it, the job is done and cannot run again.
+
+What the models cost is heard through the one mechanism every path that spends uses: a
+`SpendRecorder` (memory/usage.py) is the consolidation's `on_spend`. A run's spends are written in
+the transaction that settles the run (commit, conflict, failure), and whatever no transaction
+wrote (a run cancelled while a provider held its request) is flushed as the run ends.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ from memory.longterm import (
 )
 from memory.recall.archive import ArchivedRow, archive_in, prepare_archive
 from memory.store import Store, StoredMessage, from_iso, to_iso, utc_now
-from models.types import Usage
+from memory.usage import SpendRecorder
+from models.types import Spend
 
 log = structlog.get_logger("memory.consolidation.jobs")
 
@@ -195,17 +201,22 @@ class JobQueue:
         memory: LongTermMemory,
         chunk: Chunk,
         result: Consolidation,
+        spending: SpendRecorder,
         *,
         memory_max_chars: int,
         now: str,
     ) -> CommitResult:
-        """The one transaction that applies a consolidation (see the module docstring)."""
+        """The one transaction that applies a consolidation (see the module docstring), with
+        the run's spends not written yet; they count as written once it committed."""
         archived = await prepare_archive(chunk.messages)
-        return await self.db.run_in_transaction(
+        spends = spending.pending()
+        outcome = await self.db.run_in_transaction(
             lambda conn: self._commit_in(
-                conn, job, memory, chunk, result, archived, memory_max_chars, now
+                conn, job, memory, chunk, result, spends, archived, memory_max_chars, now
             )
         )
+        spending.written(len(spends))
+        return outcome
 
     def _commit_in(
         self,
@@ -214,6 +225,7 @@ class JobQueue:
         memory: LongTermMemory,
         chunk: Chunk,
         result: Consolidation,
+        spends: Sequence[Spend],
         archived: list[ArchivedRow],
         memory_max_chars: int,
         now: str,
@@ -229,7 +241,7 @@ class JobQueue:
         if claimed is None:
             # Forgotten (/forget deleted the job) or reclaimed: nothing is applied, but
             # the models were paid, so the spend is recorded.
-            _insert_spent(conn, job, chunk, result.spent, self.store, now)
+            _insert_spent(conn, job, chunk, spends, self.store, now)
             return CommitResult.NOT_OURS
         # The chat may have moved to a new id while the models ran (memory/chat_move.py):
         # everything this commit writes follows it.
@@ -250,7 +262,7 @@ class JobQueue:
                 memory = current
         if current.version != memory.version or present != len(ids):
             _insert_attempts(conn, job, result.attempts, now)
-            _insert_spent(conn, job, chunk, result.spent, self.store, now)
+            _insert_spent(conn, job, chunk, spends, self.store, now)
             return CommitResult.CONFLICT
         write_memory(
             conn,
@@ -303,7 +315,7 @@ class JobQueue:
             ),
         )
         _insert_attempts(conn, job, result.attempts, now)
-        _insert_spent(conn, job, chunk, result.spent, self.store, now)
+        _insert_spent(conn, job, chunk, spends, self.store, now)
         return CommitResult.COMMITTED
 
     async def record_failure(
@@ -311,12 +323,15 @@ class JobQueue:
         job: Job,
         failure: ConsolidationFailed,
         chunk: Chunk,
+        spending: SpendRecorder,
         *,
         delays: Sequence[float],
         now: datetime,
     ) -> tuple[int, float]:
-        """Every model failed: keep the messages, schedule the next whole-chain run."""
+        """Every model failed: keep the messages, schedule the next whole-chain run (and
+        write the run's spends with it)."""
         stamp = to_iso(now)
+        spends = spending.pending()
 
         def record(conn: sqlite3.Connection) -> tuple[int, float]:
             row = conn.execute(
@@ -325,7 +340,7 @@ class JobQueue:
                 (job.id, job.started_at),
             ).fetchone()
             if row is None:  # forgotten or reclaimed meanwhile; the spend is still real
-                _insert_spent(conn, job, chunk, failure.spent, self.store, stamp)
+                _insert_spent(conn, job, chunk, spends, self.store, stamp)
                 return job.attempts, 0.0
             failed_runs = int(row["attempts"]) + 1
             delay = retry_delay(delays, failed_runs)
@@ -342,11 +357,13 @@ class JobQueue:
                 ),
             )
             _insert_attempts(conn, job, failure.attempts, stamp)
-            _insert_spent(conn, job, chunk, failure.spent, self.store, stamp)
+            _insert_spent(conn, job, chunk, spends, self.store, stamp)
             _drop_edits(conn, job.chat_id)
             return failed_runs, delay
 
-        return await self.db.run_in_transaction(record)
+        settled = await self.db.run_in_transaction(record)
+        spending.written(len(spends))
+        return settled
 
     async def release(self, job: Job, now: str, *, retry_at: str, reason: str) -> None:
         """Give a claimed job back without counting a failed chain run."""
@@ -401,18 +418,25 @@ def _insert_attempts(
     )
 
 
+def chunk_owner(chunk: Chunk) -> int | None:
+    """Whom a chunk's consolidation is billed to: the chat's last user who wrote in it."""
+    return next((m.user_id for m in reversed(chunk.messages) if m.user_id is not None), None)
+
+
 def _insert_spent(
     conn: sqlite3.Connection,
     job: Job,
     chunk: Chunk,
-    spent: Sequence[tuple[str, Usage]],
+    spends: Sequence[Spend],
     store: Store,
     now: str,
 ) -> None:
     """Usage rows (purpose 'consolidation'), attributed to the chat's user."""
-    user_id = next((m.user_id for m in reversed(chunk.messages) if m.user_id is not None), None)
-    for model_id, usage in spent:
-        store.insert_usage(conn, job.chat_id, user_id, model_id, "consolidation", usage, now)
+    user_id = chunk_owner(chunk)
+    for spend in spends:
+        store.insert_usage(
+            conn, job.chat_id, user_id, spend.model_id, "consolidation", spend.usage, now
+        )
 
 
 # --- figures for /stats ------------------------------------------------------------------------
@@ -616,32 +640,15 @@ class ConsolidationWorker:
                 chunk = chunk_messages(messages, budget, max_message_chars=self.max_message_chars)[
                     0
                 ]
-                try:
-                    result = await self.consolidator.consolidate(
-                        memory, chunk, chat_id=job.chat_id, job_id=job.id
-                    )
-                except ConsolidationFailed as failure:
-                    failed_runs, delay = await self.queue.record_failure(
-                        job, failure, chunk, delays=self.retry_delays, now=self.clock()
-                    )
-                    log.warning(
-                        "consolidation_job_failed",
-                        job_id=job.id,
-                        chat_id=job.chat_id,
-                        failed_runs=failed_runs,
-                        retry_in_s=delay,
-                        messages_kept=len(messages),
-                        error=summarise_attempts(failure.attempts),
-                    )
-                    return
-                outcome = await self.queue.commit(
-                    job,
-                    memory,
-                    chunk,
-                    result,
-                    memory_max_chars=self.memory_max_chars,
-                    now=self.now(),
+                spending = SpendRecorder(
+                    self.store, job.chat_id, chunk_owner(chunk), "consolidation"
                 )
+                try:
+                    outcome = await self._consolidate_chunk(job, memory, chunk, spending)
+                finally:
+                    await _flush_unwritten(spending, job)
+                if outcome is None:
+                    return
                 if outcome is CommitResult.NOT_OURS:
                     # /forget deleted the job while it ran: its result is discarded, and the
                     # job cannot run again (its row is gone).
@@ -656,18 +663,63 @@ class ConsolidationWorker:
                         )
                         return
                     continue
-                log.info(
-                    "consolidation_chunk_committed",
-                    job_id=job.id,
-                    chat_id=job.chat_id,
-                    model=result.model_id,
-                    messages=len(chunk.messages),
-                )
         except Exception:
             # A bug must not spin: step back for the first retry delay, messages untouched.
             log.exception("consolidation_job_crashed", job_id=job.id)
             retry_at = to_iso(self.clock() + timedelta(seconds=self.retry_delays[0]))
             await self.queue.release(job, self.now(), retry_at=retry_at, reason="internal error")
+
+    async def _consolidate_chunk(
+        self, job: Job, memory: LongTermMemory, chunk: Chunk, spending: SpendRecorder
+    ) -> CommitResult | None:
+        """One run of the chain over `chunk`, settled in the database: the commit's outcome,
+        or None when every model failed (the failure is recorded and the job waits)."""
+        try:
+            result = await self.consolidator.consolidate(
+                memory, chunk, chat_id=job.chat_id, job_id=job.id, on_spend=spending.add
+            )
+        except ConsolidationFailed as failure:
+            failed_runs, delay = await self.queue.record_failure(
+                job, failure, chunk, spending, delays=self.retry_delays, now=self.clock()
+            )
+            log.warning(
+                "consolidation_job_failed",
+                job_id=job.id,
+                chat_id=job.chat_id,
+                failed_runs=failed_runs,
+                retry_in_s=delay,
+                messages_kept=len(chunk.messages),
+                error=summarise_attempts(failure.attempts),
+            )
+            return None
+        outcome = await self.queue.commit(
+            job,
+            memory,
+            chunk,
+            result,
+            spending,
+            memory_max_chars=self.memory_max_chars,
+            now=self.now(),
+        )
+        if outcome is CommitResult.COMMITTED:
+            log.info(
+                "consolidation_chunk_committed",
+                job_id=job.id,
+                chat_id=job.chat_id,
+                model=result.model_id,
+                messages=len(chunk.messages),
+            )
+        return outcome
+
+
+async def _flush_unwritten(spending: SpendRecorder, job: Job) -> None:
+    """Write what no transaction of the run wrote: a request cut off in flight (the worker
+    stopped, the job cancelled) was still billed by the provider. Never raises: a failing
+    ledger must not hide the run's own outcome or its cancellation."""
+    try:
+        await spending.flush()
+    except Exception:
+        log.exception("consolidation_usage_not_recorded", job_id=job.id, chat_id=job.chat_id)
 
 
 async def _read_memory(db: Database, chat_id: int) -> LongTermMemory:
