@@ -54,9 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import structlog
 
 from benchmarks.common import LoopLag, percentile
-from bot.handlers.reminders import reminders_of
-from bot.services import services_of
-from bot.wiring import build_application, prepare, running
+from bot.app import build_application, prepare, running
 from memory.db import Database
 from memory.store import to_iso
 from tests.e2e_bot import FakeServers, fake_settings
@@ -146,7 +144,7 @@ async def main(chats: int, per_chat: int, spread_s: float, idle_s: float) -> Non
             pending = chats * per_chat
             application = build_application(prepare(settings))
             async with running(application, poll_timeout=30):
-                scheduler = reminders_of(application).scheduler
+                scheduler = application.bot_data.services.reminders.scheduler
                 # (c) idle: 10,000 waiting, none due; after start-up has settled.
                 await asyncio.sleep(3.0)
                 cpu0, wall0 = time.process_time(), time.monotonic()
@@ -310,7 +308,7 @@ async def storm(bound_s: float) -> None:
             settings = fake_settings(fakes, DATABASE_PATH=db_path, ALLOWED_USER_IDS=allowed)
             application = build_application(prepare(settings))
             async with running(application, poll_timeout=30):
-                scheduler = reminders_of(application).scheduler
+                scheduler = application.bot_data.services.reminders.scheduler
                 await asyncio.sleep(2.0)  # start-up settled: the lag is the storm's
                 # As `python -m bot` does once started (bot/runner.py, _freeze_heap): what
                 # start-up left stays out of every later full collection. Without it one full
@@ -325,7 +323,7 @@ async def storm(bound_s: float) -> None:
                 watch.start()
                 scheduler.notify()
                 started = time.monotonic()
-                db = services_of(application).db
+                db = application.bot_data.services.db
 
                 async def open_claims() -> int:
                     # Through the bot's own connection: a plain sqlite3 read here would hold
