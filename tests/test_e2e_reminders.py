@@ -145,7 +145,9 @@ async def test_set_by_the_model_with_a_local_receipt_then_fired_on_time(tmp_path
     async with bot_under_test(tmp_path) as bot:
         [zone_reply] = await bot.ask(CHAT, "/timezone america/new_york")
         assert zone_reply.text.startswith("Time zone set: America/New_York.")
-        due = schedule_soon(bot, 4, NEW_YORK, "call the dentist")
+        # Due 10 s after the model answers, on the real clock: the turn (a tool round, a second
+        # model call, the receipt) is over well before, or the reminder would join its reply.
+        due = schedule_soon(bot, 10, NEW_YORK, "call the dentist")
         [shown] = await bot.ask(CHAT, "remind me in a few seconds to call the dentist")
         assert shown.text.splitlines()[-1] == (
             f"⏰ Reminder set: {english_date(due.local)} (America/New_York) — call the dentist"
