@@ -21,6 +21,7 @@ can still expand about 1000 times in memory before it is counted).
 from __future__ import annotations
 
 import asyncio
+import http
 import ipaddress
 import socket
 import ssl
@@ -281,7 +282,7 @@ async def _body(response: httpx.Response, max_bytes: int, max_pdf_bytes: int) ->
     host = response.url.host
     if response.status_code >= 400:
         raise HttpStatus(
-            f"{host} answered HTTP {response.status_code} {response.reason_phrase}",
+            f"{host} answered HTTP {response.status_code} {_phrase(response.status_code)}".strip(),
             response.status_code,
         )
     if response.status_code != 200:
@@ -310,6 +311,14 @@ async def _body(response: httpx.Response, max_bytes: int, max_pdf_bytes: int) ->
     if len(body) > cap:
         raise TooLarge(_too_large(host, cap))
     return Fetched(str(response.url), kind, content_type, bytes(body))
+
+
+def _phrase(status: int) -> str:
+    """The standard phrase of a status (never the server's own words: they reach the model)."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 def _too_large(host: str | None, cap: int) -> str:
