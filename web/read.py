@@ -112,8 +112,9 @@ def cut_text(text: str, max_chars: int) -> str:
         if at > 0:
             head = head[: at + len(boundary)]
             break
+    head = head.rstrip()
     left = len(text) - len(head)
-    return f"{head.rstrip()}\n\n[… cut here: {left} more characters of the page not shown …]"
+    return f"{head}\n\n[… cut here: {left} more characters of the page not shown …]"
 
 
 def page_block(page: PageRead) -> str:
