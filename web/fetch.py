@@ -30,6 +30,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
 
+import anyio._backends._asyncio  # see MAX_REDIRECTS
+import anyio.streams.tls  # noqa: F401 - loaded now, not at the first TLS read
 import certifi
 import httpcore
 import httpx
@@ -48,6 +50,9 @@ from web.errors import (
     UnsupportedType,
     WebError,
 )
+
+# httpcore loads anyio's asyncio backend at the first connection: 20–70 ms of imports on the
+# chat loop at the first read. The imports above load it with this module, at start-up.
 
 MAX_REDIRECTS = 5
 # Longest a whole read may take: DNS, connections, redirects and the body together.
@@ -161,6 +166,12 @@ def default_tls() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where())
 
 
+async def loaded_tls() -> ssl.SSLContext:
+    """default_tls(), its first load done in a thread: 25–50 ms of parsing the CA bundle
+    would otherwise stall the chat loop at the first read."""
+    return await asyncio.to_thread(default_tls)
+
+
 class GuardedTransport(httpx.AsyncHTTPTransport):
     """httpx's transport over a connection pool whose only way out is a GuardedBackend.
 
@@ -168,9 +179,12 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
     after construction; the tests of the address rules fail if a later httpx stops using it."""
 
     def __init__(self, backend: GuardedBackend, *, tls: ssl.SSLContext | None = None) -> None:
-        super().__init__(trust_env=False, retries=0)
+        tls = tls or default_tls()
+        # verify=tls: httpx would otherwise load the CA bundle again for a pool it never uses
+        # (tens of milliseconds on the loop, per read).
+        super().__init__(verify=tls, trust_env=False, retries=0)
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=tls or default_tls(),
+            ssl_context=tls,
             max_connections=4,
             max_keepalive_connections=2,
             retries=0,

@@ -26,6 +26,7 @@ from web.fetch import (
     Resolver,
     fetch,
     guarded_client,
+    loaded_tls,
     system_resolver,
 )
 from web.page_reader import PageReadFailure, read_page_text, read_pdf_text
@@ -63,7 +64,8 @@ async def read_url(
     max_bytes: int = MAX_PAGE_BYTES,
 ) -> PageRead:
     """The main text of `url` (see the module docstring); raises WebError."""
-    client, _ = guarded_client(allowance, resolver=resolver, timeout=timeout)
+    tls = await loaded_tls()
+    client, _ = guarded_client(allowance, resolver=resolver, timeout=timeout, tls=tls)
     async with client:
         fetched = await fetch(
             url, client, timeout=timeout, max_bytes=max_bytes, max_pdf_bytes=MAX_PDF_BYTES

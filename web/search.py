@@ -18,7 +18,7 @@ import httpx
 
 from web.addresses import Allowance
 from web.errors import HttpStatus, SearchFailure, WebError
-from web.fetch import Resolver, fetch, guarded_client, system_resolver
+from web.fetch import Resolver, fetch, guarded_client, loaded_tls, system_resolver
 
 SEARCH_TIMEOUT_SECONDS = 15.0
 MAX_ANSWER_BYTES = 2 * 1024 * 1024
@@ -55,7 +55,8 @@ async def search(
     if not query:
         raise SearchFailure("the search query is empty")
     limit = max(1, min(MAX_RESULTS, limit))
-    client, _ = guarded_client(allowance, resolver=resolver, timeout=timeout)
+    tls = await loaded_tls()
+    client, _ = guarded_client(allowance, resolver=resolver, timeout=timeout, tls=tls)
     async with client:
         try:
             answer = await fetch(
