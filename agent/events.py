@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memory.chat_tools import Receipt, ToolOutcome
+from agent.tools.memory import Receipt, ToolOutcome
 from models.types import StreamRestart, TextDelta, Usage
 
 

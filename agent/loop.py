@@ -27,11 +27,10 @@ from typing import Any, Protocol
 import structlog
 
 from agent.events import AgentDone, AgentEvent, ToolRound
-from memory.chat_tools import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
-from memory.context import Framing, build_prompt, reply_reserve, with_image
-from memory.reminder_rules import ChatZone
-from memory.reminders import time_text
+from agent.prompt import Framing, build_prompt, reply_reserve, time_text, with_image
+from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
 from memory.store import SessionClosedError, Store
+from memory.timezones import ChatZone
 from memory.usage import SpendRecorder
 from models.catalog import Catalog
 from models.types import (

@@ -38,10 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import structlog
 
 from benchmarks.common import percentile
-from memory.consolidation import Consolidation, Consolidator
+from memory.consolidation.consolidation import Consolidation, Consolidator
+from memory.consolidation.transcript import Chunk
 from memory.longterm import LongTermMemory
 from memory.store import to_iso
-from memory.transcript import Chunk
 from models.types import ChatResult, Outcome, TransportError
 from tests.consolidation_stack import WIRE, Stack, good_call, open_stack
 from tests.fakes.providers import Fault, Reply, Step, ToolCallReply

@@ -30,7 +30,7 @@ and sending ~3,000 turns through the Bot API fake takes minutes.) Every question
 with an evidence session (the sessions of the question's evidence turns) among the first k hits.
 
 Last, scale: 100,000 archived turns in one chat (LoCoMo's turns over and over, each copy its own
-session), written with the archive's own functions (memory/archive.py: terms, then the insert
+session), written with the archive's own functions (memory/recall/archive.py: terms, then the insert
 the commit does), and LoCoMo's questions asked of it.
 
     python benchmarks/memory_recall.py [--sessions 200] [--scale-turns 100000] [--only locomo]
@@ -59,10 +59,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import structlog
 
 try:
-    from memory.search_terms import STOPWORDS as RECALL_STOPWORDS
+    from memory.recall.terms import STOPWORDS as RECALL_STOPWORDS
 except ImportError:  # the code before the archive (measuring the baseline)
-    from memory.recall import _STOPWORDS as RECALL_STOPWORDS  # type: ignore[attr-defined,no-redef]
-from memory.recall import Recall
+    from memory.recall.search import _STOPWORDS as RECALL_STOPWORDS  # type: ignore[attr-defined,no-redef]
+from memory.recall.search import Recall
 from tests.consolidation_stack import open_stack
 from tests.fakes.providers import Respond
 from tests.memory_sessions import (
@@ -393,7 +393,7 @@ async def run_locomo() -> list[float]:
 
 async def run_scale(total: int) -> None:
     """The `recall_scale:` line: LoCoMo's questions over `total` archived turns in one chat."""
-    from memory.archive import archive_in, index_messages
+    from memory.recall.archive import archive_in, index_messages
     from memory.store import StoredMessage
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))

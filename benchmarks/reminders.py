@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import structlog
 
 from benchmarks.common import percentile
-from bot.app.wiring import build_application, prepare, running
 from bot.handlers.reminders import reminders_of
+from bot.wiring import build_application, prepare, running
 from memory.db import Database
 from memory.store import to_iso
 from tests.e2e_bot import FakeServers, fake_settings

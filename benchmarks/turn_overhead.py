@@ -111,7 +111,7 @@ def stream_seconds() -> float:
 
 
 def family(pid: int) -> list[int]:
-    """The bot's process and all its descendants: the provider workers (models/worker.py),
+    """The bot's process and all its descendants: the provider workers (models/worker/pool.py),
     spawned by the bot or forked from a worker."""
     pids = [pid]
     for children in Path(f"/proc/{pid}/task").glob("*/children"):

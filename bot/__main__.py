@@ -22,8 +22,8 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bot.app.config import load_settings
-    from bot.app.wiring import prepare, run_polling, secrets_of
+    from bot.config import load_settings
+    from bot.wiring import prepare, run_polling, secrets_of
     from models.logging_setup import configure_logging
 
     settings = load_settings()
@@ -72,7 +72,7 @@ SUBCOMMANDS.append(_add_backup)
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Nothing escapes unscrubbed: a configuration error is one line, any
     other failure is logged through the redacting pipeline and summed up in one line."""
-    from bot.app.config import ConfigError
+    from bot.config import ConfigError
     from models.catalog import CatalogError
     from models.logging_setup import install_exception_hooks, log_crash, scrubbed_line
 

@@ -1,5 +1,5 @@
 """Export a chat's memory as the seed's two files, MEMORY.md and HISTORY.md, and its archive
-(the words of consolidated sessions, memory/archive.py) as TRANSCRIPT.md.
+(the words of consolidated sessions, memory/recall/archive.py) as TRANSCRIPT.md.
 
 A self-hoster can read, grep and back up what the bot remembers without SQL. The files are
 generated from the database (the single source of truth) and written atomically, so a reader
@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from memory.archive import ArchivedMessage, archived_messages
 from memory.longterm import HistoryEntry, MemoryRepository
+from memory.recall.archive import ArchivedMessage, archived_messages
 
 
 @dataclass(frozen=True)

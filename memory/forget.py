@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import aiosqlite
 
-from memory.archive import delete_archived_in
 from memory.db import Database
 from memory.longterm import write_memory
+from memory.recall.archive import delete_archived_in
 
 
 @dataclass(frozen=True)

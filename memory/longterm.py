@@ -1,4 +1,4 @@
-"""Long-term memory and the history entries, per chat (memory/recall.py searches them).
+"""Long-term memory and the history entries, per chat (memory/recall/search.py searches them).
 
 The memory carries a version number that grows on every write. A consolidation remembers the
 version it started from and may only commit while it is unchanged, so a slow job can never

@@ -16,7 +16,7 @@ from typing import Literal
 from memory.db import Database
 from memory.longterm import MemoryNotice, memory_of, unreported_notice
 from memory.queue import enqueue_consolidation, maybe_enqueue_window
-from memory.reminder_rules import ChatZone, chat_zone_of
+from memory.timezones import ChatZone, chat_zone_of
 from models.types import ToolCall, Usage
 
 Clock = Callable[[], datetime]

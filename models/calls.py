@@ -19,12 +19,11 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
-from models.attempt_policy import CallPlan, Slot
 from models.billing import audio_usage, estimate_usage, provider_usage, tell_spend
 from models.catalog import ModelEntry
 from models.errors import Classified
-from models.ipc import ClientSpec
-from models.pacing import Priority
+from models.policy.attempt_policy import CallPlan, Slot
+from models.policy.pacing import Priority
 from models.streamtext import WholeCharacters
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
@@ -39,8 +38,9 @@ from models.types import (
     TransportError,
     Usage,
 )
-from models.wire import WireRecord
-from models.worker import acompletion, atranscription
+from models.worker.ipc import ClientSpec
+from models.worker.pool import acompletion, atranscription
+from models.worker.wire import WireRecord
 
 log = structlog.get_logger(__name__)
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from models.ratelimits import latest_reset, parse_duration, retry_after_header
+from models.policy.ratelimits import latest_reset, parse_duration, retry_after_header
 from models.types import Outcome
 
 __all__ = [
@@ -106,7 +106,7 @@ def _lower_headers(headers: Any) -> dict[str, str]:
 
 
 def evidence_from_wire(status: int | None, headers: Mapping[str, str], body: Any) -> Evidence:
-    """Evidence from what our HTTP hook saw (see models/wire.py)."""
+    """Evidence from what our HTTP hook saw (see models/worker/wire.py)."""
     ev = Evidence(status_code=status, headers={k.lower(): v for k, v in headers.items()})
     if body is not None:
         ev.bodies.append(body)
@@ -446,7 +446,7 @@ _TRY_AGAIN = re.compile(r"try again in ((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)", re.IGN
 def parse_retry_after(headers: Mapping[str, str], bodies: list[Any] | None = None) -> float | None:
     """Seconds to wait, from Retry-After(-ms), RetryInfo or the message, x-ratelimit-reset-*.
 
-    The headers are read by models/ratelimits.py; only the bodies are read here."""
+    The headers are read by models/policy/ratelimits.py; only the bodies are read here."""
     seconds = retry_after_header(headers)
     if seconds is not None:
         return seconds

@@ -20,7 +20,7 @@ class Gateway:
     """One provider endpoint. `keys` may hold several keys, used in turn.
 
     `requests_per_second` is an optional ceiling of our own; None (the default) paces by the
-    limits the provider reports in its rate-limit headers alone (models/pacing.py).
+    limits the provider reports in its rate-limit headers alone (models/policy/pacing.py).
     """
 
     name: str

@@ -1,7 +1,7 @@
 """Structured logging: structlog for our events, the same pipeline for stdlib loggers.
 
 Here in models/ (the lowest layer) so the bot and its provider worker processes
-(models/worker_child.py) log through one scrubbing pipeline.
+(models/worker/child.py) log through one scrubbing pipeline.
 
 Secrets (the bot token, every provider key) are scrubbed from every event, including records
 that PTB, httpx or litellm emit through `logging`, because the bot token is part of every Bot

@@ -8,7 +8,7 @@ Two questions, two answers, one module:
   into a budget (the prompt, a document, a consolidation chunk) and paces a request against a
   provider's tokens-per-minute window: overcounting is safe in both, undercounting is not.
 
-litellm lives in the provider worker (models/worker.py); importing it here as well would cost
+litellm lives in the provider worker (models/worker/pool.py); importing it here as well would cost
 the bot about 150 MB of memory for one function. `litellm.token_counter(model="gpt-4o", ...)`
 is tiktoken's o200k_base plus OpenAI's per-message framing (3 tokens a message, 1 for a name,
 3 to prime the reply, long texts encoded in pieces); we count the same way, exactly, with the

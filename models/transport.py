@@ -3,14 +3,14 @@
 We do not use litellm's Router: it sends 400s down the fallback chain, reports its own
 cool-downs as provider 429s and decides from exception classes before we can look at the body.
 Here every request is one litellm call with `max_retries=0` and an explicit timeout, and every
-retry, fallback, key choice and wait is decided by our own rules (models/attempt_policy.py:
+retry, fallback, key choice and wait is decided by our own rules (models/policy/attempt_policy.py:
 backoff then the fallback chain, key rests, fair gateway queues paced by the provider's own
 headers, circuit breakers, one retry budget). This module runs the attempts those rules allow
 and reports every attempt a provider may bill to the caller as it ends, priced by
 models/billing.py (the provider's usage, else an estimate).
 
 litellm itself (request set-up, the HTTP exchange, per-chunk stream handling) runs in the
-provider worker processes (models/worker.py): the decisions stay in the bot, and litellm's CPU
+provider worker processes (models/worker/pool.py): the decisions stay in the bot, and litellm's CPU
 does not share the bot's GIL. A worker that is lost (killed, frozen, unreadable) or a call that
 cannot cross to it is our failure, not the provider's: the attempt is retried on the same model
 (another worker) without touching breakers, keys or the retry budget, and never falls back.
@@ -26,7 +26,6 @@ from typing import Any
 
 import structlog
 
-from models.attempt_policy import AttemptPolicy, CallPlan, Clock, Sleep, Slot
 from models.calls import Answer, Call, CompletionCall, StreamCall, TranscriptionCall
 from models.catalog import Catalog
 from models.errors import (
@@ -36,8 +35,8 @@ from models.errors import (
     evidence_from_wire,
 )
 from models.gateways import Gateway
-from models.ipc import ClientSpec, LocalFailure, ProviderFailure
-from models.pacing import Priority
+from models.policy.attempt_policy import AttemptPolicy, CallPlan, Clock, Sleep, Slot
+from models.policy.pacing import Priority
 from models.types import (
     ChatResult,
     Message,
@@ -49,8 +48,9 @@ from models.types import (
     Transcription,
     Usage,
 )
-from models.wire import WireRecord, start_record
-from models.worker import WORKER
+from models.worker.ipc import ClientSpec, LocalFailure, ProviderFailure
+from models.worker.pool import WORKER
+from models.worker.wire import WireRecord, start_record
 
 log = structlog.get_logger(__name__)
 
@@ -68,7 +68,7 @@ class Transport:
       for; beyond it the request falls back at once (the key still rests as asked).
     - `bucket_burst`: burst of the optional per-gateway ceiling `Gateway.requests_per_second`
       (default: a quarter second's worth). Requests wait for their turn in the gateway's fair
-      queue (models/pacing.py) at most the attempt's `timeout`.
+      queue (models/policy/pacing.py) at most the attempt's `timeout`.
     - `breaker_threshold`, `gateway_breaker_threshold`, `breaker_cooldown`: consecutive
       failures that open a model's / a gateway's breaker, and how long it stays open before
       one probe is let through.

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from telegram import Bot
 
-from models.worker import WORKER, WorkerSettings
+from models.worker.pool import WORKER, WorkerSettings
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import FakeTelegram
 

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memory.consolidation import Consolidator
+from memory.consolidation.consolidation import Consolidator
+from memory.consolidation.jobs import ConsolidationWorker, JobQueue
 from memory.db import Database
-from memory.jobs import ConsolidationWorker, JobQueue
 from memory.longterm import MemoryRepository
 from memory.store import Store
 from models.catalog import Catalog, load_catalog

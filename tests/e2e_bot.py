@@ -24,11 +24,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bot.app.config import Settings, load_settings
-from bot.app.lifecycle import lifecycle_of
-from bot.app.services import Prepared, Services, services_of
-from bot.app.wiring import build_application, prepare, running
+from bot.config import Settings, load_settings
 from bot.handlers.memory import MEMORY_KEY, MemoryFeature
+from bot.lifecycle import lifecycle_of
+from bot.services import Prepared, Services, services_of
+from bot.wiring import build_application, prepare, running
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 

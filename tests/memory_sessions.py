@@ -16,8 +16,8 @@ from typing import Any
 
 from dateutil import parser as date_parser
 
+from memory.consolidation.transcript import TOOL_RESULT_LABEL, timestamp_label
 from memory.store import Store, StoredMessage
-from memory.transcript import TOOL_RESULT_LABEL, timestamp_label
 from models.types import ToolCall
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"

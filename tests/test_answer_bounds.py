@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from agent.loop import AgentLoop
-from memory.context import reply_reserve
+from agent.prompt import reply_reserve
 from models.catalog import Catalog, load_catalog
 from models.types import TIME_LIMIT, Spend, StreamDone, TextDelta, Usage
 from tests.conftest import make_transport

@@ -2,8 +2,9 @@
 
 Every `import` counts: at the top, inside functions, and under `if TYPE_CHECKING:` — a cycle
 that only type checkers follow is still a cycle a reader has to untangle, and a lazy import is
-how the last ones were hidden. The layers are `bot → agent → memory → models`: a module may
-import its own layer and the ones below, never above; Telegram stays in `bot/`.
+how the last ones were hidden. The layers are `bot → agent → reminders, media → memory →
+models`: a module may import its own layer and the ones below, never above; reminders and media
+share one rank and do not import each other; Telegram stays in `bot/`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Highest first: each layer may import itself and what comes after it.
-LAYERS = ("bot", "agent", "memory", "models")
-RANK = {name: len(LAYERS) - i for i, name in enumerate(LAYERS)}
+# Highest first: each layer may import itself and what comes after it. Packages in one tuple
+# share a rank: neither may import the other.
+RANKS: tuple[tuple[str, ...], ...] = (
+    ("bot",),
+    ("agent",),
+    ("reminders", "media"),
+    ("memory",),
+    ("models",),
+)
+LAYERS = tuple(name for rank in RANKS for name in rank)
+RANK = {name: len(RANKS) - i for i, rank in enumerate(RANKS) for name in rank}
+ORDER = " → ".join(", ".join(rank) for rank in RANKS)
 TELEGRAM_PACKAGES = {"telegram"}
 
 
@@ -110,7 +120,9 @@ def layer_violations(modules: dict[str, Path], root: Path = ROOT) -> list[str]:
             top = target.split(".")[0]
             where = f"{path.relative_to(root)}:{line}"
             if top in RANK and RANK[top] > RANK[layer]:
-                problems.append(f"{where}: {layer} imports {top} (against {' → '.join(LAYERS)})")
+                problems.append(f"{where}: {layer} imports {top} (against {ORDER})")
+            elif top in RANK and top != layer and RANK[top] == RANK[layer]:
+                problems.append(f"{where}: {layer} imports {top} (one rank: {ORDER})")
             if top in TELEGRAM_PACKAGES and layer != "bot":
                 problems.append(f"{where}: {top} outside bot/")
     return sorted(set(problems))
@@ -141,8 +153,8 @@ def _write(root: Path, files: dict[str, str]) -> dict[str, Path]:
     [
         # a lazy import inside a function
         {
-            "memory/store.py": "def f():\n    from memory.jobs import x\n",
-            "memory/jobs.py": "from memory.store import y\n",
+            "memory/store.py": "def f():\n    from memory.consolidation.jobs import x\n",
+            "memory/consolidation/jobs.py": "from memory.store import y\n",
         },
         # a cycle only type checkers follow
         {
@@ -171,15 +183,25 @@ def test_layer_check_flags_upward_and_telegram_imports(tmp_path: Path) -> None:
             "models/x.py": "import memory.store\n",
             "memory/y.py": "from agent.loop import run\n",
             "agent/z.py": "def f():\n    from telegram import Bot\n",
+            "media/a.py": "from reminders.book import ReminderBook\n",
+            "reminders/b.py": "from agent.prompt import time_text\n",
+            "reminders/ok.py": "from memory.timezones import zone\n",
+            "media/ok.py": "from memory.db import Database\n",
             "agent/ok.py": "from memory.store import Store\nfrom models.types import Usage\n",
             "bot/ok.py": "from agent.loop import run\nfrom telegram import Bot\n",
         },
     )
     problems = layer_violations(modules, tmp_path)
-    assert [p.split(":")[0] for p in problems] == ["agent/z.py", "memory/y.py", "models/x.py"]
+    assert [p.split(":")[0] for p in problems] == [
+        "agent/z.py",
+        "media/a.py",
+        "memory/y.py",
+        "models/x.py",
+        "reminders/b.py",
+    ]
 
 
-# litellm and the OpenAI SDK live in the provider worker (models/worker.py). Loaded in the bot
+# litellm and the OpenAI SDK live in the provider worker (models/worker/pool.py). Loaded in the bot
 # too, they would cost the bot ~150 MB of memory and their CPU would share the chat loop's GIL.
 WORKER_ONLY = ("litellm", "openai")
 BOT_ENTRY = "bot.__main__"
@@ -218,8 +240,8 @@ def test_no_module_of_the_bot_process_imports_litellm_anywhere() -> None:
     reach: a lazy import on a path no test runs is found too."""
     modules = our_modules()
     reached = bot_process_modules(modules)
-    assert {"bot.app.wiring", "agent.loop", "models.transport", "models.worker"} <= reached
-    assert "models.worker_child" not in reached
+    assert {"bot.wiring", "agent.loop", "models.transport", "models.worker.pool"} <= reached
+    assert "models.worker.child" not in reached
     assert worker_imports_in_the_bot(modules) == []
 
 

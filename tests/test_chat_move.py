@@ -17,9 +17,9 @@ import pytest
 from memory.chat_move import CHAT_SETTINGS, MOVED_TABLES, move_chat
 from memory.db import Database
 from memory.longterm import write_memory
-from memory.reminders import ReminderBook
 from memory.store import Store, to_iso, utc_now
 from models.types import ChatResult, Message
+from reminders.book import ReminderBook
 from tests.memory_sessions import SettableClock
 from tests.test_jobs import Responder, ScriptedTransport, make_worker, save_call
 

@@ -12,10 +12,10 @@ import json
 import re
 from pathlib import Path
 
-from memory.chat_tools import ChatTools, format_hits
+from agent.tools.memory import ChatTools, format_hits
 from memory.forget import forget_chat
-from memory.recall import Recall
-from memory.search_terms import query_terms
+from memory.recall.search import Recall
+from memory.recall.terms import query_terms
 from models.types import ToolCall
 from tests.consolidation_stack import Stack, closed_session, open_stack
 from tests.fakes.providers import ToolCallReply

@@ -287,9 +287,9 @@ async def test_consolidation_usage_is_priced_from_the_catalog(stack: Stack) -> N
 
 
 async def test_time_spent_waiting_behind_chat_is_not_the_models_timeout(tmp_path: Path) -> None:
-    # Consolidation yields to chat in the gateway's queue (models/pacing.py). Its timeout bounds
-    # the model's answer, not the wait: here it waits ~1.1 s behind a chat at the learned pace
-    # of 0.9/s, then the model answers in 1.5 s; 2.6 s in all, past the 2 s timeout.
+    # Consolidation yields to chat in the gateway's queue (models/policy/pacing.py). Its timeout
+    # bounds the model's answer, not the wait: here it waits ~1.1 s behind a chat at the learned
+    # pace of 0.9/s, then the model answers in 1.5 s; 2.6 s in all, past the 2 s timeout.
     stack = await open_stack(
         tmp_path / "q.sqlite3", head="gpt-4.1-mini", attempt_timeout=2.0, latency=1.5
     )

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memory.consolidation import FORCED_TOOL_CHOICE, Consolidator
+from memory.consolidation.consolidation import FORCED_TOOL_CHOICE, Consolidator
+from memory.consolidation.transcript import chunk_messages
 from memory.db import Database
 from memory.forget import forget_chat
 from memory.longterm import (
@@ -18,7 +19,6 @@ from memory.longterm import (
     write_memory,
 )
 from memory.store import Store, to_iso
-from memory.transcript import chunk_messages
 from models.catalog import load_catalog
 from models.types import Attempt, ChatResult, Message, Outcome, ToolCall, TransportError
 from tests.consolidation_stack import CHAIN

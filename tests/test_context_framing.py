@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from memory.context import Framing, build_prompt, prompt_message, reply_reserve
+from agent.prompt import Framing, build_prompt, prompt_message, reply_reserve
 from memory.store import StoredMessage
 from models.tokens import IMAGE_TOKENS_BOUND, estimate_tokens
 from models.types import ToolCall

@@ -1,4 +1,4 @@
-"""Document text extraction and trimming (memory/documents.py) on real files: a LibreOffice PDF
+"""Document text extraction and trimming (media/documents.py) on real files: a LibreOffice PDF
 of real oasst2 Portuguese and Japanese text, an image-only PDF, and real multilingual text."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-import memory.document_reader
-import memory.documents
-from memory.document_reader import read_document
-from memory.documents import DocumentError, document_kind, extract_text, trim_to_tokens
+import media.document_reader
+import media.documents
+from media.document_reader import read_document
+from media.documents import DocumentError, document_kind, extract_text, trim_to_tokens
 from models.tokens import estimate_tokens
 from tests.e2e_bot import MEDIA, TESTDATA
 from tests.hostile_pdfs import pdf_bomb, surrogate_pdf
@@ -123,7 +123,7 @@ def test_nuls_and_control_characters_are_stripped_from_the_whole_text() -> None:
 
 
 def test_pages_past_the_cap_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory.documents, "MAX_PDF_PAGES", 3)
+    monkeypatch.setattr(media.documents, "MAX_PDF_PAGES", 3)
     pdf = pdf_bomb(7, operators=2, text=b"word")
     document = extract_text(pdf, file_name="p.pdf", mime_type=None, token_budget=100_000)
     assert document.pages == 7
@@ -199,7 +199,7 @@ def _children() -> list[int]:
 async def test_the_reader_child_gets_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     # A child that parses hostile files must not hold the keys: it is given a few variables.
     monkeypatch.setenv("OPENAI_API_KEY", "sk-never-in-the-reader")
-    monkeypatch.setattr(memory.document_reader, "_BOOT", _PRINT_ENV)
+    monkeypatch.setattr(media.document_reader, "_BOOT", _PRINT_ENV)
     document = await read_document(
         b"", file_name="a.txt", mime_type=None, token_budget=100, timeout=30
     )

@@ -185,7 +185,7 @@ async def test_recall_with_nul_or_control_characters_answers(tmp_path: Path) -> 
         [fine] = await bot.ask(OWNER, "/recall PostgreSQL")
         assert fine.text == t("recall_none", query="PostgreSQL")
         # The search itself (also a chat tool's) takes such input without raising.
-        from memory.recall import Recall
+        from memory.recall.search import Recall
 
         for hostile in ["a\x00b\udc80cde", "\x00\x00\x00", "\udc80"]:
             assert await Recall(bot.services.db).search(OWNER, hostile) == [], hostile

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from bot.handlers.voice import RETRY_PREFIX
+from bot.handlers.media.voice import RETRY_PREFIX
 from bot.ui.i18n import t
 from bot.ui.keyboards import model_callback_data
 from models.types import Usage

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _clean_env(**values: str) -> dict[str, str]:
     """The parent's environment minus every mnemobot setting, plus `values`."""
-    from bot.app.config import Settings
+    from bot.config import Settings
 
     env = {k: v for k, v in os.environ.items() if k not in Settings.model_fields}
     env.update(

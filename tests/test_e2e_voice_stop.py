@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.handlers.voice import RETRY_PREFIX
+from bot.handlers.media.voice import RETRY_PREFIX
 from bot.ui.i18n import t
 from tests.e2e_bot import OWNER, FakeServers, bot_under_test, fake_settings, query
 from tests.fakes.providers import Fault

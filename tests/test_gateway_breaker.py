@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import structlog
 
-from models.breakers import BreakerState, CircuitBreaker
+from models.policy.breakers import BreakerState, CircuitBreaker
 from models.types import Outcome
 from tests.conftest import FakeClock, make_transport
 from tests.fakes.providers import Fault, Reply

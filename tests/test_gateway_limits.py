@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from models.breakers import RetryBudget
 from models.catalog import load_catalog
-from models.token_bucket import TokenBucket
+from models.policy.breakers import RetryBudget
+from models.policy.token_bucket import TokenBucket
 from models.transport import Transport
 from models.types import Outcome, TransportError
 from tests.conftest import FakeClock, make_gateways, make_transport

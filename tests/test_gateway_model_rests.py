@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.keys import KeyRing
+from models.policy.keys import KeyRing
 from models.types import Outcome, TransportError
 from tests.conftest import TEST_KEYS, FakeClock, make_transport
 from tests.fakes.providers import Fault, Reply

@@ -15,10 +15,15 @@ from typing import Any
 
 import pytest
 
-from memory.consolidation import Consolidator
+from memory.consolidation.consolidation import Consolidator
+from memory.consolidation.jobs import (
+    ConsolidationWorker,
+    JobQueue,
+    consolidation_stats,
+    retry_delay,
+)
 from memory.db import Database
 from memory.forget import forget_chat
-from memory.jobs import ConsolidationWorker, JobQueue, consolidation_stats, retry_delay
 from memory.longterm import MemoryRepository
 from memory.store import Store, to_iso
 from models.catalog import load_catalog

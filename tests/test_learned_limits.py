@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from models.catalog import load_catalog
-from models.pacing import Priority
+from models.policy.pacing import Priority
 from models.transport import Transport
 from models.types import Outcome
 from tests.conftest import FakeClock, make_gateways

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from bot.app.config import load_settings
-from bot.app.services import services_of
-from bot.app.wiring import build_application, prepare, running
+from bot.config import load_settings
 from bot.handlers.memory import MEMORY_KEY, MemoryFeature
+from bot.services import services_of
 from bot.ui.i18n import t
 from bot.ui.render import split_plain, utf16_len
+from bot.wiring import build_application, prepare, running
 from tests.consolidation_stack import GOOD_ARGS, KEYS, good_call
 from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram

@@ -15,7 +15,7 @@ from memory.db import Database
 from memory.export import export_chat
 from memory.forget import forget_chat
 from memory.longterm import MemoryRepository, write_memory
-from memory.recall import MAX_LIMIT, Recall
+from memory.recall.search import MAX_LIMIT, Recall
 from tests.memory_sessions import SessionMessage, oasst_messages, telegram_message
 
 REPO = Path(__file__).resolve().parents[1]

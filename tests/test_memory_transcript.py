@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from memory.consolidation import Consolidator
-from memory.db import Database
-from memory.longterm import LongTermMemory
-from memory.store import Store
-from memory.transcript import (
+from memory.consolidation.consolidation import Consolidator
+from memory.consolidation.transcript import (
     TOOL_RESULT_LABEL,
     chunk_messages,
     render_message,
     trim_middle,
 )
+from memory.db import Database
+from memory.longterm import LongTermMemory
+from memory.store import Store
 from models.catalog import load_catalog
 from models.tokens import estimate_tokens
 from tests.memory_sessions import (

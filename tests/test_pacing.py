@@ -1,4 +1,5 @@
-"""The gateway queue (models/pacing.py) and the header reading it learns from (models/ratelimits).
+"""The gateway queue (models/policy/pacing.py) and the header reading it learns from
+(models/policy/ratelimits).
 
 Queue tests drive the pacer with an injected clock that moves only when the dispatcher sleeps,
 so the order and the moments of service are exact. Header tests use the providers' real header
@@ -13,8 +14,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from models.pacing import GatewayPacer, Priority, Ticket
-from models.ratelimits import DAY, MINUTE, read_windows
+from models.policy.pacing import GatewayPacer, Priority, Ticket
+from models.policy.ratelimits import DAY, MINUTE, read_windows
 from tests.conftest import FakeClock
 
 

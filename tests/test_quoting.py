@@ -8,8 +8,8 @@ from typing import Any
 
 from telegram import Message
 
+from agent.prompt import with_quote
 from bot.handlers.incoming import quoted_text
-from memory.quoting import with_quote
 from tests.e2e_bot import TESTDATA
 
 UPDATES = TESTDATA / "tg-updates"

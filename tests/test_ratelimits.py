@@ -1,6 +1,6 @@
-"""The one reader of providers' rate-limit headers (models/ratelimits.py), with the header forms
-the design brief lists: Go durations for OpenAI and Groq resets, retry-after in seconds; and the
-error table taking a 429's wait from it. The windows read from whole header sets, Anthropic's
+"""The one reader of providers' rate-limit headers (models/policy/ratelimits.py), with the header
+forms the design brief lists: Go durations for OpenAI and Groq resets, retry-after in seconds; and
+the error table taking a 429's wait from it. The windows read from whole header sets, Anthropic's
 RFC 3339 resets included, are tested with the pacer that learns from them (test_pacing.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from email.utils import format_datetime
 import pytest
 
 from models.errors import classify, evidence_from_wire
-from models.ratelimits import (
+from models.policy.ratelimits import (
     exhausted_until_reset,
     latest_reset,
     parse_duration,

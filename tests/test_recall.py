@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from memory.chat_tools import ChatTools
+from agent.tools.memory import ChatTools
 from memory.db import MIGRATIONS_DIR, Database, discover_migrations
-from memory.recall import MESSAGE_CHARS, MESSAGE_SCAN_CHARS, Recall, RecallHit
-from memory.search_terms import MAX_QUERY_TERMS, query_terms, text_terms
+from memory.recall.search import MESSAGE_CHARS, MESSAGE_SCAN_CHARS, Recall, RecallHit
+from memory.recall.terms import MAX_QUERY_TERMS, query_terms, text_terms
 from memory.store import to_iso
 from models.types import ToolCall
 from tests.consolidation_stack import Stack, open_stack

@@ -1,5 +1,5 @@
 """Repeat rules and `when` parsing with an injected clock: daylight-saving changes, month ends,
-leap days, weekdays (memory/reminder_rules.py)."""
+leap days, weekdays (reminders/rules.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory.reminder_rules import (
-    WhenError,
-    canonical_zone,
-    first_occurrence,
-    next_occurrence,
-    parse_when,
-    to_local,
-)
+from memory.timezones import canonical_zone, to_local
+from reminders.rules import WhenError, first_occurrence, next_occurrence, parse_when
 
 LISBON = ZoneInfo("Europe/Lisbon")
 NEW_YORK = ZoneInfo("America/New_York")

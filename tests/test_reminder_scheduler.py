@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from memory.db import Database
-from memory.reminder_scheduler import (
+from memory.store import Store, utc_now
+from reminders.book import Claim, ReminderBook, ScheduleRefused
+from reminders.scheduler import (
     Delivered,
     DeliveryOutcome,
     ReminderScheduler,
     RetryLater,
     Stopped,
 )
-from memory.reminders import Claim, ReminderBook, ScheduleRefused
-from memory.store import Store, utc_now
 
 CHAT = 7
 OTHER = 8
@@ -205,3 +205,74 @@ async def test_cancelled_reminders_never_fire_and_refusals_explain(db: Database)
         await book.schedule(CHAT, when="2026-12-03T08:00", text="one too many")
     clock.now += timedelta(minutes=2)
     assert await book.claim_due(clock(), 10) == []
+
+
+@dataclass
+class WatchedClock(Clock):
+    """A clock that notices a loop that never yields. A ticker task calls `tick()` whenever it
+    gets a turn; a thousand reads of the clock with no tick between them mean its reader came
+    round a thousand times without giving any other task a turn. The read then raises, which
+    the scheduler logs and answers with a 5 s pause, so a spinning loop ends and the test can
+    report it instead of hanging with it."""
+
+    reads_since_tick: int = 0
+    spun: bool = False
+
+    def tick(self) -> None:
+        self.reads_since_tick = 0
+
+    def __call__(self) -> datetime:
+        self.reads_since_tick += 1
+        if self.reads_since_tick > 1000:
+            self.spun, self.reads_since_tick = True, 0
+            raise RuntimeError("the clock's reader came round 1000 times without yielding")
+        return self.now
+
+
+async def test_with_every_slot_busy_and_a_retry_due_the_loop_still_yields(db: Database) -> None:
+    """The freeze of round four: every send slot busy and a retry already due. The scheduler
+    can start nothing, so it must wait for a finished send — not look again at once forever,
+    which froze the whole bot (no replies, no /healthz) until a restart, and at every start
+    after a crash that left more claims than slots."""
+    clock = WatchedClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    book = ReminderBook(db, clock)
+    for text in ("retried", "held 1", "held 2"):
+        await book.schedule(CHAT, when="2026-12-01T08:00:30", text=text)
+    clock.now += timedelta(minutes=1)
+    release = asyncio.Event()
+    attempts: list[str] = []
+
+    async def deliver(claim: Claim, late: bool) -> DeliveryOutcome:
+        attempts.append(claim.reminder.text)
+        if attempts == ["retried"]:
+            return RetryLater(60.0)  # flood control: try again in a minute
+        if claim.reminder.text != "retried":
+            await release.wait()  # a send that takes its time: the slot stays busy
+        return Delivered(2000 + len(attempts), claim.reminder.text)
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(0.005)
+            clock.tick()
+
+    ticking = asyncio.create_task(ticker())
+    scheduler = ReminderScheduler(book, Store(db, clock), deliver, clock=clock, concurrency=2)
+    await scheduler.start()
+    try:
+        await until(lambda: attempts == ["retried", "held 1", "held 2"])
+        assert scheduler.in_flight == 2  # full
+        clock.now += timedelta(seconds=61)  # the retry falls due while both slots are busy
+        scheduler.notify()
+        for _ in range(20):  # the ticker's turns: the scheduler's passes must let them come
+            await asyncio.sleep(0.005)
+        assert not clock.spun
+        assert attempts == ["retried", "held 1", "held 2"]  # nothing could start
+        release.set()  # the slots free up: the retry goes out then
+        await until(lambda: len(attempts) == 4 and scheduler.in_flight == 0)
+        assert attempts[3] == "retried"
+    finally:
+        ticking.cancel()
+        await scheduler.stop()
+    assert not clock.spun
+    rows = await db.fetchall("SELECT outcome FROM reminder_deliveries ORDER BY id")
+    assert [r["outcome"] for r in rows] == ["sent", "sent", "sent"]

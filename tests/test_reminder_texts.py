@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from agent.tools.memory import Receipt
 from bot.ui.reminder_texts import fired_html, fired_text, list_text, reminder_receipt_line
-from memory.chat_tools import Receipt
-from memory.reminders import Reminder
+from reminders.book import Reminder
 
 
 def reminder(**changes: object) -> Reminder:

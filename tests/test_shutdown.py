@@ -105,7 +105,7 @@ async def test_sigterm_with_enough_grace_lets_the_reply_finish(
     tmp_path: Path, signum: int, whole_group: bool
 ) -> None:
     """Also when the signal reaches the whole process group, as Ctrl-C in a terminal does: the
-    bot and its provider workers (models/worker.py) at once. The workers must outlive the
+    bot and its provider workers (models/worker/pool.py) at once. The workers must outlive the
     signal and serve the reply through the grace period; they leave when the bot has gone."""
     db_path = tmp_path / "bot.sqlite3"
     answer = " ".join(f"piece{i}" for i in range(30))

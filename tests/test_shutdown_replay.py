@@ -8,10 +8,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from bot.app.lifecycle import lifecycle_of
-from bot.app.runner import serve
-from bot.app.wiring import build_application, prepare
+from bot.lifecycle import lifecycle_of
+from bot.runner import serve
 from bot.turns.joiner import TELEGRAM_MESSAGE_LIMIT
+from bot.wiring import build_application, prepare
 from tests.e2e_bot import OWNER, FakeServers, confirmed, fake_settings, query
 from tests.fakes.providers import Reply
 from tests.test_joiner import _long_real_text, client_split

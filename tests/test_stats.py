@@ -12,7 +12,7 @@ from memory.db import Database
 from memory.store import Store, to_iso
 from memory.usage import Budgets, UsageLedger
 from models.types import Usage
-from models.worker import WORKER
+from models.worker.pool import WORKER
 from tests.fakes.providers import Reply
 
 NOW = datetime(2026, 6, 3, 12, 0, tzinfo=UTC)
@@ -150,7 +150,7 @@ async def test_stats_show_who_waits_for_a_turn_and_the_longest_wait(
     import asyncio
 
     from models.catalog import load_catalog
-    from models.pacing import Priority
+    from models.policy.pacing import Priority
     from models.transport import Transport
     from tests.conftest import make_gateways
     from tests.e2e_bot import wait_until

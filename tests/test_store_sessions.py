@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from memory.consolidation.jobs import JobQueue
 from memory.db import Database
-from memory.jobs import JobQueue
 from memory.store import SessionClosedError, Store, to_iso
 from tests.memory_sessions import SettableClock
 

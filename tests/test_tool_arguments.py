@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent.loop import MAX_TOOL_ARGUMENT_BYTES
-from memory.context import MAX_TOOL_ARGUMENT_CHARS
+from agent.prompt import MAX_TOOL_ARGUMENT_CHARS
 from tests.e2e_bot import OWNER, bot_under_test
 from tests.fakes.providers import FakeProvider, Reply, ToolCallReply
 

@@ -19,9 +19,9 @@ import pytest
 from bot.ui.i18n import t
 from memory.db import Database
 from memory.longterm import MemoryNotice, add_unreported, memory_notice_shown, write_memory
-from memory.reminder_rules import ChatZone
-from memory.reminders import ReminderBook
 from memory.store import Store, to_iso
+from memory.timezones import ChatZone
+from reminders.book import ReminderBook
 from tests.e2e_bot import OWNER, bot_under_test
 from tests.fakes.providers import Fault, Reply
 from tests.memory_sessions import SettableClock
@@ -35,7 +35,8 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
 
 
 async def consolidation_changed(db: Database, chat_id: int, change: MemoryNotice) -> None:
-    """What a consolidation's commit does to the counts (memory/jobs.py calls add_unreported)."""
+    """What a consolidation's commit does to the counts (memory/consolidation/jobs.py calls
+    add_unreported)."""
     async with db.transaction() as conn:
         await add_unreported(conn, chat_id, change)
 

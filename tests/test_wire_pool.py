@@ -1,4 +1,4 @@
-"""The provider clients' connection pools (models/sockets.py): httpcore's pool runs on our
+"""The provider clients' connection pools (models/worker/sockets.py): httpcore's pool runs on our
 socket-keeping backend, and with it still notices a keep-alive connection the server closed
 (the readiness check is what that backend answers itself)."""
 
@@ -12,10 +12,10 @@ import httpcore
 import httpx
 import pytest
 
-from bot.app.wiring import TELEGRAM_LIMITS, telegram_request
-from models.clients import SHARD_LIMITS, ClientPool
+from bot.wiring import TELEGRAM_LIMITS, telegram_request
 from models.gateways import Gateway
-from models.sockets import SocketKeepingBackend, is_readable, transport
+from models.worker.clients import SHARD_LIMITS, ClientPool
+from models.worker.sockets import SocketKeepingBackend, is_readable, transport
 
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok"
 

@@ -1,4 +1,4 @@
-"""models/worker.py: litellm runs in a process of its own, and the bot loses nothing by it.
+"""models/worker/pool.py: litellm runs in a process of its own, and the bot loses nothing by it.
 
 Real litellm in the real worker process over HTTP against the fake providers. What the worker
 adds that a thread did not have: it can die on its own, and a cancelled call must be stopped in
@@ -15,11 +15,11 @@ from contextlib import aclosing
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import models.worker as worker_module
-from models.ipc import ClientSpec
+import models.worker.pool as worker_module
 from models.types import Outcome, Spend, StreamDone, StreamRestart, TextDelta
-from models.wire import start_record
-from models.worker import WORKER, WorkerSettings
+from models.worker.ipc import ClientSpec
+from models.worker.pool import WORKER, WorkerSettings
+from models.worker.wire import start_record
 from tests.conftest import make_gateways, make_transport
 from tests.e2e_bot import wait_until
 from tests.fakes.providers import Reply
@@ -299,7 +299,7 @@ class _RecordingGate:
 async def test_the_worker_says_when_a_request_really_left(fake_openai) -> None:
     """A request allowed at once leaves after litellm's set-up in the worker, which a busy
     worker makes late; the pacer reckons the provider's window from the moment the worker
-    reports (models/pacing.py `left`), which is when the provider received it, not when the
+    reports (models/policy/pacing.py `left`), which is when the provider received it, not when the
     answer came (the fake answers 0.5 s later)."""
     fake_openai.latency = 0.5
     gateway = make_gateways(fake_openai, fake_openai, fake_openai)["openai"]

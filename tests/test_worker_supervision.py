@@ -1,5 +1,5 @@
-"""models/worker.py supervising its workers: frozen, killed and garbled workers are replaced and
-their calls answered by the model asked for, never blamed on the provider; what cannot cross
+"""models/worker/pool.py supervising its workers: frozen, killed and garbled workers are replaced
+and their calls answered by the model asked for, never blamed on the provider; what cannot cross
 fails clearly; a worker holds no secret it does not need.
 
 Real worker processes running real litellm over HTTP against the fake providers.
@@ -25,7 +25,7 @@ from models.catalog import load_catalog
 from models.gateways import Gateway
 from models.transport import Transport
 from models.types import ChatResult, Outcome, StreamDone, TextDelta, TransportError
-from models.worker import WORKER
+from models.worker.pool import WORKER
 from tests.conftest import make_transport
 from tests.e2e_bot import wait_until
 from tests.fakes.loopback import loopback_server

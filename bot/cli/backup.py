@@ -91,7 +91,7 @@ def _default_database() -> Path:
     """DATABASE_PATH from the environment or .env, without requiring the bot's other settings."""
     if os.environ.get("DATABASE_PATH"):
         return Path(os.environ["DATABASE_PATH"])
-    from bot.app.config import ConfigError, load_settings
+    from bot.config import ConfigError, load_settings
 
     try:
         return load_settings().DATABASE_PATH

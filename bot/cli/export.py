@@ -26,7 +26,7 @@ def add_export_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from bot.app.config import load_settings
+    from bot.config import load_settings
     from memory.db import Database
     from memory.export import export_chat
 

@@ -19,7 +19,7 @@ from telegram.error import BadRequest, TelegramError
 from bot.ui.i18n import t
 
 if TYPE_CHECKING:
-    from bot.app.config import Settings
+    from bot.config import Settings
 
 log = structlog.get_logger("bot.access")
 

@@ -1,4 +1,5 @@
-"""Telegram handlers: commands, chat text, /model callbacks; media lives in bot/handlers/media.py.
+"""Telegram handlers: commands, chat text, /model callbacks; media lives in
+bot/handlers/media/media.py.
 
 Every handler runs the access check first, so a stranger costs no model call and leaves no row
 in the database. Handlers only translate updates into calls on `Services` and `bot.turns`.
@@ -20,7 +21,6 @@ from telegram.ext import (
     filters,
 )
 
-from bot.app.services import Services, services_of
 from bot.handlers.access import admit, say, user_language
 from bot.handlers.incoming import (
     clean_text,
@@ -29,8 +29,9 @@ from bot.handlers.incoming import (
     message_saved,
     strip_bot_mentions,
 )
-from bot.handlers.media import media_message
-from bot.handlers.voice import RETRY_PREFIX, retry_callback
+from bot.handlers.media.media import media_message
+from bot.handlers.media.voice import RETRY_PREFIX, retry_callback
+from bot.services import Services, services_of
 from bot.turns.turn import run_chat_turn, turn_request_for
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
@@ -264,9 +265,9 @@ def register_handlers(application: Application[Any, Any, Any, Any, Any, Any]) ->
     application.add_handler(
         MessageHandler(new_messages & filters.COMMAND, unknown_command), group=UNKNOWN_GROUP
     )
-    # Anything else a user can send (service messages such as "X joined" are not answered):
-    # voice, audio, video notes, photos and documents are read (bot/handlers/media.py); the rest
-    # get a polite line saying what the bot reads.
+    # Anything else a user can send (service messages such as "X joined" are not answered): voice,
+    # audio, video notes, photos and documents are read (bot/handlers/media/media.py); the rest get
+    # a polite line saying what the bot reads.
     application.add_handler(
         MessageHandler(
             new_messages & ~filters.TEXT & ~filters.StatusUpdate.ALL,

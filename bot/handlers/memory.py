@@ -20,19 +20,19 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
 
-from bot.app.services import Services, services_of
 from bot.handlers.access import admit, say, user_language
 from bot.handlers.incoming import clean_text
+from bot.services import Services, services_of
 from bot.turns.chat_turns import FORGETTING
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.render import split_plain
-from memory.archive import ArchivePurger
-from memory.consolidation import Consolidator
+from memory.consolidation.consolidation import Consolidator
+from memory.consolidation.jobs import ConsolidationWorker
 from memory.forget import forget_chat
-from memory.jobs import ConsolidationWorker
 from memory.longterm import MemoryRepository
-from memory.recall import Recall, RecallHit
+from memory.recall.archive import ArchivePurger
+from memory.recall.search import Recall, RecallHit
 from memory.store import to_iso
 
 log = structlog.get_logger("bot.memory")

@@ -21,7 +21,7 @@ import structlog
 from telegram import Update
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
-from bot.app.services import Services, services_of
+from bot.services import Services, services_of
 from memory.chat_move import ChatMove, move_chat
 from memory.store import to_iso
 

@@ -1,5 +1,5 @@
 """Operations in the bot: /usage, /stats (and the admins' command list that shows it), and the
-chat's remembered language. The turn guard and the graceful-stop wiring: bot/app/turn_guard.py.
+chat's remembered language. The turn guard and the graceful-stop wiring: bot/turn_guard.py.
 
 `attach_operations` runs in post_init after the services open; `register_operations_handlers`
 adds the commands when the application is built.
@@ -15,10 +15,10 @@ from telegram import BotCommand, BotCommandScopeChat, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler, filters
 
-from bot.app.services import Services, services_of
 from bot.handlers.access import admit, say, user_allowed, user_language
 from bot.handlers.incoming import is_group
 from bot.handlers.reminders import reminder_stats_text
+from bot.services import Services, services_of
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.stats import build_stats_text, everyone_text, usage_text
@@ -32,7 +32,7 @@ LANGUAGES_KEY = "chat_languages"
 
 
 async def attach_operations(application: App, services: Services) -> None:
-    """Give admins their command list (the guard and the lifecycle: bot/app/turn_guard.py)."""
+    """Give admins their command list (the guard and the lifecycle: bot/turn_guard.py)."""
     await _admin_commands(application, services)
 
 

@@ -1,7 +1,7 @@
 """Reminders in the Telegram surface: /timezone, /reminders with its ❌ buttons, and the delivery
 of fired reminders through the Bot API.
 
-`attach_reminders` runs in post_init: it starts the scheduler (memory/reminder_scheduler.py),
+`attach_reminders` runs in post_init: it starts the scheduler (reminders/scheduler.py),
 which first resends what a crash left unconfirmed, and wakes it whenever the model sets or
 cancels a reminder. Delivery uses the application's Bot, so every ⏰ message goes through the
 same rate limiter as replies (AIORateLimiter: Telegram's ~30 messages/s overall, 20/min per
@@ -28,16 +28,18 @@ from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes, filters
 
-from bot.app.config import Settings
-from bot.app.services import Services, services_of
+from bot.config import Settings
 from bot.handlers.access import admit, say, user_allowed, user_language
 from bot.handlers.incoming import clean_text
 from bot.handlers.migration import migrate_chat
+from bot.services import Services, services_of
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.reminder_texts import button_label, fired_html, fired_text, list_text, local_date
-from memory.reminder_rules import to_local, zone
-from memory.reminder_scheduler import (
+from memory.store import Store
+from memory.timezones import to_local, zone
+from reminders.book import Claim, Reminder, ReminderBook, ReminderStats
+from reminders.scheduler import (
     Delivered,
     DeliveryOutcome,
     Failed,
@@ -45,8 +47,6 @@ from memory.reminder_scheduler import (
     RetryLater,
     Stopped,
 )
-from memory.reminders import Claim, Reminder, ReminderBook, ReminderStats
-from memory.store import Store
 
 log = structlog.get_logger("bot.reminders")
 

@@ -17,6 +17,7 @@ from telegram.error import TelegramError
 
 from agent.events import AgentDone, Receipt, ToolRound
 from agent.loop import AgentTurn
+from agent.prompt import with_quote
 from bot.handlers.incoming import is_group, mark_message_saved, quoted_text
 from bot.handlers.migration import migrate_later
 from bot.ui.i18n import t
@@ -25,13 +26,12 @@ from bot.ui.render import utf16_len
 from bot.ui.streaming import StreamingReply
 from memory.facts import MAX_FACT_CHARS
 from memory.longterm import MemoryNotice, memory_notice_shown
-from memory.quoting import with_quote
 from memory.store import StoredMessage, TurnStart
 from models.catalog import ModelEntry
 from models.types import Outcome, StreamRestart, TextDelta, TransportError
 
 if TYPE_CHECKING:
-    from bot.app.services import Services
+    from bot.services import Services
 
 log = structlog.get_logger("bot.turns")
 
@@ -197,7 +197,7 @@ async def run_chat_turn(
             if preparing.cancelled():
                 if held_on_stop(services, request):
                     # Cut short by a stop: the update is kept and handled afresh at the next
-                    # start (bot/app/lifecycle.py), so the note, photo or document is not lost.
+                    # start (bot/lifecycle.py), so the note, photo or document is not lost.
                     await services.lifecycle.hold_current()
                 return
             prepared = preparing.result()

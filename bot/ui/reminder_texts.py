@@ -10,10 +10,10 @@ from __future__ import annotations
 import html
 from datetime import datetime
 
+from agent.tools.memory import Receipt
 from bot.ui.i18n import t
-from memory.chat_tools import Receipt
-from memory.reminder_rules import to_local, zone
-from memory.reminders import Reminder
+from memory.timezones import to_local, zone
+from reminders.book import Reminder
 
 FIRED_PREFIX = "⏰"
 BUTTON_TEXT_CHARS = 20

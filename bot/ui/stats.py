@@ -15,8 +15,8 @@ from typing import Any
 
 from bot.ui.i18n import t
 from bot.ui.money import BUDGET_KEYS, money
+from memory.consolidation.jobs import ConsolidationStats, consolidation_stats
 from memory.db import Database
-from memory.jobs import ConsolidationStats, consolidation_stats
 from memory.store import Clock, from_iso, to_iso, utc_now
 from memory.usage import BudgetHit, PeriodUsage, UsageLedger, UsageReport, UserTotal
 

@@ -1,0 +1,185 @@
+"""The chat model's reminder tools: `schedule_reminder`, `list_reminders`, `cancel_reminder`
+(design brief, "Chat tools").
+
+Every result is something the model can act on (refused: why, and what to do instead). A
+receipt is produced only by a reminder really stored or cancelled, and it carries the stored
+reminder itself: the front end writes the user's receipt from it (local time, zone, text), not
+from anything the model says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memory.timezones import to_local, zone
+from reminders.book import Reminder, ReminderBook, ScheduleRefused
+from reminders.rules import REPEATS
+
+SCHEDULE_REMINDER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "schedule_reminder",
+        "description": (
+            "Schedule a reminder the bot sends to this chat at the given time, without asking "
+            "you again: the message will be the text you give. Use it when the user asks to "
+            "be reminded of something or to get a message at a time. The user is shown a "
+            "receipt with the stored time."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "when": {
+                    "type": "string",
+                    "description": (
+                        "ISO 8601 date-time of the (first) reminder, e.g. 2026-12-02T09:00, "
+                        "local to the user's time zone unless it carries an offset"
+                    ),
+                },
+                "text": {
+                    "type": "string",
+                    "description": "what to remind of, in the user's language, e.g. 'call the "
+                    "dentist'",
+                },
+                "repeat": {
+                    "type": "string",
+                    "enum": list(REPEATS),
+                    "default": "none",
+                    "description": "repeat rule: none, daily, weekdays (Mon-Fri), weekly, monthly",
+                },
+            },
+            "required": ["when", "text"],
+        },
+    },
+}
+LIST_REMINDERS_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "list_reminders",
+        "description": "List this chat's pending reminders with their ids and next times.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+CANCEL_REMINDER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "cancel_reminder",
+        "description": (
+            "Cancel one of this chat's pending reminders by its id (from list_reminders). The "
+            "user is shown a receipt."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"id": {"type": "integer", "description": "the reminder's id"}},
+            "required": ["id"],
+        },
+    },
+}
+REMINDER_TOOLS: list[dict[str, Any]] = [
+    SCHEDULE_REMINDER_TOOL,
+    LIST_REMINDERS_TOOL,
+    CANCEL_REMINDER_TOOL,
+]
+REMINDER_TOOL_NAMES = frozenset(t["function"]["name"] for t in REMINDER_TOOLS)
+
+
+@dataclass(frozen=True)
+class ReminderResult:
+    """What the model reads, and the reminder stored or cancelled (for the receipt)."""
+
+    content: str
+    ok: bool
+    kind: str | None = None  # "reminder_set" or "reminder_cancelled" when something changed
+    reminder: Reminder | None = None
+
+
+def describe(reminder: Reminder) -> str:
+    """One reminder for the model: id, next local time and zone, rule, text."""
+    when = "no further time"
+    if reminder.next_at is not None:
+        local = to_local(reminder.next_at, zone(reminder.time_zone))
+        when = local.strftime("%a %Y-%m-%d %H:%M")
+    zone_note = reminder.time_zone if reminder.zone_known else "UTC, time zone not set"
+    rule = "" if reminder.repeat == "none" else f", repeats {reminder.repeat}"
+    return f"id {reminder.id}: {when} ({zone_note}){rule}: {reminder.text}"
+
+
+async def run_reminder_tool(
+    book: ReminderBook,
+    chat_id: int,
+    name: str,
+    args: dict[str, Any],
+    *,
+    user_id: int | None = None,
+    user_name: str | None = None,
+    topic_id: int | None = None,
+) -> ReminderResult:
+    if name == "schedule_reminder":
+        return await _schedule(book, chat_id, args, user_id, user_name, topic_id)
+    if name == "list_reminders":
+        reminders = await book.pending(chat_id)
+        if not reminders:
+            return ReminderResult("this chat has no pending reminders", ok=True)
+        lines = [f"{len(reminders)} pending reminder(s):"]
+        lines += [describe(r) for r in reminders]
+        return ReminderResult("\n".join(lines), ok=True)
+    return await _cancel(book, chat_id, args)
+
+
+async def _schedule(
+    book: ReminderBook,
+    chat_id: int,
+    args: dict[str, Any],
+    user_id: int | None,
+    user_name: str | None,
+    topic_id: int | None,
+) -> ReminderResult:
+    when, text = args.get("when"), args.get("text")
+    repeat = args.get("repeat") or "none"
+    if not isinstance(when, str) or not isinstance(text, str):
+        return ReminderResult(
+            "error: schedule_reminder needs 'when' (ISO 8601 date-time) and 'text' as strings",
+            ok=False,
+        )
+    if not isinstance(repeat, str):
+        return ReminderResult(f"error: 'repeat' must be one of {', '.join(REPEATS)}", ok=False)
+    try:
+        reminder = await book.schedule(
+            chat_id,
+            when=when,
+            text=text,
+            repeat=repeat.strip().lower(),
+            user_id=user_id,
+            user_name=user_name,
+            topic_id=topic_id,
+        )
+    except ScheduleRefused as exc:
+        return ReminderResult(f"error: not scheduled: {exc}", ok=False)
+    content = f"scheduled: {describe(reminder)}"
+    if not reminder.zone_known:
+        content += (
+            ". The user's time zone is not set, so this time is UTC; tell the user and, if "
+            "you have not asked yet, ask for their city (they can use /timezone Area/City)"
+        )
+    return ReminderResult(content, ok=True, kind="reminder_set", reminder=reminder)
+
+
+async def _cancel(book: ReminderBook, chat_id: int, args: dict[str, Any]) -> ReminderResult:
+    raw = args.get("id")
+    if isinstance(raw, str) and raw.strip().isdecimal():
+        raw = int(raw.strip())
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        return ReminderResult(
+            "error: cancel_reminder needs the reminder's integer 'id' (see list_reminders)",
+            ok=False,
+        )
+    reminder = await book.cancel(chat_id, raw)
+    if reminder is None:
+        return ReminderResult(
+            f"error: this chat has no pending reminder with id {raw}; nothing was cancelled. "
+            "Call list_reminders to see the ids.",
+            ok=False,
+        )
+    return ReminderResult(
+        f"cancelled: {describe(reminder)}", ok=True, kind="reminder_cancelled", reminder=reminder
+    )

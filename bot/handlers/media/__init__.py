@@ -1,0 +1,1 @@
+"""Handlers for media: voice, photos, documents, their downloads and limits."""

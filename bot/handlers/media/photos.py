@@ -1,0 +1,81 @@
+"""Photos (and images sent as files): an image part for a chat model that can see.
+
+The intake (bot/handlers/media/media.py) has already refused a photo the chat's model cannot see
+(with buttons to switch to one that can); here, inside the chat's turn, the image is
+downloaded, fitted to what every model of the fallback chain accepts (media/images.py, off the
+loop) and sent as a data URL. The session stores "[photo: caption]" and the file id, never the
+bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from dataclasses import replace
+from typing import Any
+
+import structlog
+
+from bot.handlers.media.downloads import download
+from bot.handlers.media.media_files import Incoming
+from bot.handlers.media.media_limits import file_limit, refuse_download
+from bot.services import Services
+from bot.turns.turn import TurnRequest, run_chat_turn, send_plain
+from bot.ui.i18n import t
+from media.images import ImageError, ImageLimit, fit_image, limit_for
+
+# The name these events have always been logged under (they were part of
+# bot/handlers/media/media.py).
+log = structlog.get_logger("bot.media")
+
+
+def photo_text(caption: str) -> str:
+    """What the session stores for a photo and what consolidation reads: never the bytes."""
+    return f"[photo: {caption}]" if caption.strip() else "[photo]"
+
+
+async def answer_photo(
+    services: Services, bot: Any, request: TurnRequest, incoming: Incoming, caption: str
+) -> None:
+    """A chat turn on the photo: downloaded and fitted inside the turn, sent as an image part."""
+    media: dict[str, object] = {
+        "kind": "photo",
+        "file_id": incoming.file_id,
+        "file_unique_id": incoming.file_unique_id,
+    }
+    if caption:
+        media["caption"] = caption
+    if incoming.file_name:
+        media["file_name"] = incoming.file_name
+
+    async def prepare(turn: TurnRequest) -> TurnRequest | None:
+        most = file_limit(services, incoming.kind)
+        got = await download(bot, incoming.file_id, most)
+        if got.data is None:
+            await refuse_download(bot, turn, got, most)
+            return None
+        limit = await _image_limit(services, turn.chat_id)
+        try:
+            image = await asyncio.to_thread(fit_image, got.data, limit)
+        except ImageError as exc:
+            log.info("image_refused", chat_id=turn.chat_id, reason=exc.reason, size=len(got.data))
+            await send_plain(bot, turn, t(f"image_{exc.reason}", turn.language))
+            return None
+        if image.scaled:
+            log.info("image_scaled", chat_id=turn.chat_id, size=len(got.data), sent=len(image.data))
+        encoded = base64.b64encode(image.data).decode("ascii")
+        url = f"data:{image.mime_type};base64,{encoded}"
+        return replace(turn, text=photo_text(caption), media=media, image_url=url)
+
+    await run_chat_turn(services, bot, request, prepare=prepare)
+
+
+async def _image_limit(services: Services, chat_id: int) -> ImageLimit:
+    """What every model of the chat model's fallback chain accepts."""
+    model = await services.chat_model(chat_id)
+    gateways = services.gateways
+    return limit_for(
+        gateways[entry.gateway].protocol
+        for entry in services.catalog.chain(model.id)
+        if entry.gateway in gateways
+    )

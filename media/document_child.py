@@ -1,0 +1,46 @@
+"""The child process that reads one document (started by `media/document_reader.py`).
+
+It limits itself first (RLIMIT_CPU, RLIMIT_AS: a hostile PDF then dies here, not in the bot;
+and a lower scheduling priority, so its CPU time never comes out of the chat loop's),
+reads a JSON header line and the document's bytes from stdin, and writes one JSON answer to
+stdout. It imports nothing of the bot and holds nothing worth keeping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+
+from media.document_reader import answer_line
+from media.documents import DocumentError, extract_text
+
+# Scheduling niceness: on a machine with one or two cores the reader yields to the bot's loop.
+NICENESS = 10
+
+
+def main() -> None:
+    os.nice(NICENESS)
+    stdin = sys.stdin.buffer
+    header = json.loads(stdin.readline())
+    cpu = int(header["cpu_seconds"])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    memory = int(header["memory_bytes"])
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    data = stdin.read()
+    try:
+        answer = answer_line(
+            extract_text(
+                data,
+                file_name=header["file_name"],
+                mime_type=header["mime_type"],
+                token_budget=int(header["token_budget"]),
+            )
+        )
+    except DocumentError as exc:
+        answer = answer_line(exc)
+    except MemoryError:
+        answer = answer_line(DocumentError("too_complex"))
+    sys.stdout.buffer.write(answer)
+    sys.stdout.buffer.flush()

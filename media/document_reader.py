@@ -1,0 +1,117 @@
+"""Documents read in a supervised child process, so one hostile file cannot freeze the bot.
+
+pypdf is pure Python and CPU-bound: a 2 KB PDF whose pages all share one compressed content
+stream of text operators costs about a second of CPU per page, and a thread would hold the GIL
+of the chat loop all along. So `extract_text` runs in a child Python process
+(`media/document_child.py`) that sets its own RLIMIT_CPU and RLIMIT_AS before it touches the
+file, and the caller waits for it with a wall-clock timeout. On timeout (or when the caller is
+cancelled: /cancel, /new, shutdown) the child is killed and reaped; a child that dies of a
+limit is the document's failure ("too_complex"), answered to the user like any unreadable file.
+
+At most `MAX_READERS` children run at once; a document past that waits its turn (its wall-clock
+timeout starts when its own child starts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import structlog
+
+from media.documents import DocumentError, DocumentText
+
+log = structlog.get_logger("media.document_reader")
+
+_ROOT = str(Path(__file__).resolve().parents[1])
+_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from media.document_child import main; main()"
+# Address space a reader may map: pypdf's objects for a 10 MB PDF stay far below this, and
+# the interpreter with pypdf imported maps ~60 MB.
+MEMORY_LIMIT_BYTES = 1024 * 1024 * 1024
+# Children reading at once; the machines this runs on have one or two cores to spare.
+MAX_READERS = 2
+# The child parses hostile files: it gets no secret (no key, no bot token), only these.
+CHILD_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+_slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+
+
+def _slot() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    if loop not in _slots:
+        _slots.clear()  # a new loop (tests, a restart): the old one's semaphore is useless
+        _slots[loop] = asyncio.Semaphore(MAX_READERS)
+    return _slots[loop]
+
+
+def child_request(
+    *, file_name: str | None, mime_type: str | None, token_budget: int, timeout: float
+) -> bytes:
+    """The header line the child reads before the document's bytes."""
+    limits = {"cpu_seconds": math.ceil(timeout) + 1, "memory_bytes": MEMORY_LIMIT_BYTES}
+    header = {
+        "file_name": file_name,
+        "mime_type": mime_type,
+        "token_budget": token_budget,
+        **limits,
+    }
+    return json.dumps(header).encode("utf-8") + b"\n"
+
+
+async def read_document(
+    data: bytes,
+    *,
+    file_name: str | None,
+    mime_type: str | None,
+    token_budget: int,
+    timeout: float,  # noqa: ASYNC109 - the wall-clock bound of the child, part of the contract
+) -> DocumentText:
+    """`extract_text` in a child process bounded by `timeout` seconds of wall clock (and CPU)
+    and MEMORY_LIMIT_BYTES; raises DocumentError, reason "too_complex" for a child that ran
+    out of time or memory."""
+    async with _slot():
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-c", _BOOT, _ROOT),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={name: os.environ[name] for name in CHILD_ENV if name in os.environ},
+        )
+        header = child_request(
+            file_name=file_name, mime_type=mime_type, token_budget=token_budget, timeout=timeout
+        )
+        try:
+            async with asyncio.timeout(timeout):
+                output, _ = await process.communicate(header + data)
+        except TimeoutError:
+            log.warning("document_reader_timeout", pid=process.pid, timeout_s=timeout)
+            raise DocumentError("too_complex") from None
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()  # reaped even when the caller was cancelled
+    return _parse(output, process.returncode)
+
+
+def _parse(output: bytes, returncode: int | None) -> DocumentText:
+    """The child's one JSON line: {"text": {...}} or {"error": reason}."""
+    try:
+        answer = json.loads(output)
+    except ValueError:
+        # Killed by RLIMIT_CPU (SIGXCPU) or RLIMIT_AS outside Python's reach: nothing written.
+        log.warning("document_reader_died", returncode=returncode)
+        raise DocumentError("too_complex") from None
+    if "error" in answer:
+        raise DocumentError(str(answer["error"]))
+    return DocumentText(**answer["text"])
+
+
+def answer_line(document: DocumentText | DocumentError) -> bytes:
+    """What the child writes: the extracted text, or the reason it could not be read."""
+    if isinstance(document, DocumentError):
+        return json.dumps({"error": document.reason}).encode("utf-8")
+    return json.dumps({"text": asdict(document)}).encode("utf-8")

@@ -1,0 +1,1 @@
+"""Consolidation: a session's transcript, the save_memory call, and the durable job queue."""

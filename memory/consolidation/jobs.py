@@ -1,0 +1,653 @@
+"""The durable consolidation queue and the worker that drains it.
+
+Jobs are rows, not tasks in memory: /new inserts one inside its own transaction, so a crash at
+any moment either has the job or has not closed the session. A job reads the chat's memory and
+its messages when it runs (never at enqueue time) and commits memory + history + deletion of
+exactly the consolidated messages (moved to the chat's archive, memory/recall/archive.py, where they
+stay searchable) + its own state + usage in ONE transaction, after checking that it still owns the
+job, that the memory version is the one it started from and that every message it summarised still
+exists. A kill -9 before that COMMIT leaves everything as it was (the job is reset to pending at
+start-up); after it, the job is done and cannot run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+import aiosqlite
+import structlog
+
+from memory.consolidation.consolidation import (
+    Consolidation,
+    ConsolidationFailed,
+    Consolidator,
+    ModelAttempt,
+    summarise_attempts,
+)
+from memory.consolidation.transcript import DEFAULT_MAX_MESSAGE_CHARS, Chunk, chunk_messages
+from memory.db import Database, run_sync
+from memory.facts import Edit, replay
+from memory.longterm import (
+    LongTermMemory,
+    add_unreported,
+    changed_lines,
+    read_memory,
+    write_memory,
+)
+from memory.recall.archive import archive_in, prepare_archive
+from memory.store import Store, StoredMessage, from_iso, to_iso, utc_now
+from models.types import Usage
+
+log = structlog.get_logger("memory.consolidation.jobs")
+
+Clock = Callable[[], datetime]
+
+# How often one run may find its memory or messages changed under it before it steps back.
+MAX_CONFLICTS_PER_RUN = 3
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    chat_id: int
+    session_id: int
+    kind: str
+    upto_message_id: int | None
+    state: str
+    attempts: int
+    chunks_done: int
+    next_attempt_at: str
+    last_error: str | None
+    saved_by_model: str | None
+    created_at: str
+    started_at: str | None
+
+    @classmethod
+    def from_row(cls, row: aiosqlite.Row) -> Job:
+        return cls(
+            id=row["id"],
+            chat_id=row["chat_id"],
+            session_id=row["session_id"],
+            kind=row["kind"],
+            upto_message_id=row["upto_message_id"],
+            state=row["state"],
+            attempts=row["attempts"],
+            chunks_done=row["chunks_done"],
+            next_attempt_at=row["next_attempt_at"],
+            last_error=row["last_error"],
+            saved_by_model=row["saved_by_model"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+        )
+
+
+# --- the queue ---------------------------------------------------------------------------------
+
+
+class CommitResult(StrEnum):
+    COMMITTED = "committed"
+    CONFLICT = "conflict"  # memory version moved or messages vanished: run again from fresh
+    NOT_OURS = "not_ours"  # the job is no longer running under our claim
+
+
+def retry_delay(delays: Sequence[float], failed_runs: int) -> float:
+    """Failed run n waits the n-th delay; the last delay repeats."""
+    return float(delays[min(failed_runs, len(delays)) - 1])
+
+
+class JobQueue:
+    """SQL of the queue. Every state change is one transaction."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.db: Database = store.db
+
+    async def get(self, job_id: int) -> Job | None:
+        row = await self.db.fetchone("SELECT * FROM consolidation_jobs WHERE id = ?", (job_id,))
+        return Job.from_row(row) if row else None
+
+    async def reset_interrupted(self, now: str) -> int:
+        """Jobs left `running` by a crash or an expired grace period go back to pending."""
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "UPDATE consolidation_jobs SET state = 'pending', started_at = NULL, "
+                "next_attempt_at = ?, updated_at = ? WHERE state = 'running' RETURNING id",
+                (now, now),
+            )
+            return len(list(await cursor.fetchall()))
+
+    async def claim_due(self, now: str, limit: int) -> list[Job]:
+        """Mark up to `limit` due jobs running: per chat only its oldest open job, and only if
+        that one is pending and due (a later job never overtakes an earlier one)."""
+        if limit <= 0:
+            return []
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT j.* FROM consolidation_jobs j "
+                "WHERE j.id = (SELECT MIN(o.id) FROM consolidation_jobs o "
+                "              WHERE o.chat_id = j.chat_id AND o.state != 'done') "
+                "AND j.state = 'pending' AND j.next_attempt_at <= ? "
+                "ORDER BY j.next_attempt_at, j.id LIMIT ?",
+                (now, limit),
+            )
+            rows = list(await cursor.fetchall())
+            claimed = []
+            for row in rows:
+                cursor = await conn.execute(
+                    "UPDATE consolidation_jobs SET state = 'running', started_at = ?, "
+                    "updated_at = ? WHERE id = ? AND state = 'pending' RETURNING *",
+                    (now, now, row["id"]),
+                )
+                updated = await cursor.fetchone()
+                if updated is not None:
+                    claimed.append(Job.from_row(updated))
+            return claimed
+
+    async def open_jobs(self, chat_id: int) -> int:
+        """Jobs of a chat not yet done (shown by /memory)."""
+        row = await self.db.fetchone(
+            "SELECT COUNT(*) AS n FROM consolidation_jobs WHERE chat_id = ? AND state != 'done'",
+            (chat_id,),
+        )
+        return int(row["n"]) if row else 0
+
+    async def next_due_at(self) -> str | None:
+        """When the next claimable job is due (a job behind its chat's running one is not)."""
+        row = await self.db.fetchone(
+            "SELECT MIN(j.next_attempt_at) AS at FROM consolidation_jobs j "
+            "WHERE j.id = (SELECT MIN(o.id) FROM consolidation_jobs o "
+            "              WHERE o.chat_id = j.chat_id AND o.state != 'done') "
+            "AND j.state = 'pending'"
+        )
+        return row["at"] if row else None
+
+    async def messages(self, job: Job) -> list[StoredMessage]:
+        """The job's messages that still exist, oldest first."""
+        messages = await self.store.session_messages(job.session_id)
+        if job.upto_message_id is None:
+            return messages
+        return [m for m in messages if m.id <= job.upto_message_id]
+
+    async def finish_empty(self, job: Job, now: str) -> None:
+        """Nothing left to consolidate (e.g. an earlier job already took the messages)."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "UPDATE consolidation_jobs SET state = 'done', finished_at = ?, updated_at = ? "
+                "WHERE id = ? AND state = 'running' AND started_at = ?",
+                (now, now, job.id, job.started_at),
+            )
+            await _drop_edits(conn, job.chat_id)
+
+    async def commit(
+        self,
+        job: Job,
+        memory: LongTermMemory,
+        chunk: Chunk,
+        result: Consolidation,
+        *,
+        memory_max_chars: int,
+        now: str,
+    ) -> CommitResult:
+        """The one transaction that applies a consolidation (see the module docstring)."""
+        ids = chunk.message_ids
+        marks = ",".join("?" * len(ids))
+        archived = await prepare_archive(chunk.messages)
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT chat_id FROM consolidation_jobs WHERE id = ? AND state = 'running' "
+                "AND started_at = ?",
+                (job.id, job.started_at),
+            )
+            claimed = await cursor.fetchone()
+            if claimed is None:
+                # Forgotten (/forget deleted the job) or reclaimed: nothing is applied, but
+                # the models were paid, so the spend is recorded.
+                await _insert_spent(conn, job, chunk, result.spent, self.store, now)
+                return CommitResult.NOT_OURS
+            # The chat may have moved to a new id while the models ran (memory/chat_move.py):
+            # everything this commit writes follows it.
+            job = replace(job, chat_id=int(claimed["chat_id"]))
+            current = await read_memory(conn, job.chat_id)
+            cursor = await conn.execute(
+                f"SELECT COUNT(*) AS n FROM messages WHERE id IN ({marks})", ids
+            )
+            row = await cursor.fetchone()
+            present = int(row["n"]) if row else 0
+            memory_update = result.memory_update
+            if current.version != memory.version and present == len(ids):
+                # The chat model's remember/forget_fact since we read the memory are replayed
+                # on our result; any other write (a /forget, another job) means run again.
+                edits = await _edits_since(conn, job.chat_id, memory.version)
+                if len(edits) == current.version - memory.version:
+                    memory_update = replay(memory_update, edits)
+                    log.info("consolidation_replayed_edits", job_id=job.id, edits=len(edits))
+                    memory = current
+            if current.version != memory.version or present != len(ids):
+                await _insert_attempts(conn, job, result.attempts, now)
+                await _insert_spent(conn, job, chunk, result.spent, self.store, now)
+                return CommitResult.CONFLICT
+            await write_memory(
+                conn,
+                job.chat_id,
+                memory_update,
+                over_budget=len(memory_update) > memory_max_chars,
+                now=now,
+            )
+            # The user's next reply says what changed (bot/turns/turn.py): no write is silent.
+            await add_unreported(conn, job.chat_id, changed_lines(current.content, memory_update))
+            await _drop_edits(conn, job.chat_id)
+            first, last = chunk.messages[0], chunk.messages[-1]
+            await conn.execute(
+                "INSERT INTO history_entries(chat_id, session_id, job_id, entry, model_id, "
+                "first_message_id, last_message_id, first_message_at, last_message_at, "
+                "message_count, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job.chat_id,
+                    job.session_id,
+                    job.id,
+                    result.history_entry,
+                    result.model_id,
+                    first.id,
+                    last.id,
+                    first.created_at,
+                    last.created_at,
+                    len(ids),
+                    now,
+                ),
+            )
+            # Out of the session and every prompt, into the archive: still searchable.
+            await archive_in(conn, archived, now)
+            await conn.execute(f"DELETE FROM messages WHERE id IN ({marks})", ids)
+            cursor = await conn.execute(
+                "SELECT EXISTS(SELECT 1 FROM messages WHERE session_id = ? "
+                "AND (? IS NULL OR id <= ?)) AS more",
+                (job.session_id, job.upto_message_id, job.upto_message_id),
+            )
+            more_row = await cursor.fetchone()
+            more = bool(more_row["more"]) if more_row else False
+            await conn.execute(
+                "UPDATE consolidation_jobs SET state = ?, attempts = 0, last_error = NULL, "
+                "chunks_done = chunks_done + 1, saved_by_model = ?, finished_at = ?, "
+                "updated_at = ? WHERE id = ?",
+                (
+                    "running" if more else "done",
+                    result.model_id,
+                    None if more else now,
+                    now,
+                    job.id,
+                ),
+            )
+            await _insert_attempts(conn, job, result.attempts, now)
+            await _insert_spent(conn, job, chunk, result.spent, self.store, now)
+        return CommitResult.COMMITTED
+
+    async def record_failure(
+        self,
+        job: Job,
+        failure: ConsolidationFailed,
+        chunk: Chunk,
+        *,
+        delays: Sequence[float],
+        now: datetime,
+    ) -> tuple[int, float]:
+        """Every model failed: keep the messages, schedule the next whole-chain run."""
+        stamp = to_iso(now)
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT attempts FROM consolidation_jobs WHERE id = ? AND state = 'running' "
+                "AND started_at = ?",
+                (job.id, job.started_at),
+            )
+            row = await cursor.fetchone()
+            if row is None:  # forgotten or reclaimed meanwhile; the spend is still real
+                await _insert_spent(conn, job, chunk, failure.spent, self.store, stamp)
+                return job.attempts, 0.0
+            failed_runs = int(row["attempts"]) + 1
+            delay = retry_delay(delays, failed_runs)
+            await conn.execute(
+                "UPDATE consolidation_jobs SET state = 'pending', attempts = ?, "
+                "next_attempt_at = ?, last_error = ?, started_at = NULL, updated_at = ? "
+                "WHERE id = ?",
+                (
+                    failed_runs,
+                    to_iso(now + timedelta(seconds=delay)),
+                    summarise_attempts(failure.attempts),
+                    stamp,
+                    job.id,
+                ),
+            )
+            await _insert_attempts(conn, job, failure.attempts, stamp)
+            await _insert_spent(conn, job, chunk, failure.spent, self.store, stamp)
+            await _drop_edits(conn, job.chat_id)
+        return failed_runs, delay
+
+    async def release(self, job: Job, now: str, *, retry_at: str, reason: str) -> None:
+        """Give a claimed job back without counting a failed chain run."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "UPDATE consolidation_jobs SET state = 'pending', started_at = NULL, "
+                "next_attempt_at = ?, last_error = ?, updated_at = ? "
+                "WHERE id = ? AND state = 'running' AND started_at = ?",
+                (retry_at, reason, now, job.id, job.started_at),
+            )
+            await _drop_edits(conn, job.chat_id)
+
+
+async def _drop_edits(conn: aiosqlite.Connection, chat_id: int) -> None:
+    """The job stops running: its next run (or the chat's next job) reads the memory afresh,
+    so the tool edits kept for its replay are of no use any more — and hold the very words
+    a user asked to forget."""
+    await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
+
+
+async def _edits_since(conn: aiosqlite.Connection, chat_id: int, version: int) -> list[Edit]:
+    """Tool edits (remember / forget_fact) that produced the versions after `version`."""
+    cursor = await conn.execute(
+        "SELECT kind, fact, lines FROM memory_edits WHERE chat_id = ? AND version > ? "
+        "ORDER BY version",
+        (chat_id, version),
+    )
+    return [
+        Edit(row["kind"], row["fact"], tuple(json.loads(row["lines"])))
+        for row in await cursor.fetchall()
+    ]
+
+
+async def _insert_attempts(
+    conn: aiosqlite.Connection, job: Job, attempts: Sequence[ModelAttempt], now: str
+) -> None:
+    for attempt in attempts:
+        await conn.execute(
+            "INSERT INTO consolidation_attempts(job_id, chat_id, model_id, outcome, detail, "
+            "latency_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                job.id,
+                job.chat_id,
+                attempt.model_id,
+                attempt.outcome,
+                attempt.detail,
+                int(attempt.latency_s * 1000),
+                now,
+            ),
+        )
+
+
+async def _insert_spent(
+    conn: aiosqlite.Connection,
+    job: Job,
+    chunk: Chunk,
+    spent: Sequence[tuple[str, Usage]],
+    store: Store,
+    now: str,
+) -> None:
+    """Usage rows (purpose 'consolidation'), attributed to the chat's user."""
+    user_id = next((m.user_id for m in reversed(chunk.messages) if m.user_id is not None), None)
+    for model_id, usage in spent:
+        await run_sync(
+            conn, store.insert_usage, job.chat_id, user_id, model_id, "consolidation", usage, now
+        )
+
+
+# --- figures for /stats ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsolidationStats:
+    """Queue and per-model figures (the admin /stats command shows these)."""
+
+    pending: int
+    running: int
+    done: int
+    failed_awaiting_retry: int  # pending jobs whose last whole-chain run failed
+    oldest_pending_at: str | None
+    # model id -> outcome ("saved", "timeout", "no_tool_call", ...) -> count
+    outcomes: dict[str, dict[str, int]]
+    mean_attempts_per_saved: float  # models tried per successful consolidation, skips excluded
+    max_attempts_per_saved: int
+
+
+async def consolidation_stats(db: Database, since: str | None = None) -> ConsolidationStats:
+    """Figures from the jobs and attempts tables; `since` limits the attempts counted."""
+    row = await db.fetchone(
+        "SELECT SUM(state = 'pending') AS pending, SUM(state = 'running') AS running, "
+        "SUM(state = 'done') AS done, SUM(state = 'pending' AND attempts > 0) AS failing, "
+        "MIN(CASE WHEN state != 'done' THEN created_at END) AS oldest FROM consolidation_jobs"
+    )
+    outcomes: dict[str, dict[str, int]] = {}
+    for r in await db.fetchall(
+        "SELECT model_id, outcome, COUNT(*) AS n FROM consolidation_attempts "
+        "WHERE ? IS NULL OR created_at >= ? GROUP BY model_id, outcome",
+        (since, since),
+    ):
+        outcomes.setdefault(r["model_id"], {})[r["outcome"]] = int(r["n"])
+    per_job = [
+        int(r["n"])
+        for r in await db.fetchall(
+            "SELECT a.job_id, COUNT(*) AS n FROM consolidation_attempts a "
+            "JOIN consolidation_jobs j ON j.id = a.job_id AND j.state = 'done' "
+            "WHERE a.outcome != 'skipped' AND (? IS NULL OR a.created_at >= ?) "
+            "GROUP BY a.job_id",
+            (since, since),
+        )
+    ]
+    return ConsolidationStats(
+        pending=int(row["pending"] or 0) if row else 0,
+        running=int(row["running"] or 0) if row else 0,
+        done=int(row["done"] or 0) if row else 0,
+        failed_awaiting_retry=int(row["failing"] or 0) if row else 0,
+        oldest_pending_at=row["oldest"] if row else None,
+        outcomes=outcomes,
+        mean_attempts_per_saved=sum(per_job) / len(per_job) if per_job else 0.0,
+        max_attempts_per_saved=max(per_job, default=0),
+    )
+
+
+# --- the worker --------------------------------------------------------------------------------
+
+
+class ConsolidationWorker:
+    """Runs due jobs in the background: bounded across chats, one at a time within a chat."""
+
+    def __init__(
+        self,
+        store: Store,
+        consolidator: Consolidator,
+        *,
+        retry_delays: Sequence[float],
+        concurrency: int = 2,
+        memory_max_chars: int = 6000,
+        max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
+        clock: Clock = utc_now,
+        idle_poll_seconds: float = 30.0,
+    ) -> None:
+        if not retry_delays:
+            raise ValueError("retry_delays must not be empty")
+        self.store = store
+        self.queue = JobQueue(store)
+        self.consolidator = consolidator
+        self.retry_delays = list(retry_delays)
+        self.concurrency = concurrency
+        self.memory_max_chars = memory_max_chars
+        self.max_message_chars = max_message_chars
+        self.clock = clock
+        self.idle_poll_seconds = idle_poll_seconds
+        self._running: dict[int, asyncio.Task[None]] = {}  # job id -> task
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        # Completed looks at the queue, and how long the last one decided to sleep: what
+        # shows (to /healthz-style probes and tests) that the worker has looked, and rests.
+        self.passes = 0
+        self.last_idle_s: float | None = None
+
+    def now(self) -> str:
+        return to_iso(self.clock())
+
+    def notify(self) -> None:
+        """Something was enqueued (or finished): look at the queue now instead of at the poll."""
+        self._wake.set()
+
+    # lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Reset interrupted jobs, then drain the queue in the background."""
+        reset = await self.queue.reset_interrupted(self.now())
+        if reset:
+            log.info("consolidation_jobs_resumed", count=reset)
+        self._stopping = False
+        self._loop_task = asyncio.create_task(self._loop(), name="consolidation-worker")
+
+    async def stop(self, grace: float) -> None:
+        """Let running jobs finish within `grace` seconds; cancel the rest (they resume at the
+        next start, because their rows are still `running`)."""
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            await self._loop_task
+            self._loop_task = None
+        tasks = list(self._running.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+                log.info("consolidation_jobs_left_to_resume", count=len(pending))
+
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            launched: list[asyncio.Task[None]] = []
+            try:
+                launched = await self._launch_due()
+                idle = await self._idle_seconds()
+            except Exception:
+                log.exception("consolidation_worker_error")
+                idle = self.idle_poll_seconds
+            self.passes += 1
+            self.last_idle_s = idle
+            if self.passes == 1:
+                log.info("consolidation_worker_ready", launched=len(launched))
+            try:
+                await asyncio.wait_for(self._wake.wait(), idle)
+            except TimeoutError:
+                pass
+
+    async def _idle_seconds(self) -> float:
+        """Sleep until the next job is due; when every slot is busy, until a job finishes."""
+        if len(self._running) >= self.concurrency:
+            return self.idle_poll_seconds
+        next_at = await self.queue.next_due_at()
+        if next_at is None:
+            return self.idle_poll_seconds
+        seconds = (from_iso(next_at) - self.clock()).total_seconds()
+        return min(self.idle_poll_seconds, max(0.01, seconds))
+
+    async def _launch_due(self) -> list[asyncio.Task[None]]:
+        free = self.concurrency - len(self._running)
+        jobs = await self.queue.claim_due(self.now(), free)
+        tasks = []
+        for job in jobs:
+            task = asyncio.create_task(self._run_job(job), name=f"consolidation-job-{job.id}")
+            self._running[job.id] = task
+            task.add_done_callback(lambda _t, job_id=job.id: self._finished(job_id))
+            tasks.append(task)
+        return tasks
+
+    def _finished(self, job_id: int) -> None:
+        self._running.pop(job_id, None)
+        self._wake.set()
+
+    async def run_due(self) -> int:
+        """Run due jobs until none is due (tests and the benchmark drive the clock with this)."""
+        runs = 0
+        while True:
+            tasks = await self._launch_due()
+            if not tasks and not self._running:
+                return runs
+            runs += len(tasks)
+            await asyncio.wait(list(self._running.values()), return_when=asyncio.FIRST_COMPLETED)
+
+    # one job ----------------------------------------------------------------------------------
+
+    async def _run_job(self, job: Job) -> None:
+        log.info("consolidation_job_started", job_id=job.id, chat_id=job.chat_id, kind=job.kind)
+        conflicts = 0
+        try:
+            while True:
+                memory = await _read_memory(self.store.db, job.chat_id)
+                messages = await self.queue.messages(job)
+                if not messages:
+                    await self.queue.finish_empty(job, self.now())
+                    log.info("consolidation_job_done", job_id=job.id, chat_id=job.chat_id)
+                    return
+                budget = self.consolidator.transcript_budget(memory)
+                chunk = chunk_messages(messages, budget, max_message_chars=self.max_message_chars)[
+                    0
+                ]
+                try:
+                    result = await self.consolidator.consolidate(
+                        memory, chunk, chat_id=job.chat_id, job_id=job.id
+                    )
+                except ConsolidationFailed as failure:
+                    failed_runs, delay = await self.queue.record_failure(
+                        job, failure, chunk, delays=self.retry_delays, now=self.clock()
+                    )
+                    log.warning(
+                        "consolidation_job_failed",
+                        job_id=job.id,
+                        chat_id=job.chat_id,
+                        failed_runs=failed_runs,
+                        retry_in_s=delay,
+                        messages_kept=len(messages),
+                        error=summarise_attempts(failure.attempts),
+                    )
+                    return
+                outcome = await self.queue.commit(
+                    job,
+                    memory,
+                    chunk,
+                    result,
+                    memory_max_chars=self.memory_max_chars,
+                    now=self.now(),
+                )
+                if outcome is CommitResult.NOT_OURS:
+                    # /forget deleted the job while it ran: its result is discarded, and the
+                    # job cannot run again (its row is gone).
+                    log.info("consolidation_job_discarded", job_id=job.id, chat_id=job.chat_id)
+                    return
+                if outcome is CommitResult.CONFLICT:
+                    conflicts += 1
+                    log.info("consolidation_commit_conflict", job_id=job.id, conflicts=conflicts)
+                    if conflicts >= MAX_CONFLICTS_PER_RUN:
+                        await self.queue.release(
+                            job, self.now(), retry_at=self.now(), reason="memory kept changing"
+                        )
+                        return
+                    continue
+                log.info(
+                    "consolidation_chunk_committed",
+                    job_id=job.id,
+                    chat_id=job.chat_id,
+                    model=result.model_id,
+                    messages=len(chunk.messages),
+                )
+        except Exception:
+            # A bug must not spin: step back for the first retry delay, messages untouched.
+            log.exception("consolidation_job_crashed", job_id=job.id)
+            retry_at = to_iso(self.clock() + timedelta(seconds=self.retry_delays[0]))
+            await self.queue.release(job, self.now(), retry_at=retry_at, reason="internal error")
+
+
+async def _read_memory(db: Database, chat_id: int) -> LongTermMemory:
+    async with db.transaction() as conn:
+        return await read_memory(conn, chat_id)

@@ -1,0 +1,1 @@
+"""Recall: the archive of consolidated messages, its search terms, and the search over both."""

@@ -1,0 +1,360 @@
+"""Reminders in the database: the chat's time zone, making, listing and cancelling reminders, and
+the scheduler's claims (reminders/scheduler.py).
+
+A reminder belongs to the chat that made it: every read and write here names the chat, so one
+chat can neither see nor cancel another's. Each occurrence is claimed in ONE transaction that
+writes a `reminder_deliveries` row and moves the reminder on (to its next occurrence after
+now, so a repeating reminder missed several times while the bot was down is sent once, then
+on time); the send's outcome is written after it. A claim without an outcome at start-up is
+an occurrence that may or may not have reached the chat: it is sent again (at least once).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from memory.db import Database
+from memory.store import from_iso, to_iso, utc_now
+from memory.timezones import ChatZone, canonical_zone, chat_zone_of, zone
+from reminders.rules import (
+    REPEATS,
+    WhenError,
+    first_occurrence,
+    format_local,
+    next_occurrence,
+    parse_local,
+    parse_when,
+)
+
+MAX_PENDING_PER_CHAT = 50
+MAX_TEXT_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class Reminder:
+    id: int
+    chat_id: int
+    user_id: int | None
+    user_name: str | None
+    text: str
+    time_zone: str
+    zone_known: bool
+    local_start: datetime
+    repeat: str
+    next_at: datetime | None
+    state: str
+    # The forum topic it was set in (migration 0013); None: the chat itself.
+    topic_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One occurrence to send: its delivery row, its reminder, the time it was due."""
+
+    delivery_id: int
+    reminder: Reminder
+    due_at: datetime
+
+
+@dataclass(frozen=True)
+class ReminderStats:
+    pending: int
+    sent_today: int
+    late_today: int
+    stopped_reminders: int
+    stopped_chats: int
+    in_flight: int
+
+
+class ScheduleRefused(ValueError):
+    """A reminder that is not stored; str(self) tells the model what to do instead."""
+
+
+def _reminder(row: sqlite3.Row) -> Reminder:
+    return Reminder(
+        id=int(row["id"]),
+        chat_id=int(row["chat_id"]),
+        user_id=row["user_id"],
+        user_name=row["user_name"],
+        text=row["text"],
+        time_zone=row["time_zone"],
+        zone_known=bool(row["zone_known"]),
+        local_start=parse_local(row["local_start"]),
+        repeat=row["repeat"],
+        next_at=from_iso(row["next_at"]) if row["next_at"] else None,
+        state=row["state"],
+        topic_id=row["topic_id"],
+    )
+
+
+class ReminderBook:
+    """The reminders of every chat in one database."""
+
+    def __init__(self, db: Database, clock: Callable[[], datetime] = utc_now) -> None:
+        self.db = db
+        self.clock = clock
+        # Told after a reminder was made or cancelled (the scheduler's wake-up).
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    # time zone -------------------------------------------------------------------------------
+
+    async def chat_zone(self, chat_id: int) -> ChatZone:
+        row = await self.db.fetchone("SELECT time_zone FROM chats WHERE chat_id = ?", (chat_id,))
+        return chat_zone_of(row["time_zone"] if row is not None else None)
+
+    async def set_chat_zone(self, chat_id: int, name: str) -> str | None:
+        """Set the chat's zone; returns its IANA name, or None (nothing changed) if unknown."""
+        canonical = canonical_zone(name)
+        if canonical is None:
+            return None
+        now = to_iso(self.clock())
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO chats(chat_id, created_at, updated_at, time_zone) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(chat_id) DO UPDATE SET time_zone = excluded.time_zone, "
+                "updated_at = excluded.updated_at",
+                (chat_id, now, now, canonical),
+            )
+
+        await self.db.run_in_transaction(write)
+        return canonical
+
+    # making, listing, cancelling ---------------------------------------------------------------
+
+    async def schedule(
+        self,
+        chat_id: int,
+        *,
+        when: str,
+        text: str,
+        repeat: str = "none",
+        user_id: int | None = None,
+        user_name: str | None = None,
+        topic_id: int | None = None,
+    ) -> Reminder:
+        """Store a reminder, sent back into `topic_id` (the forum topic it was set in) when it
+        fires; ScheduleRefused (with what to do) for past times, more than a year ahead, an
+        unknown rule, or the chat's 50 pending reminders."""
+        if repeat not in REPEATS:
+            raise ScheduleRefused(f"'repeat' must be one of {', '.join(REPEATS)}")
+        cleaned = " ".join(text.split())
+        if not cleaned:
+            raise ScheduleRefused("'text' is empty: say what to remind the user of")
+        if len(cleaned) > MAX_TEXT_CHARS:
+            raise ScheduleRefused(f"'text' is over {MAX_TEXT_CHARS} characters; shorten it")
+        chat_zone = await self.chat_zone(chat_id)
+        tz = zone(chat_zone.name)
+        now = self.clock()
+        try:
+            parsed = parse_when(when, tz, now)
+        except WhenError as exc:
+            raise ScheduleRefused(str(exc)) from None
+        first = first_occurrence(parsed.local, tz, repeat)
+        stamp = to_iso(now)
+
+        def write(conn: sqlite3.Connection) -> int:
+            (pending,) = conn.execute(
+                "SELECT COUNT(*) FROM reminders WHERE chat_id = ? AND state = 'pending'",
+                (chat_id,),
+            ).fetchone()
+            if pending >= MAX_PENDING_PER_CHAT:
+                raise ScheduleRefused(
+                    f"this chat already has {pending} pending reminders, the limit; nothing "
+                    "was scheduled. Tell the user to cancel some (/reminders) first."
+                )
+            cursor = conn.execute(
+                "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
+                "local_start, repeat, next_at, state, created_at, updated_at, topic_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+                (
+                    chat_id, user_id, user_name, cleaned, chat_zone.name, int(chat_zone.known),
+                    format_local(parsed.local), repeat, to_iso(first), stamp, stamp, topic_id,
+                ),
+            )  # fmt: skip
+            assert cursor.lastrowid is not None
+            return cursor.lastrowid
+
+        reminder_id = await self.db.run_in_transaction(write)
+        self._changed()
+        reminder = await self.get(chat_id, reminder_id)
+        assert reminder is not None
+        return reminder
+
+    async def get(self, chat_id: int, reminder_id: int) -> Reminder | None:
+        row = await self.db.fetchone(
+            "SELECT * FROM reminders WHERE id = ? AND chat_id = ?", (reminder_id, chat_id)
+        )
+        return _reminder(row) if row is not None else None
+
+    async def pending(self, chat_id: int) -> list[Reminder]:
+        rows = await self.db.fetchall(
+            "SELECT * FROM reminders WHERE chat_id = ? AND state = 'pending' ORDER BY next_at, id",
+            (chat_id,),
+        )
+        return [_reminder(r) for r in rows]
+
+    async def cancel(self, chat_id: int, reminder_id: int) -> Reminder | None:
+        """Cancel one of THIS chat's pending reminders; None if it has no such reminder."""
+        now = to_iso(self.clock())
+
+        def write(conn: sqlite3.Connection) -> sqlite3.Row | None:
+            row: sqlite3.Row | None = conn.execute(
+                "UPDATE reminders SET state = 'cancelled', updated_at = ? "
+                "WHERE id = ? AND chat_id = ? AND state = 'pending' RETURNING *",
+                (now, reminder_id, chat_id),
+            ).fetchone()
+            return row
+
+        row = await self.db.run_in_transaction(write)
+        if row is None:
+            return None
+        self._changed()
+        return _reminder(row)
+
+    # the scheduler's side ----------------------------------------------------------------------
+
+    async def next_due(self) -> datetime | None:
+        row = await self.db.fetchone(
+            "SELECT MIN(next_at) AS next_at FROM reminders WHERE state = 'pending'"
+        )
+        return from_iso(row["next_at"]) if row is not None and row["next_at"] else None
+
+    async def claim_due(self, now: datetime, limit: int) -> list[Claim]:
+        """Claim up to `limit` occurrences due by `now`, oldest first, in ONE transaction: each
+        gets its delivery row and its reminder moves on to its first occurrence after `now`
+        (a one-off one is done). Nothing is sent yet."""
+        stamp = to_iso(now)
+
+        def write(conn: sqlite3.Connection) -> list[Claim]:
+            rows = conn.execute(
+                "SELECT * FROM reminders WHERE state = 'pending' AND next_at <= ? "
+                "ORDER BY next_at, id LIMIT ?",
+                (stamp, limit),
+            ).fetchall()
+            claims = []
+            for row in rows:
+                reminder = _reminder(row)
+                assert reminder.next_at is not None
+                following = None
+                if reminder.repeat != "none":
+                    following = next_occurrence(
+                        reminder.local_start, zone(reminder.time_zone), reminder.repeat, now
+                    )
+                conn.execute(
+                    "UPDATE reminders SET next_at = ?, state = ?, updated_at = ? WHERE id = ?",
+                    (
+                        to_iso(following) if following else None,
+                        "pending" if following else "done",
+                        stamp,
+                        reminder.id,
+                    ),
+                )
+                delivered = conn.execute(
+                    "INSERT INTO reminder_deliveries(reminder_id, chat_id, due_at, claimed_at) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT(reminder_id, due_at) DO NOTHING "
+                    "RETURNING id",
+                    (reminder.id, reminder.chat_id, row["next_at"], stamp),
+                ).fetchone()
+                if delivered is not None:  # else: this occurrence was claimed before
+                    claims.append(Claim(int(delivered["id"]), reminder, reminder.next_at))
+            return claims
+
+        return await self.db.run_in_transaction(write)
+
+    async def unfinished(self) -> list[Claim]:
+        """Occurrences claimed by an earlier run whose send has no outcome (a crash between
+        claim and mark): the scheduler sends them again at start."""
+        rows = await self.db.fetchall(
+            "SELECT d.id AS delivery_id, d.due_at AS due_at, r.* FROM reminder_deliveries d "
+            "JOIN reminders r ON r.id = d.reminder_id WHERE d.outcome IS NULL ORDER BY d.id"
+        )
+        return [Claim(int(r["delivery_id"]), _reminder(r), from_iso(r["due_at"])) for r in rows]
+
+    @staticmethod
+    def mark_sent(
+        conn: sqlite3.Connection, claim: Claim, message_id: int, *, late: bool, now: str
+    ) -> None:
+        """Inside the caller's transaction (which also stores the message in the session)."""
+        conn.execute(
+            "UPDATE reminder_deliveries SET outcome = 'sent', message_id = ?, late = ?, "
+            "finished_at = ? WHERE id = ?",
+            (message_id, int(late), now, claim.delivery_id),
+        )
+
+    async def mark_failed(self, claim: Claim) -> None:
+        """This occurrence could not be sent (a message Telegram refuses); the reminder stays."""
+        now = to_iso(self.clock())
+        await self.db.run_in_transaction(
+            lambda conn: conn.execute(
+                "UPDATE reminder_deliveries SET outcome = 'failed', finished_at = ? WHERE id = ?",
+                (now, claim.delivery_id),
+            )
+        )
+
+    async def stop_chat(self, claim: Claim, reason: str) -> int:
+        """The chat can no longer be written to (blocked the bot, deleted, the setter no longer
+        allowed): this occurrence and every pending reminder of the chat stop. Returns how many
+        reminders stopped besides this one."""
+        now = to_iso(self.clock())
+        chat_id = claim.reminder.chat_id
+
+        def write(conn: sqlite3.Connection) -> int:
+            conn.execute(
+                "UPDATE reminder_deliveries SET outcome = 'stopped', finished_at = ? WHERE id = ?",
+                (now, claim.delivery_id),
+            )
+            conn.execute(
+                "UPDATE reminders SET state = 'stopped', stop_reason = ?, next_at = NULL, "
+                "updated_at = ? WHERE id = ?",
+                (reason, now, claim.reminder.id),
+            )
+            if reason == "not_allowed":  # only this setter's reminders
+                cursor = conn.execute(
+                    "UPDATE reminders SET state = 'stopped', stop_reason = ?, next_at = NULL, "
+                    "updated_at = ? WHERE chat_id = ? AND user_id IS ? AND state = 'pending'",
+                    (reason, now, chat_id, claim.reminder.user_id),
+                )
+            else:
+                cursor = conn.execute(
+                    "UPDATE reminders SET state = 'stopped', stop_reason = ?, next_at = NULL, "
+                    "updated_at = ? WHERE chat_id = ? AND state = 'pending'",
+                    (reason, now, chat_id),
+                )
+            return cursor.rowcount
+
+        stopped = await self.db.run_in_transaction(write)
+        self._changed()
+        return stopped
+
+    async def stats(self, now: datetime) -> ReminderStats:
+        day_start = to_iso(now.replace(hour=0, minute=0, second=0, microsecond=0))
+        day_end = to_iso(now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(1))
+        row = await self.db.fetchone(
+            "SELECT "
+            "(SELECT COUNT(*) FROM reminders WHERE state = 'pending') AS pending, "
+            "(SELECT COUNT(*) FROM reminders WHERE state = 'stopped') AS stopped, "
+            "(SELECT COUNT(DISTINCT chat_id) FROM reminders WHERE state = 'stopped') AS chats, "
+            "(SELECT COUNT(*) FROM reminder_deliveries WHERE outcome IS NULL) AS in_flight, "
+            "(SELECT COUNT(*) FROM reminder_deliveries WHERE outcome = 'sent' "
+            " AND finished_at >= ? AND finished_at < ?) AS sent, "
+            "(SELECT COUNT(*) FROM reminder_deliveries WHERE outcome = 'sent' AND late = 1 "
+            " AND finished_at >= ? AND finished_at < ?) AS late",
+            (day_start, day_end, day_start, day_end),
+        )
+        assert row is not None
+        return ReminderStats(
+            pending=row["pending"],
+            sent_today=row["sent"],
+            late_today=row["late"],
+            stopped_reminders=row["stopped"],
+            stopped_chats=row["chats"],
+            in_flight=row["in_flight"],
+        )

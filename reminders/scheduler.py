@@ -1,0 +1,261 @@
+"""The reminder scheduler: sleeps until the next reminder falls due, then sends it.
+
+No polling: it computes the next due time from the database (one indexed lookup) and waits
+for that moment, or for `notify()` (a reminder made or cancelled, a send finished). While
+10,000 reminders wait for next week it does nothing at all.
+
+Each occurrence is claimed in a transaction before it is sent (`ReminderBook.claim_due`) and
+marked with the message id after. Delivery is AT LEAST ONCE: a crash between the send and the
+mark leaves the claim without an outcome, and the next start sends it again, so a reminder
+cannot be lost to a crash; the price is a possible duplicate in that window of one HTTP
+request. (At most once would silently drop a reminder whose send never left — a worse failure
+for "take your medicine" than reading it twice.)
+
+How a message reaches the chat is the front end's business (`Deliver`); the scheduler only
+knows outcomes: sent, the chat is gone (its reminders stop), retry later (flood control, a
+server error), or this one message can never be sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+
+from memory.store import Store, to_iso, utc_now
+from reminders.book import Claim, ReminderBook
+
+log = structlog.get_logger("reminders.scheduler")
+
+# A send this much after its due time is marked late; so is one that fell due while the bot
+# was not running.
+LATE_AFTER = timedelta(seconds=60)
+RETRY_DELAYS_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+MAX_SLEEP_S = 300.0  # re-read the next due time at least this often (a changed system clock)
+# The shortest wait when a look found something due but could start nothing (the book and the
+# clock disagreeing, say): a pause, so that such a state costs a few looks a second instead of
+# a loop that never yields.
+IDLE_LOOK_S = 0.05
+
+
+@dataclass(frozen=True)
+class Delivered:
+    message_id: int
+    text: str  # what the chat now shows: stored in the session as the bot's message
+    # Where it went when that is no longer the reminder's chat (the chat moved to a new id
+    # on the way, memory/chat_move.py): the session message is stored there.
+    chat_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Stopped:
+    reason: str  # e.g. "blocked", "chat_not_found", "not_allowed"
+
+
+@dataclass(frozen=True)
+class RetryLater:
+    after_s: float | None = None  # None: the scheduler's own back-off
+
+
+@dataclass(frozen=True)
+class Failed:
+    reason: str
+
+
+DeliveryOutcome = Delivered | Stopped | RetryLater | Failed
+Deliver = Callable[[Claim, bool], Awaitable[DeliveryOutcome]]
+
+
+class ReminderScheduler:
+    """One per bot process. `start()` resumes what a previous run left unfinished."""
+
+    def __init__(
+        self,
+        book: ReminderBook,
+        store: Store,
+        deliver: Deliver,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        concurrency: int = 64,
+        late_after: timedelta = LATE_AFTER,
+        retry_delays: tuple[float, ...] = RETRY_DELAYS_S,
+    ) -> None:
+        self.book = book
+        self.store = store
+        self.deliver = deliver
+        self.clock = clock
+        self.concurrency = concurrency
+        self.late_after = late_after
+        self.retry_delays = retry_delays
+        self.started_at: datetime | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+        self._retries: list[tuple[datetime, int, Claim]] = []  # (when, attempts so far, claim)
+
+    def notify(self) -> None:
+        """Look again now: a reminder was made or cancelled."""
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._sending)
+
+    async def start(self) -> None:
+        self.started_at = self.clock()
+        book = self.book
+        unfinished = await book.unfinished()
+        if unfinished:
+            log.warning("reminders_resent_after_crash", count=len(unfinished))
+        self._retries.extend((self.started_at, 0, claim) for claim in unfinished)
+        self._task = asyncio.create_task(self._run(), name="reminder-scheduler")
+
+    def pause(self) -> None:
+        """Claim nothing more (the bot is stopping); sends on their way go on. `stop` ends it."""
+        if self._task is not None:
+            self._task.cancel()
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop claiming; sends already on their way get `grace` seconds. One cut off keeps
+        its claim without outcome and is sent after the next start."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._sending:
+            _, late = await asyncio.wait(self._sending, timeout=grace)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+
+    async def _run(self) -> None:
+        """Every pass ends in a wait that can block: for the wake event (a finished send, a
+        `notify`) or for the next due moment. The bot has one event loop; a pass that could
+        come round without blocking would freeze every chat, /healthz and the watchdog pings."""
+        while True:
+            self._wake.clear()
+            try:
+                started = await self._dispatch()
+                timeout = await self._sleep_for()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reminder_scheduler_error")
+                started, timeout = 0, 5.0
+            if timeout <= 0 and not started:
+                timeout = IDLE_LOOK_S  # something is due, yet nothing could start: pause
+            if timeout > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _dispatch(self) -> int:
+        """Start sends while there is room: retries that are due, then new claims. Returns how
+        many started."""
+        now = self.clock()
+        free = self.concurrency - len(self._sending)
+        ready = [r for r in self._retries if r[0] <= now][: max(free, 0)]
+        for retry in ready:
+            self._retries.remove(retry)
+            self._send(retry[2], retry[1])
+        free -= len(ready)
+        started = len(ready)
+        if free > 0:
+            for claim in await self.book.claim_due(now, free):
+                self._send(claim, 0)
+                started += 1
+        return started
+
+    async def _sleep_for(self) -> float:
+        """Seconds to wait for a wake-up before looking again; 0 to look again at once.
+
+        With every slot busy nothing can start, however much is due (a retry, a claim left by
+        a crash), so the wait is for the wake-up a finished send gives, not for a due time:
+        a due time already past would make the wait 0 and the loop would spin."""
+        if len(self._sending) >= self.concurrency:
+            return MAX_SLEEP_S
+        now = self.clock()
+        moments = [when for when, _, _ in self._retries]
+        next_due = await self.book.next_due()
+        if next_due is not None:
+            moments.append(next_due)
+        if not moments:
+            return MAX_SLEEP_S
+        seconds = (min(moments) - now).total_seconds()
+        return min(max(seconds, 0.0), MAX_SLEEP_S)
+
+    def _send(self, claim: Claim, attempts: int) -> None:
+        task = asyncio.create_task(self._deliver(claim, attempts))
+        self._sending.add(task)
+        task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sending.discard(task)
+        self._wake.set()
+
+    def is_late(self, claim: Claim, now: datetime) -> bool:
+        fell_due_while_down = self.started_at is not None and claim.due_at < self.started_at
+        return fell_due_while_down or now - claim.due_at > self.late_after
+
+    async def _record_sent(self, claim: Claim, sent: Delivered, late: bool) -> None:
+        """The mark and the message in the chat's session (so the model knows what it
+        reminded), in ONE transaction: never one without the other."""
+        store, now = self.store, to_iso(self.clock())
+
+        def write(conn: sqlite3.Connection) -> int | None:
+            self.book.mark_sent(conn, claim, sent.message_id, late=late, now=now)
+            chat_id = sent.chat_id if sent.chat_id is not None else claim.reminder.chat_id
+            _, window_job = store._insert_message(
+                conn, now, chat_id, "assistant", sent.text,
+                None, None, None, None, None, None, None,
+            )  # fmt: skip
+            return window_job
+
+        if await self.book.db.run_in_transaction(write) is not None:
+            store._job_enqueued()  # the session outgrew the memory window
+
+    async def _deliver(self, claim: Claim, attempts: int) -> None:
+        reminder = claim.reminder
+        late = self.is_late(claim, self.clock())
+        try:
+            outcome = await self.deliver(claim, late)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("reminder_delivery_error", reminder_id=reminder.id)
+            outcome = RetryLater()
+        if isinstance(outcome, Delivered):
+            await self._record_sent(claim, outcome, late)
+            log.info(
+                "reminder_sent",
+                reminder_id=reminder.id,
+                chat_id=outcome.chat_id if outcome.chat_id is not None else reminder.chat_id,
+                late=late,
+                lateness_ms=round((self.clock() - claim.due_at).total_seconds() * 1000),
+            )
+        elif isinstance(outcome, Stopped):
+            others = await self.book.stop_chat(claim, outcome.reason)
+            log.warning(
+                "reminders_stopped",
+                chat_id=reminder.chat_id,
+                reason=outcome.reason,
+                reminder_id=reminder.id,
+                other_reminders=others,
+            )
+        elif isinstance(outcome, Failed):
+            await self.book.mark_failed(claim)
+            log.error("reminder_not_sent", reminder_id=reminder.id, reason=outcome.reason)
+        else:
+            delay = outcome.after_s
+            if delay is None:
+                delay = self.retry_delays[min(attempts, len(self.retry_delays) - 1)]
+            log.warning(
+                "reminder_retry", reminder_id=reminder.id, attempt=attempts + 1, after_s=delay
+            )
+            self._retries.append((self.clock() + timedelta(seconds=delay), attempts + 1, claim))
