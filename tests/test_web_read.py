@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from media.page_charset import choose_charset, decode_body
 from tests.e2e_bot import MEDIA, TESTDATA
 from tests.fakes.web import FakeSite, benchmark_page
 from web.addresses import parse_allowance
-from web.decode import choose_charset, decode_body
 from web.errors import EmptyText, TooLarge, UnsupportedType
 from web.read import cut_text, page_block, read_url
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from media.document_reader import read_document, read_page
+from media.documents import DocumentError
 from web.addresses import Allowance
 from web.errors import EmptyText, WebError
 from web.fetch import (
@@ -29,12 +31,19 @@ from web.fetch import (
     loaded_tls,
     system_resolver,
 )
-from web.page_reader import PageReadFailure, read_page_text, read_pdf_text
 
 # The longest main text handed to the model (WEB_READ_MAX_CHARS's default).
 DEFAULT_MAX_CHARS = 15_000
 # Wall clock the reader child gets for one page (decoding, extraction), on top of the fetch.
 EXTRACT_TIMEOUT_SECONDS = 20.0
+# A PDF from the web is read with the budget of a large document (tokens, before the cut).
+PDF_TOKEN_BUDGET = 12_000
+# What the document reader's reasons mean for a page.
+_REASONS = {
+    "too_complex": "it was too complex to take apart in time",
+    "no_text_layer": "the PDF has no text layer (a scan)",
+    "unreadable_pdf": "the PDF is broken",
+}
 
 
 @dataclass(frozen=True)
@@ -82,14 +91,22 @@ async def extract(
     """The main text of a fetched body, taken out in the reader child."""
     try:
         if fetched.kind == "pdf":
-            title, text, extractor = "", await read_pdf_text(fetched.body, timeout=timeout), "pdf"
+            document = await read_document(
+                fetched.body,
+                file_name="page.pdf",
+                mime_type="application/pdf",
+                token_budget=PDF_TOKEN_BUDGET,
+                timeout=timeout,
+            )
+            title, text, extractor = "", document.text, "pdf"
         else:
-            page = await read_page_text(
+            page = await read_page(
                 fetched.body, content_type=fetched.content_type, kind=fetched.kind, timeout=timeout
             )
             title, text, extractor = page.title, page.text, page.extractor
-    except PageReadFailure as exc:
-        raise WebError(f"the page at {fetched.url} could not be read: {exc}") from None
+    except DocumentError as exc:
+        reason = _REASONS.get(exc.reason, exc.reason)
+        raise WebError(f"the page at {fetched.url} could not be read: {reason}") from None
     text = text.strip()
     if not text:
         raise EmptyText(f"no readable text at {fetched.url} (the page may need JavaScript)")

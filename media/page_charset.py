@@ -7,7 +7,8 @@ dependencies), then UTF-8. Labels are read as browsers read them: "iso-8859-1" a
 mean windows-1252, and a page cannot declare UTF-16 in a meta tag it wrote in ASCII.
 Undecodable bytes become U+FFFD; decoding never fails.
 
-Runs in the reader child (detection on megabytes is CPU work), never on the chat loop.
+Runs in the reader child (media/document_child.py; detection on megabytes is CPU work),
+never on the chat loop.
 """
 
 from __future__ import annotations

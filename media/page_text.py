@@ -1,5 +1,5 @@
-"""The main text of an HTML page: what a person reads, without menus, banners, asides, footers,
-scripts and styles.
+"""The main text of a web page: what a person reads, without menus, banners, asides, footers,
+scripts and styles; `page_text` decodes the bytes first (media/page_charset.py).
 
 Measured on the 91 pages of ../shared/testdata/web-extraction with the benchmark's own metric
 (benchmarks/web_extraction.py): trafilatura 2.3.1 as the benchmark runs it F1 0.965,
@@ -11,7 +11,8 @@ trafilatura found (almost) nothing — the "readability returned only the title"
 trafilatura's (at least half as long and 80 % of its word 4-grams inside trafilatura's: the
 same article with less boilerplate around it).
 
-CPU-bound (lxml parses, scoring): called in the reader child, never on the chat loop.
+CPU-bound (lxml parses, scoring): called in the reader child (media/document_child.py), never
+on the chat loop.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import logging
 import re
 from collections import Counter
 from dataclasses import dataclass
+
+from media.page_charset import decode_body
 
 # Below this many characters trafilatura's text is taken as "found nothing".
 MIN_TEXT_CHARS = 250
@@ -36,7 +39,15 @@ class PageText:
 
     title: str
     text: str
-    extractor: str  # "trafilatura", "readability" or "none"
+    extractor: str  # "trafilatura", "readability", "none" or "plain" (text and JSON)
+
+
+def page_text(body: bytes, *, content_type: str, kind: str) -> PageText:
+    """The text of a fetched body: an HTML page's main text, a text or JSON body whole."""
+    text = decode_body(body, content_type, kind)
+    if kind == "html":
+        return main_text(text)
+    return PageText("", text.strip(), "plain")
 
 
 def main_text(html: str) -> PageText:
