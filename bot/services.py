@@ -17,14 +17,17 @@ from telegram.ext import Application
 
 from agent.loop import AgentLoop
 from agent.tools.memory import ChatTools
+from agent.tools.web import WebSettings, WebTools
 from bot.config import Settings, provider_workers
 from bot.handlers.access import RefusalThrottle
 from bot.lifecycle import Lifecycle
 from bot.turns.chat_turns import ChatTurns
 from memory.db import Database
 from memory.store import Clock, Store, utc_now
+from memory.web_calls import WebCalls
 from models.catalog import Catalog, ModelEntry
 from models.gateways import Gateway
+from web.addresses import parse_allowance
 
 if TYPE_CHECKING:
     from bot.turns.limits import TurnGuard
@@ -117,6 +120,7 @@ class Services:
             transport=transport,
             catalog=prepared.catalog,
             tools=ChatTools(db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock),
+            web=WebTools(web_settings(settings), WebCalls(db, store.clock)),
             max_steps=settings.AGENT_MAX_STEPS,
             timeout=settings.CHAT_TIMEOUT,
             max_answer_tokens=settings.MAX_ANSWER_TOKENS,
@@ -175,3 +179,13 @@ def warm_up_providers(application: Application[Any, Any, Any, Any, Any, Any]) ->
     services: Services | None = application.bot_data.get(SERVICES_KEY)
     if services is not None:
         services.warm_up_providers()
+
+
+def web_settings(settings: Settings) -> WebSettings:
+    """The WEB_* settings as the web tools take them."""
+    return WebSettings(
+        search_url=settings.WEB_SEARCH_URL,
+        allowance=parse_allowance(settings.WEB_ALLOW_PRIVATE),
+        read_max_chars=settings.WEB_READ_MAX_CHARS,
+        daily_calls=settings.WEB_DAILY_CALLS,
+    )
