@@ -103,6 +103,9 @@ async def test_a_page_read_again_soon_comes_from_the_chats_cache(
     clock.now += CACHE_SECONDS + 1
     await web.run(CHAT, USER, call("web_read", url=site.url("/article")))
     assert site.requests["127.0.0.1"] == 3 and await WebCalls(db).today(USER) == 3
+    web.forget_chat(CHAT)  # /forget: what the chat read is not kept either
+    await web.run(CHAT, USER, call("web_read", url=site.url("/article")))
+    assert site.requests["127.0.0.1"] == 4
 
 
 async def test_the_daily_cap_counts_every_call_of_a_user_across_chats(

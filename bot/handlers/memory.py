@@ -201,6 +201,9 @@ async def forget_callback(update: Update, context: Context) -> None:
         async with turns.session_gate(chat_id):
             await turns.cancel(chat_id, reason=FORGETTING)
             forgotten = await forget_chat(feature.repo.db, chat_id, to_iso(feature.worker.clock()))
+            agent = services_of(context.application).agent
+            if agent is not None and agent.web is not None:
+                agent.web.forget_chat(chat_id)  # the pages and searches it read go too
         log.info(
             "memory_forgotten",
             chat_id=chat_id,
