@@ -35,7 +35,7 @@ from web.errors import (
     TooSlow,
     UnsupportedType,
 )
-from web.fetch import MAX_PAGE_BYTES, AddrInfo, fetch, guarded_client
+from web.fetch import MAX_PAGE_BYTES, AddrInfo, fetch, guarded_client, with_scheme
 
 ALLOW_FIRST = parse_allowance("127.0.0.1")
 GUARD = 30  # seconds any one test may wait for anything: a broken bound fails, never hangs
@@ -169,6 +169,10 @@ async def test_a_redirect_to_another_scheme_is_refused(site: FakeSite) -> None:
     for url in ("file:///etc/passwd", "ftp://example.org/", "http://", "not a url"):
         with pytest.raises(BadUrl):
             await _fetch(url)
+    # A link written without a scheme is read as https; other schemes stay what they are.
+    assert with_scheme(" example.org/a ") == "https://example.org/a"
+    for url in ("http://example.org/", "javascript:alert(1)", "data:text/html,x"):
+        assert with_scheme(url) == url
 
 
 async def test_twelve_megabytes_of_html_end_at_the_cap(site: FakeSite) -> None:

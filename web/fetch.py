@@ -224,6 +224,15 @@ class Fetched:
     body: bytes
 
 
+def with_scheme(url: str) -> str:
+    """`url`, with https:// in front when it has no scheme at all ("example.org/page": models
+    and users often write a link that way)."""
+    url = url.strip()
+    if "://" not in url and not url.lower().startswith(("mailto:", "javascript:", "data:")):
+        return f"https://{url}"
+    return url
+
+
 def check_url(url: str) -> httpx.URL:
     """`url` parsed, if it is http(s) with a host; raises BadUrl."""
     try:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import structlog
+
 from media.document_reader import read_document, read_page
 from media.documents import DocumentError
 from web.addresses import Allowance
@@ -30,7 +32,10 @@ from web.fetch import (
     guarded_client,
     loaded_tls,
     system_resolver,
+    with_scheme,
 )
+
+log = structlog.get_logger("web.read")
 
 # The longest main text handed to the model (WEB_READ_MAX_CHARS's default).
 DEFAULT_MAX_CHARS = 15_000
@@ -77,7 +82,11 @@ async def read_url(
     client, _ = guarded_client(allowance, resolver=resolver, timeout=timeout, tls=tls)
     async with client:
         fetched = await fetch(
-            url, client, timeout=timeout, max_bytes=max_bytes, max_pdf_bytes=MAX_PDF_BYTES
+            with_scheme(url),
+            client,
+            timeout=timeout,
+            max_bytes=max_bytes,
+            max_pdf_bytes=MAX_PDF_BYTES,
         )
     return await extract(fetched, max_chars=max_chars, timeout=extract_timeout)
 
@@ -105,6 +114,7 @@ async def extract(
             )
             title, text, extractor = page.title, page.text, page.extractor
     except DocumentError as exc:
+        log.warning("web_page_unreadable", reason=exc.reason, kind=fetched.kind)
         reason = _REASONS.get(exc.reason, exc.reason)
         raise WebError(f"the page at {fetched.url} could not be read: {reason}") from None
     text = text.strip()
