@@ -11,7 +11,8 @@ Budget. The prompt always fits the model's context window minus a reply reserve:
 session is too long (its consolidation keeps failing, say), the oldest messages are left out of
 the prompt — never deleted — a tool call always together with its results, and the model is
 told that earlier messages exist and how to find them. The count is a deliberately pessimistic
-estimate (models/tokens.estimate_tokens), so a prompt that fits here fits the tokenizer.
+estimate, each message framed as every count of ours frames it (models/tokens.estimate_message),
+so a prompt that fits here fits the tokenizer.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from memory.consolidation.transcript import trim_middle
 from memory.framing import Framing
 from memory.store import StoredMessage
 from memory.timezones import ChatZone, to_local, zone
-from models.tokens import IMAGE_TOKENS_BOUND, estimate_tokens
+from models.tokens import IMAGE_TOKENS_BOUND, estimate_message, estimate_messages, estimate_tokens
 from models.types import Message
 
 SYSTEM_PROMPT = (
@@ -73,10 +74,6 @@ class Prompt:
 def reply_reserve(context_window: int) -> int:
     """Tokens kept free for the answer."""
     return max(1024, min(8192, context_window // 4))
-
-
-def _message_tokens(message: Message) -> int:
-    return estimate_tokens(json.dumps(message, ensure_ascii=False)) + 4
 
 
 def system_text(
@@ -227,14 +224,14 @@ def build_prompt(
         system_prompt=system_prompt,
         web=_offers_web(tools),
     )
-    used = fixed + estimate_tokens(base_system)
+    used = fixed + estimate_messages([{"role": "system", "content": base_system}])
     messages = _consistent(session)
     units = _units(messages)
     last_user = max((i for i, u in enumerate(units) if u[0].role == "user"), default=0)
     kept_from = last_user
-    used += sum(_message_tokens(prompt_message(m, framing)) for u in units[last_user:] for m in u)
+    used += sum(estimate_message(prompt_message(m, framing)) for u in units[last_user:] for m in u)
     for index in range(last_user - 1, -1, -1):
-        cost = sum(_message_tokens(prompt_message(m, framing)) for m in units[index])
+        cost = sum(estimate_message(prompt_message(m, framing)) for m in units[index])
         if used + cost > budget:
             break
         used += cost

@@ -158,8 +158,9 @@ class Lifecycle:
         self._replayed.discard(update_id)
         if self.closing:
             return  # it may just have been held again: keep the row
-        async with self.db.transaction() as conn:
-            await conn.execute("DELETE FROM held_updates WHERE update_id = ?", (update_id,))
+        await self.db.run_in_transaction(
+            lambda conn: conn.execute("DELETE FROM held_updates WHERE update_id = ?", (update_id,))
+        )
 
 
 def lifecycle_of(application: App) -> Lifecycle:
@@ -168,8 +169,10 @@ def lifecycle_of(application: App) -> Lifecycle:
 
 async def save_held_updates(db: Database, updates: list[Update]) -> None:
     now = to_iso(utc_now())
-    async with db.transaction() as conn:
-        await conn.executemany(
+    rows = [(u.update_id, json.dumps(u.to_dict(), ensure_ascii=False), now) for u in updates]
+    await db.run_in_transaction(
+        lambda conn: conn.executemany(
             "INSERT OR REPLACE INTO held_updates(update_id, payload, held_at) VALUES (?, ?, ?)",
-            [(u.update_id, json.dumps(u.to_dict(), ensure_ascii=False), now) for u in updates],
+            rows,
         )
+    )

@@ -8,9 +8,8 @@ hand the audio out again. Once transcribed, the row points at the stored user me
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
-
-import aiosqlite
 
 from memory.db import Database
 from memory.store import to_iso, utc_now
@@ -70,8 +69,8 @@ class MediaInbox:
         caption: str | None = None,
     ) -> InboxItem:
         now = to_iso(utc_now())
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
+        row = await self.db.run_in_transaction(
+            lambda conn: conn.execute(
                 "INSERT INTO media_inbox(chat_id, user_id, kind, file_id, file_unique_id, "
                 "duration, file_size, mime_type, file_name, caption, created_at, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
@@ -89,8 +88,8 @@ class MediaInbox:
                     now,
                     now,
                 ),
-            )
-            row = await cursor.fetchone()
+            ).fetchone()
+        )
         assert row is not None
         return _item(row)
 
@@ -102,30 +101,34 @@ class MediaInbox:
         """The failed row, now pending again, for the one caller that claimed it; None when it is
         not this chat's, not failed, or another caller (a second press of Retry) claimed it
         first. One UPDATE: two presses can never both transcribe, store and answer it."""
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
+        now = to_iso(utc_now())
+        row = await self.db.run_in_transaction(
+            lambda conn: conn.execute(
                 "UPDATE media_inbox SET state = 'pending', updated_at = ? "
                 "WHERE id = ? AND chat_id = ? AND state = 'failed' RETURNING *",
-                (to_iso(utc_now()), item_id, chat_id),
-            )
-            row = await cursor.fetchone()
+                (now, item_id, chat_id),
+            ).fetchone()
+        )
         return _item(row) if row else None
 
     async def release(self, item_id: int) -> None:
         """A claimed row whose turn never settled it (refused, cancelled) can be retried again."""
-        async with self.db.transaction() as conn:
-            await conn.execute(
+        now = to_iso(utc_now())
+        await self.db.run_in_transaction(
+            lambda conn: conn.execute(
                 "UPDATE media_inbox SET state = 'failed', updated_at = ? "
                 "WHERE id = ? AND state = 'pending'",
-                (to_iso(utc_now()), item_id),
+                (now, item_id),
             )
+        )
 
     async def discard(self, item_id: int) -> None:
         """The row of a note whose update is held for the next start, which writes it anew."""
-        async with self.db.transaction() as conn:
-            await conn.execute(
+        await self.db.run_in_transaction(
+            lambda conn: conn.execute(
                 "DELETE FROM media_inbox WHERE id = ? AND state != 'done'", (item_id,)
             )
+        )
 
     async def mark_failed(self, item_id: int) -> None:
         await self._set(item_id, "failed", None)
@@ -134,13 +137,15 @@ class MediaInbox:
         await self._set(item_id, "done", message_id)
 
     async def _set(self, item_id: int, state: str, message_id: int | None) -> None:
-        async with self.db.transaction() as conn:
-            await conn.execute(
+        now = to_iso(utc_now())
+        await self.db.run_in_transaction(
+            lambda conn: conn.execute(
                 "UPDATE media_inbox SET state = ?, message_id = COALESCE(?, message_id), "
                 "attempts = attempts + (? = 'failed'), updated_at = ? WHERE id = ?",
-                (state, message_id, state, to_iso(utc_now()), item_id),
+                (state, message_id, state, now, item_id),
             )
+        )
 
 
-def _item(row: aiosqlite.Row) -> InboxItem:
+def _item(row: sqlite3.Row) -> InboxItem:
     return InboxItem(**{name: row[name] for name in InboxItem.__dataclass_fields__})

@@ -679,8 +679,7 @@ class Store:
         usage: Usage,
         now: str,
     ) -> None:
-        """One usage row, inside the caller's transaction (on its connection's thread; from a
-        `transaction()` block through `run_sync`)."""
+        """One usage row, inside the caller's `Database.run_in_transaction` body."""
         conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
             "completion_tokens, cost_usd, created_at, estimated, audio_seconds) "

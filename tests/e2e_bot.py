@@ -26,6 +26,7 @@ from typing import Any
 
 from bot.config import Settings, load_settings
 from bot.handlers.memory import MEMORY_KEY, MemoryFeature
+from bot.handlers.reminders import REMINDERS_KEY, ReminderFeature
 from bot.lifecycle import lifecycle_of
 from bot.services import Prepared, Services, services_of
 from bot.wiring import build_application, prepare, running
@@ -196,6 +197,12 @@ class BotUnderTest(_ProviderShortcuts):
         """The memory feature: its repository and the consolidation worker."""
         return self._application.bot_data[MEMORY_KEY]
 
+    @property
+    def reminders(self) -> ReminderFeature:
+        """The reminder book and scheduler (a test with a settable clock wakes the scheduler
+        after moving the time: it sleeps by the event loop's clock, not by `clock`)."""
+        return self._application.bot_data[REMINDERS_KEY]
+
     async def consolidations_settled(self, chat_id: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
         """Until the chat has no consolidation job left open and the worker runs none."""
         worker = self.memory.worker
@@ -304,13 +311,16 @@ class BotUnderTest(_ProviderShortcuts):
         from memory.store import to_iso, utc_now
 
         now = to_iso(utc_now())
-        async with self.services.db.transaction() as conn:
-            await conn.execute(
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(chat_id) DO NOTHING",
                 (chat_id, now, now),
             )
-            await write_memory(conn, chat_id, content, over_budget=False, now=now)
+            write_memory(conn, chat_id, content, over_budget=False, now=now)
+
+        await self.services.db.run_in_transaction(write)
 
 
 def real_update(name: str, chat_id: int, user_id: int) -> dict[str, Any]:

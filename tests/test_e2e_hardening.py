@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import sqlite3
 import time
 import unicodedata
 from pathlib import Path
@@ -130,8 +131,11 @@ async def _full_disk(bot: BotUnderTest) -> None:
     """No page may be added to the database file: the next large write fails (SQLITE_FULL).
     Set on the writer connection (reads have their own connections, which never write)."""
     [row] = await bot.rows("PRAGMA page_count")
-    async with bot.services.db.transaction() as conn:
-        await conn.execute(f"PRAGMA max_page_count = {int(row['page_count'])}")
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA max_page_count = {int(row['page_count'])}")
+
+    await bot.services.db.run_in_transaction(write)
 
 
 async def test_error_reply_claims_the_message_saved_only_when_it_was(tmp_path: Path) -> None:

@@ -11,12 +11,11 @@ write that happened, and it names what was written, never what the model says it
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-import aiosqlite
 
 from agent.tools.reminders import REMINDER_TOOL_NAMES, REMINDER_TOOLS, run_reminder_tool
 from memory.db import Database
@@ -28,7 +27,7 @@ from memory.facts import (
     matching_lines,
     remove_lines,
 )
-from memory.longterm import read_memory, write_memory
+from memory.longterm import memory_of, write_memory
 from memory.recall.search import DEFAULT_LIMIT, MAX_LIMIT, Recall, RecallHit, trimmed
 from memory.store import to_iso, utc_now
 from models.types import ToolCall
@@ -210,9 +209,11 @@ class ChatTools:
             )
         line = fact_line(fact)
         now = to_iso(self.clock())
-        async with self.db.transaction() as conn:
-            await _ensure_chat(conn, chat_id, now)
-            memory = await read_memory(conn, chat_id)
+
+        def write(conn: sqlite3.Connection) -> ToolOutcome | None:
+            """None once written; otherwise the outcome that says why nothing was."""
+            _ensure_chat(conn, chat_id, now)
+            memory = memory_of(conn, chat_id)
             if contains(memory.content, line):
                 return ToolOutcome(
                     call.id, call.name, "already in memory: nothing changed", ok=True
@@ -226,8 +227,13 @@ class ChatTools:
                     f"of {self.memory_max_chars}. Ask the user which saved facts to drop, use "
                     "forget_fact on outdated ones, or save a shorter fact.",
                 )
-            version = await write_memory(conn, chat_id, content, over_budget=False, now=now)
-            await _record_edit(conn, chat_id, version, "remember", fact, [line], now)
+            version = write_memory(conn, chat_id, content, over_budget=False, now=now)
+            _record_edit(conn, chat_id, version, "remember", fact, [line], now)
+            return None
+
+        refused = await self.db.run_in_transaction(write)
+        if refused is not None:
+            return refused
         return ToolOutcome(
             call.id,
             call.name,
@@ -264,8 +270,10 @@ class ChatTools:
             return self._error(call, "forget_fact needs the fact to remove as a string 'fact'")
         fact = clean_fact(raw)[:MAX_FACT_CHARS]
         now = to_iso(self.clock())
-        async with self.db.transaction() as conn:
-            memory = await read_memory(conn, chat_id)
+
+        def write(conn: sqlite3.Connection) -> ToolOutcome | list[str]:
+            """The lines removed; or the outcome that says why none were."""
+            memory = memory_of(conn, chat_id)
             lines = matching_lines(memory.content, fact)
             if not lines:
                 return self._error(
@@ -283,14 +291,19 @@ class ChatTools:
                     f"{listed}",
                 )
             content = remove_lines(memory.content, lines)
-            version = await write_memory(
+            version = write_memory(
                 conn,
                 chat_id,
                 content,
                 over_budget=len(content) > self.memory_max_chars,
                 now=now,
             )
-            await _record_edit(conn, chat_id, version, "forget", fact, lines, now)
+            _record_edit(conn, chat_id, version, "forget", fact, lines, now)
+            return lines
+
+        lines = await self.db.run_in_transaction(write)
+        if isinstance(lines, ToolOutcome):
+            return lines
         removed = "\n".join(lines)
         return ToolOutcome(
             call.id,
@@ -309,16 +322,16 @@ def _unbullet(line: str) -> str:
     return stripped
 
 
-async def _ensure_chat(conn: aiosqlite.Connection, chat_id: int, now: str) -> None:
-    await conn.execute(
+def _ensure_chat(conn: sqlite3.Connection, chat_id: int, now: str) -> None:
+    conn.execute(
         "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
         "ON CONFLICT(chat_id) DO NOTHING",
         (chat_id, now, now),
     )
 
 
-async def _record_edit(
-    conn: aiosqlite.Connection,
+def _record_edit(
+    conn: sqlite3.Connection,
     chat_id: int,
     version: int,
     kind: str,
@@ -329,14 +342,14 @@ async def _record_edit(
     """Keep the edit only while a consolidation of this chat runs: that job may have read an
     older version and will replay it. A job that starts later reads this write itself, so with
     none running nothing is kept (the words of a forgotten fact included)."""
-    cursor = await conn.execute(
+    running = conn.execute(
         "SELECT 1 FROM consolidation_jobs WHERE chat_id = ? AND state = 'running' LIMIT 1",
         (chat_id,),
-    )
-    if await cursor.fetchone() is None:
-        await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
+    ).fetchone()
+    if running is None:
+        conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
         return
-    await conn.execute(
+    conn.execute(
         "INSERT INTO memory_edits(chat_id, version, kind, fact, lines, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?)",
         (chat_id, version, kind, fact, json.dumps(lines, ensure_ascii=False), now),

@@ -5,6 +5,11 @@ for HTTP-level trouble; this layer decides whether the *task* succeeded. A 200 w
 broken JSON, object-valued fields, a missing field or an emptied memory is a failure here and
 the next model of the chain is asked, each model once (visited set), each attempt under
 CONSOLIDATION_TIMEOUT. Nothing is written here: the caller commits the result atomically.
+
+What each request cost goes to the caller's `on_spend` as the transport reports it, the way
+every other path that spends money records it (memory/usage.py `SpendRecorder`): a request cut
+off mid-flight (the worker stopped, the job cancelled) is reported by the transport as it ends,
+which a list of results kept here could never hold.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from memory.longterm import LongTermMemory
 from models.catalog import Catalog, ModelEntry
 from models.policy.pacing import Priority
 from models.tokens import estimate_tokens
-from models.types import ChatResult, Message, Outcome, TransportError, Usage
+from models.types import ChatResult, Message, Outcome, SpendCallback, TransportError
 
 log = structlog.get_logger("memory.consolidation.consolidation")
 
@@ -79,6 +84,7 @@ class CompletionClient(Protocol):
         walk_chain: bool = True,
         user_key: Hashable | None = None,
         priority: Priority = Priority.CHAT,
+        on_spend: SpendCallback | None = None,
     ) -> ChatResult: ...
 
 
@@ -118,18 +124,15 @@ class Consolidation:
     history_entry: str
     memory_update: str
     attempts: list[ModelAttempt] = field(default_factory=list)
-    # Tokens actually billed, per model (failed text replies cost money too).
-    spent: list[tuple[str, Usage]] = field(default_factory=list)
 
 
 class ConsolidationFailed(Exception):
     """Every model of the chain failed; nothing may be deleted."""
 
-    def __init__(self, attempts: list[ModelAttempt], spent: list[tuple[str, Usage]]) -> None:
+    def __init__(self, attempts: list[ModelAttempt]) -> None:
         summary = "; ".join(f"{a.model_id}: {a.outcome} {a.detail}".strip() for a in attempts)
         super().__init__(f"every consolidation model failed ({summary})")
         self.attempts = attempts
-        self.spent = spent
 
 
 def validate_call(
@@ -287,15 +290,12 @@ class Consolidator:
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
-    def _price(self, model_id: str, usage: Usage) -> Usage:
-        entry = self.catalog.entries.get(model_id)
-        if entry is None:
-            return usage
-        cost = entry.cost_usd(usage.prompt_tokens, usage.completion_tokens)
-        return Usage(usage.prompt_tokens, usage.completion_tokens, cost)
-
     async def _ask(
-        self, entry: ModelEntry, messages: list[Message], chat_id: int | None = None
+        self,
+        entry: ModelEntry,
+        messages: list[Message],
+        chat_id: int | None,
+        on_spend: SpendCallback | None,
     ) -> ChatResult:
         """One model, forced tool choice first; automatic choice if the provider refuses it.
 
@@ -311,6 +311,7 @@ class Consolidator:
                 walk_chain=False,
                 user_key=chat_id,
                 priority=Priority.BACKGROUND,
+                on_spend=on_spend,
             )
         except TransportError as exc:
             if not _rejects_forced_choice(exc):
@@ -325,6 +326,7 @@ class Consolidator:
             walk_chain=False,
             user_key=chat_id,
             priority=Priority.BACKGROUND,
+            on_spend=on_spend,
         )
 
     async def consolidate(
@@ -334,12 +336,16 @@ class Consolidator:
         *,
         chat_id: int | None = None,
         job_id: int | None = None,
+        on_spend: SpendCallback | None = None,
     ) -> Consolidation:
-        """Return the first valid save_memory call of the chain, or raise ConsolidationFailed."""
+        """Return the first valid save_memory call of the chain, or raise ConsolidationFailed.
+
+        `on_spend` hears every request a provider may bill, as the transport reports it: the
+        answers (invalid ones too: a text reply is paid for), and a request cut off by a
+        cancellation of this call."""
         messages = self.build_messages(memory, chunk)
         stamp = timestamp_label(chunk.messages[-1].created_at)
         attempts: list[ModelAttempt] = []
-        spent: list[tuple[str, Usage]] = []
         visited: set[str] = set()
         for entry in self.chain():
             if entry.id in visited:
@@ -351,14 +357,12 @@ class Consolidator:
                 # No clock of our own around this: the transport bounds the wait for a turn in
                 # the gateway's queue (where chat goes first) and each request by `timeout`, so
                 # time spent yielding to chat is never the model's timeout.
-                result = await self._ask(entry, messages, chat_id)
+                result = await self._ask(entry, messages, chat_id, on_spend)
             except TransportError as exc:
                 outcome, detail = _transport_failure(exc)
             except Exception as exc:  # a library bug must cost one model, not the job
                 outcome, detail = "error", f"{type(exc).__name__}: {str(exc)[:200]}"
             else:
-                if result.usage.prompt_tokens or result.usage.completion_tokens:
-                    spent.append((result.model_id or entry.id, self._price(entry.id, result.usage)))
                 try:
                     args = validate_call(result, memory, stamp, self.memory_max_chars)
                 except InvalidCall as exc:
@@ -374,9 +378,7 @@ class Consolidator:
                         failed_before=len(attempts) - 1,
                         messages=len(chunk.messages),
                     )
-                    return Consolidation(
-                        entry.id, args.history_entry, args.memory_update, attempts, spent
-                    )
+                    return Consolidation(entry.id, args.history_entry, args.memory_update, attempts)
             attempts.append(ModelAttempt(entry.id, outcome, detail, time.monotonic() - started))
             log.warning(
                 "consolidation_model_failed",
@@ -386,7 +388,7 @@ class Consolidator:
                 chat_id=chat_id,
                 job_id=job_id,
             )
-        raise ConsolidationFailed(attempts, spent)
+        raise ConsolidationFailed(attempts)
 
 
 def summarise_attempts(attempts: Sequence[ModelAttempt]) -> str:
