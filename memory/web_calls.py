@@ -8,6 +8,7 @@ new ones are written, so the table stays a few rows per user.
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import timedelta
 
 from memory.db import Database
@@ -37,21 +38,21 @@ class WebCalls:
         if kind not in KINDS:
             raise ValueError(kind)
         now = self.clock()
-        async with self.db.transaction() as conn:
+        since, expired = to_iso(day_start(now)), to_iso(day_start(now) - timedelta(days=2))
+
+        def take_one(conn: sqlite3.Connection) -> bool:
             if user_id is not None:
-                cursor = await conn.execute(
+                (count,) = conn.execute(
                     "SELECT COUNT(*) FROM web_calls WHERE user_id = ? AND created_at >= ?",
-                    (user_id, to_iso(day_start(now))),
-                )
-                (count,) = await cursor.fetchone() or (0,)
+                    (user_id, since),
+                ).fetchone()
                 if count >= cap:
                     return False
-            await conn.execute(
-                "DELETE FROM web_calls WHERE created_at < ?",
-                (to_iso(day_start(now) - timedelta(days=2)),),
-            )
-            await conn.execute(
+            conn.execute("DELETE FROM web_calls WHERE created_at < ?", (expired,))
+            conn.execute(
                 "INSERT INTO web_calls(chat_id, user_id, kind, created_at) VALUES (?, ?, ?, ?)",
                 (chat_id, user_id, kind, to_iso(now)),
             )
-        return True
+            return True
+
+        return await self.db.run_in_transaction(take_one)
