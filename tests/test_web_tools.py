@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from agent.tools.web import CACHE_SECONDS, UNTRUSTED_NOTE, WebSettings, WebTools
 from memory.db import Database
 from memory.web_calls import WebCalls
 from models.types import ToolCall
-from tests.e2e_bot import OWNER, bot_under_test
+from tests.e2e_bot import FRIEND, OWNER, bot_under_test
 from tests.fakes.providers import Reply, ToolCallReply
 from tests.fakes.web import FakeSearx, FakeSite, benchmark_page, searx_result
 from web.addresses import parse_allowance
@@ -153,3 +154,36 @@ async def test_a_turn_reads_a_page_and_answers_from_it(tmp_path: Path, site: Fak
         assert f"Source: {site.url('/article')}" in result["content"]
         assert UNTRUSTED_NOTE in result["content"] and "<tool_result_" in result["content"]
         assert site.requests["127.0.0.1"] == 2  # the redirect and the article
+
+
+async def test_a_page_that_trickles_holds_only_its_own_chat(tmp_path: Path, site: FakeSite) -> None:
+    """Real PTB and real litellm: while the owner's turn reads a page that sends a byte every
+    0.2 s, a friend's message in another chat is answered; the read then ends at its
+    deadline, and the model is told why and answers without it."""
+    async with bot_under_test(tmp_path, WEB_ALLOW_PRIVATE="127.0.0.1") as bot:
+        assert bot.services.agent is not None and bot.services.agent.web is not None
+        web = bot.services.agent.web
+        web.settings = replace(web.settings, read_timeout=8.0)
+        bot.openai.script(
+            "gpt-5",
+            ToolCallReply("web_read", {"url": site.url("/trickle")}),
+            Reply("Your friend got an answer."),
+            Reply("That page never finished loading."),
+        )
+        bot.say(OWNER, "read this slow page")
+        await bot.wait(lambda: site.sent_bytes["trickle"] > 0, timeout=60)
+        bot.say(FRIEND, "hello", user_id=FRIEND)
+        await bot.wait(
+            lambda: [m.text for m in bot.messages(FRIEND)] == ["Your friend got an answer."],
+            timeout=60,
+        )
+        # The friend was answered while the page was still being read.
+        assert not any(m.text.startswith("That page") for m in bot.messages(OWNER))
+        assert site.sent_bytes["trickle"] < 300
+        await bot.wait(
+            lambda: any(m.text.startswith("That page never") for m in bot.messages(OWNER)),
+            timeout=60,
+        )
+        last = [r for r in bot.openai.requests if r.model == "gpt-5"][-1]
+        [result] = last.tool_results()
+        assert "did not answer in full within 8 s" in result["content"]

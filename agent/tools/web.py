@@ -29,8 +29,9 @@ from memory.web_calls import WebCalls
 from models.types import ToolCall
 from web.addresses import Allowance
 from web.errors import WebError
+from web.fetch import READ_TIMEOUT_SECONDS
 from web.read import page_block, read_url
-from web.search import MAX_RESULTS, format_results, search
+from web.search import MAX_RESULTS, SEARCH_TIMEOUT_SECONDS, format_results, search
 
 log = structlog.get_logger("agent.tools.web")
 
@@ -98,6 +99,8 @@ class WebSettings:
     allowance: Allowance
     read_max_chars: int
     daily_calls: int  # 0: web use off
+    # The whole fetch of one page or search (DNS, connections, redirects, body).
+    read_timeout: float = READ_TIMEOUT_SECONDS
 
 
 class WebTools:
@@ -173,14 +176,21 @@ class WebTools:
 
     async def _read(self, url: str) -> str:
         page = await read_url(
-            url, allowance=self.settings.allowance, max_chars=self.settings.read_max_chars
+            url,
+            allowance=self.settings.allowance,
+            max_chars=self.settings.read_max_chars,
+            timeout=self.settings.read_timeout,
         )
         return page_block(page)
 
     async def _search(self, query: str, limit: int) -> str:
         assert self.settings.search_url is not None
         results = await search(
-            query, limit, base_url=self.settings.search_url, allowance=self.settings.allowance
+            query,
+            limit,
+            base_url=self.settings.search_url,
+            allowance=self.settings.allowance,
+            timeout=min(self.settings.read_timeout, SEARCH_TIMEOUT_SECONDS),
         )
         return f"Search results for {' '.join(query.split())!r}:\n\n{format_results(results)}"
 
