@@ -290,7 +290,6 @@ class AgentLoop:
                     queued_s=queued_s,
                     steps=steps,
                     omitted=prompt.omitted,
-                    step_limit_reached=last_round and steps > 0,
                     time_limit_reached=out_of_time,
                 )
                 return
@@ -328,7 +327,6 @@ class AgentLoop:
                     attempts=attempts,
                     steps=steps,
                     omitted=prompt.omitted,
-                    step_limit_reached=False,
                 )
                 return
             await spending.flush()

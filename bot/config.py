@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bot import BotError
 from models.catalog import CatalogError, declared_gateways
 
 
@@ -207,7 +208,7 @@ def _http_url(value: str) -> str:
     return value
 
 
-class ConfigError(Exception):
+class ConfigError(BotError):
     """A setting is missing or invalid; the message is one line that names it."""
 
 

@@ -21,13 +21,15 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from memory import MemoryLayerError
+
 T = TypeVar("T")
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[\w-]+\.sql$")
 
 
-class MigrationError(Exception):
+class MigrationError(MemoryLayerError):
     """The migrations folder or the database's schema version is inconsistent."""
 
 
@@ -282,17 +284,6 @@ class Database:
         """The first row of one query (use it for queries that return at most a few rows)."""
         rows = await self.fetchall(sql, params)
         return rows[0] if rows else None
-
-    async def backup_to(self, target: Path | str) -> None:
-        """Consistent online copy through SQLite's backup API (safe while the bot writes)."""
-        target = Path(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        async with self._lock:
-            dest = await aiosqlite.connect(target)
-            try:
-                await self._conn.backup(dest)
-            finally:
-                await dest.close()
 
     async def close(self) -> None:
         if self._drainer is not None and not self._drainer.done():

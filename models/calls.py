@@ -325,15 +325,38 @@ class StreamCall(_ChatCall[StreamDone]):
         )
 
 
+def reports_duration(entry: ModelEntry) -> bool:
+    """Whisper-style endpoints (Groq's and OpenAI's Whisper models) answer `verbose_json` with
+    the `duration` they decoded; OpenAI's gpt-4o transcription models refuse that format (json
+    or text only) and report tokens instead."""
+    return "whisper" in entry.wire_name.lower()
+
+
+def reported_seconds(response: Any) -> float:
+    """How long the provider says the audio was: verbose_json's `duration`, or a `usage` of
+    type "duration" (`seconds`), the longer; 0 when it said neither (or nonsense)."""
+    usage = getattr(response, "usage", None)
+    claims = (
+        getattr(response, "duration", None),
+        getattr(usage, "seconds", None) if getattr(usage, "type", None) == "duration" else None,
+    )
+    sane = [
+        float(c)
+        for c in claims
+        if isinstance(c, int | float) and not isinstance(c, bool) and 0 < c < 86_400
+    ]
+    return max(sane, default=0.0)
+
+
 class TranscriptionCall(Call[Transcription]):
-    """Speech to text. Priced by the second: the duration the provider reports (Whisper's
-    verbose_json `duration`), else `duration_s`, the caller's best bound (the recording's own
-    length where it could be measured, never less than its size allows: never just what the
-    sender announced). Each attempt the provider may bill is told to `on_spend` as it ends, as
-    chat calls tell theirs: the answer, an attempt that timed out and one cut off by a
-    cancellation (both at `duration_s`: the provider had the whole upload and may have
-    transcribed, and billed, it before we gave up). A refusal (429, 5xx, an error body) costs
-    nothing and is not told."""
+    """Speech to text. Priced by the second: the longest of the duration the provider reports
+    (Whisper's verbose_json `duration`, asked for where the endpoint has it) and `duration_s`,
+    the caller's bound (the recording's own length as its bytes tell it, never less than its
+    size allows: never just what the sender announced). Each attempt the provider may bill is
+    told to `on_spend` as it ends, as chat calls tell theirs: the answer, an attempt that timed
+    out and one cut off by a cancellation (both at `duration_s`: the provider had the whole
+    upload and may have transcribed, and billed, it before we gave up). A refusal (429, 5xx,
+    an error body) costs nothing and is not told."""
 
     empty_detail = "200 without a transcript"
 
@@ -357,7 +380,7 @@ class TranscriptionCall(Call[Transcription]):
 
     def request(self, slot: Slot) -> dict[str, Any]:
         gateway = slot.state.gateway
-        return {
+        kwargs: dict[str, Any] = {
             "model": gateway.litellm_model(slot.entry),
             "file": (self.filename, self.audio, self.mime_type),
             "api_base": gateway.api_base,
@@ -366,6 +389,10 @@ class TranscriptionCall(Call[Transcription]):
             "max_retries": 0,
             "timeout": self.timeout,
         }
+        if reports_duration(slot.entry):
+            # The answer then says how long the audio the provider decoded was: the bill.
+            kwargs["response_format"] = "verbose_json"
+        return kwargs
 
     async def send(self, request: dict[str, Any]) -> Any:
         return await atranscription(**request)
@@ -385,14 +412,16 @@ class TranscriptionCall(Call[Transcription]):
         text = getattr(response, "text", None)
         if not isinstance(text, str) or wire.has_error_body:
             return None
-        cost = audio_usage(slot.entry, self.duration_s)
-        reported = getattr(response, "duration", None)  # verbose_json: what it heard
-        if (
-            isinstance(reported, int | float)
-            and not isinstance(reported, bool)
-            and 0 < reported < 86_400
-        ):
-            cost = audio_usage(slot.entry, float(reported))
+        reported = reported_seconds(response)
+        if reported > self.duration_s + 1:
+            # The audio held more than its bytes admitted to (a forged length): billed as heard.
+            log.warning(
+                "transcription_longer_than_measured",
+                model=slot.entry.id,
+                measured_s=round(self.duration_s, 1),
+                reported_s=round(reported, 1),
+            )
+        cost = audio_usage(slot.entry, max(self.duration_s, reported))
         self._tell(slot, cost, "success")
         return Transcription(
             model_id=slot.entry.id,

@@ -234,8 +234,9 @@ class Transport:
 
         An empty transcript is a success (the note may hold no words); a 200 whose body is an
         error object is classified from that body. Cost is the catalog's price per second times
-        the duration the provider reports (Whisper's verbose_json `duration`), else `duration_s`
-        (the caller's best bound: never just what the sender announced).
+        the longer of the duration the provider reports (Whisper's verbose_json `duration`,
+        asked for from Whisper models) and `duration_s` (the caller's bound, measured from the
+        recording's bytes: never just what the sender announced).
 
         `on_spend` hears every attempt the provider may bill as soon as it ends (see `Spend`),
         as for `complete`: the answer; an attempt that timed out (`ended` "failed") and one cut

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from models import ModelsError
+
 Message = dict[str, Any]  # OpenAI-format chat message: {"role": ..., "content": ..., ...}
 
 # Why a model was skipped when its gateway has no key: callers tell "not configured" apart
@@ -152,7 +154,7 @@ class StreamDone:
 StreamEvent = TextDelta | StreamRestart | StreamDone
 
 
-class TransportError(Exception):
+class TransportError(ModelsError):
     """Every model tried failed. `attempts` says which failed how (no secrets). What failed
     attempts may still have cost was told to the caller's `on_spend` as each ended."""
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.app import build_gateways, prepare, resolve_default_model, secrets_of
 from bot.config import GIB, ConfigError, Settings, load_settings, provider_workers
-from bot.wiring import build_gateways, prepare, resolve_default_model, secrets_of
 from models.catalog import load_catalog
 
 TOKEN = "123456:TEST-TOKEN"

@@ -8,11 +8,9 @@ nothing tends to invent the answer (hermes #99533).
 
 from __future__ import annotations
 
+from web import WebError
 
-class WebError(Exception):
-    """Base of every web failure; str(error) is the sentence for the model."""
-
-    kind = "web"
+__all__ = ["WebError"]
 
 
 class BadUrl(WebError):

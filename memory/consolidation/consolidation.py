@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import structlog
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
+from memory import MemoryLayerError
 from memory.consolidation.transcript import Chunk, timestamp_label
 from memory.framing import Framing
 from memory.longterm import LongTermMemory
@@ -97,7 +98,7 @@ class SaveMemoryArgs(BaseModel):
     memory_update: StrictStr
 
 
-class InvalidCall(Exception):
+class InvalidCall(MemoryLayerError):
     """The model answered, but not with a usable save_memory call."""
 
     def __init__(self, outcome: str, detail: str) -> None:
@@ -126,7 +127,7 @@ class Consolidation:
     attempts: list[ModelAttempt] = field(default_factory=list)
 
 
-class ConsolidationFailed(Exception):
+class ConsolidationFailed(MemoryLayerError):
     """Every model of the chain failed; nothing may be deleted."""
 
     def __init__(self, attempts: list[ModelAttempt]) -> None:

@@ -449,6 +449,8 @@ class FakeTelegram:
         self._chats: dict[int, dict[str, Any]] = {}
         self._drafts: dict[int, list[dict[str, Any]]] = {}
         self._injected: dict[str, _InjectedError] = {}
+        self._holds: dict[str, int] = {}  # method -> calls still to hold (`hold`)
+        self.holds_cut = 0  # held calls the client gave up on
         self._last_send: dict[int, float] = {}
         self._penalty_until: dict[tuple[int, int | None], float] = {}
         self._callback_ids = itertools.count(1)
@@ -706,6 +708,12 @@ class FakeTelegram:
         """
         self._injected[method] = _InjectedError(count, retry_after, description, status)
 
+    def hold(self, method: str, *, count: int = 1) -> None:
+        """Hold the next `count` calls of `method` unanswered until the client hangs up (a
+        Telegram that stopped answering): the bot's turn waits there, where a stop can cut
+        in. Each hang-up is counted in `holds_cut`."""
+        self._holds[method] = count
+
     # ---- HTTP -------------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.Response:
@@ -715,6 +723,14 @@ class FakeTelegram:
             return _error_response(_ApiError(401, "Unauthorized"))
         call = Call(method=method, params=params, at=time.monotonic())
         self.calls.append(call)
+        if self._holds.get(method, 0) > 0:
+            self._holds[method] -= 1
+            # aiohttp tells a handler nothing when its client hangs up, so the fake looks.
+            while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            self.holds_cut += 1
+            call.ok = False
+            return web.Response(status=504)
         try:
             self._maybe_injected(method)
             handler = getattr(self, f"_api_{method.lower()}", None)

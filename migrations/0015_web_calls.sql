@@ -1,4 +1,4 @@
--- 0014: web tool calls, counted per user per UTC day for WEB_DAILY_CALLS (and /usage). Never
+-- 0015: web tool calls, counted per user per UTC day for WEB_DAILY_CALLS (and /usage). Never
 -- edit once landed; add a new numbered file.
 -- Only the count's ingredients are kept: who, which chat, which tool, when — never the URL or
 -- the query (they can say more about a person than the count needs). Rows older than two days
