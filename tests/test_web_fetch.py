@@ -9,6 +9,7 @@ backend that really opens sockets is wrapped by a recorder that refuses anything
 from __future__ import annotations
 
 import asyncio
+import gzip
 import ipaddress
 import socket
 import ssl
@@ -184,6 +185,16 @@ async def test_twelve_megabytes_of_html_end_at_the_cap(site: FakeSite) -> None:
     with pytest.raises(TooLarge):
         await _fetch(site.url("/big-declared"))
     assert site.sent_bytes["big-declared"] < 12 * 1024 * 1024
+
+
+async def test_a_compressed_page_is_counted_after_decompression(site: FakeSite) -> None:
+    """12 MB of HTML sent gzipped (about 12 KB on the wire) is still 12 MB: too large."""
+    body = gzip.compress(b"<p>" + b"a" * (12 * 1024 * 1024) + b"</p>")
+    assert len(body) < 100_000
+    site.pages["bomb"] = ("text/html", body)
+    site.headers["bomb"] = {"Content-Encoding": "gzip"}
+    with pytest.raises(TooLarge):
+        await _fetch(site.url("/page/bomb"))
 
 
 async def test_a_trickling_page_ends_at_the_deadline(site: FakeSite) -> None:

@@ -50,6 +50,7 @@ class FakeSite:
         self.requests: Counter[str] = Counter()  # local address -> requests that reached it
         self.paths: list[tuple[str, str]] = []  # (local address, path) in arrival order
         self.pages: dict[str, tuple[str, bytes]] = {}
+        self.headers: dict[str, dict[str, str]] = {}  # page name -> extra response headers
         self.sent_bytes: Counter[str] = Counter()  # route -> bytes written before it ended
         self._runners: list[web.AppRunner] = []
         self.ports: dict[str, int] = {}
@@ -99,8 +100,9 @@ class FakeSite:
         return web.Response(body=html, content_type="text/html", charset="utf-8")
 
     async def _page(self, request: web.Request) -> web.StreamResponse:
-        content_type, body = self.pages[request.match_info["name"]]
-        response = web.Response(body=body)
+        name = request.match_info["name"]
+        content_type, body = self.pages[name]
+        response = web.Response(body=body, headers=self.headers.get(name, {}))
         response.headers["Content-Type"] = content_type
         return response
 
