@@ -29,6 +29,7 @@ import structlog
 from agent.events import AgentDone, AgentEvent, ToolRound
 from agent.prompt import Framing, build_prompt, reply_reserve, time_text, with_image
 from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
+from agent.tools.web import WEB_TOOL_NAMES, WebTools
 from memory.store import SessionClosedError, Store
 from memory.timezones import ChatZone
 from memory.usage import SpendRecorder
@@ -109,6 +110,7 @@ class AgentLoop:
         transport: StreamingClient,
         catalog: Catalog,
         tools: ChatTools,
+        web: WebTools | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         timeout: float = 60.0,
         max_answer_tokens: int | None = None,
@@ -119,6 +121,8 @@ class AgentLoop:
         self.transport = transport
         self.catalog = catalog
         self.tools = tools
+        # web_search / web_read (agent/tools/web.py); None: no web tools at all.
+        self.web = web
         self.max_steps = max_steps
         self.timeout = timeout
         # Bounds of one answer: tokens per model request (MAX_ANSWER_TOKENS) and seconds for
@@ -126,6 +130,10 @@ class AgentLoop:
         self.max_answer_tokens = max_answer_tokens
         self.answer_seconds = answer_seconds
         self.clock = clock
+
+    def offered_tools(self) -> list[dict[str, Any]]:
+        """The memory and reminder tools, and the web tools the settings turn on."""
+        return [*CHAT_TOOLS, *(self.web.schemas() if self.web is not None else [])]
 
     def context_window(self, model_id: str) -> int:
         """The smallest window of the model's fallback chain: a fallback may have to take
@@ -175,7 +183,7 @@ class AgentLoop:
             entry = self.catalog.get(model_id)
             offer = self.max_steps > 0 and entry.tools
             last_round = steps >= self.max_steps or calls_run >= MAX_TOOL_CALLS_PER_TURN
-            tools = CHAT_TOOLS if offer else None
+            tools = self.offered_tools() if offer else None
             stored = await self.store.round_context(turn.session_id, turn.chat_id)
             prompt = build_prompt(
                 stored.messages,
@@ -347,6 +355,8 @@ class AgentLoop:
                 ok=False,
             )
         try:
+            if self.web is not None and call.name in WEB_TOOL_NAMES:
+                return await self.web.run(chat_id, turn.user_id, call)
             return await self.tools.run(
                 chat_id,
                 call,

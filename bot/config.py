@@ -35,6 +35,7 @@ def _non_negative(values: list[float]) -> list[float]:
 IdList = Annotated[list[int], NoDecode]
 KeyList = Annotated[list[SecretStr], NoDecode]
 DelayList = Annotated[list[float], NoDecode, AfterValidator(_non_negative)]
+HostList = Annotated[list[str], NoDecode]
 
 
 class Settings(BaseSettings):
@@ -89,6 +90,15 @@ class Settings(BaseSettings):
     DOCUMENT_TOKEN_BUDGET: int = Field(default=12_000, ge=500)
     DOCUMENT_TIMEOUT: float = Field(default=30.0, gt=0)
 
+    # Web: web_read always (unless WEB_DAILY_CALLS is 0), web_search when a SearXNG is set.
+    WEB_SEARCH_URL: str | None = None
+    # Hosts, addresses or CIDRs web reads and the search backend may reach although private.
+    WEB_ALLOW_PRIVATE: HostList = Field(default_factory=list)
+    # At most 15,000: a tool result longer than 16,000 characters is cut in the prompt anyway.
+    WEB_READ_MAX_CHARS: int = Field(default=15_000, ge=1000, le=15_000)
+    # Web calls (reads and searches) per user per UTC day; 0 turns web use off.
+    WEB_DAILY_CALLS: int = Field(default=100, ge=0)
+
     # Gateways: any *_API_KEY may hold several comma-separated keys (rotated).
     OPENAI_API_KEY: KeyList = Field(default_factory=list)
     OPENAI_API_BASE: str = "https://api.openai.com/v1"
@@ -129,6 +139,18 @@ class Settings(BaseSettings):
                 raise ValueError(f"{part!r} is not a numeric Telegram user id")
             ids.append(int(part))
         return ids
+
+    @field_validator("WEB_ALLOW_PRIVATE", mode="before")
+    @classmethod
+    def _parse_hosts(cls, value: object) -> list[str]:
+        return _split_csv(value)
+
+    @field_validator("WEB_SEARCH_URL")
+    @classmethod
+    def _search_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        return _http_url(value.strip().rstrip("/"))
 
     @field_validator("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GROQ_API_KEY", mode="before")
     @classmethod
