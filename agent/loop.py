@@ -307,7 +307,6 @@ class AgentLoop:
                     queued_s=queued_s,
                     steps=steps,
                     omitted=prompt.omitted,
-                    step_limit_reached=last_round and steps > 0,
                     time_limit_reached=out_of_time,
                     size_limit_reached=too_big,
                 )
@@ -346,7 +345,6 @@ class AgentLoop:
                     attempts=attempts,
                     steps=steps,
                     omitted=prompt.omitted,
-                    step_limit_reached=False,
                 )
                 return
             await spending.flush()

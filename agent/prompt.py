@@ -246,25 +246,6 @@ def build_prompt(
     return Prompt(out, frozenset(m.id for m in kept), omitted, used)
 
 
-def build_chat_messages(
-    session: Sequence[StoredMessage],
-    long_term_memory: str = "",
-    *,
-    system_prompt: str = SYSTEM_PROMPT,
-    now_text: str | None = None,
-    framing: Framing | None = None,
-) -> list[Message]:
-    """The prompt without tools and without a budget (kept for callers that need no more)."""
-    return build_prompt(
-        session,
-        long_term_memory,
-        framing=framing,
-        now_text=now_text,
-        context_window=10**9,
-        system_prompt=system_prompt,
-    ).messages
-
-
 def with_image(messages: list[Message], image_url: str) -> list[Message]:
     """The prompt with its last user message carrying a photo as an image part (OpenAI format;
     litellm turns it into Anthropic's). The turn's own message is the last user message: tool

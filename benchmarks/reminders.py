@@ -40,8 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import structlog
 
 from benchmarks.common import percentile
-from bot.handlers.reminders import reminders_of
-from bot.wiring import build_application, prepare, running
+from bot.app import build_application, prepare, running
 from memory.db import Database
 from memory.store import to_iso
 from tests.e2e_bot import FakeServers, fake_settings
@@ -129,7 +128,7 @@ async def main(chats: int, per_chat: int, spread_s: float, idle_s: float) -> Non
             pending = chats * per_chat
             application = build_application(prepare(settings))
             async with running(application, poll_timeout=30):
-                scheduler = reminders_of(application).scheduler
+                scheduler = application.bot_data.services.reminders.scheduler
                 # (c) idle: 10,000 waiting, none due; after start-up has settled.
                 await asyncio.sleep(3.0)
                 cpu0, wall0 = time.process_time(), time.monotonic()

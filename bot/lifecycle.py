@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from memory.db import Database
 
 log = structlog.get_logger("bot.lifecycle")
-
-LIFECYCLE_KEY = "lifecycle"
 
 App = Application[Any, Any, Any, Any, Any, Any]
 
@@ -82,15 +80,28 @@ class UpdateTracker(BaseUpdateProcessor):
         return len(self._active)
 
 
-class Lifecycle:
-    """What handlers and the runner share about starting and stopping."""
+def tracker_of(application: App) -> UpdateTracker:
+    """The application's update processor: the `UpdateTracker` bot/app.py gave PTB."""
+    processor = application.update_processor
+    assert isinstance(processor, UpdateTracker), "bot/app.py builds PTB with an UpdateTracker"
+    return processor
 
-    def __init__(self) -> None:
-        self.tracker = UpdateTracker()
-        self.tracker.on_done = self._forget_held
+
+class Lifecycle:
+    """What handlers and the runner share about starting and stopping.
+
+    Built once the database is open, on the tracker PTB was built with (which exists before
+    any database does): the lifecycle is what the tracker tells when an update is done.
+    `on_closing` is called, in order, as a graceful stop begins."""
+
+    def __init__(
+        self, tracker: UpdateTracker, db: Database, on_closing: Sequence[Callable[[], None]] = ()
+    ) -> None:
+        self.tracker = tracker
+        tracker.on_done = self._forget_held
+        self.db = db
+        self.on_closing = tuple(on_closing)
         self.closing = False
-        self.db: Database | None = None
-        self.on_closing: list[Callable[[], None]] = []
         self._replayed: set[int] = set()
         self.held = 0
 
@@ -113,8 +124,8 @@ class Lifecycle:
     async def hold_current(self) -> None:
         """Keep the current update (and its split-message parts) for the next start."""
         update = self.tracker.current()
-        if update is None or self.db is None:
-            log.warning("turn_dropped_on_stop", reason="no update or database")
+        if update is None:
+            log.warning("turn_dropped_on_stop", reason="no update")
             return
         updates = [update, *self.tracker.parts_of(update.update_id)]
         await save_held_updates(self.db, updates)
@@ -138,8 +149,6 @@ class Lifecycle:
 
     async def replay_held(self, application: App) -> int:
         """Queue the updates held at the last stop, oldest first, ahead of anything new."""
-        if self.db is None:
-            return 0
         rows = await self.db.fetchall(
             "SELECT update_id, payload FROM held_updates ORDER BY update_id"
         )
@@ -153,7 +162,7 @@ class Lifecycle:
 
     async def _forget_held(self, update_id: int) -> None:
         """A replayed update was handled (or held again, which rewrote its row first)."""
-        if update_id not in self._replayed or self.db is None:
+        if update_id not in self._replayed:
             return
         self._replayed.discard(update_id)
         if self.closing:
@@ -161,10 +170,6 @@ class Lifecycle:
         await self.db.run_in_transaction(
             lambda conn: conn.execute("DELETE FROM held_updates WHERE update_id = ?", (update_id,))
         )
-
-
-def lifecycle_of(application: App) -> Lifecycle:
-    return application.bot_data[LIFECYCLE_KEY]
 
 
 async def save_held_updates(db: Database, updates: list[Update]) -> None:

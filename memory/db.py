@@ -285,17 +285,6 @@ class Database:
         rows = await self.fetchall(sql, params)
         return rows[0] if rows else None
 
-    async def backup_to(self, target: Path | str) -> None:
-        """Consistent online copy through SQLite's backup API (safe while the bot writes)."""
-        target = Path(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        async with self._lock:
-            dest = await aiosqlite.connect(target)
-            try:
-                await self._conn.backup(dest)
-            finally:
-                await dest.close()
-
     async def close(self) -> None:
         if self._drainer is not None and not self._drainer.done():
             await asyncio.wait([self._drainer])  # writes already asked for are written first

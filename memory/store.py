@@ -203,6 +203,8 @@ class Store:
         *,
         memory_window: int | None = None,
         keep_recent: int = 10,
+        session_idle: timedelta | None = None,
+        on_job_enqueued: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -210,9 +212,9 @@ class Store:
         self.memory_window = memory_window
         self.keep_recent = keep_recent
         # Called after a transaction that queued a consolidation job (the worker's notify).
-        self.on_job_enqueued: Callable[[], None] | None = None
+        self.on_job_enqueued = on_job_enqueued
         # SESSION_IDLE_MINUTES: a user message after this much silence opens a new session.
-        self.session_idle: timedelta | None = None
+        self.session_idle = session_idle
 
     def now(self) -> str:
         return to_iso(self.clock())
@@ -642,18 +644,6 @@ class Store:
             f"SELECT * FROM messages WHERE id IN ({marks}) ORDER BY id", ids
         )
         return [_row_to_message(row) for row in rows]
-
-    async def count_session_messages(self, session_id: int) -> int:
-        row = await self.db.fetchone(
-            "SELECT COUNT(*) AS n FROM messages WHERE session_id = ?", (session_id,)
-        )
-        return int(row["n"]) if row else 0
-
-    async def all_sessions(self, chat_id: int) -> list[int]:
-        rows = await self.db.fetchall(
-            "SELECT id FROM sessions WHERE chat_id = ? ORDER BY id", (chat_id,)
-        )
-        return [int(r["id"]) for r in rows]
 
     # usage -------------------------------------------------------------------------------
 

@@ -94,11 +94,17 @@ def _reminder(row: sqlite3.Row) -> Reminder:
 class ReminderBook:
     """The reminders of every chat in one database."""
 
-    def __init__(self, db: Database, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Callable[[], datetime] = utc_now,
+        *,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         self.db = db
         self.clock = clock
         # Told after a reminder was made or cancelled (the scheduler's wake-up).
-        self.on_change: Callable[[], None] | None = None
+        self.on_change = on_change
 
     def _changed(self) -> None:
         if self.on_change is not None:

@@ -240,7 +240,7 @@ def test_no_module_of_the_bot_process_imports_litellm_anywhere() -> None:
     reach: a lazy import on a path no test runs is found too."""
     modules = our_modules()
     reached = bot_process_modules(modules)
-    assert {"bot.wiring", "agent.loop", "models.transport", "models.worker.pool"} <= reached
+    assert {"bot.app", "agent.loop", "models.transport", "models.worker.pool"} <= reached
     assert "models.worker.child" not in reached
     assert worker_imports_in_the_bot(modules) == []
 

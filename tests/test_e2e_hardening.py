@@ -251,9 +251,9 @@ async def test_a_refused_reply_is_logged_and_the_user_told(tmp_path: Path) -> No
 
 
 async def test_a_long_group_message_is_answered_whole(tmp_path: Path) -> None:
-    from tests.test_joiner import TELEGRAM_MESSAGE_LIMIT, _long_real_text, client_split
+    from tests.test_joiner import TELEGRAM_TEXT_LIMIT, _long_real_text, client_split
 
-    original = _long_real_text("en", 2 * TELEGRAM_MESSAGE_LIMIT + 500)
+    original = _long_real_text("en", 2 * TELEGRAM_TEXT_LIMIT + 500)
     # Only the first part carries the mention: the client cut the message the user wrote.
     parts = client_split("@mnemo_test_bot " + original, keep_space=True)
     assert len(parts) >= 3 and "@mnemo_test_bot" not in "".join(parts[1:])
@@ -273,9 +273,9 @@ async def test_a_long_group_message_is_answered_whole(tmp_path: Path) -> None:
 
 async def test_a_flood_of_full_parts_is_stopped_at_the_cap(tmp_path: Path) -> None:
     from bot.turns.joiner import MAX_SPLIT_PARTS
-    from tests.test_joiner import TELEGRAM_MESSAGE_LIMIT, _long_real_text, client_split
+    from tests.test_joiner import TELEGRAM_TEXT_LIMIT, _long_real_text, client_split
 
-    text = _long_real_text("en", (MAX_SPLIT_PARTS + 4) * TELEGRAM_MESSAGE_LIMIT)
+    text = _long_real_text("en", (MAX_SPLIT_PARTS + 4) * TELEGRAM_TEXT_LIMIT)
     parts = client_split(text, keep_space=True)[: MAX_SPLIT_PARTS + 3]
     # A window long enough that only the caps can end the group during the test.
     settings = {"SPLIT_MESSAGE_WINDOW": 60, "MAX_INPUT_CHARS": 1_000_000}

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.ui.stats import budget_text, build_stats_text, everyone_text, money, usage_text
+from bot.ui.stats import build_stats_text, everyone_text, money, usage_text
 from memory.db import Database
 from memory.store import Store, to_iso
-from memory.usage import Budgets, UsageLedger
+from memory.usage import UsageLedger
 from models.types import Usage
 from models.worker.pool import WORKER
 from tests.fakes.providers import Reply
@@ -131,15 +131,6 @@ async def test_usage_texts_include_memory_work_and_everyone_for_admins(db: Datab
     assert "Whole bot: today 6,150 tokens, $1.51" in admin
 
     assert usage_text(await ledger.report(4242), "pt").endswith("Nenhum uso ainda.")
-
-
-async def test_budget_text_names_the_limit(db: Database) -> None:
-    store = Store(db, lambda: NOW)
-    await store.record_usage(ANN, ANN, "gpt-5", "chat", Usage(1, 1, 2.0))
-    hit = await UsageLedger(db, lambda: NOW).check_budget(ANN, Budgets(user_monthly_usd=2.0))
-    assert hit is not None
-    assert "monthly budget of $2.00" in budget_text(hit, "en")
-    assert "$2.00" in budget_text(hit, "tr")
 
 
 def test_money_keeps_small_amounts_readable() -> None:

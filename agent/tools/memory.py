@@ -131,12 +131,14 @@ class ChatTools:
         *,
         memory_max_chars: int,
         clock: Callable[[], datetime] = utc_now,
+        reminders: ReminderBook | None = None,
     ) -> None:
         self.db = db
         self.recall = Recall(db)
         self.memory_max_chars = memory_max_chars
         self.clock = clock
-        self.reminders = ReminderBook(db, clock)
+        # The bot passes the book its scheduler watches; alone, the tools keep their own.
+        self.reminders = reminders if reminders is not None else ReminderBook(db, clock)
 
     async def run(
         self,

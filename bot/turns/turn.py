@@ -171,15 +171,14 @@ async def run_chat_turn(
         if not admitted:
             return  # held: handled after the restart
         store, turns = services.store, services.turns
-        if services.guard is not None:
-            refused = await services.guard.check_budget(request.user_id)
-            if refused is not None and refused.reply_key is not None:
-                # What the chat's previous turn cost is recorded by now: the cap holds.
-                await send_plain(
-                    bot, request, t(refused.reply_key, request.language, **refused.reply_values)
-                )
-                log.info("turn_refused_budget", chat_id=request.chat_id, cap=refused.reply_key)
-                return
+        refused = await services.guard.check_budget(request.user_id)
+        if refused is not None and refused.reply_key is not None:
+            # What the chat's previous turn cost is recorded by now: the cap holds.
+            await send_plain(
+                bot, request, t(refused.reply_key, request.language, **refused.reply_values)
+            )
+            log.info("turn_refused_budget", chat_id=request.chat_id, cap=refused.reply_key)
+            return
         if (
             prepare is not None
             and request.turn_key is not None
@@ -251,7 +250,9 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         message_thread_id=request.message_thread_id,
         # The group became a supergroup: the reply goes there, and once this turn is over
         # (its answer stored) the chat's data follows.
-        on_migrated=lambda old, new: migrate_later(services, old, new, via="reply"),
+        on_migrated=lambda old, new: migrate_later(
+            services.turns, services.store, old, new, via="reply"
+        ),
     )
     # The model the chat chose, read with the turn's start: no round trip of its own on the
     # way to the provider. A stop before any model is asked (/cancel, or /new or /forget
@@ -259,7 +260,6 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
     # that this message got no answer.
     model = services.model_or_default(start.chat_model)
     agent = services.agent
-    assert agent is not None, "Services.open builds the agent loop"
     done: AgentDone | None = None
     # Filled by the loop as each memory write happens: shown whichever way the turn ends.
     receipts: list[Receipt] = []

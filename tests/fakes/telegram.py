@@ -685,7 +685,8 @@ class FakeTelegram:
     def calls_of(self, method: str) -> list[Call]:
         return [c for c in self.calls if c.method == method]
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 60.0) -> None:  # noqa: ASYNC109
+        """Until `predicate` holds; `timeout` bounds a hang (generous: a loaded machine is slow)."""
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:

@@ -29,7 +29,6 @@ import structlog
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.constants import ChatType, ParseMode
 from telegram.error import TelegramError
-from telegram.ext import ContextTypes
 
 from bot.handlers.access import admit, user_language
 from bot.handlers.media.downloads import download
@@ -39,7 +38,7 @@ from bot.handlers.media.media_limits import (
     refuse_download,
     spend_refusal,
 )
-from bot.services import Services, services_of
+from bot.services import Context, Services
 from bot.turns.chat_turns import FORGETTING
 from bot.turns.turn import (
     TurnRequest,
@@ -52,7 +51,7 @@ from bot.ui.i18n import t
 from bot.ui.render import utf16_len
 from media.audio import recording_seconds
 from media.documents import trim_to_chars
-from media.inbox import InboxItem, MediaInbox
+from media.inbox import InboxItem
 from memory.store import StoredMessage
 from memory.usage import SpendRecorder
 from models.types import NO_KEY, Transcription, TransportError
@@ -60,8 +59,6 @@ from models.types import NO_KEY, Transcription, TransportError
 # The name these events have always been logged under (they were part of
 # bot/handlers/media/media.py).
 log = structlog.get_logger("bot.media")
-
-Context = ContextTypes.DEFAULT_TYPE
 
 RETRY_PREFIX = "mr:"
 # A transcript longer than this is shown collapsed (expandable blockquote).
@@ -97,7 +94,7 @@ async def transcribe_and_answer(
             raise
 
     async def stored(message: StoredMessage) -> None:
-        await MediaInbox(services.db).mark_done(current[-1].id, message.id)
+        await services.inbox.mark_done(current[-1].id, message.id)
 
     await run_chat_turn(services, bot, request, prepare=prepare, on_stored=stored)
 
@@ -135,7 +132,7 @@ async def _new_transcript(
     """Download, measure and transcribe the note; None when it is refused or fails (the user
     was told, with a Retry button where a retry can help)."""
     lang = request.language
-    inbox = MediaInbox(services.db)
+    inbox = services.inbox
     settings = services.settings
     limit_s = settings.MAX_VOICE_SECONDS
     most = audio_download_limit(item.kind, limit_s)
@@ -204,7 +201,7 @@ async def _transcription_stopped(
     button (which answers from a kept transcript too), saying so: /cancel and /new stop the work,
     not the user's words; a Retry cut short by a stop likewise. /forget's stop offers nothing:
     the forgetting deletes the note."""
-    inbox = MediaInbox(services.db)
+    inbox = services.inbox
     if held_on_stop(services, request):
         await inbox.discard(item.id)
         log.info("transcription_held_for_restart", chat_id=request.chat_id, inbox_id=item.id)
@@ -268,9 +265,7 @@ async def _billed_transcription(
         if result.text:
             # Paid for: kept before anything else can cut the turn short (a stop, a /cancel),
             # so the note is never transcribed twice (`_transcribe` answers from the row).
-            await _written_whatever_happens(
-                MediaInbox(services.db).keep_transcript(item.id, result.text)
-            )
+            await _written_whatever_happens(services.inbox.keep_transcript(item.id, result.text))
         return result
     finally:
         try:
@@ -325,7 +320,7 @@ async def _show_transcript(
 async def retry_callback(update: Update, context: Context) -> None:
     """The Retry button of a failed transcription: the same checks, then the same turn."""
     query = update.callback_query
-    services = services_of(context.application)
+    services = context.bot_data.services
     if query is None or not await admit(
         update, services.settings, addressed=False, refusals=services.refusals
     ):
@@ -343,7 +338,7 @@ async def retry_callback(update: Update, context: Context) -> None:
         if refused:
             await query.answer(refused, show_alert=True)
         return
-    inbox = MediaInbox(services.db)
+    inbox = services.inbox
     item = await inbox.claim(int(item_id), message.chat.id)  # a second press finds it claimed
     if item is None:
         await query.answer(t("retry_gone", lang), show_alert=True)
