@@ -35,7 +35,9 @@ from memory.timezones import ChatZone
 from memory.usage import SpendRecorder
 from models.catalog import Catalog
 from models.types import (
+    SIZE_LIMIT,
     TIME_LIMIT,
+    AnswerBounds,
     ChatResult,
     Message,
     SpendCallback,
@@ -60,6 +62,13 @@ MAX_TOOL_CALLS_PER_TURN = 16
 # short text, and parsing (and running) what a model poured into one call would cost the chat
 # loop. The model is told, so it can call again with less.
 MAX_TOOL_ARGUMENT_BYTES = 8192
+# What one answer may hold at all (`AnswerBounds`): the calls past these are not refused one by
+# one but cut with the answer, since each call kept is stored and sent back with every later
+# round. Twice the calls a turn may run, four times the arguments a call may have.
+MAX_KEPT_TOOL_CALLS = 2 * MAX_TOOL_CALLS_PER_TURN
+MAX_KEPT_TOOL_ARGUMENT_CHARS = 4 * MAX_TOOL_ARGUMENT_BYTES
+# Characters one answer may show and keep, all its rounds together (MAX_ANSWER_CHARS).
+DEFAULT_MAX_ANSWER_CHARS = 32_000
 
 
 class StreamingClient(Protocol):
@@ -77,6 +86,7 @@ class StreamingClient(Protocol):
         on_spend: SpendCallback | None = None,
         max_tokens: int | None = None,
         deadline: float | None = None,
+        bounds: AnswerBounds | None = None,
     ) -> AsyncGenerator[StreamEvent, None]: ...
 
 
@@ -115,6 +125,7 @@ class AgentLoop:
         timeout: float = 60.0,
         max_answer_tokens: int | None = None,
         answer_seconds: float | None = None,
+        max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.store = store
@@ -129,6 +140,9 @@ class AgentLoop:
         # the whole turn, every round included (MAX_ANSWER_SECONDS).
         self.max_answer_tokens = max_answer_tokens
         self.answer_seconds = answer_seconds
+        # And in size: characters shown and kept (MAX_ANSWER_CHARS), all rounds together, and
+        # the tool calls one answer may hold (`bounds`).
+        self.max_answer_chars = max_answer_chars
         self.clock = clock
 
     def offered_tools(self) -> list[dict[str, Any]]:
@@ -146,6 +160,14 @@ class AgentLoop:
         if self.max_answer_tokens is None:
             return None
         return min(self.max_answer_tokens, reply_reserve(self.context_window(model_id)))
+
+    def bounds(self, shown_chars: int) -> AnswerBounds:
+        """What the next round may add to an answer that shows `shown_chars` already."""
+        return AnswerBounds(
+            text_chars=max(0, self.max_answer_chars - shown_chars),
+            tool_calls=MAX_KEPT_TOOL_CALLS,
+            tool_argument_chars=MAX_KEPT_TOOL_ARGUMENT_CHARS,
+        )
 
     async def run(
         self, turn: AgentTurn, *, receipts: list[Receipt] | None = None
@@ -214,6 +236,7 @@ class AgentLoop:
                     on_spend=spending.add,
                     max_tokens=self.max_tokens(model_id),
                     deadline=deadline,
+                    bounds=self.bounds(sum(len(piece) for piece in display)),
                 )
                 # aclosing: when we are closed at a yield, the transport's stream is closed
                 # right away too (its request ends now, not at garbage collection), and it
@@ -253,7 +276,9 @@ class AgentLoop:
             total = total + result.usage
             model_id = result.model_id  # later rounds stay on the model that answered
             out_of_time = result.finish_reason == TIME_LIMIT
-            calls = result.tool_calls if tools and not last_round and not out_of_time else []
+            too_big = result.finish_reason == SIZE_LIMIT
+            cut = out_of_time or too_big
+            calls = result.tool_calls if tools and not last_round and not cut else []
             text = result.text or "".join(round_text)
             shown_rounds.append("".join(round_text).strip())
             if not calls:
@@ -291,6 +316,7 @@ class AgentLoop:
                     steps=steps,
                     omitted=prompt.omitted,
                     time_limit_reached=out_of_time,
+                    size_limit_reached=too_big,
                 )
                 return
             outcomes: list[ToolOutcome] = []

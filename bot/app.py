@@ -275,6 +275,7 @@ async def open_services(
         timeout=settings.CHAT_TIMEOUT,
         max_answer_tokens=settings.MAX_ANSWER_TOKENS,
         answer_seconds=settings.MAX_ANSWER_SECONDS,
+        max_answer_chars=settings.MAX_ANSWER_CHARS,
     )
     turns = ChatTurns()
     delivery = TelegramDelivery(

@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     AGENT_MAX_STEPS: int = Field(default=4, ge=0, le=20)
     MAX_ANSWER_TOKENS: int = Field(default=8192, ge=256, le=1_000_000)
     MAX_ANSWER_SECONDS: float = Field(default=300.0, gt=0)
+    # Characters one answer may show and keep, all its rounds together (about 8 messages).
+    MAX_ANSWER_CHARS: int = Field(default=32_000, ge=1000, le=1_000_000)
 
     # Media: voice/audio/video notes are transcribed, photos seen, documents read.
     TRANSCRIPTION_MODEL: str = "whisper-large-v3-turbo"

@@ -16,7 +16,7 @@ from telegram.constants import ChatType
 from telegram.error import TelegramError
 
 from agent.events import AgentDone, Receipt, ToolRound
-from agent.loop import AgentTurn
+from agent.loop import MAX_KEPT_TOOL_CALLS, AgentTurn
 from agent.prompt import with_quote
 from bot.handlers.incoming import is_group, mark_message_saved, quoted_text
 from bot.handlers.migration import migrate_later
@@ -313,6 +313,10 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         if done.time_limit_reached:
             seconds = f"{services.settings.MAX_ANSWER_SECONDS:g}"
             cut = t("answer_time_limit", lang, seconds=seconds)
+            footer = f"{footer}\n{cut}" if footer else cut
+        if done.size_limit_reached:
+            chars = f"{services.settings.MAX_ANSWER_CHARS:,}"
+            cut = t("answer_size_limit", lang, chars=chars, calls=MAX_KEPT_TOOL_CALLS)
             footer = f"{footer}\n{cut}" if footer else cut
         if start.idle_closed_session_id is not None:
             idle = t("idle_new_session", lang)
