@@ -222,8 +222,6 @@ async def open_services(
         WorkerSettings(
             max_workers=provider_workers(settings),
             at_rest=settings.PROVIDER_WORKERS_AT_REST,
-            heartbeat_s=settings.PROVIDER_WORKER_HEARTBEAT_S,
-            max_rss_mb=settings.PROVIDER_WORKER_MAX_RSS_MB,
         )
     )
     transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
@@ -255,7 +253,6 @@ async def open_services(
         store,
         consolidator,
         retry_delays=settings.CONSOLIDATION_RETRY_DELAYS,
-        concurrency=settings.CONSOLIDATION_CONCURRENCY,
         memory_max_chars=settings.MEMORY_MAX_CHARS,
         clock=store.clock,
     )

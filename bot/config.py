@@ -70,11 +70,8 @@ class Settings(BaseSettings):
     CONSOLIDATION_RETRY_DELAYS: DelayList = Field(
         default_factory=lambda: [60.0, 300.0, 1800.0, 7200.0]
     )
-    CONSOLIDATION_CONCURRENCY: int = Field(default=2, ge=1, le=32)
     PROVIDER_WORKERS: int | None = Field(default=None, ge=1, le=16)  # unset: provider_workers()
     PROVIDER_WORKERS_AT_REST: int = Field(default=1, ge=1, le=16)
-    PROVIDER_WORKER_HEARTBEAT_S: float = Field(default=5.0, ge=0.5, le=60)
-    PROVIDER_WORKER_MAX_RSS_MB: float = Field(default=1024.0, ge=200)
     MEMORY_WINDOW: int = Field(default=50, ge=4)
     MEMORY_KEEP_RECENT: int = Field(default=10, ge=1)
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
@@ -179,6 +176,13 @@ class Settings(BaseSettings):
 # (`api_key_env = "TELEGRAM_BOT_TOKEN"` would send the bot token to that gateway's host).
 SETTING_NAMES = frozenset(Settings.model_fields)
 
+# Settings that became constants (issue 24): a .env that still sets one is told so by name.
+RETIRED_SETTINGS = {
+    "CONSOLIDATION_CONCURRENCY": "fixed at 2 jobs at once (memory/consolidation/jobs.py)",
+    "PROVIDER_WORKER_HEARTBEAT_S": "fixed at 5 s (models/worker/pool.py WorkerSettings)",
+    "PROVIDER_WORKER_MAX_RSS_MB": "fixed at 1024 MB (models/worker/pool.py WorkerSettings)",
+}
+
 
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
@@ -258,6 +262,8 @@ def _check_extra(settings: Settings) -> None:
     except CatalogError as exc:
         raise ConfigError(f"MODEL_CATALOG_FILE: {exc}") from None
     for name in extra:
+        if name in RETIRED_SETTINGS:
+            raise ConfigError(f"{name}: no longer a setting, {RETIRED_SETTINGS[name]}; remove it")
         if name not in allowed:
             raise ConfigError(f"{name}: unknown setting (check the spelling against .env.example)")
         extra[name] = SecretStr(str(extra[name]))

@@ -148,6 +148,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+# How long a test waits for the bot by default: a bound for a hang, not a speed requirement.
+# A first turn starts a provider worker (seconds of CPU for litellm's import), and under a
+# loaded machine (the suite under `nice`, other processes busy) 15 s were seen to run out.
+WAIT_S = 60.0
+
+
 @dataclass
 class BotUnderTest(_ProviderShortcuts):
     tg: FakeTelegram
@@ -200,7 +206,7 @@ class BotUnderTest(_ProviderShortcuts):
         after moving the time: it sleeps by the event loop's clock, not by `clock`)."""
         return self.services.reminders
 
-    async def consolidations_settled(self, chat_id: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+    async def consolidations_settled(self, chat_id: int, timeout: float = WAIT_S) -> None:  # noqa: ASYNC109
         """Until the chat has no consolidation job left open and the worker runs none."""
         worker = self.memory.worker
         deadline = time.monotonic() + timeout
@@ -267,13 +273,13 @@ class BotUnderTest(_ProviderShortcuts):
     def texts(self, chat_id: int) -> list[str]:
         return [m.text for m in self.tg.bot_messages(chat_id)]
 
-    async def wait(self, predicate: Callable[[], bool], timeout: float = 15.0) -> None:  # noqa: ASYNC109
+    async def wait(self, predicate: Callable[[], bool], timeout: float = WAIT_S) -> None:  # noqa: ASYNC109
         await self.tg.wait_for(predicate, timeout=timeout)
 
-    async def wait_messages(self, chat_id: int, count: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+    async def wait_messages(self, chat_id: int, count: int, timeout: float = WAIT_S) -> None:  # noqa: ASYNC109
         await self.wait(lambda: len(self.messages(chat_id)) >= count, timeout)
 
-    async def wait_idle(self, chat_id: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+    async def wait_idle(self, chat_id: int, timeout: float = WAIT_S) -> None:  # noqa: ASYNC109
         """Until no turn of this chat runs or waits (its reply is finished)."""
         turns = self.services.turns
         await self.wait(lambda: turns.waiting(chat_id) == 0, timeout)

@@ -431,7 +431,7 @@ async def test_a_reminder_that_fell_due_seconds_before_the_start_is_sent_once_la
 
 async def test_no_more_sends_at_once_than_the_concurrency(db: Database) -> None:
     """Five reminders due at once and two send slots: two go out, and each finished send lets
-    the next one start, never a third beside them."""
+    the next one start, never a third beside them; meanwhile the scheduler just waits."""
     clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     for n in range(5):
@@ -452,7 +452,7 @@ async def test_no_more_sends_at_once_than_the_concurrency(db: Database) -> None:
             active -= 1
         return Delivered(4000 + len(attempts), claim.reminder.text)
 
-    scheduler, _ = virtual_scheduler(
+    scheduler, time = virtual_scheduler(
         db, book, clock, deliver, until=clock.now + timedelta(hours=1), concurrency=2
     )
     await scheduler.start()
@@ -465,3 +465,6 @@ async def test_no_more_sends_at_once_than_the_concurrency(db: Database) -> None:
         await scheduler.stop()
     assert most == 2
     assert sorted(attempts) == ["r0", "r1", "r2", "r3", "r4"]
+    # With both slots busy and more due, every wait was for a finished send (the longest
+    # wait, which the send's end cuts short), never a look again soon: that spun the loop.
+    assert time.waits and set(time.waits) == {300.0}

@@ -75,7 +75,7 @@ async def test_a_caller_that_stops_reading_stops_the_request_in_the_worker(
         async for event in stream:
             assert isinstance(event, TextDelta)
             break
-    await wait_until(lambda: fake_openai.streams_cut == cut_before + 1, "the hang-up", 3.0)
+    await wait_until(lambda: fake_openai.streams_cut == cut_before + 1, "the hang-up", 30.0)
     await t.aclose()
 
 
@@ -156,14 +156,14 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
         await t.complete("gpt-4.1", HI, timeout=5)  # a worker is up
         assert len(WORKER.pids) == 1
         first = asyncio.create_task(read())
-        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker to start", 5.0)
+        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker to start", 30.0)
         await wait_until(lambda: len(WORKER.pids) == 2, "a second worker to run", 30.0)
         await wait_until(
             lambda: all(w.state == "ready" for w in WORKER.workers), "it to be ready", 30.0
         )
         second = asyncio.create_task(read())
         port = _port(fake_openai.base_url)
-        await wait_until(lambda: len(_peer_pids(port)) == 2, "both workers to be connected", 10.0)
+        await wait_until(lambda: len(_peer_pids(port)) == 2, "both workers to be connected", 60.0)
         assert _peer_pids(port) == set(WORKER.pids) and os.getpid() not in WORKER.pids
         assert sorted(w.in_flight for w in WORKER.workers) == [1, 1]
         for task in (first, second):
@@ -202,7 +202,7 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
             return text, model
 
         one = asyncio.create_task(read())
-        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker under load", 10.0)
+        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker under load", 60.0)
         await wait_until(
             lambda: all(w.state == "ready" for w in WORKER.workers), "it to be ready", 30.0
         )
@@ -213,7 +213,7 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
         assert copy.warmed and copy.warmed == WORKER.workers[0].warmed
         two = asyncio.create_task(read())
         port = _port(fake_openai.base_url)
-        await wait_until(lambda: _peer_pids(port) == {first, second}, "both to stream", 10.0)
+        await wait_until(lambda: _peer_pids(port) == {first, second}, "both to stream", 60.0)
         os.kill(second, signal.SIGKILL)
         results = await asyncio.wait_for(asyncio.gather(one, two), 60)
         assert [model for _, model in results] == ["gpt-5", "gpt-5"]
@@ -262,9 +262,9 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
                     pass
 
             streams = [asyncio.create_task(read()) for _ in range(2)]
-            await wait_until(lambda: len(WORKER.workers) == 3, "a third worker under load", 10.0)
+            await wait_until(lambda: len(WORKER.workers) == 3, "a third worker under load", 60.0)
             [extra] = [w for w in WORKER.workers if w.pid not in at_rest]
-            await wait_until(lambda: extra.pid is not None, "the third worker's process", 10.0)
+            await wait_until(lambda: extra.pid is not None, "the third worker's process", 60.0)
             assert extra.pid is not None
             seen = (_parent_pid(extra.pid), os.getpriority(os.PRIO_PROCESS, extra.pid))
             for task in streams:

@@ -505,6 +505,9 @@ class ConsolidationWorker:
         consolidator: Consolidator,
         *,
         retry_delays: Sequence[float],
+        # Jobs of different chats at once. A constant, not a setting: a small team closes a
+        # few sessions a minute at most, and more jobs at once would only queue for the same
+        # providers' rate limits.
         concurrency: int = 2,
         memory_max_chars: int = 6000,
         max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,

@@ -391,6 +391,8 @@ class _InjectedError:
     retry_after: int | None
     description: str | None
     status: int | None = None
+    every: int = 1  # fail one call in `every` (the every-th, the 2×every-th, ...)
+    seen: int = 0
 
 
 class _ApiError(Exception):
@@ -685,7 +687,8 @@ class FakeTelegram:
     def calls_of(self, method: str) -> list[Call]:
         return [c for c in self.calls if c.method == method]
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 60.0) -> None:  # noqa: ASYNC109
+        """Until `predicate` holds; `timeout` bounds a hang (generous: a loaded machine is slow)."""
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
@@ -700,13 +703,16 @@ class FakeTelegram:
         retry_after: int | None = None,
         description: str | None = None,
         status: int | None = None,
+        every: int = 1,
     ) -> None:
         """Make the next `count` calls of `method` fail (429 with retry_after, else 400).
 
         `status` (e.g. 502) answers that HTTP status instead, as a broken proxy in front of the
-        Bot API would: PTB turns it into a NetworkError.
+        Bot API would: PTB turns it into a NetworkError. `every` spreads the faults: one call
+        in `every` fails (every=10: the 10th, 20th, ... — 10 % of them, in a fixed order so a
+        benchmark run can be repeated), until `count` have failed.
         """
-        self._injected[method] = _InjectedError(count, retry_after, description, status)
+        self._injected[method] = _InjectedError(count, retry_after, description, status, every)
 
     def hold(self, method: str, *, count: int = 1) -> None:
         """Hold the next `count` calls of `method` unanswered until the client hangs up (a
@@ -757,6 +763,9 @@ class FakeTelegram:
     def _maybe_injected(self, method: str) -> None:
         injected = self._injected.get(method)
         if injected is None or injected.count <= 0:
+            return
+        injected.seen += 1
+        if injected.seen % injected.every:
             return
         injected.count -= 1
         if injected.retry_after is not None:
