@@ -73,12 +73,13 @@ async def transcribe_and_answer(
     bot: Any,
     request: TurnRequest,
     item: InboxItem | Callable[[], Awaitable[InboxItem]],
-) -> None:
+) -> bool:
     """Inside the chat's turn: download, transcribe, show the transcript, answer it.
 
     `item` is the inbox row (a retry), or makes it: a new note's row is written inside the
     turn, before any download, so an update held back by a stop (and replayed after the
-    restart) does not leave a second, orphaned row behind.
+    restart) does not leave a second, orphaned row behind. Whether the note's text is stored:
+    `run_chat_turn`.
     """
     current: list[InboxItem] = []
 
@@ -96,7 +97,7 @@ async def transcribe_and_answer(
     async def stored(message: StoredMessage) -> None:
         await services.inbox.mark_done(current[-1].id, message.id)
 
-    await run_chat_turn(services, bot, request, prepare=prepare, on_stored=stored)
+    return await run_chat_turn(services, bot, request, prepare=prepare, on_stored=stored)
 
 
 async def _transcribe(
@@ -358,6 +359,7 @@ async def retry_callback(update: Update, context: Context) -> None:
         private=chat.type == ChatType.PRIVATE,
     )
     try:
-        await transcribe_and_answer(services, context.bot, request, item)
+        if await transcribe_and_answer(services, context.bot, request, item):
+            services.lifecycle.tracker.mark_stored(update.update_id)
     finally:
         await inbox.release(item.id)  # only if the turn never settled it (refused, cancelled)
