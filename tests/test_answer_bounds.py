@@ -17,7 +17,7 @@ from pathlib import Path
 from agent.loop import MAX_KEPT_TOOL_CALLS, AgentLoop
 from agent.prompt import reply_reserve
 from models.catalog import Catalog, load_catalog
-from models.types import SIZE_LIMIT, TIME_LIMIT, AnswerBounds, Spend, StreamDone, TextDelta, Usage
+from models.types import SIZE_LIMIT, TIME_LIMIT, AnswerBounds, Spend, StreamDone, TextDelta
 from tests.conftest import make_transport
 from tests.e2e_bot import OWNER, bot_under_test, wait_until
 from tests.fakes.providers import Reply, ToolCallReply
