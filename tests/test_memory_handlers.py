@@ -164,6 +164,18 @@ async def test_recall_matches_fts_syntax_and_like_wildcards_literally(bot: Bot) 
     assert "nginx:stable" in await bot.say("/recall ver 5 >")
 
 
+@pytest.mark.parametrize("overrides", [{"USER_MESSAGES_PER_MINUTE": 3}])
+async def test_recall_counts_against_the_per_user_limit_the_chat_uses(bot: Bot) -> None:
+    """Three messages a minute: a chat message and two searches use them up; the next search
+    is refused with the wait instead of searched."""
+    await bot.chat("Hi, I am Rina")
+    searched = "Nothing in the history matches 'Rina'."  # the open session is on screen
+    assert await bot.say("/recall Rina") == searched
+    assert await bot.say("/recall Rina") == searched
+    refused = await bot.say("/recall Rina")
+    assert refused.startswith("You are sending messages faster than this bot allows")
+
+
 async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
     await bot.chat("Hi, I am Rina")
     await bot.say("/new")

@@ -172,6 +172,12 @@ async def recall_command(update: Update, context: Context) -> None:
     if message is None or not await _admit(update, context):
         return
     lang = user_language(update)
+    user_id = update.effective_user.id if update.effective_user else 0
+    refused = context.bot_data.services.guard.check_rate(user_id)
+    if refused is not None:
+        if refused.reply_key is not None:  # the first refusal of a burst only
+            await say(message, t(refused.reply_key, lang, **refused.reply_values))
+        return
     query = clean_text(" ".join(context.args or [])).strip()
     if not query:
         await say(message, t("recall_usage", lang))
