@@ -38,6 +38,9 @@ class AgentDone:
     omitted: int = 0  # session messages left out of the last prompt for the budget
     # MAX_ANSWER_SECONDS ran out: `text` is what came until then (stored and billed as such).
     time_limit_reached: bool = False
+    # The answer grew past its bounds (MAX_ANSWER_CHARS, or too many or too long tool calls):
+    # `text` is what it held up to the bound (stored and billed as such), no tool was run.
+    size_limit_reached: bool = False
 
 
 AgentEvent = TextDelta | StreamRestart | ToolRound | AgentDone

@@ -20,14 +20,15 @@ from typing import Any
 import httpx
 import structlog
 from telegram import Bot
-from telegram.ext import AIORateLimiter, ApplicationBuilder, ContextTypes
+from telegram.ext import AIORateLimiter, ApplicationBuilder, CallbackQueryHandler, ContextTypes
 from telegram.request import HTTPXRequest
 
 from agent.loop import AgentLoop
 from agent.tools.memory import ChatTools
+from agent.tools.web import WebSettings, WebTools
 from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys, provider_workers
 from bot.handlers.access import RefusalThrottle
-from bot.handlers.chat import register_handlers
+from bot.handlers.chat import register_handlers, stray_callback
 from bot.handlers.memory import register_memory_handlers
 from bot.handlers.migration import migrate_chat, register_migration_handlers
 from bot.handlers.ops import register_operations_handlers, set_admin_commands
@@ -55,12 +56,14 @@ from memory.longterm import MemoryRepository
 from memory.recall.archive import ArchivePurger
 from memory.store import Clock, Store, utc_now
 from memory.usage import Budgets, UsageLedger
+from memory.web_calls import WebCalls
 from models.catalog import Catalog, CatalogError, declared_gateways, load_catalog
 from models.gateways import Gateway
 from models.logging_setup import redactor
 from models.worker.sockets import transport
 from reminders.book import ReminderBook
 from reminders.scheduler import ReminderScheduler
+from web.addresses import parse_allowance
 
 log = structlog.get_logger("bot.app")
 
@@ -267,10 +270,12 @@ async def open_services(
         tools=ChatTools(
             db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock, reminders=book
         ),
+        web=WebTools(web_settings(settings), WebCalls(db, store.clock)),
         max_steps=settings.AGENT_MAX_STEPS,
         timeout=settings.CHAT_TIMEOUT,
         max_answer_tokens=settings.MAX_ANSWER_TOKENS,
         answer_seconds=settings.MAX_ANSWER_SECONDS,
+        max_answer_chars=settings.MAX_ANSWER_CHARS,
     )
     turns = ChatTurns()
     delivery = TelegramDelivery(
@@ -392,6 +397,8 @@ def build_application(
     register_operations_handlers(application)
     register_reminder_handlers(application)
     register_migration_handlers(application)
+    # Last of all: a press no handler above took is answered quietly.
+    application.add_handler(CallbackQueryHandler(stray_callback))
     return application
 
 
@@ -433,3 +440,13 @@ def run_polling(prepared: Prepared) -> None:
     """The main job: poll Telegram (or serve the webhook) until SIGINT/SIGTERM, then stop
     gracefully (bot/runner.py)."""
     run_bot(build_application(prepared), prepared.settings)
+
+
+def web_settings(settings: Settings) -> WebSettings:
+    """The WEB_* settings as the web tools take them."""
+    return WebSettings(
+        search_url=settings.WEB_SEARCH_URL,
+        allowance=parse_allowance(settings.WEB_ALLOW_PRIVATE),
+        read_max_chars=settings.WEB_READ_MAX_CHARS,
+        daily_calls=settings.WEB_DAILY_CALLS,
+    )

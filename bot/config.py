@@ -15,7 +15,7 @@ from pydantic import AfterValidator, Field, SecretStr, ValidationError, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot import BotError
-from models.catalog import CatalogError, declared_gateways
+from models.catalog import CatalogError, declared_gateways, keys_may_travel
 
 
 def _split_csv(value: object) -> list[str]:
@@ -35,6 +35,7 @@ def _non_negative(values: list[float]) -> list[float]:
 IdList = Annotated[list[int], NoDecode]
 KeyList = Annotated[list[SecretStr], NoDecode]
 DelayList = Annotated[list[float], NoDecode, AfterValidator(_non_negative)]
+HostList = Annotated[list[str], NoDecode]
 
 
 class Settings(BaseSettings):
@@ -80,6 +81,8 @@ class Settings(BaseSettings):
     AGENT_MAX_STEPS: int = Field(default=4, ge=0, le=20)
     MAX_ANSWER_TOKENS: int = Field(default=8192, ge=256, le=1_000_000)
     MAX_ANSWER_SECONDS: float = Field(default=300.0, gt=0)
+    # Characters one answer may show and keep, all its rounds together (about 8 messages).
+    MAX_ANSWER_CHARS: int = Field(default=32_000, ge=1000, le=1_000_000)
 
     # Media: voice/audio/video notes are transcribed, photos seen, documents read.
     TRANSCRIPTION_MODEL: str = "whisper-large-v3-turbo"
@@ -88,6 +91,15 @@ class Settings(BaseSettings):
     MAX_DOCUMENT_BYTES: int = Field(default=10_000_000, ge=1)
     DOCUMENT_TOKEN_BUDGET: int = Field(default=12_000, ge=500)
     DOCUMENT_TIMEOUT: float = Field(default=30.0, gt=0)
+
+    # Web: web_read always (unless WEB_DAILY_CALLS is 0), web_search when a SearXNG is set.
+    WEB_SEARCH_URL: str | None = None
+    # Hosts, addresses or CIDRs web reads and the search backend may reach although private.
+    WEB_ALLOW_PRIVATE: HostList = Field(default_factory=list)
+    # At most 15,000: a tool result longer than 16,000 characters is cut in the prompt anyway.
+    WEB_READ_MAX_CHARS: int = Field(default=15_000, ge=1000, le=15_000)
+    # Web calls (reads and searches) per user per UTC day; 0 turns web use off.
+    WEB_DAILY_CALLS: int = Field(default=100, ge=0)
 
     # Gateways: any *_API_KEY may hold several comma-separated keys (rotated).
     OPENAI_API_KEY: KeyList = Field(default_factory=list)
@@ -130,6 +142,18 @@ class Settings(BaseSettings):
             ids.append(int(part))
         return ids
 
+    @field_validator("WEB_ALLOW_PRIVATE", mode="before")
+    @classmethod
+    def _parse_hosts(cls, value: object) -> list[str]:
+        return _split_csv(value)
+
+    @field_validator("WEB_SEARCH_URL")
+    @classmethod
+    def _search_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        return _http_url(value.strip().rstrip("/"))
+
     @field_validator("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GROQ_API_KEY", mode="before")
     @classmethod
     def _parse_keys(cls, value: object) -> list[str]:
@@ -156,7 +180,7 @@ class Settings(BaseSettings):
         value = value.rstrip("/")
         if value.endswith("/v1"):
             raise ValueError("must not end in /v1 (litellm appends /v1/messages itself)")
-        return _http_url(value)
+        return _key_base(value)
 
     @field_validator("OPENAI_API_BASE", "GROQ_API_BASE")
     @classmethod
@@ -164,7 +188,7 @@ class Settings(BaseSettings):
         value = value.rstrip("/")
         if "/v1" not in value:
             raise ValueError("must include /v1 (an OpenAI-compatible base URL)")
-        return _http_url(value)
+        return _key_base(value)
 
     @field_validator("TELEGRAM_BASE_URL")
     @classmethod
@@ -187,6 +211,20 @@ RETIRED_SETTINGS = {
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"{value!r} is not an http(s) URL")
+    return value
+
+
+def _key_base(value: str) -> str:
+    """A built-in gateway's base: its API key travels with every request, so the rule is the
+    one declared gateways follow (models/catalog.py keys_may_travel): https anywhere, plain
+    http only to a loopback or private address. http://api.example.com would send the key in
+    clear over the internet."""
+    _http_url(value)
+    if not keys_may_travel(value):
+        raise ValueError(
+            "must be https:// (plain http only to a loopback or private address, "
+            "e.g. http://127.0.0.1:11434/v1)"
+        )
     return value
 
 

@@ -40,6 +40,9 @@ class UpdateTracker(BaseUpdateProcessor):
         super().__init__(max_concurrent_updates)
         self._active: dict[asyncio.Task[Any], Update] = {}
         self._parts: dict[int, list[Update]] = {}  # first part's update id -> later parts
+        # Updates whose user message a chat turn stored: an error later in the same update
+        # (another handler's) may tell the user the message is saved.
+        self._stored: set[int] = set()
         self.on_done: Callable[[int], Awaitable[None]] | None = None
 
     async def initialize(self) -> None:
@@ -59,6 +62,7 @@ class UpdateTracker(BaseUpdateProcessor):
         finally:
             del self._active[task]
             self._parts.pop(update.update_id, None)
+            self._stored.discard(update.update_id)
             if self.on_done is not None:
                 await self.on_done(update.update_id)
 
@@ -71,6 +75,13 @@ class UpdateTracker(BaseUpdateProcessor):
         update = self.current()
         if update is not None and any(u.update_id == first_part for u in self._active.values()):
             self._parts.setdefault(first_part, []).append(update)
+
+    def mark_stored(self, update_id: int) -> None:
+        """The handler's turn stored this update's message (until the update is done)."""
+        self._stored.add(update_id)
+
+    def stored(self, update_id: int) -> bool:
+        return update_id in self._stored
 
     def parts_of(self, update_id: int) -> list[Update]:
         return list(self._parts.get(update_id, []))

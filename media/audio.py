@@ -11,8 +11,11 @@ claim can be checked against the audio itself it is:
   decoder will play, whatever the granule positions claim.
 - MPEG audio (MP3): the frames are walked. Each frame header says how many samples it holds, so
   the count does not rest on the first frame's bitrate or on a Xing header.
-- Anything else mutagen knows (MP4/M4A, FLAC, WAV, Vorbis, ...): its length as the container
-  states it. The size bound and the provider's own report (models/calls.py) stand beside it.
+- AAC in MP4 (M4A, video notes): the audio track's frames are counted (its sample size table,
+  `stsz`, through mutagen's atom reader); each AAC frame decodes to 1024 samples, whatever the
+  `mdhd` duration claims.
+- Anything else mutagen knows (FLAC, WAV, Vorbis, ...): its length as the container states it.
+  The size bound and the provider's own report (models/calls.py) stand beside it.
 
 The container's own length stands while the audio agrees with it: what the packets or frames
 hold always runs a little past it (encoder delay and padding, which the container trims), by a
@@ -23,10 +26,12 @@ look shorter. Parsing a long file takes a second of CPU: callers run it in a thr
 from __future__ import annotations
 
 import io
+import struct
 from typing import BinaryIO
 
 import mutagen
 from mutagen.mp3 import MP3, HeaderNotFoundError, MPEGFrame, iter_sync
+from mutagen.mp4 import MP4, Atoms
 from mutagen.ogg import OggPage
 
 _OPUS_HEAD = b"OpusHead"
@@ -38,6 +43,7 @@ _OPUS_FRAME = (
     *(480, 960) * 2,
     *(120, 240, 480, 960) * 4,
 )
+_AAC_FRAME = 1024  # samples one AAC(-LC) frame decodes to
 # How far the audio counted may run past the container's stated length before the count wins:
 # encoder delay and padding (a few MP3 frames, Opus pre-skip and end trimming) stay far below.
 AGREEMENT_S = 0.25
@@ -60,6 +66,8 @@ def recording_seconds(data: bytes) -> float | None:
         counted = opus_packet_seconds(data)
     elif isinstance(parsed, MP3):
         counted = _mpeg_frame_seconds(stream, int(getattr(parsed.info, "frame_offset", 0)))
+    elif isinstance(parsed, MP4):
+        counted = _aac_frame_seconds(stream, parsed)
     if parsed is None:
         return counted
     if counted is not None and counted > stated + AGREEMENT_S:
@@ -135,6 +143,29 @@ def _mpeg_frame_samples(frame: MPEGFrame) -> int:
     if frame.layer == 3 and frame.version >= 2:
         return 576
     return 1152
+
+
+def _aac_frame_seconds(stream: BinaryIO, parsed: MP4) -> float | None:
+    """The AAC frames of the file's first sound track (the one mutagen reads): their count from
+    the track's `stsz` table, 1024 samples each, at the rate of the decoder's own configuration
+    (mutagen reads it from `esds`). None for another codec or a file without that table (a
+    fragmented MP4)."""
+    info = parsed.info
+    rate = int(getattr(info, "sample_rate", 0) or 0)
+    if not str(getattr(info, "codec", "")).startswith("mp4a.40") or rate <= 0:
+        return None
+    try:
+        atoms = Atoms(stream)
+        for trak in atoms[b"moov"].findall(b"trak"):
+            ok, handler = trak[b"mdia", b"hdlr"].read(stream)
+            if ok and handler[8:12] == b"soun":
+                ok, table = trak[b"mdia", b"minf", b"stbl", b"stsz"].read(stream)
+                if not ok or len(table) < 12:
+                    return None
+                return struct.unpack_from(">I", table, 8)[0] * _AAC_FRAME / rate
+    except Exception:  # mutagen's errors for a broken atom tree vary
+        return None
+    return None
 
 
 def _resync(stream: BinaryIO, offset: int) -> bool:

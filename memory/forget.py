@@ -6,7 +6,8 @@ done (pending and running), the archive (the words of consolidated sessions, and
 counts in `archive_terms` as far as they came from this chat), the stored
 messages of closed sessions not yet consolidated, the current session's messages, and voice
 notes waiting for a transcript (`media_inbox`). What
-stays: the chat's settings (model, language) and the usage ledger (tokens and cost, no text).
+stays: the chat's settings (model, language), the usage ledger (tokens and cost, no text) and
+the web call counts (`web_calls`: who, which tool, when — what WEB_DAILY_CALLS counts).
 
 Why it cannot come back:
 - A running consolidation read messages that no longer exist and a memory version that no

@@ -27,7 +27,9 @@ from models.policy.pacing import Priority
 from models.streamtext import WholeCharacters
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
+    SIZE_LIMIT,
     TIME_LIMIT,
+    AnswerBounds,
     ChatResult,
     Message,
     Outcome,
@@ -53,6 +55,8 @@ class Call(Generic[Answer]):
 
     empty_detail: str  # the detail of an answer without content, reported as EMPTY
     deadline: float | None = None  # the event loop's clock: the whole answer ends there
+    # The answer passed its size bounds (`AnswerBounds`): the loop cuts it as at the deadline.
+    oversize: bool = False
 
     def __init__(
         self,
@@ -111,11 +115,13 @@ class Call(Generic[Answer]):
         raise NotImplementedError
 
     def cut(self, slot: Slot, plan: CallPlan, text: str, usage: Usage) -> Answer:
-        """The end of an answer whose deadline passed: the text so far."""
+        """The end of an answer whose deadline passed or that grew past its bounds: the text
+        so far."""
         raise NotImplementedError("only a call with a deadline is cut")
 
     def bill_cut(self, slot: Slot) -> tuple[str, Usage]:
-        """The deadline passed mid-answer: report what came, and return the text and usage."""
+        """The deadline passed (or a bound) mid-answer: report what came, and return the text
+        kept and the usage."""
         raise NotImplementedError("only a call with a deadline is cut")
 
     def failure(self, plan: CallPlan) -> TransportError:
@@ -201,9 +207,11 @@ class CompletionCall(_ChatCall[ChatResult]):
         self, slot: Slot, response: Any, wire: WireRecord, plan: CallPlan
     ) -> ChatResult | None:
         result = _result_from_response(response, slot.entry, self.model_id)
-        if getattr(response, "usage", None) is None:
+        reported = provider_usage(getattr(response, "usage", None), slot.entry)
+        if reported is None:  # none sent, or counts no bill can hold
             answered = result.text + "".join(c.arguments for c in result.tool_calls)
-            result.usage = estimate_usage(slot.entry, self.messages, answered)
+            reported = estimate_usage(slot.entry, self.messages, answered)
+        result.usage = reported
         if not result.text.strip() and not result.tool_calls:
             if getattr(response, "usage", None) is not None:  # the prompt was billed
                 self._tell(slot, "", result.usage, "failed")
@@ -216,19 +224,29 @@ class CompletionCall(_ChatCall[ChatResult]):
 
 class StreamCall(_ChatCall[StreamDone]):
     """A chat answer shown as it streams: text in whole characters, tool calls assembled from
-    their pieces (all three protocols arrive through litellm in the OpenAI delta shape), and a
-    `deadline` for the whole answer."""
+    their pieces (all three protocols arrive through litellm in the OpenAI delta shape), a
+    `deadline` for the whole answer and `bounds` on its size (`AnswerBounds`): the text past
+    the bound is never shown nor kept, and the attempt loop cuts the answer there."""
 
     empty_detail = "200 empty stream"
 
     def __init__(
-        self, model_id: str, messages: list[Message], *, deadline: float | None, **chat: Any
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        deadline: float | None,
+        bounds: AnswerBounds | None,
+        **chat: Any,
     ) -> None:
         super().__init__(model_id, messages, **chat)
         self.deadline = deadline
+        self.bounds = bounds
         self.assembler = WholeCharacters()
         self.calls = ToolCallAssembler()
         self.finish_reason: str | None = None
+        self.kept_chars = 0  # text kept in this attempt (`pieces`)
+        self.beyond = ""  # text received past the bound: never shown, but billed
 
     def request(self, slot: Slot) -> dict[str, Any]:
         kwargs = super().request(slot)
@@ -241,6 +259,9 @@ class StreamCall(_ChatCall[StreamDone]):
         self.assembler = WholeCharacters()
         self.calls = ToolCallAssembler()
         self.finish_reason = None
+        self.kept_chars = 0
+        self.beyond = ""
+        self.oversize = False
 
     def chunks(self, response: Any) -> AsyncIterator[Any]:
         return aiter(response)
@@ -254,13 +275,32 @@ class StreamCall(_ChatCall[StreamDone]):
             delta = choice.delta
             if getattr(delta, "tool_calls", None):
                 self.calls.feed(delta.tool_calls)
+                if self._calls_too_big():
+                    self.oversize = True
+                    return
             piece = getattr(delta, "content", None) or ""
             if not piece:
                 continue
-            self.pieces.append(piece)
-            whole = self.assembler.feed(piece)
-            if whole:
-                yield whole
+            if self.bounds is not None:
+                room = max(0, self.bounds.text_chars - self.kept_chars)
+                if len(piece) > room:
+                    piece, self.beyond = piece[:room], piece[room:]
+                    self.oversize = True
+            if piece:
+                self.pieces.append(piece)
+                self.kept_chars += len(piece)
+                whole = self.assembler.feed(piece)
+                if whole:
+                    yield whole
+            if self.oversize:
+                return
+
+    def _calls_too_big(self) -> bool:
+        bounds = self.bounds
+        return bounds is not None and (
+            self.calls.started > bounds.tool_calls
+            or self.calls.longest_arguments > bounds.tool_argument_chars
+        )
 
     async def close(self, response: Any) -> None:
         if response is not None and hasattr(response, "aclose"):
@@ -300,23 +340,27 @@ class StreamCall(_ChatCall[StreamDone]):
     def bill_cut(self, slot: Slot) -> tuple[str, Usage]:
         text = "".join(self.pieces)
         spent = provider_usage(self.usage, slot.entry) if self.usage else None
-        spent = spent or estimate_usage(slot.entry, self.messages, text)
+        # Everything received was written (and billed) by the provider, kept or not.
+        received = text + self.beyond + "".join(c.arguments for c in self.calls.calls())
+        spent = spent or estimate_usage(slot.entry, self.messages, received)
         self._tell(slot, text, spent, "cut")
         log.warning(
-            "answer_time_limit",
+            "answer_size_limit" if self.oversize else "answer_time_limit",
             model=slot.entry.id,
             chars=len(text),
+            tool_calls=self.calls.started,
+            tool_argument_chars=self.calls.longest_arguments,
             completion_tokens=spent.completion_tokens,
         )
         return text, spent
 
     def cut(self, slot: Slot, plan: CallPlan, text: str, usage: Usage) -> StreamDone:
-        # No tool calls: a call cut in the middle is not one.
+        # No tool calls: a call cut in the middle (or past the bounds) is not one.
         return StreamDone(
             ChatResult(
                 model_id=slot.entry.id,
                 text=text,
-                finish_reason=TIME_LIMIT,
+                finish_reason=SIZE_LIMIT if self.oversize else TIME_LIMIT,
                 usage=usage,
                 attempts=plan.attempts,
                 requested_model_id=self.model_id,
@@ -457,6 +501,5 @@ def _result_from_response(response: Any, entry: ModelEntry, requested: str) -> C
         text=text,
         tool_calls=tool_calls,
         finish_reason=finish_reason,
-        usage=provider_usage(getattr(response, "usage", None), entry),
         requested_model_id=requested,
     )

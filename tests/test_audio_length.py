@@ -17,6 +17,7 @@ from tests.forged_audio import (
     LONG_VIDEO_NOTE,
     LONG_VOICE,
     mp3_claiming,
+    mp4_claiming,
     ogg_claiming,
 )
 
@@ -51,6 +52,14 @@ def test_a_forged_mp3_frame_count_does_not_shorten_the_file() -> None:
     assert mutagen.File(io.BytesIO(forged)).info.length == pytest.approx(1.008)  # the claim
     # 420 frames of 576 samples at 8 kHz (the Info frame included): the audio itself.
     assert recording_seconds(forged) == pytest.approx(420 * 576 / 8000)
+
+
+@pytest.mark.parametrize("data", [LONG_M4A, LONG_VIDEO_NOTE])
+def test_a_forged_mp4_duration_does_not_shorten_the_recording(data: bytes) -> None:
+    forged = mp4_claiming(data, 1.0)
+    assert mutagen.File(io.BytesIO(forged)).info.length == pytest.approx(1.0)  # the claim
+    # 470 AAC frames of 1024 samples at 16 kHz: the audio itself.
+    assert recording_seconds(forged) == pytest.approx(470 * 1024 / 16000)
 
 
 def test_what_no_parser_knows_has_no_length() -> None:

@@ -228,3 +228,28 @@ async def test_a_commit_counts_the_lines_it_added_and_removed_for_the_next_reply
     await forget_chat(db, 1, "y")
     assert await notice() is None
     await db.close()
+
+
+async def test_a_history_entry_of_any_size_is_refused_and_the_next_model_asked(
+    tmp_path: Path,
+) -> None:
+    db, chunks = await one_chunk(tmp_path)
+    poured = "[2026-03-01 09:00] " + "They talked. " * 20_000  # 260,000 characters
+
+    def respond(model_id: str, messages: list[Message]) -> ChatResult:
+        if model_id == CHAIN[0]:
+            return save_call(poured, "- y")
+        return save_call("[2026-03-01 09:00] They talked about keys.", "- y")
+
+    result = await consolidator(ScriptedTransport(respond)).consolidate(
+        LongTermMemory(1), chunks[0]
+    )
+    await db.close()
+    assert (result.model_id, result.history_entry) == (
+        CHAIN[1],
+        "[2026-03-01 09:00] They talked about keys.",
+    )
+    assert [(a.model_id, a.outcome) for a in result.attempts] == [
+        (CHAIN[0], "history_too_long"),
+        (CHAIN[1], "saved"),
+    ]

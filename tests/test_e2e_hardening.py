@@ -22,6 +22,7 @@ from telegram.ext import ContextTypes, MessageHandler, filters
 from bot.ui.i18n import t
 from tests.conftest import FakeClock
 from tests.e2e_bot import FRIEND, OWNER, STRANGER, TESTDATA, BotUnderTest, bot_under_test
+from tests.fakes.providers import Reply
 
 GROUP = -100777000
 IN_GROUP = {"chat_type": "supergroup"}
@@ -161,6 +162,29 @@ async def test_error_reply_claims_the_message_saved_only_when_it_was(tmp_path: P
         assert bot.texts(OWNER) == ["echo: remember this", t("internal_error")]
         stored = await bot.rows("SELECT content FROM messages WHERE role = 'user'")
         assert [r["content"] for r in stored] == ["remember this"]
+
+
+async def test_a_turn_that_breaks_after_storing_says_the_message_is_saved(
+    tmp_path: Path,
+) -> None:
+    """The turn raises MessageSavedError when it broke after storing the question: here the
+    answer needs more pages than the database file may grow by, the question did not."""
+    async with bot_under_test(tmp_path) as bot:
+        await bot.ask(OWNER, "warm up")
+        [row] = await bot.rows("PRAGMA page_count")
+
+        def cap(conn: sqlite3.Connection) -> None:
+            conn.execute(f"PRAGMA max_page_count = {int(row['page_count']) + 4}")
+
+        await bot.services.db.run_in_transaction(cap)
+        bot.openai.script("*", Reply("A long answer. " * 4000, chunk_chars=4000))
+        bot.say(OWNER, "hi")
+        await bot.wait(
+            lambda: bot.texts(OWNER)[-1] in (t("internal_error"), t("internal_error_unsaved"))
+        )
+        assert bot.texts(OWNER)[-1] == t("internal_error")
+        stored = await bot.rows("SELECT role, content FROM messages ORDER BY id")
+        assert [(r["role"], r["content"]) for r in stored][-1] == ("user", "hi")
 
 
 # --- item 11: bad input gets a clear answer, and the bot stays up --------------------------------

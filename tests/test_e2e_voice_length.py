@@ -22,6 +22,7 @@ from tests.forged_audio import (
     LONG_VIDEO_NOTE,
     LONG_VOICE,
     mp3_claiming,
+    mp4_claiming,
     ogg_claiming,
 )
 from tests.test_e2e_media import GROQ_PER_SECOND, answered
@@ -43,8 +44,14 @@ FORGED = {
     "voice, granule forged": ("voice", ogg_claiming(LONG_VOICE, 1.0), "v.oga", "audio/ogg"),
     # MP3 whose LAME Info frame counts 14 frames (1 s); the 419 frames are all there.
     "mp3, Info frames forged": ("audio", mp3_claiming(LONG_MP3, 14), "a.mp3", "audio/mpeg"),
-    "m4a": ("audio", LONG_M4A, "a.m4a", "audio/mp4"),
-    "video note": ("video_note", LONG_VIDEO_NOTE, "n.mp4", "video/mp4"),
+    # AAC in MP4 whose sound track's mdhd (and the movie's mvhd) say 1 s.
+    "m4a, mdhd forged": ("audio", mp4_claiming(LONG_M4A, 1.0), "a.m4a", "audio/mp4"),
+    "video note, mdhd forged": (
+        "video_note",
+        mp4_claiming(LONG_VIDEO_NOTE, 1.0),
+        "n.mp4",
+        "video/mp4",
+    ),
 }
 
 

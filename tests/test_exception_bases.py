@@ -15,9 +15,11 @@ import media
 import memory
 import models
 import reminders
+import web
 
 BASES: dict[str, type[Exception]] = {
     "bot": bot.BotError,
+    "web": web.WebError,
     "reminders": reminders.RemindersError,
     "media": media.MediaError,
     "memory": memory.MemoryLayerError,

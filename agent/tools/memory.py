@@ -113,13 +113,17 @@ class Receipt:
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    """The result text the model receives, and the receipt when memory really changed."""
+    """The result text the model receives, and the receipt when memory really changed.
+
+    `untrusted`: the content came from outside the chat (a web page, search results), so a turn
+    that received it must not write memory or reminders on the model's word alone."""
 
     call_id: str
     name: str
     content: str
     ok: bool
     receipt: Receipt | None = None
+    untrusted: bool = False
 
 
 class ChatTools:

@@ -17,13 +17,12 @@ from bot.handlers.incoming import (
     clean_text,
     is_addressed_to_bot,
     is_group,
-    message_saved,
     strip_bot_mentions,
 )
 from bot.handlers.media.media import media_message
 from bot.handlers.media.voice import RETRY_PREFIX, retry_callback
 from bot.services import App, Context, Services
-from bot.turns.turn import run_chat_turn, turn_request_for
+from bot.turns.turn import MessageSavedError, run_chat_turn, turn_request_for
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.keyboards import is_model_callback, model_keyboard, resolve_model_callback
@@ -181,7 +180,9 @@ async def chat_message(update: Update, context: Context) -> None:
         return
     text = screened.text
     request = turn_request_for(message, user.id, bot, update.update_id, text=text, lang=lang)
-    await run_chat_turn(_services(context), bot, request)
+    services = _services(context)
+    if await run_chat_turn(services, bot, request):
+        services.lifecycle.tracker.mark_stored(update.update_id)
 
 
 def _continues_split_message(update: Update, context: Context) -> bool:
@@ -225,14 +226,38 @@ async def unknown_command(update: Update, context: Context) -> None:
     await say(message, t("unknown_command", user_language(update)))
 
 
+async def stray_callback(update: Update, context: Context) -> None:
+    """A press whose data no handler recognises (forged, or a keyboard from an older version):
+    answered with nothing, so the client's spinner stops and no error is logged. Registered
+    last (bot/app.py), so it only sees what every other callback handler turned down."""
+    query = update.callback_query
+    if query is None:
+        return
+    log.info(
+        "callback_unknown", chat_id=update.effective_chat.id if update.effective_chat else None
+    )
+    try:
+        await query.answer()
+    except TelegramError as exc:  # too old to answer: nothing a user waits for
+        log.debug("callback_not_answered", error=str(exc))
+
+
 async def on_error(update: object, context: Context) -> None:
     """Log handler errors with the chat id, and tell the user whether their message was
-    stored (the chat turn marks it) — never claim it was when it was not."""
+    stored — never claim it was when it was not. The turn says so: it raises
+    `MessageSavedError` when it broke after storing the message, and a handler whose turn
+    stored it marks the update, for an error later in the same update."""
     chat_id = None
     if isinstance(update, Update) and update.effective_chat is not None:
         chat_id = update.effective_chat.id
-    saved = message_saved()
-    log.error("handler_error", chat_id=chat_id, message_saved=saved, exc_info=context.error)
+    error = context.error
+    saved = isinstance(error, MessageSavedError) or (
+        isinstance(update, Update)
+        and context.bot_data.services.lifecycle.tracker.stored(update.update_id)
+    )
+    if isinstance(error, MessageSavedError):
+        error = error.__cause__  # what broke; the wrapper only carries "saved"
+    log.error("handler_error", chat_id=chat_id, message_saved=saved, exc_info=error)
     if isinstance(update, Update) and update.effective_message is not None:
         key = "internal_error" if saved else "internal_error_unsaved"
         await say(update.effective_message, t(key, user_language(update)))

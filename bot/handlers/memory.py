@@ -137,6 +137,9 @@ async def forget_callback(update: Update, context: Context) -> None:
         async with turns.session_gate(chat_id):
             await turns.cancel(chat_id, reason=FORGETTING)
             forgotten = await forget_chat(feature.repo.db, chat_id, to_iso(feature.worker.clock()))
+            web = context.bot_data.services.agent.web
+            if web is not None:
+                web.forget_chat(chat_id)  # the pages and searches it read go too
         log.info(
             "memory_forgotten",
             chat_id=chat_id,

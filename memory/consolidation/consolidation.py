@@ -69,6 +69,10 @@ FORCED_TOOL_CHOICE: dict[str, Any] = {"type": "function", "function": {"name": "
 TRANSCRIPT_SHARE_OF_WINDOW = 0.5
 INSTRUCTION_TOKENS = 1000
 MIN_TRANSCRIPT_TOKENS = 2000
+# A history entry is 2-5 sentences (the tool's own description). One far longer is a model
+# pouring text, not a summary: refused like any invalid call (the next model is asked), never
+# stored, searched and shown by /recall. (The memory has its own budget, MEMORY_MAX_CHARS.)
+MAX_HISTORY_ENTRY_CHARS = 4000
 
 
 class CompletionClient(Protocol):
@@ -172,6 +176,11 @@ def validate_call(
     entry = args.history_entry.strip()
     if not entry:
         raise InvalidCall("empty_history", "history_entry is empty")
+    if len(entry) > MAX_HISTORY_ENTRY_CHARS:
+        raise InvalidCall(
+            "history_too_long",
+            f"history_entry is {len(entry)} characters, at most {MAX_HISTORY_ENTRY_CHARS}",
+        )
     if memory.content.strip() and not args.memory_update.strip():
         raise InvalidCall("empty_memory", "memory_update is empty but memory existed")
     size = len(args.memory_update.strip())

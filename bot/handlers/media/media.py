@@ -101,11 +101,13 @@ async def media_message(update: Update, context: Context) -> None:
                 caption=caption or None,
             )
 
-        await transcribe_and_answer(services, bot, request, new_item)
+        saved = await transcribe_and_answer(services, bot, request, new_item)
     elif incoming.kind == "photo":
-        await answer_photo(services, bot, request, incoming, caption)
+        saved = await answer_photo(services, bot, request, incoming, caption)
     else:
-        await answer_document(services, bot, request, incoming, caption)
+        saved = await answer_document(services, bot, request, incoming, caption)
+    if saved:
+        services.lifecycle.tracker.mark_stored(update.update_id)
 
 
 async def _refusal_before_download(

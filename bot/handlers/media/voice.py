@@ -48,6 +48,7 @@ from bot.turns.turn import (
     send_plain,
 )
 from bot.ui.i18n import t
+from bot.ui.keyboards import callback_row_id
 from bot.ui.render import utf16_len
 from media.audio import recording_seconds
 from media.documents import trim_to_chars
@@ -73,12 +74,13 @@ async def transcribe_and_answer(
     bot: Any,
     request: TurnRequest,
     item: InboxItem | Callable[[], Awaitable[InboxItem]],
-) -> None:
+) -> bool:
     """Inside the chat's turn: download, transcribe, show the transcript, answer it.
 
     `item` is the inbox row (a retry), or makes it: a new note's row is written inside the
     turn, before any download, so an update held back by a stop (and replayed after the
-    restart) does not leave a second, orphaned row behind.
+    restart) does not leave a second, orphaned row behind. Whether the note's text is stored:
+    `run_chat_turn`.
     """
     current: list[InboxItem] = []
 
@@ -96,7 +98,7 @@ async def transcribe_and_answer(
     async def stored(message: StoredMessage) -> None:
         await services.inbox.mark_done(current[-1].id, message.id)
 
-    await run_chat_turn(services, bot, request, prepare=prepare, on_stored=stored)
+    return await run_chat_turn(services, bot, request, prepare=prepare, on_stored=stored)
 
 
 async def _transcribe(
@@ -327,10 +329,10 @@ async def retry_callback(update: Update, context: Context) -> None:
         return
     lang = user_language(update)
     message = query.message
-    item_id = (query.data or "").removeprefix(RETRY_PREFIX)
+    item_id = callback_row_id(query.data, RETRY_PREFIX)
     user = update.effective_user
     assert user is not None
-    if message is None or not item_id.isdigit() or services.turns.is_running(message.chat.id):
+    if message is None or item_id is None or services.turns.is_running(message.chat.id):
         await query.answer(t("retry_gone", lang), show_alert=True)
         return
     refused = await spend_refusal(services, user.id, lang)
@@ -339,7 +341,7 @@ async def retry_callback(update: Update, context: Context) -> None:
             await query.answer(refused, show_alert=True)
         return
     inbox = services.inbox
-    item = await inbox.claim(int(item_id), message.chat.id)  # a second press finds it claimed
+    item = await inbox.claim(item_id, message.chat.id)  # a second press finds it claimed
     if item is None:
         await query.answer(t("retry_gone", lang), show_alert=True)
         return
@@ -358,6 +360,7 @@ async def retry_callback(update: Update, context: Context) -> None:
         private=chat.type == ChatType.PRIVATE,
     )
     try:
-        await transcribe_and_answer(services, context.bot, request, item)
+        if await transcribe_and_answer(services, context.bot, request, item):
+            services.lifecycle.tracker.mark_stored(update.update_id)
     finally:
         await inbox.release(item.id)  # only if the turn never settled it (refused, cancelled)

@@ -1,4 +1,4 @@
--- 0015: where a forwarded message came from. Never edit once landed; add a new numbered file.
+-- 0016: where a forwarded message came from. Never edit once landed; add a new numbered file.
 
 -- A user message the user forwarded (Telegram's `forward_origin`, Bot API 7.0) holds someone
 -- else's words: a person, a hidden account, a chat or a channel. Until now it was stored like
