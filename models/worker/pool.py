@@ -58,9 +58,30 @@ from models.worker.ipc import (
     WireFields,
     WorkerLost,
     chunk_from,
+    response_from,
+)
+from models.worker.protocol import (
+    Call,
+    Cancel,
+    Chunk,
+    ClosePool,
+    Done,
+    End,
+    Error,
+    Fork,
+    Gate,
+    Go,
+    Local,
+    Message,
+    Ping,
+    Pong,
+    Prepare,
+    Ready,
+    Result,
+    Stream,
+    Warm,
     encode,
     read_message,
-    response_from,
 )
 from models.worker.wire import WireRecord, current_record
 
@@ -320,7 +341,7 @@ class ProviderWorker:
         first = asyncio.get_running_loop().create_future()
         call = _Call(record, first)
         client = kwargs.pop("client")
-        frame = encode(("call", call_id, name, kwargs, client, call.gate is not None))
+        frame = encode(Call(call_id, name, kwargs, client, call.gate is not None))
         link = self._link
         if not self.usable or link is None:
             raise WorkerLost(f"provider worker {self.number} {self.state}")
@@ -339,15 +360,15 @@ class ProviderWorker:
                 raise first.exception() from None  # type: ignore[misc]
             raise WorkerLost(f"provider worker {self.number} lost") from exc
 
-    async def request(self, kind: str, *args: Any) -> Any:
+    async def request(self, kind: type[Housekeeping], arg: Any) -> Any:
         """A housekeeping request (prepare clients, warm up, close a pool, fork), answered
-        "done" (with what it made, if anything)."""
+        `Done` (with what it made, if anything)."""
         link = self._link
         if link is None or link.loop is not asyncio.get_running_loop():
             return None
         call_id = next(self._ids)
         first = asyncio.get_running_loop().create_future()
-        frame = encode((kind, call_id, *args))
+        frame = encode(kind(call_id, arg))
         self.calls[call_id] = _Call(None, first, housekeeping=True)
         link.writer.write(frame)
         return await first
@@ -364,7 +385,7 @@ class ProviderWorker:
             return None
         try:
             async with asyncio.timeout(self.pool.settings.start_timeout_s):
-                pid = await self.request("fork", index)
+                pid = await self.request(Fork, index)
         except (TimeoutError, WorkerLost):
             pid = None
         if not isinstance(pid, int):
@@ -377,7 +398,7 @@ class ProviderWorker:
         if call is not None:
             if call.gate_wait is not None:
                 call.gate_wait.cancel()
-            self._send(("cancel", call_id))
+            self._send(Cancel(call_id))
 
     async def stop(self) -> None:
         """Close the socket (the worker exits on it), wait up to STOP_GRACE_S, then kill."""
@@ -415,7 +436,7 @@ class ProviderWorker:
         if now - self.last_heard > self.pool.settings.heartbeat_s:
             self._lose(link, f"no answer for {self.pool.settings.heartbeat_s:g} s")
             return
-        self._send(("ping", 0))
+        self._send(Ping())
         if self.calls:
             self.last_busy = time.monotonic()
         cpu = _cpu_seconds(self.pid)
@@ -440,7 +461,7 @@ class ProviderWorker:
 
     # ---- internals ---------------------------------------------------------------------------
 
-    def _send(self, message: tuple[Any, ...]) -> None:
+    def _send(self, message: Message) -> None:
         link = self._link
         if link is not None and link.loop is asyncio.get_running_loop():
             if not link.writer.is_closing():
@@ -471,13 +492,13 @@ class ProviderWorker:
                 self.recipe_version = self.pool.recipe_version
                 specs, names = self.pool.recipe()
                 if specs:
-                    await self.request("prepare", specs)  # its own clients, a copy's too
+                    await self.request(Prepare, specs)  # its own clients, a copy's too
                 if names:
                     # A copy too: it has the modules, but runs a loop of its own, and what
                     # litellm's first calls build on a loop was paid by the rush's first
                     # requests (benchmarks/turn_overhead.py, 100 conversations on 2 cores:
                     # intake p99 204–320 ms unwarmed, 36–136 ms warmed, 3 runs each).
-                    await self.request("warm", names)
+                    await self.request(Warm, names)
                     self.warmed = list(names)
         except (TimeoutError, WorkerLost, ConnectionError) as exc:
             if self.state == "starting":
@@ -531,7 +552,7 @@ class ProviderWorker:
         assert self._sock is not None
         if self._link is not None:
             for call_id in list(self.calls):
-                self._send(("cancel", call_id))  # their loop has finished
+                self._send(Cancel(call_id))  # their loop has finished
             self._detach(None)
         sock = self._sock.dup()
         reader, writer = await asyncio.open_unix_connection(sock=sock)
@@ -605,58 +626,59 @@ class ProviderWorker:
             reason = f"unreadable frame: {type(exc).__name__}"
         self._lose(link, reason)
 
-    def _dispatch(self, message: tuple[Any, ...]) -> None:
-        kind, call_id = message[0], message[1]
-        if kind == "pong":
-            return
-        if kind == "ready":
-            if self._ready is not None and not self._ready.done():
-                self._ready.set_result(None)
-            return
+    def _dispatch(self, message: Message) -> None:
+        match message:
+            case Pong():
+                return
+            case Ready():
+                if self._ready is not None and not self._ready.done():
+                    self._ready.set_result(None)
+                return
+        call_id: int = getattr(message, "call_id", 0)
         call = self.calls.get(call_id)
         if call is None:
             return  # cancelled by the bot meanwhile
-        if kind == "chunk":
-            if call.stream is not None:
-                call.stream.feed(chunk_from(message[2]))
-        elif kind == "gate":
-            self._open_gate(call_id, call)
-        elif kind == "stream":
-            call.note(message[3])
-            call.stream = RemoteStream(self, call_id, message[2])
-            _settle(call.first, call.stream)
-        elif kind == "end":
-            del self.calls[call_id]
-            call.note(message[3])
-            failure = message[2]
-            if call.stream is not None:
-                call.stream.finish(ProviderFailure(failure) if failure is not None else None)
-        elif kind == "result":
-            del self.calls[call_id]
-            call.note(message[3])
-            _settle(call.first, response_from(*message[2]))
-        elif kind == "error":
-            del self.calls[call_id]
-            call.note(message[3])
-            call.fail(ProviderFailure(message[2]))
-        elif kind == "local":  # the worker could not send the answer (not the provider's doing)
-            del self.calls[call_id]
-            call.fail(CallNotEncoded(message[2]))
-        elif kind == "done":
-            del self.calls[call_id]
-            _settle(call.first, message[2] if len(message) > 2 else None)
-        else:
-            raise ValueError(f"unknown message {kind!r}")
+        match message:
+            case Chunk(_, data):
+                if call.stream is not None:
+                    call.stream.feed(chunk_from(data))
+            case Gate():
+                self._open_gate(call_id, call)
+            case Stream(_, headers, wire):
+                call.note(wire)
+                call.stream = RemoteStream(self, call_id, headers)
+                _settle(call.first, call.stream)
+            case End(_, failure, wire):
+                del self.calls[call_id]
+                call.note(wire)
+                if call.stream is not None:
+                    call.stream.finish(ProviderFailure(failure) if failure is not None else None)
+            case Result(_, data, headers, wire):
+                del self.calls[call_id]
+                call.note(wire)
+                _settle(call.first, response_from(data, headers))
+            case Error(_, failure, wire):
+                del self.calls[call_id]
+                call.note(wire)
+                call.fail(ProviderFailure(failure))
+            case Local(_, detail):  # the worker could not send the answer (not the provider's)
+                del self.calls[call_id]
+                call.fail(CallNotEncoded(detail))
+            case Done(_, result):
+                del self.calls[call_id]
+                _settle(call.first, result)
+            case _:
+                raise ValueError(f"not a message for the bot: {message.kind!r}")
 
     def _open_gate(self, call_id: int, call: _Call) -> None:
         gate, call.gate = call.gate, None
         if gate is None or gate.send_now():
-            self._send(("go", call_id))
+            self._send(Go(call_id))
             return
 
         async def wait_then_go() -> None:
             await gate.before_send()
-            self._send(("go", call_id))
+            self._send(Go(call_id))
 
         call.gate_wait = asyncio.get_running_loop().create_task(wait_then_go())
 
@@ -787,8 +809,8 @@ class WorkerPool:
         if worker.recipe_version < self.recipe_version:  # ready before the recipe was known
             worker.recipe_version = self.recipe_version
             async with asyncio.timeout(self.settings.start_timeout_s):
-                await worker.request("prepare", list(specs))
-                await worker.request("warm", list(model_names))
+                await worker.request(Prepare, list(specs))
+                await worker.request(Warm, list(model_names))
                 worker.warmed = list(model_names)
         while len(self.workers) < min(self.settings.at_rest, self.settings.max_workers):
             self._spawn_extra()  # the others kept at rest start in the background
@@ -803,7 +825,7 @@ class WorkerPool:
             if worker.usable:
                 try:
                     async with asyncio.timeout(STOP_GRACE_S):
-                        await worker.request("close_pool", pool)
+                        await worker.request(ClosePool, pool)
                 except (TimeoutError, WorkerLost):
                     pass
 
@@ -940,6 +962,8 @@ def _quiet(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.info("provider_worker_start_failed", error=str(task.exception()))
 
+
+Housekeeping = Prepare | Warm | ClosePool | Fork  # requests answered by `Done`
 
 WORKER = WorkerPool()
 
