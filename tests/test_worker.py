@@ -15,7 +15,7 @@ from contextlib import aclosing
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import models.worker.pool as worker_module
+import models.worker.process as worker_process
 from models.types import Outcome, Spend, StreamDone, StreamRestart, TextDelta
 from models.worker.ipc import ClientSpec
 from models.worker.pool import WORKER, WorkerSettings
@@ -231,7 +231,7 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
     retires after its idle spell while the two at rest stay. The next rush forks again, on
     another spare socket; with the spares used up (three here) the extra one is spawned, at
     nice 10 while it imports."""
-    monkeypatch.setattr(worker_module, "SPARE_SOCKETS", 3)
+    monkeypatch.setattr(worker_process, "SPARE_SOCKETS", 3)
     await WORKER.aclose()  # from a pool with no worker: which one has a spare is known
     WORKER.configure(
         WorkerSettings(max_workers=3, at_rest=2, scale_calls=1, idle_s=0.5, heartbeat_s=2.0)
