@@ -19,7 +19,7 @@ import models.worker.process as worker_process
 from models.types import Outcome, Spend, StreamDone, StreamRestart, TextDelta
 from models.worker.ipc import ClientSpec
 from models.worker.pool import WORKER, WorkerSettings
-from models.worker.wire import start_record
+from models.worker.wire import WireRecord
 from tests.conftest import make_gateways, make_transport
 from tests.e2e_bot import wait_until
 from tests.fakes.providers import Reply
@@ -304,8 +304,7 @@ async def test_the_worker_says_when_a_request_really_left(fake_openai) -> None:
     fake_openai.latency = 0.5
     gateway = make_gateways(fake_openai, fake_openai, fake_openai)["openai"]
     gate = _RecordingGate()
-    record = start_record()
-    record.gate = gate
+    record = WireRecord()
     asked_at = time.monotonic()
     response = await WORKER.call(
         "completion",
@@ -318,6 +317,8 @@ async def test_the_worker_says_when_a_request_really_left(fake_openai) -> None:
             "max_retries": 0,
             "timeout": 10,
         },
+        record,
+        gate,
     )
     assert response.choices[0].message.content
     [arrived] = [request.at for request in fake_openai.requests]

@@ -27,8 +27,12 @@ The bot depends on a worker for every answer, so the pool supervises them:
   253–549 ms spawning (benchmarks/turn_overhead.py);
 - start-up (`start_timeout_s`) and stop (`STOP_GRACE_S`) are bounded.
 
-Everything runs on the caller's loop. The processes outlive a loop (tests run one loop per
-test): a call from another loop attaches to the worker's socket again.
+The pool belongs to one event loop, the bot's: its workers' sockets are read there and its
+supervision runs there. A call from another loop is refused (tests share one loop:
+pyproject's asyncio loop scopes). Where the work lives: models/worker/process.py (one worker
+process from spawn to end), models/worker/remote.py (the calls in flight on a worker),
+models/worker/protocol.py (every message), models/worker/proc.py (processes by pid). What
+the transport asks of the pool is models/worker/interface.py `ProviderWorkers`.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import structlog
 from models.worker.ipc import ClientSpec, WorkerLost
 from models.worker.process import STOP_GRACE_S, ProviderWorker
 from models.worker.protocol import ClosePool, Prepare, Warm
+from models.worker.wire import SendGate, WireRecord
 
 log = structlog.get_logger(__name__)
 
@@ -86,6 +91,7 @@ class WorkerPool:
         self.recipe_version = 0
         self._supervisor: asyncio.Task[None] | None = None
         self._exit_hook = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one the workers are read on
 
     def configure(self, settings: WorkerSettings) -> None:
         """Set how the workers run (at start-up, before any call)."""
@@ -107,12 +113,15 @@ class WorkerPool:
         """Each worker for /stats and /healthz."""
         return [w.status() for w in self.workers]
 
-    async def call(self, name: str, kwargs: dict[str, Any]) -> Any:
+    async def call(
+        self, name: str, kwargs: dict[str, Any], wire: WireRecord, gate: SendGate | None
+    ) -> Any:
+        """See `ProviderWorkers.call` (models/worker/interface.py)."""
         worker = await self._pick()
-        return await worker.call(name, kwargs)
+        return await worker.call(name, kwargs, wire, gate)
 
     async def wait_ready(self) -> None:
-        """Until a worker takes calls on this loop (bounded by the start timeout)."""
+        """Until a worker takes calls (bounded by the start timeout)."""
         await self._pick()
 
     async def warm_up(self, specs: Sequence[ClientSpec], model_names: Sequence[str]) -> None:
@@ -146,12 +155,14 @@ class WorkerPool:
                     pass
 
     async def aclose(self) -> None:
-        """Stop every worker (bounded: STOP_GRACE_S each, at once)."""
+        """Stop every worker (bounded: STOP_GRACE_S each, at once). The pool may start again
+        afterwards, on another loop too."""
         workers, self.workers = self.workers, []
         if self._supervisor is not None:
             self._supervisor.cancel()
             self._supervisor = None
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
+        self._loop = None
 
     # ---- used by the workers -----------------------------------------------------------------
 
@@ -177,10 +188,9 @@ class WorkerPool:
             self.restarts += 1
 
     def watch(self) -> None:
-        """Run the supervision on the running loop (once per loop)."""
-        loop = asyncio.get_running_loop()
-        if self._supervisor is None or self._supervisor.get_loop() is not loop:
-            self._supervisor = loop.create_task(self._supervise())
+        """Run the supervision (once)."""
+        if self._supervisor is None:
+            self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
         if not self._exit_hook:
             self._exit_hook = True
             atexit.register(self._kill_at_exit)
@@ -188,12 +198,16 @@ class WorkerPool:
     # ---- internals ---------------------------------------------------------------------------
 
     async def _pick(self) -> ProviderWorker:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise RuntimeError(
+                "the provider worker pool runs on one event loop; this call came from another"
+                " (tests: share one loop, pyproject's asyncio_default_test_loop_scope)"
+            )
         if not self.workers:
             self.workers.append(ProviderWorker(self, 1))
-        ready = [w for w in self.workers if w.state == "ready"]
-        for worker in ready:
-            if not worker.usable:
-                await worker.ready()  # attach it to this loop
         ready = [w for w in self.workers if w.usable]
         if not ready:
             waiting = next((w for w in self.workers if w.state in ("new", "starting")), None)
@@ -280,13 +294,3 @@ def _quiet(task: asyncio.Task[Any]) -> None:
 
 
 WORKER = WorkerPool()
-
-
-async def acompletion(**kwargs: Any) -> Any:
-    """`litellm.acompletion(**kwargs)` in a worker (`client` is a ClientSpec)."""
-    return await WORKER.call("completion", kwargs)
-
-
-async def atranscription(**kwargs: Any) -> Any:
-    """`litellm.atranscription(**kwargs)` in a worker (`client` is a ClientSpec)."""
-    return await WORKER.call("transcription", kwargs)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import os
 import socket
 import subprocess
@@ -18,33 +17,23 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from models.worker.ipc import CallNotEncoded, ProviderFailure, WorkerLost, chunk_from, response_from
+from models.worker.ipc import WorkerLost
 from models.worker.proc import ForkedProcess, cpu_seconds, reap, rss_mib
 from models.worker.protocol import (
     Call,
-    Cancel,
-    Chunk,
     ClosePool,
-    Done,
-    End,
-    Error,
     Fork,
-    Gate,
-    Go,
-    Local,
     Message,
     Ping,
     Pong,
     Prepare,
     Ready,
-    Result,
-    Stream,
     Warm,
     encode,
     read_message,
 )
-from models.worker.remote import PendingCall, RemoteStream, settle
-from models.worker.wire import current_record
+from models.worker.remote import CallsInFlight, PendingCall
+from models.worker.wire import SendGate, WireRecord
 
 if TYPE_CHECKING:
     from models.worker.pool import WorkerPool
@@ -84,22 +73,18 @@ def worker_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, 
 
 
 class _Link:
-    """The worker's socket as seen from one event loop."""
+    """The worker's socket, read and written on the pool's loop."""
 
     def __init__(
         self, sock: socket.socket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        self.loop = asyncio.get_running_loop()
         self.sock = sock
         self.reader = reader
         self.writer = writer
         self.task: asyncio.Task[None] | None = None
 
     def close(self) -> None:
-        try:
-            self.writer.close()
-        except RuntimeError:  # its loop has closed: the transport is gone with it
-            pass
+        self.writer.close()
         self.sock.close()
 
 
@@ -116,11 +101,9 @@ class ProviderWorker:
         self._sock: socket.socket | None = None
         self._spares: dict[int, socket.socket] = {}  # our ends of the sockets copies serve on
         self._link: _Link | None = None
-        self._ids = itertools.count(1)
-        self.calls: dict[int, PendingCall] = {}
+        self.calls = CallsInFlight(self._send)
         self._ready: asyncio.Future[None] | None = None
         self._starting: asyncio.Task[None] | None = None
-        self._attaching: asyncio.Task[None] | None = None
         self.started_at = 0.0
         self.last_heard = 0.0
         self.last_busy = time.monotonic()
@@ -142,16 +125,12 @@ class ProviderWorker:
     @property
     def in_flight(self) -> int:
         """Provider calls in flight (housekeeping requests not counted)."""
-        return sum(1 for call in self.calls.values() if not call.housekeeping)
+        return self.calls.provider_calls
 
     @property
     def usable(self) -> bool:
-        """Ready for calls on the running loop."""
-        return (
-            self.state == "ready"
-            and self._link is not None
-            and self._link.loop is asyncio.get_running_loop()
-        )
+        """Ready for calls."""
+        return self.state == "ready" and self._link is not None
 
     def rss_mib(self) -> float | None:
         return rss_mib(self.pid)
@@ -169,46 +148,39 @@ class ProviderWorker:
         }
 
     async def ready(self) -> None:
-        """Start the process if needed and wait until it is ready on the running loop."""
+        """Start the process if needed and wait until it is ready."""
         if self.usable:
-            return
-        loop = asyncio.get_running_loop()
-        if self.state in ("ready", "draining") and self._link is not None:
-            # Alive, but attached to another (finished) loop. Calls that arrive together attach
-            # once: two attaches at once would each replace the other's link.
-            attaching = self._attaching
-            if attaching is None or attaching.get_loop() is not loop or attaching.done():
-                attaching = self._attaching = loop.create_task(self._attach())
-            await asyncio.shield(attaching)
             return
         if self.state in ("stopped", "lost"):
             raise WorkerLost(f"provider worker {self.number} {self.state}")
-        if self._starting is None or self._starting.get_loop() is not loop:
-            self._starting = loop.create_task(self._start())
+        if self._starting is None:
+            self._starting = asyncio.get_running_loop().create_task(self._start())
         await asyncio.shield(self._starting)
 
-    async def call(self, name: str, kwargs: dict[str, Any]) -> Any:
+    async def call(
+        self, name: str, kwargs: dict[str, Any], wire: WireRecord, gate: SendGate | None
+    ) -> Any:
         """litellm's `acompletion` ("completion") or `atranscription` ("transcription") here.
-        The caller's wire record (models/worker/wire.py) gets the HTTP fields; a provider's failure
-        is raised as ProviderFailure, classified; ours as WorkerLost or CallNotEncoded; a stream
-        comes back as a RemoteStream."""
-        call_id = next(self._ids)
-        record = current_record()
+        `wire` gets the HTTP fields; `gate` (the slot) is passed right before the request
+        leaves and told when it left. A provider's failure is raised as ProviderFailure,
+        classified; ours as WorkerLost or CallNotEncoded; a stream comes back as a
+        RemoteStream."""
+        call_id = self.calls.next_id()
         first = asyncio.get_running_loop().create_future()
-        call = PendingCall(record, first)
+        call = PendingCall(wire, gate, first)
         client = kwargs.pop("client")
         frame = encode(Call(call_id, name, kwargs, client, call.gate is not None))
         link = self._link
         if not self.usable or link is None:
             raise WorkerLost(f"provider worker {self.number} {self.state}")
-        self.calls[call_id] = call
+        self.calls.add(call_id, call)
         self.last_busy = time.monotonic()
         try:
             link.writer.write(frame)
             await link.writer.drain()  # a worker that stopped reading holds us here, not memory
             return await first
         except asyncio.CancelledError:
-            self.cancel(call_id)
+            self.calls.cancel(call_id)
             raise
         except (ConnectionError, RuntimeError) as exc:
             self._lose(link, f"write failed: {type(exc).__name__}")
@@ -220,12 +192,12 @@ class ProviderWorker:
         """A housekeeping request (prepare clients, warm up, close a pool, fork), answered
         `Done` (with what it made, if anything)."""
         link = self._link
-        if link is None or link.loop is not asyncio.get_running_loop():
+        if link is None:
             return None
-        call_id = next(self._ids)
+        call_id = self.calls.next_id()
         first = asyncio.get_running_loop().create_future()
         frame = encode(kind(call_id, arg))
-        self.calls[call_id] = PendingCall(None, first, housekeeping=True)
+        self.calls.add(call_id, PendingCall(None, None, first, housekeeping=True))
         link.writer.write(frame)
         return await first
 
@@ -248,13 +220,6 @@ class ProviderWorker:
             spare.close()
             return None
         return pid, spare
-
-    def cancel(self, call_id: int) -> None:
-        call = self.calls.pop(call_id, None)
-        if call is not None:
-            if call.gate_wait is not None:
-                call.gate_wait.cancel()
-            self._send(Cancel(call_id))
 
     async def stop(self) -> None:
         """Close the socket (the worker exits on it), wait up to STOP_GRACE_S, then kill."""
@@ -287,8 +252,6 @@ class ProviderWorker:
         link = self._link
         if self.state not in ("ready", "draining") or link is None:
             return
-        if link.loop is not asyncio.get_running_loop():
-            return
         if now - self.last_heard > self.pool.settings.heartbeat_s:
             self._lose(link, f"no answer for {self.pool.settings.heartbeat_s:g} s")
             return
@@ -319,9 +282,8 @@ class ProviderWorker:
 
     def _send(self, message: Message) -> None:
         link = self._link
-        if link is not None and link.loop is asyncio.get_running_loop():
-            if not link.writer.is_closing():
-                link.writer.write(encode(message))
+        if link is not None and not link.writer.is_closing():
+            link.writer.write(encode(message))
 
     async def _start(self) -> None:
         self.state = "starting"
@@ -344,7 +306,7 @@ class ProviderWorker:
         log.info("provider_worker_started", number=self.number, pid=self.process.pid)
         try:
             async with asyncio.timeout(self.pool.settings.start_timeout_s):
-                await self._attach(starting=True)
+                await self._connect()
                 self.recipe_version = self.pool.recipe_version
                 specs, names = self.pool.recipe()
                 if specs:
@@ -377,8 +339,8 @@ class ProviderWorker:
         spares = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(count)]
         fds = [theirs.fileno()] + [spare[1].fileno() for spare in spares]
         try:
-            # Not asyncio's subprocess: its child watcher ties the process to one loop, and a
-            # worker outlives loops (see the module docstring). Spawning does not block long.
+            # Not asyncio's subprocess: a child watcher reaps children the bot did not start
+            # this way (a fork of a worker is its parent's), and spawning does not block long.
             self.process = subprocess.Popen(
                 (sys.executable, "-c", _BOOT, _ROOT, *map(str, fds)),
                 pass_fds=fds,
@@ -400,25 +362,18 @@ class ProviderWorker:
         self._spares = {index: spare[0] for index, spare in enumerate(spares)}
         return ours
 
-    async def _attach(self, *, starting: bool = False) -> None:
-        """Connect the running loop to the worker's socket (a duplicate of it, so the loop
-        that goes away closes only its own). `starting`: wait for the worker's one "ready"
-        message, which a worker sends once, when litellm is imported (only `_start` may wait
-        for it: a later attach waiting for it would wait for ever)."""
+    async def _connect(self) -> None:
+        """Read the worker's socket on the pool's loop, and wait for its one `Ready`, sent
+        when litellm is imported."""
         assert self._sock is not None
-        if self._link is not None:
-            for call_id in list(self.calls):
-                self._send(Cancel(call_id))  # their loop has finished
-            self._detach(None)
-        sock = self._sock.dup()
-        reader, writer = await asyncio.open_unix_connection(sock=sock)
-        link = _Link(sock, reader, writer)
+        reader, writer = await asyncio.open_unix_connection(sock=self._sock)
+        link = _Link(self._sock, reader, writer)
+        loop = asyncio.get_running_loop()
         self._link = link
-        self._ready = link.loop.create_future()
-        link.task = link.loop.create_task(self._read(link))
-        self.last_heard = link.loop.time()
-        if starting:
-            await self._ready  # the worker says "ready" once litellm is imported
+        self._ready = loop.create_future()
+        link.task = loop.create_task(self._read(link))
+        self.last_heard = loop.time()
+        await self._ready
         self.pool.watch()
 
     def _close_sockets(self) -> None:
@@ -429,19 +384,13 @@ class ProviderWorker:
 
     def _detach(self, error: BaseException | None) -> None:
         link, self._link = self._link, None
-        calls, self.calls = self.calls, {}
-        if error is not None:
-            for call in calls.values():
-                call.fail(error)
+        self.calls.fail_all(error)
         if self._ready is not None and not self._ready.done() and error is not None:
             self._ready.set_exception(error)
             self._ready.exception()  # retrieved: nobody may be waiting
         if link is not None:
             if link.task is not None and link.task is not asyncio.current_task():
-                try:
-                    link.task.cancel()
-                except RuntimeError:  # its loop has closed: the task went with it
-                    pass
+                link.task.cancel()
             link.close()
 
     def _lose(self, link: _Link | None, reason: str) -> None:
@@ -468,7 +417,7 @@ class ProviderWorker:
             asyncio.get_running_loop().create_task(reap(self.process, 0.0))
 
     async def _read(self, link: _Link) -> None:
-        loop = link.loop
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 message = await read_message(link.reader)
@@ -490,53 +439,7 @@ class ProviderWorker:
                 if self._ready is not None and not self._ready.done():
                     self._ready.set_result(None)
                 return
-        call_id: int = getattr(message, "call_id", 0)
-        call = self.calls.get(call_id)
-        if call is None:
-            return  # cancelled by the bot meanwhile
-        match message:
-            case Chunk(_, data):
-                if call.stream is not None:
-                    call.stream.feed(chunk_from(data))
-            case Gate():
-                self._open_gate(call_id, call)
-            case Stream(_, headers, wire):
-                call.note(wire)
-                call.stream = RemoteStream(self, call_id, headers)
-                settle(call.first, call.stream)
-            case End(_, failure, wire):
-                del self.calls[call_id]
-                call.note(wire)
-                if call.stream is not None:
-                    call.stream.finish(ProviderFailure(failure) if failure is not None else None)
-            case Result(_, data, headers, wire):
-                del self.calls[call_id]
-                call.note(wire)
-                settle(call.first, response_from(data, headers))
-            case Error(_, failure, wire):
-                del self.calls[call_id]
-                call.note(wire)
-                call.fail(ProviderFailure(failure))
-            case Local(_, detail):  # the worker could not send the answer (not the provider's)
-                del self.calls[call_id]
-                call.fail(CallNotEncoded(detail))
-            case Done(_, result):
-                del self.calls[call_id]
-                settle(call.first, result)
-            case _:
-                raise ValueError(f"not a message for the bot: {message.kind!r}")
-
-    def _open_gate(self, call_id: int, call: PendingCall) -> None:
-        gate, call.gate = call.gate, None
-        if gate is None or gate.send_now():
-            self._send(Go(call_id))
-            return
-
-        async def wait_then_go() -> None:
-            await gate.before_send()
-            self._send(Go(call_id))
-
-        call.gate_wait = asyncio.get_running_loop().create_task(wait_then_go())
+        self.calls.answer(message)
 
 
 Housekeeping = Prepare | Warm | ClosePool | Fork  # requests answered by `Done`
