@@ -43,7 +43,6 @@ import itertools
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -51,26 +50,13 @@ import structlog
 from models.worker.ipc import ClientSpec, WorkerLost
 from models.worker.process import STOP_GRACE_S, ProviderWorker
 from models.worker.protocol import ClosePool, Prepare, Warm
+from models.worker.settings import WorkerSettings
 from models.worker.wire import SendGate, WireRecord
 
 log = structlog.get_logger(__name__)
 
 RESTART_BACKOFF_S = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 YOUNG_S = 30.0  # a worker lost sooner than this after its start counts towards the backoff
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """How the pool runs its workers (bot/config.py fills it from the settings)."""
-
-    max_workers: int = 1  # PROVIDER_WORKERS
-    at_rest: int = 1  # PROVIDER_WORKERS_AT_REST: started at warm-up, never retired for idling
-    heartbeat_s: float = 5.0  # PROVIDER_WORKER_HEARTBEAT_S: silence that makes a worker lost
-    max_rss_mb: float = 1024.0  # PROVIDER_WORKER_MAX_RSS_MB
-    start_timeout_s: float = 60.0  # spawn → ready (litellm's import) and warmed up
-    scale_calls: int = 16  # calls in flight on every worker before another one starts
-    scale_cpu: float = 0.7  # or this share of a core used by every worker
-    idle_s: float = 120.0  # an extra worker without calls this long stops
 
 
 class WorkerPool:

@@ -13,11 +13,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
-from models.worker.ipc import WorkerLost
+from models.worker.ipc import ClientSpec, WorkerLost
 from models.worker.proc import ForkedProcess, cpu_seconds, reap, rss_mib
 from models.worker.protocol import (
     Call,
@@ -33,10 +33,8 @@ from models.worker.protocol import (
     read_message,
 )
 from models.worker.remote import CallsInFlight, PendingCall
+from models.worker.settings import WorkerSettings
 from models.worker.wire import SendGate, WireRecord
-
-if TYPE_CHECKING:
-    from models.worker.pool import WorkerPool
 
 log = structlog.get_logger(__name__)
 
@@ -72,6 +70,25 @@ def worker_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, 
     }
 
 
+class OwningPool(Protocol):
+    """What a worker asks of the pool it belongs to (models/worker/pool.py `WorkerPool`)."""
+
+    settings: WorkerSettings
+    stderr: Any  # where the workers' stderr goes (None: the bot's)
+    started: int  # worker processes started
+    recipe_version: int  # bumped when what a worker builds and loads before calls changes
+
+    async def restart_delay(self) -> None: ...
+
+    async def fork_a_ready_worker(self) -> tuple[int, socket.socket] | None: ...
+
+    def recipe(self) -> tuple[list[ClientSpec], list[str]]: ...
+
+    def lost(self, worker: ProviderWorker) -> None: ...
+
+    def watch(self) -> None: ...
+
+
 class _Link:
     """The worker's socket, read and written on the pool's loop."""
 
@@ -92,7 +109,7 @@ class ProviderWorker:
     """One worker process, from spawn to its end. A replacement is a new ProviderWorker with
     the same `number` and one more `restarts`."""
 
-    def __init__(self, pool: WorkerPool, number: int, restarts: int = 0) -> None:
+    def __init__(self, pool: OwningPool, number: int, restarts: int = 0) -> None:
         self.pool = pool
         self.number = number
         self.restarts = restarts
@@ -339,8 +356,8 @@ class ProviderWorker:
         spares = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(count)]
         fds = [theirs.fileno()] + [spare[1].fileno() for spare in spares]
         try:
-            # Not asyncio's subprocess: a child watcher reaps children the bot did not start
-            # this way (a fork of a worker is its parent's), and spawning does not block long.
+            # Not asyncio's subprocess: `reap` polls, so no child watcher is involved (a copy
+            # made by `fork` is not our child either). Spawning does not block long.
             self.process = subprocess.Popen(
                 (sys.executable, "-c", _BOOT, _ROOT, *map(str, fds)),
                 pass_fds=fds,

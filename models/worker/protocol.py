@@ -1,6 +1,6 @@
 """Every message between the bot and a provider worker, and how one crosses the socket.
 
-Both sides read this module: the bot (models/worker/pool.py, models/worker/link.py) and the
+Both sides read this module: the bot (models/worker/process.py, models/worker/remote.py) and the
 worker (models/worker/child.py). Each kind of message is one small frozen dataclass below; the
 two sides match on these classes, never on positions in a tuple.
 
