@@ -41,6 +41,7 @@ MOVED_TABLES = (
     "archived_messages",
     "reminders",
     "reminder_deliveries",
+    "web_calls",
 )
 # The chats row's columns besides its id and times (a test holds this to the schema).
 CHAT_SETTINGS = ("model_id", "language", "time_zone")

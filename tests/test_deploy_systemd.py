@@ -206,11 +206,14 @@ async def test_the_backup_service_backs_up_and_prunes(layout: Layout) -> None:
     database = layout.state / "mnemobot.sqlite3"
     db = await Database.open(database)
     now = to_iso(utc_now())
-    async with db.transaction() as conn:
-        await conn.execute(
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute(
             "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?)", (7, now, now)
         )
-        await write_memory(conn, 7, "The user's cat is called Miso.", over_budget=False, now=now)
+        write_memory(conn, 7, "The user's cat is called Miso.", over_budget=False, now=now)
+
+    await db.run_in_transaction(write)
     await db.close()
 
     backups = layout.state / "backups"

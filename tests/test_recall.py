@@ -10,6 +10,7 @@ migration that adds the archive upgrades a database in place.
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -155,17 +156,20 @@ async def test_the_archive_migration_upgrades_a_database_in_place(tmp_path: Path
     for path in sorted(MIGRATIONS_DIR.glob("*.sql"))[:8]:
         shutil.copy(path, before / path.name)
     db = await Database.open(tmp_path / "m.sqlite3", migrations=before)
-    async with db.transaction() as conn:
-        await conn.execute("INSERT INTO chats VALUES (1, NULL, NULL, 'x', 'x')")
-        await conn.execute("INSERT INTO sessions(chat_id, opened_at) VALUES (1, 'x')")
-        await conn.execute(
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO chats VALUES (1, NULL, NULL, 'x', 'x')")
+        conn.execute("INSERT INTO sessions(chat_id, opened_at) VALUES (1, 'x')")
+        conn.execute(
             "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
             "VALUES (1, 1, 'user', 'my cousin lives in Lisbon', 'x')"
         )
-        await conn.execute(
+        conn.execute(
             "INSERT INTO history_entries(chat_id, entry, model_id, created_at) "
             "VALUES (1, '[2026-03-01 09:00] about a cousin', 'm', 'x')"
         )
+
+    await db.run_in_transaction(write)
     await db.close()
 
     db = await Database.open(tmp_path / "m.sqlite3")
@@ -191,15 +195,18 @@ async def test_the_term_counts_migration_counts_the_turns_already_archived(
         shutil.copy(path, before / path.name)
     db = await Database.open(tmp_path / "m.sqlite3", migrations=before)
     said = ["my cousin lives in Lisbon", "Lisbon trams are yellow"]
-    async with db.transaction() as conn:
-        await conn.execute("INSERT INTO chats VALUES (1, NULL, NULL, 'x', 'x', NULL)")
-        await conn.execute("INSERT INTO sessions(chat_id, opened_at) VALUES (1, 'x')")
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO chats VALUES (1, NULL, NULL, 'x', 'x', NULL)")
+        conn.execute("INSERT INTO sessions(chat_id, opened_at) VALUES (1, 'x')")
         for n, text in enumerate(said, 1):
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO archived_messages(id, chat_id, session_id, role, content, terms, "
                 "created_at, archived_at) VALUES (?, 1, 1, 'user', ?, ?, 'x', 'x')",
                 (n, text, " ".join(text_terms(text))),
             )
+
+    await db.run_in_transaction(write)
     await db.close()
 
     db = await Database.open(tmp_path / "m.sqlite3")

@@ -13,13 +13,13 @@ off the event loop: a long document's text takes a while to cut into terms.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import aiosqlite
 import structlog
 
 from memory.db import Database
@@ -54,11 +54,11 @@ async def prepare_archive(messages: Sequence[StoredMessage]) -> list[ArchivedRow
     return await asyncio.to_thread(index_messages, messages)
 
 
-async def archive_in(conn: aiosqlite.Connection, rows: Sequence[ArchivedRow], now: str) -> None:
+def archive_in(conn: sqlite3.Connection, rows: Sequence[ArchivedRow], now: str) -> None:
     """Insert the rows inside the caller's transaction (the consolidation commit), and count
     their terms."""
-    await _count_terms(conn, (row.terms for row in rows), +1)
-    await conn.executemany(
+    _count_terms(conn, (row.terms for row in rows), +1)
+    conn.executemany(
         "INSERT INTO archived_messages(id, chat_id, session_id, role, content, tool_calls, "
         "tool_call_id, user_id, model_id, terms, created_at, archived_at) "
         "SELECT id, chat_id, session_id, role, content, tool_calls, tool_call_id, user_id, "
@@ -67,38 +67,37 @@ async def archive_in(conn: aiosqlite.Connection, rows: Sequence[ArchivedRow], no
     )
 
 
-async def delete_archived_in(conn: aiosqlite.Connection, where: str, params: Sequence[Any]) -> int:
+def delete_archived_in(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> int:
     """Delete the archived messages `where` selects inside the caller's transaction (/forget,
     the purge), and their terms' counts; returns how many went."""
-    cursor = await conn.execute(
-        f"DELETE FROM archived_messages WHERE {where} RETURNING terms", params
-    )
-    deleted = [str(row[0]) for row in await cursor.fetchall()]
-    await _count_terms(conn, deleted, -1)
+    cursor = conn.execute(f"DELETE FROM archived_messages WHERE {where} RETURNING terms", params)
+    deleted = [str(row[0]) for row in cursor.fetchall()]
+    _count_terms(conn, deleted, -1)
     return len(deleted)
 
 
-async def _count_terms(conn: aiosqlite.Connection, terms_of_rows: Iterable[str], sign: int) -> None:
+def _count_terms(conn: sqlite3.Connection, terms_of_rows: Iterable[str], sign: int) -> None:
     """Add (or take away) the rows to `archive_terms`: one per row holding a term. A term no
     row holds any more is deleted (a forgotten chat's words leave no trace there)."""
     counts: Counter[str] = Counter()
     for terms in terms_of_rows:
         counts.update(set(terms.split()))
-    await conn.executemany(
+    conn.executemany(
         "INSERT INTO archive_terms(term, docs) VALUES (?, ?) "
         "ON CONFLICT(term) DO UPDATE SET docs = docs + excluded.docs",
         [(term, sign * n) for term, n in counts.items()],
     )
     if sign < 0:
-        await conn.executemany(
+        conn.executemany(
             "DELETE FROM archive_terms WHERE term = ? AND docs <= 0", [(t,) for t in counts]
         )
 
 
 async def purge_older_than(db: Database, cutoff: str) -> int:
     """Delete archived messages written before `cutoff` (ISO); returns how many went."""
-    async with db.transaction() as conn:
-        return await delete_archived_in(conn, "created_at < ?", (cutoff,))
+    return await db.run_in_transaction(
+        lambda conn: delete_archived_in(conn, "created_at < ?", (cutoff,))
+    )
 
 
 @dataclass(frozen=True)

@@ -98,10 +98,6 @@ class RecallHit:
     before: tuple[Turn, ...] = ()
     after: tuple[Turn, ...] = ()
 
-    @property
-    def is_words(self) -> bool:
-        return self.source != "history"
-
 
 @dataclass(slots=True)
 class _Doc:

@@ -41,7 +41,7 @@ log = structlog.get_logger(__name__)
 _ROOT = str(Path(__file__).resolve().parents[2])
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from models.worker.child import main; main()"
 STOP_GRACE_S = 5.0  # a stopped worker's time to leave before it is killed
-EXTRA_WORKER_NICE = 10  # an extra worker's priority (see `_start`)
+EXTRA_WORKER_NICE = 10  # an extra worker's nice steps below the bot's (see `_start`)
 # Copies one spawned worker can make (`fork`): an extra worker retires after a quiet spell, and
 # each later rush that needs one forks again. Past these, an extra one is spawned.
 SPARE_SOCKETS = 8
@@ -315,8 +315,11 @@ class ProviderWorker:
                 # An extra worker spawned under load: its import and warm-up (seconds of CPU)
                 # yield the cores to the bot and the busy worker (its own calls too, later: it
                 # is there for what the first cannot take).
+                # Relative to the bot's own: a bot already running under `nice` would
+                # otherwise give the extra worker a HIGHER priority than itself.
+                niced = min(os.getpriority(os.PRIO_PROCESS, 0) + EXTRA_WORKER_NICE, 19)
                 with contextlib.suppress(OSError):
-                    os.setpriority(os.PRIO_PROCESS, self.process.pid, EXTRA_WORKER_NICE)
+                    os.setpriority(os.PRIO_PROCESS, self.process.pid, niced)
         self._sock = ours
         self.started_at = time.monotonic()
         self.pool.started += 1

@@ -12,8 +12,12 @@ class WorkerSettings:
 
     max_workers: int = 1  # PROVIDER_WORKERS
     at_rest: int = 1  # PROVIDER_WORKERS_AT_REST: started at warm-up, never retired for idling
-    heartbeat_s: float = 5.0  # PROVIDER_WORKER_HEARTBEAT_S: silence that makes a worker lost
-    max_rss_mb: float = 1024.0  # PROVIDER_WORKER_MAX_RSS_MB
+    # Constants, not settings: they guard our own child process, whose needs no operator
+    # knows better. 5 s of silence (pinged four times as often) is far past any GC pause or
+    # busy loop of a healthy worker; 1024 MB is about five times what a worker holds (about
+    # 200 MB, README), so only a leak reaches it.
+    heartbeat_s: float = 5.0  # silence that makes a worker lost
+    max_rss_mb: float = 1024.0  # above it a worker takes no new calls and is replaced
     start_timeout_s: float = 60.0  # spawn → ready (litellm's import) and warmed up
     scale_calls: int = 16  # calls in flight on every worker before another one starts
     scale_cpu: float = 0.7  # or this share of a core used by every worker
