@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from models.worker import pool as pool_module
+from models.worker import process
 from models.worker.ipc import WorkerLost
-from models.worker.pool import WorkerPool, WorkerSettings
+from models.worker.pool import WorkerPool
+from models.worker.settings import WorkerSettings
 
 
 @pytest.mark.parametrize("max_workers", [1, 2])  # 2: spare sockets are made as well
@@ -29,12 +30,12 @@ async def test_a_worker_that_cannot_spawn_is_replaced_in_its_slot_with_back_off(
         spawns += 1
         raise OSError(errno.EMFILE, "Too many open files")
 
-    monkeypatch.setattr(pool_module.subprocess, "Popen", out_of_descriptors)
+    monkeypatch.setattr(process.subprocess, "Popen", out_of_descriptors)
     pool = WorkerPool(WorkerSettings(max_workers=max_workers))
     try:
         for _ in range(3):
             with pytest.raises((WorkerLost, OSError)):
-                await pool.call("completion", {"model": "gpt-5", "messages": []})
+                await pool.wait_ready()  # what a call does first: pick (start) a worker
         # One slot, re-used: not one more dead worker per call.
         assert [(w["number"], w["restarts"]) for w in pool.status()] == [(1, 3)]
         assert spawns == 3
