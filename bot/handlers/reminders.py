@@ -36,6 +36,7 @@ from telegram.ext import CallbackQueryHandler, CommandHandler, filters
 
 from bot.config import Settings
 from bot.handlers.access import admit, say, user_allowed, user_language
+from bot.handlers.chat_admins import is_group
 from bot.handlers.incoming import clean_text
 from bot.services import App, Context, Services
 from bot.ui.commands import BOT_COMMANDS
@@ -236,6 +237,22 @@ async def _admit(update: Update, context: Context, *, addressed: bool = True) ->
     return await admit(update, services.settings, addressed=addressed, refusals=services.refusals)
 
 
+async def _may_set_zone(update: Update, context: Context) -> bool:
+    """A group's time zone sets every member's reminder times: its admins change it. An
+    anonymous admin writes as the group itself (sender_chat), which only admins can."""
+    chat = update.effective_chat
+    if not is_group(chat):
+        return True
+    assert chat is not None
+    message = update.effective_message
+    if update.callback_query is None and message is not None and message.sender_chat is not None:
+        return message.sender_chat.id == chat.id
+    user = update.effective_user
+    if user is None:
+        return False
+    return await context.bot_data.services.chat_admins.is_admin(context.bot, chat.id, user.id)
+
+
 def _zone_keyboard() -> InlineKeyboardMarkup:
     buttons = [InlineKeyboardButton(z, callback_data=f"{ZONE_PREFIX}{z}") for z in COMMON_ZONES]
     return InlineKeyboardMarkup([buttons[i : i + 3] for i in range(0, len(buttons), 3)])
@@ -262,6 +279,9 @@ async def timezone_command(update: Update, context: Context) -> None:
             text = t("timezone_unset", lang)
         await say(message, text, reply_markup=_zone_keyboard())
         return
+    if not await _may_set_zone(update, context):
+        await say(message, t("timezone_admins_only", lang))
+        return
     name = await book.set_chat_zone(message.chat_id, wanted)
     if name is None:
         await say(message, t("timezone_unknown", lang, name=wanted[:64]))
@@ -278,6 +298,9 @@ async def timezone_callback(update: Update, context: Context) -> None:
     book = context.bot_data.services.reminders.book
     if query.message is None:
         await query.answer()
+        return
+    if not await _may_set_zone(update, context):
+        await query.answer(t("timezone_admins_only", lang), show_alert=True)
         return
     name = await book.set_chat_zone(query.message.chat.id, (query.data or "")[len(ZONE_PREFIX) :])
     if name is None:
@@ -377,6 +400,20 @@ async def cancel_callback(update: Update, context: Context) -> None:
         return
     chat_id = query.message.chat.id
     book = context.bot_data.services.reminders.book
+    if is_group(query.message.chat):
+        # In a group: the member who set it, or an admin (bot/handlers/chat_admins.py).
+        reminder = await book.get(chat_id, reminder_id)
+        presser = query.from_user.id
+        if (
+            reminder is not None
+            and reminder.user_id not in (None, presser)
+            and not await context.bot_data.services.chat_admins.is_admin(
+                context.bot, chat_id, presser
+            )
+        ):
+            log.info("reminder_cancel_not_yours", chat_id=chat_id, reminder_id=reminder_id)
+            await query.answer(t("reminder_cancel_not_yours", lang), show_alert=True)
+            return
     cancelled = await book.cancel(chat_id, reminder_id)
     if cancelled is None:
         log.info("reminder_cancel_refused", chat_id=chat_id, reminder_id=reminder_id)
