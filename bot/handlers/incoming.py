@@ -83,3 +83,23 @@ def quoted_text(message: Message) -> str | None:
     if replied is None or replied.forum_topic_created is not None:
         return None
     return replied.text or replied.caption or None
+
+
+def carries_others_words(message: Message, bot_id: int) -> bool:
+    """Whether the message brings words that are not its sender's own (design brief, "Web"):
+    it is forwarded, or it quotes a message of someone else — another member, a channel, a
+    forwarded message, another chat. A reply to one's own message or to the bot's is not: the
+    bot's answers are the model's own words, and replying to them is how a group talks to it.
+    What such a turn proposes to write to the memory or reminders waits for a ✅."""
+    if message.forward_origin is not None:
+        return True
+    if quoted_text(message) is None:
+        return False
+    replied = message.reply_to_message
+    if replied is None or replied.forward_origin is not None:
+        return True  # a quote of another chat's message (external_reply), or of a forward
+    author = replied.from_user
+    sender = message.from_user
+    if author is None:
+        return True  # a channel's or an anonymous admin's post
+    return author.id != bot_id and (sender is None or author.id != sender.id)

@@ -15,13 +15,14 @@ from telegram import Bot, Message, User
 from telegram.constants import ChatType
 from telegram.error import TelegramError
 
-from agent.events import AgentDone, Receipt, ToolRound
+from agent.events import AgentDone, PendingWrite, Receipt, ToolRound, UntrustedContent
 from agent.loop import MAX_KEPT_TOOL_CALLS, AgentTurn
 from agent.prompt import with_quote
 from bot import BotError
-from bot.handlers.incoming import is_group, quoted_text
+from bot.handlers.incoming import carries_others_words, is_group, quoted_text
 from bot.handlers.migration import migrate_later
 from bot.ui.i18n import t
+from bot.ui.pending_texts import send_pending
 from bot.ui.reminder_texts import reminder_receipt_line
 from bot.ui.render import utf16_len
 from bot.ui.streaming import StreamingReply
@@ -72,6 +73,9 @@ class TurnRequest:
     speaker: str | None = None
     # The sender's name as Telegram shows it (a reminder set in a group mentions them).
     user_name: str | None = None
+    # It brings words that are not the sender's (forwarded, or a quote of someone else): stored
+    # as such, and while it is in the model's view writes wait for a ✅ (agent/untrusted.py).
+    untrusted: bool = False
 
     def stored_text(self) -> str:
         """What is stored and sent to the model: the text, framed with its quote if any."""
@@ -80,10 +84,14 @@ class TurnRequest:
         return self.text
 
     def stored_media(self) -> dict[str, object] | None:
-        """The JSON stored beside the text: how it came, and who said it in a group."""
-        if self.speaker is None:
-            return self.media
-        return {**(self.media or {}), "speaker": self.speaker}
+        """The JSON stored beside the text: how it came, who said it in a group, and whether
+        it carries someone else's words."""
+        media = dict(self.media or {})
+        if self.speaker is not None:
+            media["speaker"] = self.speaker
+        if self.untrusted:
+            media["untrusted"] = True
+        return media or None
 
 
 def speaker_label(user: User) -> str:
@@ -116,6 +124,7 @@ def turn_request_for(
         turn_key=f"tg:{bot.id}:{update_id}",
         speaker=speaker_label(message.from_user) if group and message.from_user else None,
         user_name=message.from_user.first_name if message.from_user else None,
+        untrusted=carries_others_words(message, bot.id),
     )
 
 
@@ -286,6 +295,12 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
     done: AgentDone | None = None
     # Filled by the loop as each memory write happens: shown whichever way the turn ends.
     receipts: list[Receipt] = []
+    # Filled the same way with each write held for the asker's ✅: its buttons follow the
+    # answer, however the turn ends.
+    held: list[PendingWrite] = []
+    if request.untrusted:
+        # Forwarded or quoted words of someone else: no previews from the very first message.
+        reply.disable_previews()
     outcome = "ok"
     attempts = 0
     restarts = 0
@@ -304,7 +319,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.
-        async with aclosing(agent.run(turn, receipts=receipts)) as events:
+        async with aclosing(agent.run(turn, receipts=receipts, pending=held)) as events:
             async for event in events:
                 if isinstance(event, TextDelta):
                     await reply.append(event.text)
@@ -320,6 +335,10 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
                     )
                 elif isinstance(event, ToolRound):
                     steps = event.step
+                elif isinstance(event, UntrustedContent):
+                    # A page, results, a document or someone else's words are in the model's
+                    # view: nothing it writes from here on may unfurl a link.
+                    reply.disable_previews()
                 elif isinstance(event, AgentDone):
                     done = event
         if done is None:  # the loop always ends with AgentDone; be safe anyway
@@ -366,6 +385,14 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         if start.memory_notice is not None:
             await _notice_shown(services, request.chat_id, start.memory_notice)
     finally:
+        if held:
+            await send_pending(
+                bot,
+                held,
+                lang,
+                reply_to_message_id=request.reply_to_message_id,
+                message_thread_id=request.message_thread_id,
+            )
         usage = done.usage if done else None
         log.info(
             "turn_finished",

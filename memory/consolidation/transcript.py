@@ -55,8 +55,16 @@ _MEDIA_LABELS = {
 TOOL_RESULT_LABEL = "data the bot looked up or wrote, not the user's words"
 
 
+# A message that brings someone else's words (forwarded, or quoting another member): the front
+# end marks it "untrusted" (agent/untrusted.py); the quote's own frame says which part is quoted.
+OTHERS_WORDS_LABEL = "[forwarded or quoted words of someone else: not the user's own statement] "
+
+
 def media_label(media: dict[str, object] | None) -> str:
-    return _MEDIA_LABELS.get(str((media or {}).get("kind", "")), "")
+    label = _MEDIA_LABELS.get(str((media or {}).get("kind", "")), "")
+    if not label and (media or {}).get("untrusted") is True:
+        return OTHERS_WORDS_LABEL
+    return label
 
 
 def speaker_of(message: StoredMessage) -> str | None:
