@@ -15,7 +15,7 @@ from pydantic import AfterValidator, Field, SecretStr, ValidationError, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot import BotError
-from models.catalog import CatalogError, declared_gateways
+from models.catalog import CatalogError, declared_gateways, keys_may_travel
 
 
 def _split_csv(value: object) -> list[str]:
@@ -180,7 +180,7 @@ class Settings(BaseSettings):
         value = value.rstrip("/")
         if value.endswith("/v1"):
             raise ValueError("must not end in /v1 (litellm appends /v1/messages itself)")
-        return _http_url(value)
+        return _key_base(value)
 
     @field_validator("OPENAI_API_BASE", "GROQ_API_BASE")
     @classmethod
@@ -188,7 +188,7 @@ class Settings(BaseSettings):
         value = value.rstrip("/")
         if "/v1" not in value:
             raise ValueError("must include /v1 (an OpenAI-compatible base URL)")
-        return _http_url(value)
+        return _key_base(value)
 
     @field_validator("TELEGRAM_BASE_URL")
     @classmethod
@@ -211,6 +211,20 @@ RETIRED_SETTINGS = {
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"{value!r} is not an http(s) URL")
+    return value
+
+
+def _key_base(value: str) -> str:
+    """A built-in gateway's base: its API key travels with every request, so the rule is the
+    one declared gateways follow (models/catalog.py keys_may_travel): https anywhere, plain
+    http only to a loopback or private address. http://api.example.com would send the key in
+    clear over the internet."""
+    _http_url(value)
+    if not keys_may_travel(value):
+        raise ValueError(
+            "must be https:// (plain http only to a loopback or private address, "
+            "e.g. http://127.0.0.1:11434/v1)"
+        )
     return value
 
 

@@ -207,9 +207,11 @@ class CompletionCall(_ChatCall[ChatResult]):
         self, slot: Slot, response: Any, wire: WireRecord, plan: CallPlan
     ) -> ChatResult | None:
         result = _result_from_response(response, slot.entry, self.model_id)
-        if getattr(response, "usage", None) is None:
+        reported = provider_usage(getattr(response, "usage", None), slot.entry)
+        if reported is None:  # none sent, or counts no bill can hold
             answered = result.text + "".join(c.arguments for c in result.tool_calls)
-            result.usage = estimate_usage(slot.entry, self.messages, answered)
+            reported = estimate_usage(slot.entry, self.messages, answered)
+        result.usage = reported
         if not result.text.strip() and not result.tool_calls:
             if getattr(response, "usage", None) is not None:  # the prompt was billed
                 self._tell(slot, "", result.usage, "failed")
@@ -499,6 +501,5 @@ def _result_from_response(response: Any, entry: ModelEntry, requested: str) -> C
         text=text,
         tool_calls=tool_calls,
         finish_reason=finish_reason,
-        usage=provider_usage(getattr(response, "usage", None), entry),
         requested_model_id=requested,
     )

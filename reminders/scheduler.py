@@ -262,9 +262,12 @@ class ReminderScheduler:
             await self.book.mark_failed(claim)
             log.error("reminder_not_sent", reminder_id=reminder.id, reason=outcome.reason)
         else:
-            delay = outcome.after_s
-            if delay is None:
-                delay = self.retry_delays[min(attempts, len(self.retry_delays) - 1)]
+            delay = self.retry_delays[min(attempts, len(self.retry_delays) - 1)]
+            if outcome.after_s is not None:
+                # Telegram's own wait, but never below our first delay: a retry_after of 0 (a
+                # proxy, a local Bot API server) made the retry due at once, and a send that
+                # answered so every time was resent in a loop, one request per pass.
+                delay = max(outcome.after_s, self.retry_delays[0])
             log.warning(
                 "reminder_retry", reminder_id=reminder.id, attempt=attempts + 1, after_s=delay
             )

@@ -283,6 +283,30 @@ async def test_cancelled_from_the_list_never_fires_and_other_chats_cannot_cancel
         assert reminder["id"] not in [r["reminder_id"] for r in rows]
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        "rm:x:" + "9" * 25,  # past SQLite's integers: OverflowError when bound
+        "rm:x:9223372036854775808",  # one past the largest row id
+        "mr:²",  # a digit to str.isdigit(), not to int()
+        "mr:" + "1" * 40,
+        "rm:x:-1",
+        "mr:",
+        "zz:no handler of ours",  # no handler at all: the client's spinner must stop too
+    ],
+)
+async def test_forged_callback_data_is_answered_quietly(tmp_path: Path, data: str) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        [listing] = await bot.ask(CHAT, "/reminders")
+        with structlog.testing.capture_logs() as logs:
+            bot.tg.push(bot.tg.make_callback_update(CHAT, OWNER, data,
+                                                    message_id=listing.message_id))  # fmt: skip
+            await bot.wait(lambda: len(bot.tg.calls_of("answerCallbackQuery")) == 1)
+        assert [e for e in logs if e["log_level"] in ("error", "critical")] == []
+        # Nothing but the answer: no "something went wrong" message in the chat.
+        assert bot.messages(CHAT)[-1].message_id == listing.message_id
+
+
 async def test_a_chat_that_blocked_the_bot_stops_its_reminders(tmp_path: Path) -> None:
     clock = SettableClock(datetime.now(UTC))
     utc = ZoneInfo("UTC")

@@ -275,3 +275,34 @@ async def test_a_stop_after_the_transcript_came_back_never_transcribes_the_note_
         assert [tuple(r) for r in query(db_path, "SELECT state FROM media_inbox")] == [("done",)]
         [(content,)] = query(db_path, "SELECT content FROM messages WHERE role = 'user'")
         assert content == SPOKEN
+
+
+async def test_a_cancel_after_the_transcript_came_back_retries_from_the_kept_words(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        bot.groq.hears(VOICE, SPOKEN)
+        bot.tg.hold("sendMessage")  # the transcript's message: the /cancel cuts in there
+        bot.send_media(OWNER, bot.voice(VOICE, duration=3))
+        await bot.wait(lambda: bool(bot.tg.calls_of("sendMessage")), timeout=60)
+        assert len(bot.transcription_requests()) == 1
+        bot.say(OWNER, "/cancel")
+        stopped = t("transcription_cancelled")
+        await bot.wait(lambda: stopped in bot.texts(OWNER))
+        await bot.wait(lambda: bot.tg.holds_cut == 1)
+        [inbox] = await bot.rows("SELECT id, state, transcript FROM media_inbox")
+        assert (inbox["state"], inbox["transcript"]) == ("failed", SPOKEN)
+
+        # Retry answers from the kept words: no second upload, no second bill.
+        [note] = [m for m in bot.messages(OWNER) if m.text == stopped]
+        [[button]] = note.reply_markup["inline_keyboard"]  # type: ignore[index]
+        bot.tg.push(
+            bot.tg.make_callback_update(
+                OWNER, OWNER, button["callback_data"], message_id=note.message_id
+            )
+        )
+        await bot.wait(lambda: answered(bot, OWNER, f"echo: {SPOKEN}"))
+        assert len(bot.transcription_requests()) == 1
+        rows = await bot.rows("SELECT model_id FROM usage WHERE purpose = 'transcription'")
+        assert rows == [{"model_id": WHISPER}]
+        assert await bot.rows("SELECT state FROM media_inbox") == [{"state": "done"}]

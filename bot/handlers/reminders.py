@@ -33,6 +33,7 @@ from bot.handlers.incoming import clean_text
 from bot.services import App, Context, Services
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
+from bot.ui.keyboards import callback_row_id
 from bot.ui.reminder_texts import button_label, fired_html, fired_text, list_text, local_date
 from memory.store import Store
 from memory.timezones import to_local, zone
@@ -303,15 +304,15 @@ async def cancel_callback(update: Update, context: Context) -> None:
     if query is None or not await _admit(update, context, addressed=False):
         return
     lang = user_language(update)
-    raw = (query.data or "")[len(CANCEL_PREFIX) :]
-    if query.message is None or not raw.isdecimal() or not raw.isascii():
+    reminder_id = callback_row_id(query.data, CANCEL_PREFIX)
+    if query.message is None or reminder_id is None:
         await query.answer(t("reminder_cancel_gone", lang), show_alert=True)
         return
     chat_id = query.message.chat.id
     book = context.bot_data.services.reminders.book
-    cancelled = await book.cancel(chat_id, int(raw))
+    cancelled = await book.cancel(chat_id, reminder_id)
     if cancelled is None:
-        log.info("reminder_cancel_refused", chat_id=chat_id, reminder_id=raw)
+        log.info("reminder_cancel_refused", chat_id=chat_id, reminder_id=reminder_id)
         await query.answer(t("reminder_cancel_gone", lang), show_alert=True)
     else:
         log.info("reminder_cancelled", chat_id=chat_id, reminder_id=cancelled.id, via="button")

@@ -47,6 +47,7 @@ from bot.ui.render import (
     split_for_telegram,
     utf16_len,
 )
+from models.streamtext import MAX_CLUSTER_CODEPOINTS
 
 log = structlog.get_logger("bot.streaming")
 
@@ -56,6 +57,10 @@ FINAL_BACKOFF_S = (0.5, 1.0, 2.0)
 MAX_PENALTY_WAITS = 5  # RetryAfter rounds waited out per final piece before giving up
 FIRST_HOLD_INTERVALS = 1.5  # default hold before the first streamed message, in edit intervals
 FIRST_SEND_CHARS = 500  # text this long is shown at once: worth reading before the answer ends
+# "Chat migrated" answers followed per reply. A group becomes a supergroup once; answers that
+# keep moving the chat (back and forth between two ids, from a proxy or a broken server) were
+# followed without end, one request each, by the typing and final-send loops.
+MAX_MIGRATIONS = 2
 
 
 @dataclass
@@ -117,6 +122,7 @@ class StreamingReply:
         self._flusher: asyncio.Task[None] | None = None
         self._typing: asyncio.Task[None] | None = None
         self._done = False
+        self._migrations = 0  # "chat migrated" answers followed so far
         self._ended = False  # the model finished: only the final text is still to come
         self._previews: LinkPreviewOptions | None = None  # None: Telegram's default
 
@@ -214,7 +220,8 @@ class StreamingReply:
                     self._chat_id, ChatAction.TYPING, message_thread_id=self._thread_id
                 )
             except ChatMigrated as error:
-                self._migrated(error)
+                if not self._migrated(error):
+                    return
                 continue
             except TelegramError as error:
                 log.info("typing_action_failed", chat_id=self._chat_id, error=str(error))
@@ -236,11 +243,23 @@ class StreamingReply:
                 continue
             await self._step()
 
-    def _migrated(self, error: ChatMigrated) -> None:
+    def _migrated(self, error: ChatMigrated) -> bool:
         """The group became a supergroup: the reply goes on there. Nothing of it can be on
         screen in the old chat (Telegram refuses every request naming it), so the new chat gets
         the whole text, as a new message, without the reply-to (that message id is the old
-        chat's) or a topic (an upgraded group had none)."""
+        chat's) or a topic (an upgraded group had none).
+
+        False, and the reply stops, past MAX_MIGRATIONS moves: the chat has no place to go."""
+        self._migrations += 1
+        if self._migrations > MAX_MIGRATIONS:
+            log.error(
+                "reply_chat_migrated_too_often",
+                chat_id=self._chat_id,
+                new_chat_id=error.new_chat_id,
+                migrations=self._migrations,
+            )
+            self._closing.set()  # the typing and the streamed updates stop
+            return False
         log.warning("reply_chat_migrated", chat_id=self._chat_id, new_chat_id=error.new_chat_id)
         if self._on_migrated is not None:
             self._on_migrated(self._chat_id, error.new_chat_id)
@@ -250,6 +269,7 @@ class StreamingReply:
         self._use_drafts = False
         self._shown.clear()
         self._dirty.set()
+        return True
 
     def _hold_until(self) -> float:
         """Earliest moment the first message (or draft) may appear; -inf once one has."""
@@ -417,7 +437,7 @@ class StreamingReply:
         use_html = piece.html is not None
         failures = 0
         penalties = 0
-        while True:
+        while self._migrations <= MAX_MIGRATIONS:
             await self._wait_allowed(shown)
             text = piece.html if use_html and piece.html is not None else piece.plain
             mode = ParseMode.HTML if use_html else None
@@ -455,7 +475,8 @@ class StreamingReply:
                     log.error("final_text_given_up_flood", chat_id=self._chat_id)
                     return None
             except ChatMigrated as error:
-                self._migrated(error)
+                if not self._migrated(error):
+                    return None
                 shown = None
             except BadRequest as error:
                 if shown is not None and _is_not_modified(error):
@@ -489,6 +510,7 @@ class StreamingReply:
                 if failures >= FINAL_ATTEMPTS:
                     return None
                 await asyncio.sleep(FINAL_BACKOFF_S[min(failures, len(FINAL_BACKOFF_S)) - 1])
+        return None  # the chat kept "migrating": an earlier piece already said so in the log
 
     async def _wait_allowed(self, shown: _Shown | None) -> None:
         """Sleep until the penalty is over and this message (or this chat) may change again."""
@@ -557,12 +579,22 @@ def plain_segments(text: str, limit: int) -> list[str]:
         if cut > start:
             cut += 1  # keep the newline or space with the first segment
         else:
-            cut = end
-            while cut > start + 1 and not is_grapheme_boundary(text, cut):
-                cut -= 1
+            cut = _grapheme_cut(text, end, floor=start + 1)
         segments.append(text[start:cut])
         start = cut
     return segments
+
+
+def _grapheme_cut(text: str, end: int, *, floor: int) -> int:
+    """The last grapheme boundary at or before `end`, looked for at most
+    MAX_CLUSTER_CODEPOINTS back (and not below `floor`); `end` itself when there is none that
+    near: an overlong "cluster" (zalgo) is cut, so each window costs O(1), not O(limit), and an
+    answer of "a" + 6000 U+0301 makes 2 messages instead of ~1900 one-character ones."""
+    lowest = max(floor, end - MAX_CLUSTER_CODEPOINTS)
+    cut = end
+    while cut > lowest and not is_grapheme_boundary(text, cut):
+        cut -= 1
+    return cut if is_grapheme_boundary(text, cut) else end
 
 
 def _window_end(text: str, start: int, limit: int) -> int:
