@@ -138,10 +138,9 @@ class AgentLoop:
         self.tools = tools
         # web_search / web_read (agent/tools/web.py); None: no web tools at all.
         self.web = web
-        # Where a write waits for its ✅ when untrusted content reached the model.
-        self.pending_writes = (
-            pending_writes if pending_writes is not None else PendingWrites(store.db, store.clock)
-        )
+        # Where a write waits for its ✅ when untrusted content reached the model (by default
+        # in the store's own database, made when first needed).
+        self._pending_writes = pending_writes
         self.max_steps = max_steps
         self.timeout = timeout
         # Bounds of one answer: tokens per model request (MAX_ANSWER_TOKENS) and seconds for
@@ -152,6 +151,12 @@ class AgentLoop:
         # the tool calls one answer may hold (`bounds`).
         self.max_answer_chars = max_answer_chars
         self.clock = clock
+
+    @property
+    def pending_writes(self) -> PendingWrites:
+        if self._pending_writes is None:
+            self._pending_writes = PendingWrites(self.store.db, self.store.clock)
+        return self._pending_writes
 
     def offered_tools(self) -> list[dict[str, Any]]:
         """The memory and reminder tools, and the web tools the settings turn on."""
