@@ -111,6 +111,11 @@ class AgentTurn:
     user_name: str | None = None
     # The forum topic the message was written in, if any: a reminder set here is sent there.
     topic_id: int | None = None
+    # The turn's message carries words of others: it was forwarded (its origin is stored with
+    # it), or it quotes a message that is not the sender's own. Such content is not the user's
+    # statement and must write nothing by itself: a memory or reminder write asked for in this
+    # turn waits for the user's tap (design.md "Untrusted content writes nothing by itself").
+    others_words: bool = False
 
 
 class AgentLoop:
@@ -248,7 +253,9 @@ class AgentLoop:
                 images=1 if turn.image_url is not None else 0,
             )
             if not untrusted and (
-                untrusted_result or untrusted_in_prompt(stored.messages, prompt.included_ids)
+                turn.others_words
+                or untrusted_result
+                or untrusted_in_prompt(stored.messages, prompt.included_ids)
             ):
                 untrusted = True
                 yield UntrustedContent()  # before any text written with it in view

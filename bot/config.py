@@ -15,6 +15,7 @@ from pydantic import AfterValidator, Field, SecretStr, ValidationError, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot import BotError
+from memory.consolidation.jobs import MIN_RETRY_DELAY_S
 from models.catalog import CatalogError, declared_gateways, keys_may_travel
 
 
@@ -26,15 +27,19 @@ def _split_csv(value: object) -> list[str]:
     return [part.strip() for part in str(value).split(",") if part.strip()]
 
 
-def _non_negative(values: list[float]) -> list[float]:
+def _retry_delays(values: list[float]) -> list[float]:
+    """A delay under MIN_RETRY_DELAY_S (0 above all) would re-run a failing job's paid model
+    chain as soon as it failed, over and over."""
     if any(v < 0 for v in values):
         raise ValueError("delays must not be negative")
+    if any(v < MIN_RETRY_DELAY_S for v in values):
+        raise ValueError(f"each delay must be at least {MIN_RETRY_DELAY_S:g} s")
     return values
 
 
 IdList = Annotated[list[int], NoDecode]
 KeyList = Annotated[list[SecretStr], NoDecode]
-DelayList = Annotated[list[float], NoDecode, AfterValidator(_non_negative)]
+DelayList = Annotated[list[float], NoDecode, AfterValidator(_retry_delays)]
 HostList = Annotated[list[str], NoDecode]
 
 

@@ -41,7 +41,6 @@ from models.types import (
     Usage,
 )
 from models.worker.ipc import ClientSpec
-from models.worker.pool import acompletion, atranscription
 from models.worker.wire import WireRecord
 
 log = structlog.get_logger(__name__)
@@ -54,6 +53,7 @@ class Call(Generic[Answer]):
     answer arrives in one piece, shows nothing on the way and has no deadline."""
 
     empty_detail: str  # the detail of an answer without content, reported as EMPTY
+    method: str  # the litellm call the worker makes: "completion" or "transcription"
     deadline: float | None = None  # the event loop's clock: the whole answer ends there
     # The answer passed its size bounds (`AnswerBounds`): the loop cuts it as at the deadline.
     oversize: bool = False
@@ -78,11 +78,8 @@ class Call(Generic[Answer]):
         self.pool = pool  # the transport's HTTP clients in the worker
 
     def request(self, slot: Slot) -> dict[str, Any]:
-        """The keyword arguments of the litellm call for this slot's model, gateway and key."""
-        raise NotImplementedError
-
-    async def send(self, request: dict[str, Any]) -> Any:
-        """Make the call in a provider worker; the response, or the provider's failure."""
+        """The keyword arguments of the litellm call (`method`) for this slot's model, gateway
+        and key; the transport hands them to a provider worker."""
         raise NotImplementedError
 
     def start(self) -> None:
@@ -134,6 +131,8 @@ class _ChatCall(Call[Answer]):
     ends early is billed for the prompt and what it received (nothing, for an answer that
     arrives whole), at the provider's usage when it came, else an estimate."""
 
+    method = "completion"
+
     def __init__(
         self,
         model_id: str,
@@ -177,9 +176,6 @@ class _ChatCall(Call[Answer]):
             if tool_choice is not None:
                 kwargs["tool_choice"] = tool_choice
         return kwargs
-
-    async def send(self, request: dict[str, Any]) -> Any:
-        return await acompletion(**request)
 
     def start(self) -> None:
         self.pieces = []
@@ -403,6 +399,7 @@ class TranscriptionCall(Call[Transcription]):
     an error body) costs nothing and is not told."""
 
     empty_detail = "200 without a transcript"
+    method = "transcription"
 
     def __init__(
         self,
@@ -437,9 +434,6 @@ class TranscriptionCall(Call[Transcription]):
             # The answer then says how long the audio the provider decoded was: the bill.
             kwargs["response_format"] = "verbose_json"
         return kwargs
-
-    async def send(self, request: dict[str, Any]) -> Any:
-        return await atranscription(**request)
 
     def bill_cancelled(self, slot: Slot) -> None:
         self._tell(slot, audio_usage(slot.entry, self.duration_s), "cancelled")

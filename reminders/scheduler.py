@@ -232,6 +232,9 @@ class ReminderScheduler:
 
     async def _deliver(self, claim: Claim, attempts: int) -> None:
         reminder = claim.reminder
+        if attempts and await self.book.drop_if_withdrawn(claim):
+            log.info("reminder_retry_dropped", reminder_id=reminder.id, attempt=attempts + 1)
+            return
         late = self.is_late(claim, self.clock())
         try:
             outcome = await self.deliver(claim, late)

@@ -112,6 +112,9 @@ def test_a_setting_that_became_a_constant_is_named_with_its_value(tmp_path: Path
         ({"CHAT_TIMEOUT": "0"}, "CHAT_TIMEOUT", "greater than 0"),
         ({"CONSOLIDATION_RETRY_DELAYS": "60,-5"}, "CONSOLIDATION_RETRY_DELAYS", "negative"),
         ({"CONSOLIDATION_RETRY_DELAYS": ""}, "CONSOLIDATION_RETRY_DELAYS", "at least one"),
+        # 0 would re-run a failing job's paid model chain as soon as it failed, forever.
+        ({"CONSOLIDATION_RETRY_DELAYS": "0"}, "CONSOLIDATION_RETRY_DELAYS", "at least 1 s"),
+        ({"CONSOLIDATION_RETRY_DELAYS": "60,0.5"}, "CONSOLIDATION_RETRY_DELAYS", "at least 1 s"),
         ({"MEMORY_WINDOW": "ten"}, "MEMORY_WINDOW", "integer"),
         ({"PROVIDER_WORKERS": "0"}, "PROVIDER_WORKERS", "greater than or equal to 1"),
         (

@@ -1,4 +1,4 @@
--- 0016: memory and reminder writes the model proposed in a turn that read untrusted content
+-- 0017: memory and reminder writes the model proposed in a turn that read untrusted content
 -- (web pages and results, documents, forwarded or quoted messages of others). They wait here
 -- for the asker's ✅ (kept: the write is carried out then) or ❌ (dropped); one not settled
 -- within its time expires. In the database, not in memory, so a restart keeps the buttons
