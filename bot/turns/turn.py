@@ -24,6 +24,7 @@ from bot.handlers.incoming import (
     plain_name,
     quoted_text,
     quotes_others,
+    replies_to,
 )
 from bot.handlers.migration import migrate_later
 from bot.ui.i18n import t
@@ -83,6 +84,8 @@ class TurnRequest:
     forward_origin: dict[str, object] | None = None
     # The message quotes words that are not the sender's own (another member's, the bot's).
     quotes_others: bool = False
+    # ... and they are not the bot's either: kept with the stored message (see stored_media).
+    quotes_people: bool = False
 
     @property
     def others_words(self) -> bool:
@@ -106,9 +109,11 @@ class TurnRequest:
         media = dict(self.media or {})
         if self.speaker is not None:
             media["speaker"] = self.speaker
-        if self.others_words:
+        if self.forward_origin is not None or self.quotes_people:
             # Kept with it: while it stays in the model's view, later turns' writes wait for a
-            # ✅ too (agent/untrusted.py); a forward's origin has its own column as well.
+            # ✅ too (agent/untrusted.py). Not for a quote of the bot's own answer: what that
+            # answer read from the web stays in view as its tool round, which counts already,
+            # and a group that talks to the bot by replying would otherwise confirm every write.
             media["untrusted"] = True
         return media or None
 
@@ -142,6 +147,7 @@ def turn_request_for(
         quoted_text=quoted_text(message),
         forward_origin=forward_origin_of(message),
         quotes_others=quotes_others(message),
+        quotes_people=quotes_others(message) and not replies_to(message, bot.id),
         turn_key=f"tg:{bot.id}:{update_id}",
         speaker=speaker_label(message.from_user) if group and message.from_user else None,
         user_name=message.from_user.first_name if message.from_user else None,
