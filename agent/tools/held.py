@@ -45,9 +45,9 @@ def shape_error(name: str, args: dict[str, Any]) -> str | None:
             return f"'repeat' must be one of {', '.join(REPEATS)}"
         return None
     raw = args.get("id")
-    if isinstance(raw, str) and raw.strip().isdecimal():
-        return None
-    if not isinstance(raw, int) or isinstance(raw, bool):
+    if isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdecimal():
+        raw = int(raw.strip())
+    if not isinstance(raw, int) or isinstance(raw, bool) or not 0 < raw < 2**63:
         return "cancel_reminder needs the reminder's integer 'id' (see list_reminders)"
     return None
 
