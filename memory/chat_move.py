@@ -42,6 +42,7 @@ MOVED_TABLES = (
     "reminders",
     "reminder_deliveries",
     "web_calls",
+    "pending_writes",
 )
 # The chats row's columns besides its id and times (a test holds this to the schema).
 CHAT_SETTINGS = ("model_id", "language", "time_zone")
