@@ -29,7 +29,7 @@ import aiosqlite
 
 from memory.db import Database
 from memory.longterm import write_memory
-from memory.recall.archive import delete_archived_in
+from memory.recall.archive import delete_archived_in, scrub_indexes_in
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,14 @@ class Forgotten:
 
 
 async def forget_chat(db: Database, chat_id: int, now: str) -> Forgotten:
+    """/forget, then the forgotten words scrubbed from the full-text indexes (in the same
+    transaction) and from the WAL (after it): nothing of them is left readable in the
+    database's files (issue 23, item 3). Backups made before keep them until they age out."""
     async with db.transaction() as conn:
-        return await forget_chat_in(conn, chat_id, now)
+        forgotten = await forget_chat_in(conn, chat_id, now)
+        await scrub_indexes_in(conn)
+    await db.checkpoint()
+    return forgotten
 
 
 async def forget_chat_in(conn: aiosqlite.Connection, chat_id: int, now: str) -> Forgotten:
