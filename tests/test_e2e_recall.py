@@ -268,11 +268,25 @@ async def fresh_database_bytes(tmp_path: Path) -> bytes:
     return (tmp_path / "fresh" / "fresh.sqlite3").read_bytes().lower()
 
 
+STEM = "transgend"
+
+
 def needles(fresh: bytes) -> list[bytes]:
-    """The word, its stem (the archive's terms and index) and those of its trigrams (the
-    history's index) that an empty database does not hold anyway."""
+    """The word, its stem (the archive's terms and index), the stem's end (FTS5 writes a term
+    after the part it shares with the term before it, so the end is there whatever precedes
+    it) and those of the word's trigrams (the history's index) an empty database lacks."""
     trigrams = {WORD[i : i + 3].encode() for i in range(len(WORD) - 2)}
-    return [WORD.encode(), b"transgend", *sorted(t for t in trigrams if t not in fresh)]
+    return [WORD.encode(), STEM.encode(), b"sgend", *sorted(t for t in trigrams if t not in fresh)]
+
+
+async def index_segments(bot: BotUnderTest) -> list[tuple[str, int]]:
+    """The leaves of both FTS5 indexes (every row of their %_data tables but the averages,
+    id 1, and the structure, id 10): where their terms are written."""
+    rows = []
+    for table in ("archive_fts_data", "history_fts_data"):
+        found = await bot.rows(f"SELECT id FROM {table} WHERE id NOT IN (1, 10)")
+        rows += [(table, int(r["id"])) for r in found]
+    return rows
 
 
 async def test_forget_leaves_no_forgotten_word_readable_in_the_database_files(
@@ -290,11 +304,15 @@ async def test_forget_leaves_no_forgotten_word_readable_in_the_database_files(
         await session(bot, locomo_turns(1))
         forms = needles(await fresh_database_bytes(tmp_path))
         before = await database_bytes(tmp_path)
-        assert len(forms) > 2 and all(form in before for form in forms)
+        assert len(forms) > 3 and all(form in before for form in forms)
+        assert await index_segments(bot) != []
 
         await forget_confirmed(bot)
         after = await database_bytes(tmp_path)
         assert [form for form in forms if form in after] == []
+        # The only chat forgot everything: no leaf of either index is left, so no stem and no
+        # trigram of it either (a 3-byte trigram is too short to grep for reliably).
+        assert await index_segments(bot) == []
 
 
 async def test_archive_days_leaves_no_purged_word_readable_in_the_database_files(
@@ -308,7 +326,7 @@ async def test_archive_days_leaves_no_purged_word_readable_in_the_database_files
         await session(bot, locomo_turns(1))
         clock.advance(10 * 24 * 3600)
         await session(bot, locomo_turns(2))
-        forms = [WORD.encode(), b"transgend"]
+        forms = [WORD.encode(), STEM.encode(), b"sgend"]
         before = await database_bytes(tmp_path)
         assert all(form in before for form in forms)
 
