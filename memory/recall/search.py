@@ -267,8 +267,10 @@ def _archive_candidates(
         # CROSS JOIN: the match's postings first, each turn looked up by id (joined freely,
         # SQLite may walk the chat's turns instead and ask the index about each: 1 s a query
         # at 20,000 turns). The chat condition only double-checks what the tokens ensure.
-        rows = conn.execute(
-            f"SELECT a.id, substr(a.terms, 1, {_TERMS_READ}) AS terms FROM archive_fts "
+        postings = conn.cursor()
+        postings.row_factory = None  # plain tuples: up to MATCH_POSTINGS of them
+        rows = postings.execute(
+            f"SELECT a.id, substr(a.terms, 1, {_TERMS_READ}) FROM archive_fts "
             "CROSS JOIN archived_messages a ON a.id = archive_fts.rowid "
             "WHERE archive_fts MATCH ? AND a.chat_id = ?",
             (match, chat_id),
@@ -303,35 +305,37 @@ def _archive_candidates(
 
 
 def _best_postings(
-    rows: list[sqlite3.Row], terms: list[QueryTerm], df: dict[str, int], total: int
+    rows: list[tuple[int, str]], terms: list[QueryTerm], df: dict[str, int], total: int
 ) -> list[int]:
     """The ids of the ARCHIVE_CANDIDATES turns among `rows` (id, terms) that score best on
     their own words (BM25 with this chat's rarity; ties to the newer), for `_rank` to score
-    again with their neighbours and the session around them. Up to MATCH_POSTINGS rows: kept
-    lean (no candidate objects), it is a third of a search's time."""
-    forms = {form for term in terms for form, _ in term.forms if df.get(form)}
-    weighted = [
-        [(form, weight * _idf(total, df[form])) for form, weight in term.forms if form in forms]
-        for term in terms
-    ]
-    weighted = [forms_of_term for forms_of_term in weighted if forms_of_term]
-    found: list[tuple[int, int, Counter[str]]] = []
-    for row in rows:
-        words = row["terms"].split()
-        found.append((int(row["id"]), len(words), Counter([w for w in words if w in forms])))
-    average = sum(length for _, length, _ in found) / len(found) if found else 1.0
+    again with their neighbours and the session around them.
+
+    Up to MATCH_POSTINGS rows, so kept lean: per row only the query forms it holds are looked
+    at (a form belongs to the query words it is a form of, at that word's weight for it).
+    """
+    roles: dict[str, list[tuple[int, float]]] = {}
+    for index, term in enumerate(terms):
+        for form, weight in term.forms:
+            if df.get(form):
+                roles.setdefault(form, []).append((index, weight * _idf(total, df[form])))
+    found: list[tuple[int, int, list[str]]] = []
+    length_sum = 0
+    for ref, text in rows:
+        words = text.split()
+        length_sum += len(words)
+        found.append((ref, len(words), [w for w in words if w in roles]))
+    average = (length_sum / len(found) if found else 0.0) or 1.0
     scored: list[tuple[float, int]] = []
-    for ref, length, counts in found:
-        norm = K1 * (1 - B + B * length / (average or 1.0))
-        score = 0.0
-        for forms_of_term in weighted:
-            best = 0.0
-            for form, weight in forms_of_term:
-                tf = counts.get(form, 0)
-                if tf:
-                    best = max(best, weight * tf * (K1 + 1) / (tf + norm))
-            score += best
-        scored.append((score, ref))
+    for ref, length, held in found:
+        norm = K1 * (1 - B + B * length / average)
+        best: dict[int, float] = {}
+        for form, tf in ((held[0], 1),) if len(held) == 1 else Counter(held).items():
+            gain = tf * (K1 + 1) / (tf + norm)
+            for index, weight in roles[form]:
+                if weight * gain > best.get(index, 0.0):
+                    best[index] = weight * gain
+        scored.append((sum(best.values()), ref))
     scored.sort(reverse=True)
     return [ref for _, ref in scored[:ARCHIVE_CANDIDATES]]
 
