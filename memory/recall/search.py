@@ -74,7 +74,7 @@ OTHER_TURNS_SHARE = 0.2  # of a session's two best other turns added to a turn
 # LoCoMo R@5: 0.934 without it, 0.936 with 600 (300: 0.936, 1,200: 0.934, 2,200: 0.934,
 # 5,000: 0.933); counted over all chats, as before, it was 0.938.
 BACKGROUND_TURNS = 600
-MATCH_POSTINGS = 1_500  # archived turns the candidate search may read (see _archive_candidates)
+MATCH_POSTINGS = 800  # postings of this chat a search reads and ranks (see _archive_candidates)
 
 # Control characters (a NUL ends SQLite's parse of an FTS5 phrase: "unterminated string") and
 # lone surrogates (SQLite cannot encode them) are no search terms.
