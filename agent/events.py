@@ -36,9 +36,11 @@ class AgentDone:
     queued_s: float = 0.0  # waited for turns in gateway queues (our pacing), all rounds
     steps: int = 0
     omitted: int = 0  # session messages left out of the last prompt for the budget
-    step_limit_reached: bool = False
     # MAX_ANSWER_SECONDS ran out: `text` is what came until then (stored and billed as such).
     time_limit_reached: bool = False
+    # The answer grew past its bounds (MAX_ANSWER_CHARS, or too many or too long tool calls):
+    # `text` is what it held up to the bound (stored and billed as such), no tool was run.
+    size_limit_reached: bool = False
 
 
 AgentEvent = TextDelta | StreamRestart | ToolRound | AgentDone

@@ -29,12 +29,15 @@ import structlog
 from agent.events import AgentDone, AgentEvent, ToolRound
 from agent.prompt import Framing, build_prompt, reply_reserve, time_text, with_image
 from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
+from agent.tools.web import WEB_TOOL_NAMES, WebTools
 from memory.store import SessionClosedError, Store
 from memory.timezones import ChatZone
 from memory.usage import SpendRecorder
 from models.catalog import Catalog
 from models.types import (
+    SIZE_LIMIT,
     TIME_LIMIT,
+    AnswerBounds,
     ChatResult,
     Message,
     SpendCallback,
@@ -59,6 +62,13 @@ MAX_TOOL_CALLS_PER_TURN = 16
 # short text, and parsing (and running) what a model poured into one call would cost the chat
 # loop. The model is told, so it can call again with less.
 MAX_TOOL_ARGUMENT_BYTES = 8192
+# What one answer may hold at all (`AnswerBounds`): the calls past these are not refused one by
+# one but cut with the answer, since each call kept is stored and sent back with every later
+# round. Twice the calls a turn may run, four times the arguments a call may have.
+MAX_KEPT_TOOL_CALLS = 2 * MAX_TOOL_CALLS_PER_TURN
+MAX_KEPT_TOOL_ARGUMENT_CHARS = 4 * MAX_TOOL_ARGUMENT_BYTES
+# Characters one answer may show and keep, all its rounds together (MAX_ANSWER_CHARS).
+DEFAULT_MAX_ANSWER_CHARS = 32_000
 
 
 class StreamingClient(Protocol):
@@ -76,6 +86,7 @@ class StreamingClient(Protocol):
         on_spend: SpendCallback | None = None,
         max_tokens: int | None = None,
         deadline: float | None = None,
+        bounds: AnswerBounds | None = None,
     ) -> AsyncGenerator[StreamEvent, None]: ...
 
 
@@ -109,23 +120,34 @@ class AgentLoop:
         transport: StreamingClient,
         catalog: Catalog,
         tools: ChatTools,
+        web: WebTools | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         timeout: float = 60.0,
         max_answer_tokens: int | None = None,
         answer_seconds: float | None = None,
+        max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.store = store
         self.transport = transport
         self.catalog = catalog
         self.tools = tools
+        # web_search / web_read (agent/tools/web.py); None: no web tools at all.
+        self.web = web
         self.max_steps = max_steps
         self.timeout = timeout
         # Bounds of one answer: tokens per model request (MAX_ANSWER_TOKENS) and seconds for
         # the whole turn, every round included (MAX_ANSWER_SECONDS).
         self.max_answer_tokens = max_answer_tokens
         self.answer_seconds = answer_seconds
+        # And in size: characters shown and kept (MAX_ANSWER_CHARS), all rounds together, and
+        # the tool calls one answer may hold (`bounds`).
+        self.max_answer_chars = max_answer_chars
         self.clock = clock
+
+    def offered_tools(self) -> list[dict[str, Any]]:
+        """The memory and reminder tools, and the web tools the settings turn on."""
+        return [*CHAT_TOOLS, *(self.web.schemas() if self.web is not None else [])]
 
     def context_window(self, model_id: str) -> int:
         """The smallest window of the model's fallback chain: a fallback may have to take
@@ -138,6 +160,14 @@ class AgentLoop:
         if self.max_answer_tokens is None:
             return None
         return min(self.max_answer_tokens, reply_reserve(self.context_window(model_id)))
+
+    def bounds(self, shown_chars: int) -> AnswerBounds:
+        """What the next round may add to an answer that shows `shown_chars` already."""
+        return AnswerBounds(
+            text_chars=max(0, self.max_answer_chars - shown_chars),
+            tool_calls=MAX_KEPT_TOOL_CALLS,
+            tool_argument_chars=MAX_KEPT_TOOL_ARGUMENT_CHARS,
+        )
 
     async def run(
         self, turn: AgentTurn, *, receipts: list[Receipt] | None = None
@@ -175,7 +205,7 @@ class AgentLoop:
             entry = self.catalog.get(model_id)
             offer = self.max_steps > 0 and entry.tools
             last_round = steps >= self.max_steps or calls_run >= MAX_TOOL_CALLS_PER_TURN
-            tools = CHAT_TOOLS if offer else None
+            tools = self.offered_tools() if offer else None
             stored = await self.store.round_context(turn.session_id, turn.chat_id)
             prompt = build_prompt(
                 stored.messages,
@@ -206,6 +236,7 @@ class AgentLoop:
                     on_spend=spending.add,
                     max_tokens=self.max_tokens(model_id),
                     deadline=deadline,
+                    bounds=self.bounds(sum(len(piece) for piece in display)),
                 )
                 # aclosing: when we are closed at a yield, the transport's stream is closed
                 # right away too (its request ends now, not at garbage collection), and it
@@ -245,7 +276,9 @@ class AgentLoop:
             total = total + result.usage
             model_id = result.model_id  # later rounds stay on the model that answered
             out_of_time = result.finish_reason == TIME_LIMIT
-            calls = result.tool_calls if tools and not last_round and not out_of_time else []
+            too_big = result.finish_reason == SIZE_LIMIT
+            cut = out_of_time or too_big
+            calls = result.tool_calls if tools and not last_round and not cut else []
             text = result.text or "".join(round_text)
             shown_rounds.append("".join(round_text).strip())
             if not calls:
@@ -282,8 +315,8 @@ class AgentLoop:
                     queued_s=queued_s,
                     steps=steps,
                     omitted=prompt.omitted,
-                    step_limit_reached=last_round and steps > 0,
                     time_limit_reached=out_of_time,
+                    size_limit_reached=too_big,
                 )
                 return
             outcomes: list[ToolOutcome] = []
@@ -320,7 +353,6 @@ class AgentLoop:
                     attempts=attempts,
                     steps=steps,
                     omitted=prompt.omitted,
-                    step_limit_reached=False,
                 )
                 return
             await spending.flush()
@@ -349,6 +381,8 @@ class AgentLoop:
                 ok=False,
             )
         try:
+            if self.web is not None and call.name in WEB_TOOL_NAMES:
+                return await self.web.run(chat_id, turn.user_id, call)
             return await self.tools.run(
                 chat_id,
                 call,

@@ -27,8 +27,6 @@ import runpy
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -98,24 +96,12 @@ def _install_lag_monitor(recorder: _Recorder) -> None:
 def _install_db_probe(recorder: _Recorder) -> None:
     from memory.db import Database
 
-    original_transaction = Database.transaction
     original_read = Database.read
     original_run_in_transaction = Database.run_in_transaction
 
-    @asynccontextmanager
-    async def transaction(self: Database, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        asked = time.monotonic()
-        async with original_transaction(self, *args, **kwargs) as conn:
-            opened = time.monotonic()
-            recorder.add("db_write_wait", opened, opened - asked)
-            try:
-                yield conn
-            finally:
-                recorder.add("db_write_hold", time.monotonic(), time.monotonic() - opened)
-
     async def run_in_transaction(self: Database, fn: Any) -> Any:
         # The body runs on the writer's thread: its start and end are taken there, so "wait"
-        # is the lock plus the hop to the thread and BEGIN, as with transaction() above.
+        # is the lock plus the hop to the thread and BEGIN.
         asked = time.monotonic()
         moments: list[float] = []
 
@@ -141,7 +127,6 @@ def _install_db_probe(recorder: _Recorder) -> None:
         finally:
             recorder.add("db_read", time.monotonic(), time.monotonic() - asked)
 
-    Database.transaction = transaction  # type: ignore[method-assign,assignment]
     Database.read = read  # type: ignore[method-assign]
     Database.run_in_transaction = run_in_transaction  # type: ignore[method-assign]
 

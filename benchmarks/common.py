@@ -138,6 +138,9 @@ class LoopLag:
     def __init__(self, tick_s: float) -> None:
         self.tick_s = tick_s
         self.samples: list[tuple[float, float]] = []  # (time.monotonic() at wake-up, s late)
+        # CPU seconds the loop's thread used during each sample: a late wake-up with little
+        # of it is the machine not running us (other processes), not our loop holding on.
+        self.cpu_s: list[float] = []
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -159,7 +162,8 @@ class LoopLag:
 
     async def _watch(self) -> None:
         while True:
-            asked = time.monotonic()
+            asked, cpu = time.monotonic(), time.thread_time()
             await asyncio.sleep(self.tick_s)
             now = time.monotonic()
             self.samples.append((now, now - asked - self.tick_s))
+            self.cpu_s.append(time.thread_time() - cpu)

@@ -23,6 +23,7 @@ import asyncio
 import contextvars
 import os
 import random
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -42,7 +43,7 @@ from memory.consolidation.consolidation import Consolidation, Consolidator
 from memory.consolidation.transcript import Chunk
 from memory.longterm import LongTermMemory
 from memory.store import to_iso
-from models.types import ChatResult, Outcome, TransportError
+from models.types import ChatResult, Outcome, SpendCallback, TransportError
 from tests.consolidation_stack import WIRE, Stack, good_call, open_stack
 from tests.fakes.providers import Fault, Reply, Step, ToolCallReply
 from tests.memory_sessions import (
@@ -124,12 +125,15 @@ class TimedConsolidator(Consolidator):
         *,
         chat_id: int | None = None,
         job_id: int | None = None,
+        on_spend: SpendCallback | None = None,
     ) -> Consolidation:
         counter = [0]
         token = current_run.set(counter)
         started = time.perf_counter()
         try:
-            return await super().consolidate(memory, chunk, chat_id=chat_id, job_id=job_id)
+            return await super().consolidate(
+                memory, chunk, chat_id=chat_id, job_id=job_id, on_spend=on_spend
+            )
         finally:
             elapsed = time.perf_counter() - started
             current_run.reset(token)
@@ -161,20 +165,21 @@ def session_pool() -> list[list[SessionMessage]]:
 async def seed(stack: Stack, jobs: int, pool: list[list[SessionMessage]]) -> dict[int, int]:
     """One active session per chat, written in bulk (seeding is not what is measured)."""
     seeded: dict[int, int] = {}
-    async with stack.db.transaction() as conn:
+
+    def write(conn: sqlite3.Connection) -> None:
         for index in range(jobs):
             chat_id = 10_000 + index
             session = pool[index % len(pool)]
             now = to_iso(session[0].at)
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?)",
                 (chat_id, now, now),
             )
-            cursor = await conn.execute(
+            cursor = conn.execute(
                 "INSERT INTO sessions(chat_id, opened_at) VALUES (?, ?)", (chat_id, now)
             )
             session_id = cursor.lastrowid
-            await conn.executemany(
+            conn.executemany(
                 "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
                 "tool_call_id, user_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
@@ -192,6 +197,8 @@ async def seed(stack: Stack, jobs: int, pool: list[list[SessionMessage]]) -> dic
                 ],
             )
             seeded[chat_id] = len(session)
+
+    await stack.db.run_in_transaction(write)
     return seeded
 
 

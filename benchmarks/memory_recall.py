@@ -42,15 +42,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import math
 import os
 import re
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -408,6 +410,35 @@ async def run_scale(total: int, chats: int = 1) -> None:
     questions = [q["question"] for _, _, qs in conversations for q in qs]
     text_chars = sum(len(text) for _, text in turns)
     first_chat = 9000
+
+    def write(conn: sqlite3.Connection, batch: list[tuple[datetime, str]], chat: int) -> None:
+        """One copy of the turns, archived as a consolidation commit archives them."""
+        cursor = conn.execute(
+            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
+            (chat, "2023-01-01", "2023-01-01"),
+        )
+        cursor = conn.execute(
+            "INSERT INTO sessions(chat_id, opened_at, closed_at) VALUES (?, ?, ?) RETURNING id",
+            (chat, "2023-01-01", "2023-01-01"),
+        )
+        row = cursor.fetchone()
+        session = int(row["id"])
+        stored = []
+        for at, text in batch:
+            cursor = conn.execute(
+                "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
+                "VALUES (?, ?, 'user', ?, ?) RETURNING id",
+                (session, chat, text, at.isoformat()),
+            )
+            row = cursor.fetchone()
+            stored.append(
+                StoredMessage(int(row["id"]), session, chat, "user", text, at.isoformat())
+            )
+        rows = index_messages(stored)
+        archive_in(conn, rows, "2024-01-01T00:00:00+00:00")
+        conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
+
     with tempfile.TemporaryDirectory() as tmp:
         stack = await open_stack(Path(tmp) / "scale.sqlite3", concurrency=1)
         try:
@@ -421,35 +452,7 @@ async def run_scale(total: int, chats: int = 1) -> None:
                 start = written % len(turns)
                 batch = (turns * 2)[start : start + take] if chats > 1 else turns[:take]
                 sessions += 1
-                async with db.transaction() as conn:
-                    cursor = await conn.execute(
-                        "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
-                        "ON CONFLICT DO NOTHING",
-                        (chat, "2023-01-01", "2023-01-01"),
-                    )
-                    cursor = await conn.execute(
-                        "INSERT INTO sessions(chat_id, opened_at, closed_at) VALUES (?, ?, ?) "
-                        "RETURNING id",
-                        (chat, "2023-01-01", "2023-01-01"),
-                    )
-                    row = await cursor.fetchone()
-                    session = int(row["id"])
-                    stored = []
-                    for at, text in batch:
-                        cursor = await conn.execute(
-                            "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
-                            "VALUES (?, ?, 'user', ?, ?) RETURNING id",
-                            (session, chat, text, at.isoformat()),
-                        )
-                        row = await cursor.fetchone()
-                        stored.append(
-                            StoredMessage(
-                                int(row["id"]), session, chat, "user", text, at.isoformat()
-                            )
-                        )
-                    rows = await asyncio.to_thread(index_messages, stored)
-                    await archive_in(conn, rows, "2024-01-01T00:00:00+00:00")
-                    await conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
+                await db.run_in_transaction(functools.partial(write, batch=batch, chat=chat))
                 written += len(batch)
             size = await asyncio.to_thread(os.path.getsize, Path(tmp) / "scale.sqlite3")
             print(

@@ -13,21 +13,35 @@ written straight into its database before it starts, as if made over the past we
 (b) 1,000 more, all due in the same second: the time until the last is sent (Telegram's rate
     allows ~34 s), none twice.
 
-    python benchmarks/reminders.py [--chats 1000] [--per-chat 10] [--spread 60] [--idle 10]
+(storm) a fresh bot and database: 100 reminders due in the same second in each of 2 chats,
+    the fake Bot API answering one send in ten with Telegram's 502 (`{"ok":false,
+    "error_code":502,"description":"Bad Gateway"}`) and enforcing one message per second per
+    chat with Telegram's 429 and retry_after. Every one sent, none twice, and the bot's event
+    loop never held: a task sleeps 10 ms over and over and records how late it wakes (the
+    fake Bot API shares the loop, so its work counts too). Before a1d47d3 the scheduler spun
+    here (every slot busy, a 502's retry due); a watchdog thread reports such a freeze, which
+    no task on the frozen loop could, and ends the run.
 
-Last line: `reminders: due=N sent=N dup=N p99_late_ms=N burst_s=N idle_cpu_pct=N`.
+    python benchmarks/reminders.py [--chats 1000] [--per-chat 10] [--spread 60] [--idle 10]
+    python benchmarks/reminders.py --storm            # the storm alone
+    python benchmarks/reminders.py --no-storm         # (a)-(c) alone
+
+Last lines: `reminders: due=N sent=N dup=N p99_late_ms=N burst_s=N idle_cpu_pct=N`, then
+`reminder_storm: due=200 sent=N dup=N loop_lag_max_ms=N`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import re
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -39,12 +53,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import structlog
 
-from benchmarks.common import percentile
-from bot.handlers.reminders import reminders_of
-from bot.wiring import build_application, prepare, running
+from benchmarks.common import LoopLag, percentile
+from bot.app import build_application, prepare, running
 from memory.db import Database
 from memory.store import to_iso
 from tests.e2e_bot import FakeServers, fake_settings
+from tests.fakes.telegram import FakeTelegram
 
 USERS_BASE = 10_000_000  # chat i is the private chat of user USERS_BASE + i
 TELEGRAM_MESSAGES_PER_SECOND = 30
@@ -114,6 +128,7 @@ def add_burst(db_path: Path, chats: int, at: datetime) -> None:
 
 
 async def main(chats: int, per_chat: int, spread_s: float, idle_s: float) -> None:
+    """(a)-(c): the last line is `reminders: ...`."""
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     logging.getLogger("telegram").setLevel(logging.CRITICAL)  # PTB logs each 429 it passes on
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,7 +144,7 @@ async def main(chats: int, per_chat: int, spread_s: float, idle_s: float) -> Non
             pending = chats * per_chat
             application = build_application(prepare(settings))
             async with running(application, poll_timeout=30):
-                scheduler = reminders_of(application).scheduler
+                scheduler = application.bot_data.services.reminders.scheduler
                 # (c) idle: 10,000 waiting, none due; after start-up has settled.
                 await asyncio.sleep(3.0)
                 cpu0, wall0 = time.process_time(), time.monotonic()
@@ -197,11 +212,174 @@ async def main(chats: int, per_chat: int, spread_s: float, idle_s: float) -> Non
     )
 
 
+# --- (storm) ------------------------------------------------------------------------------------
+
+STORM_CHATS = (20_000_001, 20_000_002)
+STORM_PER_CHAT = 100
+STORM_BAD_GATEWAY_EVERY = 10  # 10 % of sends answered 502
+STORM_TICK_S = 0.01
+STORM_STALL_S = 10.0  # the loop silent this long: frozen, the watchdog reports and ends the run
+_STORM_TEXT = re.compile(r"(s\d+) storm$")
+
+
+def add_storm(db_path: Path, at: datetime) -> None:
+    """STORM_PER_CHAT one-off reminders in each storm chat, all due at `at`."""
+    conn = sqlite3.connect(db_path)
+    now = to_iso(datetime.now(UTC))
+    local = at.replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S")
+    rows = [
+        (chat, chat, f"s{n * len(STORM_CHATS) + c} storm", local, to_iso(at), now, now)
+        for n in range(STORM_PER_CHAT)
+        for c, chat in enumerate(STORM_CHATS)
+    ]
+    conn.executemany(
+        "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
+        "local_start, repeat, next_at, state, created_at, updated_at) "
+        "VALUES (?, ?, 'Ann', ?, 'UTC', 1, ?, 'none', ?, 'pending', ?, ?)",
+        rows,
+    )
+    conn.commit()
+    conn.close()
+
+
+def storm_sent(tg: FakeTelegram) -> Counter[str]:
+    """Accepted sends per storm reminder (a late one carries a prefix; its text ends alike)."""
+    seen: Counter[str] = Counter()
+    for call in list(tg.calls):
+        if call.method == "sendMessage" and call.ok:
+            match = _STORM_TEXT.search(str(call.params.get("text", "")))
+            if match is not None:
+                seen[match.group(1)] += 1
+    return seen
+
+
+class FreezeWatch(threading.Thread):
+    """Watches the loop from outside it: a spinning loop runs no task, so no timeout of ours
+    could fire. When the lag task has not woken for STORM_STALL_S, or the storm outlasts its
+    bound, prints what it saw and ends the process (status 3)."""
+
+    def __init__(self, lag: LoopLag, tg: FakeTelegram, due: int, bound_s: float) -> None:
+        super().__init__(name="freeze-watch", daemon=True)
+        self.lag, self.tg, self.due = lag, tg, due
+        self.deadline = time.monotonic() + bound_s
+        self.started_at = time.monotonic()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            now = time.monotonic()
+            last = self.lag.samples[-1][0] if self.lag.samples else self.started_at
+            if now - last < STORM_STALL_S and now < self.deadline:
+                continue
+            seen = storm_sent(self.tg)
+            refused = Counter(c.error for c in list(self.tg.calls) if not c.ok)
+            what = "froze" if now - last >= STORM_STALL_S else "timed out"
+            print(
+                f"reminder_storm {what}: the bot's event loop last ran {now - last:.1f} s ago, "
+                f"{now - self.started_at:.0f} s into the storm; sent {len(seen)} of "
+                f"{self.due}, dup {sum(n - 1 for n in seen.values())}, refused by the fake "
+                f"{dict(refused)}, loop lag max until then "
+                f"{self.lag.max_s() * 1000:.0f} ms",
+                flush=True,
+            )
+            os._exit(3)
+
+
+async def storm(bound_s: float) -> None:
+    """(storm): prints `reminder_storm: due=200 sent=N dup=N loop_lag_max_ms=N`."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    logging.getLogger("telegram").setLevel(logging.CRITICAL)
+    due = STORM_PER_CHAT * len(STORM_CHATS)
+    with tempfile.TemporaryDirectory() as tmp:
+        db_path = Path(tmp) / "storm.sqlite3"
+        await (await Database.open(db_path)).close()
+        async with FakeServers() as fakes:
+            tg = fakes.tg
+            tg.enforce_flood_limits = True  # one message per second per chat, Telegram's 429
+            tg.global_messages_per_second = TELEGRAM_MESSAGES_PER_SECOND
+            tg.inject_error(
+                "sendMessage",
+                count=10**9,
+                status=502,
+                description="Bad Gateway",
+                every=STORM_BAD_GATEWAY_EVERY,
+            )
+            allowed = ",".join(map(str, STORM_CHATS))
+            settings = fake_settings(fakes, DATABASE_PATH=db_path, ALLOWED_USER_IDS=allowed)
+            application = build_application(prepare(settings))
+            async with running(application, poll_timeout=30):
+                scheduler = application.bot_data.services.reminders.scheduler
+                await asyncio.sleep(2.0)  # start-up settled: the lag is the storm's
+                # As `python -m bot` does once started (bot/runner.py, _freeze_heap): what
+                # start-up left stays out of every later full collection. Without it one full
+                # collection walked that heap here, 43 ms of CPU in the middle of the storm.
+                gc.collect()
+                gc.freeze()
+                at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+                add_storm(db_path, at)  # a blocking write of ours: before the lag is sampled
+                lag = LoopLag(STORM_TICK_S)
+                lag.start()
+                watch = FreezeWatch(lag, tg, due, bound_s)
+                watch.start()
+                scheduler.notify()
+                started = time.monotonic()
+                db = application.bot_data.services.db
+
+                async def open_claims() -> int:
+                    # Through the bot's own connection: a plain sqlite3 read here would hold
+                    # the loop and count as the bot's lag.
+                    row = await db.fetchone(
+                        "SELECT COUNT(*) AS n FROM reminder_deliveries WHERE outcome IS NULL"
+                    )
+                    return int(row["n"]) if row is not None else 0
+
+                while len(storm_sent(tg)) < due or await open_claims() > 0:
+                    await asyncio.sleep(0.2)
+                    if time.monotonic() - started > bound_s:
+                        break
+                took_s = time.monotonic() - started
+                await lag.stop()
+                watch.done.set()
+            seen = storm_sent(tg)
+            refused = Counter(c.error for c in tg.calls_of("sendMessage") if not c.ok)
+    late = [s for _, s in lag.samples]
+    worst = max(range(len(late)), key=late.__getitem__, default=None)
+    if worst is not None:
+        print(
+            f"(storm) the worst wake-up came {late[worst] * 1000:.0f} ms late; the loop's thread "
+            f"ran {lag.cpu_s[worst] * 1000:.0f} ms of CPU in it (the rest: not scheduled by "
+            f"the machine, or waiting in a blocking call); wake-ups over 50 ms late: "
+            f"{sum(1 for s in late if s > 0.05)}; the most CPU the loop's thread ran between "
+            f"two wake-ups (what our loop held at most): {max(lag.cpu_s) * 1000:.0f} ms"
+        )
+    print(
+        f"(storm) {due} due in one second in {len(STORM_CHATS)} chats, 1 send in "
+        f"{STORM_BAD_GATEWAY_EVERY} answered 502, 1 message/s per chat enforced: sent "
+        f"{len(seen)} in {took_s:.0f} s (Telegram's 1/s per chat allows {STORM_PER_CHAT} s); "
+        f"refused by the fake: {dict(refused)}; loop lag over {len(late)} wake-ups of "
+        f"{STORM_TICK_S * 1000:.0f} ms: p50 {percentile(late, 50) * 1000:.1f} ms, "
+        f"p99 {percentile(late, 99) * 1000:.1f} ms, max {lag.max_s() * 1000:.1f} ms"
+    )
+    print(
+        f"reminder_storm: due={due} sent={len(seen)} dup={sum(n - 1 for n in seen.values())} "
+        f"loop_lag_max_ms={lag.max_s() * 1000:.0f}"
+    )
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chats", type=int, default=1000)
     parser.add_argument("--per-chat", type=int, default=10)
     parser.add_argument("--spread", type=float, default=60.0)
     parser.add_argument("--idle", type=float, default=10.0)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--storm", action="store_true", help="the storm alone")
+    which.add_argument("--no-storm", action="store_true", help="(a)-(c) alone")
+    parser.add_argument(
+        "--storm-bound", type=float, default=300.0, help="seconds the storm may take at most"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.chats, args.per_chat, args.spread, args.idle))
+    if not args.storm:
+        asyncio.run(main(args.chats, args.per_chat, args.spread, args.idle))
+    if not args.no_storm:
+        asyncio.run(storm(args.storm_bound))

@@ -18,12 +18,10 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 EXIT_CONFIG = 2
 EXIT_CRASH = 1
 
-Command = Callable[[argparse.Namespace], int]
-
 
 def _run(args: argparse.Namespace) -> int:
+    from bot.app import prepare, run_polling, secrets_of
     from bot.config import load_settings
-    from bot.wiring import prepare, run_polling, secrets_of
     from models.logging_setup import configure_logging
 
     settings = load_settings()

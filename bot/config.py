@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bot import BotError
 from models.catalog import CatalogError, declared_gateways
 
 
@@ -34,6 +35,7 @@ def _non_negative(values: list[float]) -> list[float]:
 IdList = Annotated[list[int], NoDecode]
 KeyList = Annotated[list[SecretStr], NoDecode]
 DelayList = Annotated[list[float], NoDecode, AfterValidator(_non_negative)]
+HostList = Annotated[list[str], NoDecode]
 
 
 class Settings(BaseSettings):
@@ -69,11 +71,8 @@ class Settings(BaseSettings):
     CONSOLIDATION_RETRY_DELAYS: DelayList = Field(
         default_factory=lambda: [60.0, 300.0, 1800.0, 7200.0]
     )
-    CONSOLIDATION_CONCURRENCY: int = Field(default=2, ge=1, le=32)
     PROVIDER_WORKERS: int | None = Field(default=None, ge=1, le=16)  # unset: provider_workers()
     PROVIDER_WORKERS_AT_REST: int = Field(default=1, ge=1, le=16)
-    PROVIDER_WORKER_HEARTBEAT_S: float = Field(default=5.0, ge=0.5, le=60)
-    PROVIDER_WORKER_MAX_RSS_MB: float = Field(default=1024.0, ge=200)
     MEMORY_WINDOW: int = Field(default=50, ge=4)
     MEMORY_KEEP_RECENT: int = Field(default=10, ge=1)
     MEMORY_MAX_CHARS: int = Field(default=6000, ge=500)
@@ -82,6 +81,8 @@ class Settings(BaseSettings):
     AGENT_MAX_STEPS: int = Field(default=4, ge=0, le=20)
     MAX_ANSWER_TOKENS: int = Field(default=8192, ge=256, le=1_000_000)
     MAX_ANSWER_SECONDS: float = Field(default=300.0, gt=0)
+    # Characters one answer may show and keep, all its rounds together (about 8 messages).
+    MAX_ANSWER_CHARS: int = Field(default=32_000, ge=1000, le=1_000_000)
 
     # Media: voice/audio/video notes are transcribed, photos seen, documents read.
     TRANSCRIPTION_MODEL: str = "whisper-large-v3-turbo"
@@ -90,6 +91,15 @@ class Settings(BaseSettings):
     MAX_DOCUMENT_BYTES: int = Field(default=10_000_000, ge=1)
     DOCUMENT_TOKEN_BUDGET: int = Field(default=12_000, ge=500)
     DOCUMENT_TIMEOUT: float = Field(default=30.0, gt=0)
+
+    # Web: web_read always (unless WEB_DAILY_CALLS is 0), web_search when a SearXNG is set.
+    WEB_SEARCH_URL: str | None = None
+    # Hosts, addresses or CIDRs web reads and the search backend may reach although private.
+    WEB_ALLOW_PRIVATE: HostList = Field(default_factory=list)
+    # At most 15,000: a tool result longer than 16,000 characters is cut in the prompt anyway.
+    WEB_READ_MAX_CHARS: int = Field(default=15_000, ge=1000, le=15_000)
+    # Web calls (reads and searches) per user per UTC day; 0 turns web use off.
+    WEB_DAILY_CALLS: int = Field(default=100, ge=0)
 
     # Gateways: any *_API_KEY may hold several comma-separated keys (rotated).
     OPENAI_API_KEY: KeyList = Field(default_factory=list)
@@ -131,6 +141,18 @@ class Settings(BaseSettings):
                 raise ValueError(f"{part!r} is not a numeric Telegram user id")
             ids.append(int(part))
         return ids
+
+    @field_validator("WEB_ALLOW_PRIVATE", mode="before")
+    @classmethod
+    def _parse_hosts(cls, value: object) -> list[str]:
+        return _split_csv(value)
+
+    @field_validator("WEB_SEARCH_URL")
+    @classmethod
+    def _search_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        return _http_url(value.strip().rstrip("/"))
 
     @field_validator("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GROQ_API_KEY", mode="before")
     @classmethod
@@ -178,6 +200,13 @@ class Settings(BaseSettings):
 # (`api_key_env = "TELEGRAM_BOT_TOKEN"` would send the bot token to that gateway's host).
 SETTING_NAMES = frozenset(Settings.model_fields)
 
+# Settings that became constants (issue 24): a .env that still sets one is told so by name.
+RETIRED_SETTINGS = {
+    "CONSOLIDATION_CONCURRENCY": "fixed at 2 jobs at once (memory/consolidation/jobs.py)",
+    "PROVIDER_WORKER_HEARTBEAT_S": "fixed at 5 s (models/worker/pool.py WorkerSettings)",
+    "PROVIDER_WORKER_MAX_RSS_MB": "fixed at 1024 MB (models/worker/pool.py WorkerSettings)",
+}
+
 
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
@@ -185,7 +214,7 @@ def _http_url(value: str) -> str:
     return value
 
 
-class ConfigError(Exception):
+class ConfigError(BotError):
     """A setting is missing or invalid; the message is one line that names it."""
 
 
@@ -257,6 +286,8 @@ def _check_extra(settings: Settings) -> None:
     except CatalogError as exc:
         raise ConfigError(f"MODEL_CATALOG_FILE: {exc}") from None
     for name in extra:
+        if name in RETIRED_SETTINGS:
+            raise ConfigError(f"{name}: no longer a setting, {RETIRED_SETTINGS[name]}; remove it")
         if name not in allowed:
             raise ConfigError(f"{name}: unknown setting (check the spelling against .env.example)")
         extra[name] = SecretStr(str(extra[name]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("bot.lifecycle")
 
-LIFECYCLE_KEY = "lifecycle"
-
 App = Application[Any, Any, Any, Any, Any, Any]
 
 
@@ -42,6 +40,9 @@ class UpdateTracker(BaseUpdateProcessor):
         super().__init__(max_concurrent_updates)
         self._active: dict[asyncio.Task[Any], Update] = {}
         self._parts: dict[int, list[Update]] = {}  # first part's update id -> later parts
+        # Updates whose user message a chat turn stored: an error later in the same update
+        # (another handler's) may tell the user the message is saved.
+        self._stored: set[int] = set()
         self.on_done: Callable[[int], Awaitable[None]] | None = None
 
     async def initialize(self) -> None:
@@ -61,6 +62,7 @@ class UpdateTracker(BaseUpdateProcessor):
         finally:
             del self._active[task]
             self._parts.pop(update.update_id, None)
+            self._stored.discard(update.update_id)
             if self.on_done is not None:
                 await self.on_done(update.update_id)
 
@@ -74,6 +76,13 @@ class UpdateTracker(BaseUpdateProcessor):
         if update is not None and any(u.update_id == first_part for u in self._active.values()):
             self._parts.setdefault(first_part, []).append(update)
 
+    def mark_stored(self, update_id: int) -> None:
+        """The handler's turn stored this update's message (until the update is done)."""
+        self._stored.add(update_id)
+
+    def stored(self, update_id: int) -> bool:
+        return update_id in self._stored
+
     def parts_of(self, update_id: int) -> list[Update]:
         return list(self._parts.get(update_id, []))
 
@@ -82,15 +91,28 @@ class UpdateTracker(BaseUpdateProcessor):
         return len(self._active)
 
 
-class Lifecycle:
-    """What handlers and the runner share about starting and stopping."""
+def tracker_of(application: App) -> UpdateTracker:
+    """The application's update processor: the `UpdateTracker` bot/app.py gave PTB."""
+    processor = application.update_processor
+    assert isinstance(processor, UpdateTracker), "bot/app.py builds PTB with an UpdateTracker"
+    return processor
 
-    def __init__(self) -> None:
-        self.tracker = UpdateTracker()
-        self.tracker.on_done = self._forget_held
+
+class Lifecycle:
+    """What handlers and the runner share about starting and stopping.
+
+    Built once the database is open, on the tracker PTB was built with (which exists before
+    any database does): the lifecycle is what the tracker tells when an update is done.
+    `on_closing` is called, in order, as a graceful stop begins."""
+
+    def __init__(
+        self, tracker: UpdateTracker, db: Database, on_closing: Sequence[Callable[[], None]] = ()
+    ) -> None:
+        self.tracker = tracker
+        tracker.on_done = self._forget_held
+        self.db = db
+        self.on_closing = tuple(on_closing)
         self.closing = False
-        self.db: Database | None = None
-        self.on_closing: list[Callable[[], None]] = []
         self._replayed: set[int] = set()
         self.held = 0
 
@@ -113,8 +135,8 @@ class Lifecycle:
     async def hold_current(self) -> None:
         """Keep the current update (and its split-message parts) for the next start."""
         update = self.tracker.current()
-        if update is None or self.db is None:
-            log.warning("turn_dropped_on_stop", reason="no update or database")
+        if update is None:
+            log.warning("turn_dropped_on_stop", reason="no update")
             return
         updates = [update, *self.tracker.parts_of(update.update_id)]
         await save_held_updates(self.db, updates)
@@ -138,8 +160,6 @@ class Lifecycle:
 
     async def replay_held(self, application: App) -> int:
         """Queue the updates held at the last stop, oldest first, ahead of anything new."""
-        if self.db is None:
-            return 0
         rows = await self.db.fetchall(
             "SELECT update_id, payload FROM held_updates ORDER BY update_id"
         )
@@ -153,23 +173,22 @@ class Lifecycle:
 
     async def _forget_held(self, update_id: int) -> None:
         """A replayed update was handled (or held again, which rewrote its row first)."""
-        if update_id not in self._replayed or self.db is None:
+        if update_id not in self._replayed:
             return
         self._replayed.discard(update_id)
         if self.closing:
             return  # it may just have been held again: keep the row
-        async with self.db.transaction() as conn:
-            await conn.execute("DELETE FROM held_updates WHERE update_id = ?", (update_id,))
-
-
-def lifecycle_of(application: App) -> Lifecycle:
-    return application.bot_data[LIFECYCLE_KEY]
+        await self.db.run_in_transaction(
+            lambda conn: conn.execute("DELETE FROM held_updates WHERE update_id = ?", (update_id,))
+        )
 
 
 async def save_held_updates(db: Database, updates: list[Update]) -> None:
     now = to_iso(utc_now())
-    async with db.transaction() as conn:
-        await conn.executemany(
+    rows = [(u.update_id, json.dumps(u.to_dict(), ensure_ascii=False), now) for u in updates]
+    await db.run_in_transaction(
+        lambda conn: conn.executemany(
             "INSERT OR REPLACE INTO held_updates(update_id, payload, held_at) VALUES (?, ?, ?)",
-            [(u.update_id, json.dumps(u.to_dict(), ensure_ascii=False), now) for u in updates],
+            rows,
         )
+    )

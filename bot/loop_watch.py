@@ -46,10 +46,6 @@ class SystemdNotifier:
         )
         self._warned = False
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self._address)
-
     def notify(self, message: str) -> None:
         if not self._address:
             return

@@ -29,13 +29,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import structlog
-from telegram.ext import Application
 
-from bot.handlers.memory import MEMORY_KEY
 from bot.health import HealthServer
-from bot.lifecycle import lifecycle_of
+from bot.lifecycle import tracker_of
 from bot.loop_watch import LoopWatch, SystemdNotifier
-from bot.services import SERVICES_KEY, Services, warm_up_providers
+from bot.services import App
 from memory.store import from_iso, utc_now
 
 if TYPE_CHECKING:
@@ -45,8 +43,6 @@ log = structlog.get_logger("bot.runner")
 
 ALLOWED_UPDATES = ["message", "callback_query"]
 
-App = Application[Any, Any, Any, Any, Any, Any]
-
 
 # --- health figures ------------------------------------------------------------------------------
 
@@ -54,10 +50,11 @@ App = Application[Any, Any, Any, Any, Any, Any]
 def health_figures(application: App, mode: str) -> Callable[[], Awaitable[dict[str, Any]]]:
     """Liveness plus the figures a monitor wants: consolidation backlog and work in flight."""
 
+    tracker = tracker_of(application)
+
     async def figures() -> dict[str, Any]:
-        services: Services | None = application.bot_data.get(SERVICES_KEY)
-        lifecycle = lifecycle_of(application)
-        body: dict[str, Any] = {"mode": mode, "updates_in_progress": lifecycle.tracker.in_progress}
+        services = application.bot_data.opened
+        body: dict[str, Any] = {"mode": mode, "updates_in_progress": tracker.in_progress}
         if services is None:
             body["status"] = "starting"
             return body
@@ -121,7 +118,7 @@ async def serve(
         if freeze_heap:
             _freeze_heap()
         # Held at the last stop: queued before anything new is fetched.
-        await lifecycle_of(application).replay_held(application)
+        await application.bot_data.services.lifecycle.replay_held(application)
         if settings.HEALTH_PORT:
             health = HealthServer(
                 health_figures(application, mode),
@@ -146,7 +143,7 @@ async def serve(
                 allowed_updates=ALLOWED_UPDATES, drop_pending_updates=False, timeout=30
             )
         await application.start()
-        warm_up_providers(application)
+        application.bot_data.services.warm_up_providers()
         notifier.ready()
         log.info("bot_running", mode=mode, health_port=health.port if health else None)
         await stop.wait()
@@ -183,15 +180,12 @@ def _on_signal(stop: asyncio.Event, force: asyncio.Event, signum: int) -> None:
 
 async def stop_gracefully(application: App, grace: float, *, force: asyncio.Event) -> None:
     """Steps 1–4 of the module docstring; the caller closes the application afterwards."""
-    lifecycle = lifecycle_of(application)
-    services: Services | None = application.bot_data.get(SERVICES_KEY)
+    services = application.bot_data.services
+    lifecycle = services.lifecycle
     lifecycle.begin_closing()
 
     # 1. The worker launches no new job; running ones get the grace period.
-    worker_stop: asyncio.Task[None] | None = None
-    worker = _worker_of(application)
-    if worker is not None:
-        worker_stop = asyncio.create_task(worker.stop(grace), name="worker-stop")
+    worker_stop = asyncio.create_task(services.memory.worker.stop(grace), name="worker-stop")
 
     # 2. No new updates.
     updater = application.updater
@@ -202,24 +196,23 @@ async def stop_gracefully(application: App, grace: float, *, force: asyncio.Even
     # 3. Replies in flight share the grace period with the consolidations.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
-    turns = services.turns if services is not None else None
-    while turns is not None and turns.running_count() and not force.is_set():
+    turns = services.turns
+    while turns.running_count() and not force.is_set():
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
         await _wait_any(turns.running_tasks(), force, seconds=min(remaining, 0.5))
-    if turns is not None and turns.running_count():
+    if turns.running_count():
         log.info("replies_interrupted", count=turns.running_count())
         await turns.cancel_all(wait=5.0)
 
     # 4. Queued updates are handled now: commands answer, turns are held for the next start.
     if application.running:
         await application.stop()
-    if worker_stop is not None:
-        if force.is_set():
-            worker_stop.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await worker_stop
+    if force.is_set():
+        worker_stop.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker_stop
     log.info("bot_stopped_gracefully", held_updates=lifecycle.held)
 
 
@@ -229,11 +222,6 @@ async def _wait_any(tasks: list[asyncio.Task[Any]], force: asyncio.Event, second
         await asyncio.wait([*tasks, waiter], timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
     finally:
         waiter.cancel()
-
-
-def _worker_of(application: App) -> Any:
-    feature = application.bot_data.get(MEMORY_KEY)
-    return getattr(feature, "worker", None)
 
 
 def run_bot(application: App, settings: Settings) -> None:

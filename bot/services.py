@@ -1,38 +1,43 @@
-"""The long-lived objects every handler uses (`Services`), and what start-up prepared for them.
+"""The long-lived objects every handler uses (`Services`), and `BotData`, through which a
+handler reaches them with types: `context.bot_data.services`.
 
-A module of its own so that handlers, turns and the runner can import `Services` from here,
-while `bot/wiring.py` — which imports all of them to wire the application — stays the one module
-that points at everything and is pointed at by nothing but the entry point.
+Nothing here builds anything: bot/app.py is the one place that does (the composition root).
+A module of its own so that handlers, turns and the runner can import these types, while
+bot/app.py — which imports all of them to build the application — is pointed at by nothing
+but the entry point.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from telegram.ext import Application
+from telegram.ext import Application, CallbackContext, ExtBot
 
 from agent.loop import AgentLoop
-from agent.tools.memory import ChatTools
-from bot.config import Settings, provider_workers
+from bot.config import Settings
 from bot.handlers.access import RefusalThrottle
 from bot.lifecycle import Lifecycle
 from bot.turns.chat_turns import ChatTurns
+from bot.turns.limits import TurnGuard
+from media.inbox import MediaInbox
+from memory.consolidation.jobs import ConsolidationWorker
 from memory.db import Database
-from memory.store import Clock, Store, utc_now
+from memory.longterm import MemoryRepository
+from memory.recall.archive import ArchivePurger
+from memory.store import Store
+from memory.usage import UsageLedger
 from models.catalog import Catalog, ModelEntry
 from models.gateways import Gateway
+from reminders.book import ReminderBook
+from reminders.scheduler import ReminderScheduler
 
 if TYPE_CHECKING:
-    from bot.turns.limits import TurnGuard
     from models.transport import Transport
 
 log = structlog.get_logger("bot.services")
-
-SERVICES_KEY = "services"
 
 
 def available_models(catalog: Catalog, gateways: dict[str, Gateway]) -> list[ModelEntry]:
@@ -52,12 +57,47 @@ class Prepared:
     default_model: str
 
 
-@dataclass
-class Services:
-    """The long-lived objects handlers use. Opened in post_init, closed in post_shutdown.
+@dataclass(frozen=True)
+class MemoryFeature:
+    """The long-term memory (/memory, /forget) and the background work that keeps it."""
 
-    Features add fields here (e.g. a consolidation worker).
-    """
+    repo: MemoryRepository
+    worker: ConsolidationWorker
+    # ARCHIVE_DAYS: archived words older than that go at start-up, then once a day.
+    purger: ArchivePurger
+
+
+@dataclass(frozen=True)
+class ReminderFeature:
+    """The reminders of every chat, and the scheduler that sends them when due."""
+
+    book: ReminderBook
+    scheduler: ReminderScheduler
+
+
+class ProviderWarmUp:
+    """The provider worker's warm-up, started once polling runs, so start-up does not wait for
+    litellm's import (a message that comes first waits for the worker)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._transport.warm_up())
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+@dataclass(frozen=True, eq=False)
+class Services:
+    """The long-lived objects handlers use, each built once and complete by bot/app.py (in
+    post_init, once the database is open) and closed in post_shutdown. Frozen: nothing swaps
+    a part after the start; a new feature is a new field, filled by the root."""
 
     settings: Settings
     catalog: Catalog
@@ -66,63 +106,26 @@ class Services:
     db: Database
     store: Store
     transport: Transport
-    turns: ChatTurns = field(default_factory=ChatTurns)
-    edit_interval: float = 1.0
-    on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    # Operations (bot/turn_guard.attach_turn_guard): graceful stop, limits and budgets.
-    lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
-    guard: TurnGuard | None = None
+    agent: AgentLoop
+    memory: MemoryFeature
+    reminders: ReminderFeature
+    # Voice notes, audio and video notes between their arrival and their transcript.
+    inbox: MediaInbox
+    # Read-only spend reports: /usage and the guard's spending caps.
+    ledger: UsageLedger
+    # Split parts, input size, rate limit and spending caps (bot/turns/limits.py).
+    guard: TurnGuard
+    # Graceful stop: which update each handler works on, the closing flag, held updates.
+    lifecycle: Lifecycle
+    # One turn at a time per chat; /cancel, /new and /forget stop the running one.
+    turns: ChatTurns
     # Strangers are told no at most once an hour each (bot/handlers/access.py).
-    refusals: RefusalThrottle = field(default_factory=RefusalThrottle)
-    # The chat turn's agent loop (agent/), built in `open`.
-    agent: AgentLoop | None = None
-    # The provider worker's warm-up, started once polling runs (`warm_up_providers`).
-    warming: asyncio.Task[None] | None = None
-
-    @classmethod
-    async def open(
-        cls,
-        prepared: Prepared,
-        *,
-        transport_options: dict[str, Any] | None = None,
-        clock: Clock | None = None,
-    ) -> Services:
-        # Imported here: a configuration error is reported before the transport's imports.
-        from models.transport import Transport
-        from models.worker.pool import WORKER, WorkerSettings
-
-        settings = prepared.settings
-        WORKER.configure(
-            WorkerSettings(
-                max_workers=provider_workers(settings),
-                at_rest=settings.PROVIDER_WORKERS_AT_REST,
-                heartbeat_s=settings.PROVIDER_WORKER_HEARTBEAT_S,
-                max_rss_mb=settings.PROVIDER_WORKER_MAX_RSS_MB,
-            )
-        )
-        transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
-        db = await Database.open(settings.DATABASE_PATH)
-        store = Store(db, clock or utc_now)
-        services = cls(
-            settings=settings,
-            catalog=prepared.catalog,
-            gateways=prepared.gateways,
-            default_model=prepared.default_model,
-            db=db,
-            store=store,
-            transport=transport,
-        )
-        services.agent = AgentLoop(
-            store=store,
-            transport=transport,
-            catalog=prepared.catalog,
-            tools=ChatTools(db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock),
-            max_steps=settings.AGENT_MAX_STEPS,
-            timeout=settings.CHAT_TIMEOUT,
-            max_answer_tokens=settings.MAX_ANSWER_TOKENS,
-            answer_seconds=settings.MAX_ANSWER_SECONDS,
-        )
-        return services
+    refusals: RefusalThrottle
+    # The chat's language as last written to the database (bot/handlers/ops.py).
+    languages: dict[int, str]
+    warm_up: ProviderWarmUp
+    # Seconds between edits of a streamed reply.
+    edit_interval: float = 1.0
 
     def available_models(self) -> list[ModelEntry]:
         return available_models(self.catalog, self.gateways)
@@ -147,17 +150,20 @@ class Services:
         return self.catalog.get(self.default_model)
 
     def warm_up_providers(self) -> None:
-        """Start a provider worker and warm it up, in the background: called once polling
-        runs, so start-up does not wait for litellm's import (a message that comes first waits
-        for the worker)."""
-        if self.warming is None:
-            self.warming = asyncio.create_task(self.transport.warm_up())
+        """Start a provider worker and warm it up, in the background (`ProviderWarmUp`)."""
+        self.warm_up.start()
 
     async def close(self) -> None:
-        if self.warming is not None and not self.warming.done():
-            self.warming.cancel()
-            await asyncio.gather(self.warming, return_exceptions=True)
-        for closer in reversed(self.on_close):
+        """Stop the background work (the scheduler, the archive purge, the consolidation
+        worker: each gets its grace), then the transport and the database."""
+        await self.warm_up.stop()
+        grace = self.settings.SHUTDOWN_GRACE_SECONDS
+        closers = (
+            lambda: self.reminders.scheduler.stop(min(5.0, grace)),
+            self.memory.purger.stop,
+            lambda: self.memory.worker.stop(grace),
+        )
+        for closer in closers:
             try:
                 await closer()
             except Exception:
@@ -166,12 +172,40 @@ class Services:
         await self.db.close()
 
 
-def services_of(application: Application[Any, Any, Any, Any, Any, Any]) -> Services:
-    return application.bot_data[SERVICES_KEY]
+class BotData:
+    """`context.bot_data` of every handler (PTB's `ContextTypes(bot_data=BotData)`): the
+    services, typed, instead of a dict with string keys.
+
+    PTB builds this with no arguments when the Application is built, before any event loop
+    runs; the services need the database, which opens in post_init. So this one holder is
+    filled once, by the root (bot/app.py), and emptied at post_shutdown.
+    """
+
+    def __init__(self) -> None:
+        self._services: Services | None = None
+
+    @property
+    def services(self) -> Services:
+        if self._services is None:
+            raise RuntimeError("the services are not open (before post_init or after shutdown)")
+        return self._services
+
+    @property
+    def opened(self) -> Services | None:
+        """The services, or None before post_init and after post_shutdown."""
+        return self._services
+
+    def open(self, services: Services) -> None:
+        if self._services is not None:
+            raise RuntimeError("the services are open already")
+        self._services = services
+
+    def close(self) -> Services | None:
+        """Empty the holder; the services it held (to be closed), if any."""
+        services, self._services = self._services, None
+        return services
 
 
-def warm_up_providers(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
-    """Once polling runs: start the provider worker's warm-up (see Services.warm_up_providers)."""
-    services: Services | None = application.bot_data.get(SERVICES_KEY)
-    if services is not None:
-        services.warm_up_providers()
+# The `context` every handler gets, and the application it belongs to.
+Context = CallbackContext[ExtBot[None], dict[Any, Any], dict[Any, Any], BotData]
+App = Application[Any, Any, Any, Any, BotData, Any]

@@ -1,6 +1,16 @@
 """Media made readable for a model: voice (Ogg length), images, documents and their bounded
 reader child, and the inbox of files waiting for a turn. No Telegram here.
 
-Import direction: `bot → agent → reminders, media → memory → models`; media and reminders do
+Import direction: `bot → agent → web → reminders, media → memory → models`; media and reminders do
 not import each other.
 """
+
+
+class MediaError(Exception):
+    """Base of the media layer's errors: a file that cannot be made readable for a model;
+    `reason` is a short key the bot turns into a sentence.
+
+    MediaError
+    ├── DocumentError  media/documents.py  the document cannot be read
+    └── ImageError     media/images.py     the image cannot be sent ("not_an_image", "too_big")
+    """

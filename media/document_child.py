@@ -1,4 +1,5 @@
-"""The child process that reads one document (started by `media/document_reader.py`).
+"""The child process that reads one document or one web page (started by
+`media/document_reader.py`).
 
 It limits itself first (RLIMIT_CPU, RLIMIT_AS: a hostile PDF then dies here, not in the bot;
 and a lower scheduling priority, so its CPU time never comes out of the chat loop's),
@@ -15,6 +16,7 @@ import sys
 
 from media.document_reader import answer_line
 from media.documents import DocumentError, extract_text
+from media.page_text import page_text
 
 # Scheduling niceness: on a machine with one or two cores the reader yields to the bot's loop.
 NICENESS = 10
@@ -30,14 +32,19 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     data = stdin.read()
     try:
-        answer = answer_line(
-            extract_text(
-                data,
-                file_name=header["file_name"],
-                mime_type=header["mime_type"],
-                token_budget=int(header["token_budget"]),
+        if header.get("task") == "page":
+            answer = answer_line(
+                page_text(data, content_type=header["content_type"], kind=header["kind"])
             )
-        )
+        else:
+            answer = answer_line(
+                extract_text(
+                    data,
+                    file_name=header["file_name"],
+                    mime_type=header["mime_type"],
+                    token_budget=int(header["token_budget"]),
+                )
+            )
     except DocumentError as exc:
         answer = answer_line(exc)
     except MemoryError:

@@ -21,10 +21,12 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from media.documents import DocumentError, DocumentText
+from media.page_text import PageText
 
 log = structlog.get_logger("media.document_reader")
 
@@ -73,6 +75,37 @@ async def read_document(
     """`extract_text` in a child process bounded by `timeout` seconds of wall clock (and CPU)
     and MEMORY_LIMIT_BYTES; raises DocumentError, reason "too_complex" for a child that ran
     out of time or memory."""
+    header = child_request(
+        file_name=file_name, mime_type=mime_type, token_budget=token_budget, timeout=timeout
+    )
+    output, returncode = await _in_child(header + data, timeout)
+    return _parse(output, returncode)
+
+
+async def read_page(
+    body: bytes,
+    *,
+    content_type: str,
+    kind: str,
+    timeout: float,  # noqa: ASYNC109 - the wall-clock bound of the child
+) -> PageText:
+    """`page_text` (a fetched web page: decoding, then its main text) in the same bounded
+    child as documents; raises DocumentError ("too_complex") as `read_document` does."""
+    header = {
+        "task": "page",
+        "content_type": content_type,
+        "kind": kind,
+        "cpu_seconds": math.ceil(timeout) + 1,
+        "memory_bytes": MEMORY_LIMIT_BYTES,
+    }
+    line = json.dumps(header).encode("utf-8") + b"\n"
+    output, returncode = await _in_child(line + body, timeout)
+    return PageText(**_answer(output, returncode)["page"])
+
+
+async def _in_child(request: bytes, timeout: float) -> tuple[bytes, int | None]:  # noqa: ASYNC109
+    """One child's answer to `request` (header line and bytes), within `timeout` seconds; the
+    child is killed and reaped on timeout or cancellation."""
     async with _slot():
         process = await asyncio.create_subprocess_exec(
             *(sys.executable, "-c", _BOOT, _ROOT),
@@ -81,12 +114,9 @@ async def read_document(
             stderr=asyncio.subprocess.DEVNULL,
             env={name: os.environ[name] for name in CHILD_ENV if name in os.environ},
         )
-        header = child_request(
-            file_name=file_name, mime_type=mime_type, token_budget=token_budget, timeout=timeout
-        )
         try:
             async with asyncio.timeout(timeout):
-                output, _ = await process.communicate(header + data)
+                output, _ = await process.communicate(request)
         except TimeoutError:
             log.warning("document_reader_timeout", pid=process.pid, timeout_s=timeout)
             raise DocumentError("too_complex") from None
@@ -94,11 +124,16 @@ async def read_document(
             if process.returncode is None:
                 process.kill()
                 await process.wait()  # reaped even when the caller was cancelled
-    return _parse(output, process.returncode)
+    return output, process.returncode
 
 
 def _parse(output: bytes, returncode: int | None) -> DocumentText:
     """The child's one JSON line: {"text": {...}} or {"error": reason}."""
+    return DocumentText(**_answer(output, returncode)["text"])
+
+
+def _answer(output: bytes, returncode: int | None) -> dict[str, Any]:
+    """The child's answer, or DocumentError for its error or its death."""
     try:
         answer = json.loads(output)
     except ValueError:
@@ -107,11 +142,13 @@ def _parse(output: bytes, returncode: int | None) -> DocumentText:
         raise DocumentError("too_complex") from None
     if "error" in answer:
         raise DocumentError(str(answer["error"]))
-    return DocumentText(**answer["text"])
+    return dict(answer)
 
 
-def answer_line(document: DocumentText | DocumentError) -> bytes:
+def answer_line(document: DocumentText | PageText | DocumentError) -> bytes:
     """What the child writes: the extracted text, or the reason it could not be read."""
     if isinstance(document, DocumentError):
         return json.dumps({"error": document.reason}).encode("utf-8")
+    if isinstance(document, PageText):
+        return json.dumps({"page": asdict(document)}).encode("utf-8")
     return json.dumps({"text": asdict(document)}).encode("utf-8")

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from media import MediaError
 from models.tokens import estimate_tokens
 
 # File name endings read as text. Telegram often sends code as application/octet-stream, so
@@ -62,7 +63,7 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class DocumentError(Exception):
+class DocumentError(MediaError):
     """The document cannot be read; `reason` is a short key the bot turns into a sentence."""
 
     def __init__(self, reason: str) -> None:

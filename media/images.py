@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
+from media import MediaError
+
 MAX_PIXELS = 50_000_000  # what we decode at most (Pillow's own bomb check is at 89 MP)
 _MAGIC = (
     (b"\xff\xd8\xff", "image/jpeg"),
@@ -48,7 +50,7 @@ STRICTEST = ImageLimit(
 )
 
 
-class ImageError(Exception):
+class ImageError(MediaError):
     """The image cannot be sent; `reason` is "not_an_image" or "too_big"."""
 
     def __init__(self, reason: str) -> None:

@@ -3,14 +3,15 @@
 A voice note (or audio file, or video note) is written here, with its Telegram file id, before
 anything is downloaded or any model is called. If every transcription model fails, the row
 stays (state 'failed') and the user can retry it later: the file id is all Telegram needs to
-hand the audio out again. Once transcribed, the row points at the stored user message.
+hand the audio out again. Once transcribed, the row keeps the transcript at once (a stop that
+cuts in before the user message is stored then costs no second transcription: the replayed note
+finds its row and its words, `add`), and finally points at the stored user message.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
-
-import aiosqlite
 
 from memory.db import Database
 from memory.store import to_iso, utc_now
@@ -33,6 +34,9 @@ class InboxItem:
     caption: str | None
     state: str
     attempts: int
+    # What the provider heard, kept as soon as it returned (migrations/0014): a note whose turn
+    # was cut short after that is answered from it, never uploaded and paid for again.
+    transcript: str | None = None
 
     def media(self) -> dict[str, object]:
         """The `media` record of the user message the transcript becomes."""
@@ -69,9 +73,21 @@ class MediaInbox:
         file_name: str | None = None,
         caption: str | None = None,
     ) -> InboxItem:
+        """The note's row, written before any download. A note replayed after a stop cut its
+        turn short gets back the row that already holds its transcript (same chat and file,
+        still pending), so it is answered without being uploaded and paid for again."""
         now = to_iso(utc_now())
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
+
+        def add_or_resume(conn: sqlite3.Connection) -> sqlite3.Row | None:
+            kept = conn.execute(
+                "UPDATE media_inbox SET updated_at = ? WHERE id = (SELECT id FROM media_inbox "
+                "WHERE chat_id = ? AND file_unique_id = ? AND state = 'pending' "
+                "AND transcript IS NOT NULL ORDER BY id DESC LIMIT 1) RETURNING *",
+                (now, chat_id, file_unique_id),
+            ).fetchone()
+            if kept is not None:
+                return kept
+            return conn.execute(
                 "INSERT INTO media_inbox(chat_id, user_id, kind, file_id, file_unique_id, "
                 "duration, file_size, mime_type, file_name, caption, created_at, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
@@ -89,8 +105,9 @@ class MediaInbox:
                     now,
                     now,
                 ),
-            )
-            row = await cursor.fetchone()
+            ).fetchone()
+
+        row = await self.db.run_in_transaction(add_or_resume)
         assert row is not None
         return _item(row)
 
@@ -102,30 +119,46 @@ class MediaInbox:
         """The failed row, now pending again, for the one caller that claimed it; None when it is
         not this chat's, not failed, or another caller (a second press of Retry) claimed it
         first. One UPDATE: two presses can never both transcribe, store and answer it."""
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
+        now = to_iso(utc_now())
+        row = await self.db.run_in_transaction(
+            lambda conn: conn.execute(
                 "UPDATE media_inbox SET state = 'pending', updated_at = ? "
                 "WHERE id = ? AND chat_id = ? AND state = 'failed' RETURNING *",
-                (to_iso(utc_now()), item_id, chat_id),
-            )
-            row = await cursor.fetchone()
+                (now, item_id, chat_id),
+            ).fetchone()
+        )
         return _item(row) if row else None
 
     async def release(self, item_id: int) -> None:
         """A claimed row whose turn never settled it (refused, cancelled) can be retried again."""
-        async with self.db.transaction() as conn:
-            await conn.execute(
+        now = to_iso(utc_now())
+        await self.db.run_in_transaction(
+            lambda conn: conn.execute(
                 "UPDATE media_inbox SET state = 'failed', updated_at = ? "
                 "WHERE id = ? AND state = 'pending'",
-                (to_iso(utc_now()), item_id),
+                (now, item_id),
             )
+        )
 
     async def discard(self, item_id: int) -> None:
-        """The row of a note whose update is held for the next start, which writes it anew."""
-        async with self.db.transaction() as conn:
-            await conn.execute(
-                "DELETE FROM media_inbox WHERE id = ? AND state != 'done'", (item_id,)
+        """The row of a note whose update is held for the next start, which writes it anew;
+        a row holding its transcript stays, for the next start to answer from (`add`)."""
+        await self.db.run_in_transaction(
+            lambda conn: conn.execute(
+                "DELETE FROM media_inbox WHERE id = ? AND state != 'done' AND transcript IS NULL",
+                (item_id,),
             )
+        )
+
+    async def keep_transcript(self, item_id: int, transcript: str) -> None:
+        """What the provider heard, kept the moment it returned (see the module docstring)."""
+        now = to_iso(utc_now())
+        await self.db.run_in_transaction(
+            lambda conn: conn.execute(
+                "UPDATE media_inbox SET transcript = ?, updated_at = ? WHERE id = ?",
+                (transcript, now, item_id),
+            )
+        )
 
     async def mark_failed(self, item_id: int) -> None:
         await self._set(item_id, "failed", None)
@@ -134,13 +167,15 @@ class MediaInbox:
         await self._set(item_id, "done", message_id)
 
     async def _set(self, item_id: int, state: str, message_id: int | None) -> None:
-        async with self.db.transaction() as conn:
-            await conn.execute(
+        now = to_iso(utc_now())
+        await self.db.run_in_transaction(
+            lambda conn: conn.execute(
                 "UPDATE media_inbox SET state = ?, message_id = COALESCE(?, message_id), "
                 "attempts = attempts + (? = 'failed'), updated_at = ? WHERE id = ?",
-                (state, message_id, state, to_iso(utc_now()), item_id),
+                (state, message_id, state, now, item_id),
             )
+        )
 
 
-def _item(row: aiosqlite.Row) -> InboxItem:
+def _item(row: sqlite3.Row) -> InboxItem:
     return InboxItem(**{name: row[name] for name in InboxItem.__dataclass_fields__})

@@ -41,6 +41,7 @@ MOVED_TABLES = (
     "archived_messages",
     "reminders",
     "reminder_deliveries",
+    "web_calls",
 )
 # Tables keyed by (chat_id, something) whose counts are added together on a merge.
 MERGED_COUNTS = ("archive_terms",)

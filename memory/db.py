@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
+
+from memory import MemoryLayerError
 
 T = TypeVar("T")
 
@@ -28,7 +29,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[\w-]+\.sql$")
 
 
-class MigrationError(Exception):
+class MigrationError(MemoryLayerError):
     """The migrations folder or the database's schema version is inconsistent."""
 
 
@@ -49,8 +50,8 @@ DEFAULT_READERS = 2  # read connections; each has its own thread, and the machin
 
 
 class Database:
-    """Owns the connections. Use `run_in_transaction()` (or `transaction()`) for writes and
-    `fetchall`/`fetchone` for reads.
+    """Owns the connections. Use `run_in_transaction()` for writes and `fetchall`/`fetchone`/
+    `read` for reads.
 
     Reads see committed data only: a read issued after a transaction returned sees its writes;
     a read never sees the inside of a transaction still open. An in-memory database (tests)
@@ -134,63 +135,29 @@ class Database:
         assert row is not None
         return int(row[0])
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """BEGIN IMMEDIATE … COMMIT, rolled back on any exception (including cancellation).
-
-        /cancel and /new cancel running turns, often in the middle of a write. aiosqlite runs
-        each statement on its own thread whether or not the awaiting task was cancelled, so a
-        cancelled BEGIN or COMMIT still happens; we therefore let those statements settle
-        before re-raising, and roll back whatever a cancelled caller left open. Otherwise the
-        shared connection would stay inside a dead transaction and every later write would fail
-        with "cannot start a transaction within a transaction".
-        """
-        async with self._lock:
-            try:
-                await _settle(self._conn.execute("BEGIN IMMEDIATE"))
-                yield self._conn
-            except BaseException:
-                if self._conn.in_transaction:
-                    await _settle(self._conn.execute("ROLLBACK"))
-                raise
-            try:
-                await _settle(self._conn.execute("COMMIT"))
-            except asyncio.CancelledError:
-                if self._conn.in_transaction:
-                    await _settle(self._conn.execute("ROLLBACK"))
-                    raise
-                # The COMMIT landed while the caller was being cancelled: the write happened,
-                # so the caller gets its result (a turn must know its message is stored) and
-                # the cancellation lands at its next await instead.
-                _cancel_at_next_await()
-            except BaseException:
-                # A COMMIT can fail (SQLITE_BUSY, an I/O error, a full disk, a deferred
-                # constraint) and SQLite then leaves the transaction open: roll it back, so the
-                # caller gets the error and the next write starts clean.
-                if self._conn.in_transaction:
-                    await _settle(self._conn.execute("ROLLBACK"))
-                raise
-
     async def run_in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn` inside BEGIN IMMEDIATE … COMMIT in one call on the writer's thread.
+        """Run `fn` inside BEGIN IMMEDIATE … COMMIT in one call on the writer's thread: the one
+        way to write.
 
-        `transaction()` makes a round trip to aiosqlite's thread for BEGIN, for each statement
-        and for COMMIT, and each round trip also waits for a turn of the event loop: under load
-        (a hundred chats at once) the writer's lock is then held across many turns of a busy
-        loop, and every other write queues behind them. Here `fn` runs synchronously on the
-        thread that owns the connection (plain sqlite3 calls, no awaits) and its result is
-        returned. Writes that queued up meanwhile go to the thread together, each still in its
-        own transaction (in the order they were asked), so a hundred waiting writes cost one
-        turn of the event loop, not a hundred.
+        `fn` runs synchronously on the thread that owns the connection (plain sqlite3 calls, no
+        awaits) and its result is returned. An async transaction (BEGIN, each statement and
+        COMMIT awaited one by one) would make a round trip to that thread for each, every one
+        also waiting for a turn of the event loop: under load (a hundred chats at once) the
+        writer's lock would be held across many turns of a busy loop, and every other write
+        would queue behind them; and a caller cancelled between two of its statements would
+        leave the shared connection inside a transaction someone must roll back. Here writes
+        that queued up meanwhile go to the thread together, each still in its own savepoint
+        (in the order they were asked), so a hundred waiting writes cost one turn of the event
+        loop, not a hundred.
 
-        Same semantics as `transaction()`: any exception in `fn` or in the COMMIT (SQLITE_BUSY,
-        an I/O error, a full disk, a deferred constraint; SQLite then leaves the transaction
-        open) rolls back, and the caller gets the error with the connection clean. A caller
-        cancelled (/cancel, /new, shutdown) before its write went to the thread writes nothing.
-        Once there, the write runs to its end whatever happens to the caller: if it committed,
-        the write happened, so the caller gets its result (a turn must know its message is
-        stored) and the cancellation lands at its next await; if it rolled back, nothing was
-        written and the cancellation is raised.
+        Any exception in `fn` or in the COMMIT (SQLITE_BUSY, an I/O error, a full disk, a
+        deferred constraint; SQLite then leaves the transaction open) rolls back, and the
+        caller gets the error with the connection clean. Cancellation (/cancel and /new cancel
+        running turns, often in the middle of a write; so does shutdown): a caller cancelled
+        before its write went to the thread writes nothing. Once there, the write runs to its
+        end whatever happens to the caller: if it committed, the write happened, so the caller
+        gets its result (a turn must know its message is stored) and the cancellation lands at
+        its next await; if it rolled back, nothing was written and the cancellation is raised.
         """
         write = _Write(fn, asyncio.get_running_loop().create_future())
         self._pending.append(write)
@@ -217,7 +184,7 @@ class Database:
 
     async def _drain_writes(self) -> None:
         """Send the queued writes to the writer's thread, all that are waiting at once, under
-        the writer's lock (so they never interleave with a `transaction()` block).
+        the writer's lock (so they never interleave with a migration or a backup).
 
         A batch on the thread runs to its end even if this task is cancelled (shutdown): its
         callers get their outcomes; writes still queued then are cancelled, never lost silently.
@@ -329,17 +296,6 @@ class Database:
         async with self._lock:
             busy = await self._conn._execute(_checkpoint, self._conn._conn)
         return not busy
-
-    async def backup_to(self, target: Path | str) -> None:
-        """Consistent online copy through SQLite's backup API (safe while the bot writes)."""
-        target = Path(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        async with self._lock:
-            dest = await aiosqlite.connect(target)
-            try:
-                await self._conn.backup(dest)
-            finally:
-                await dest.close()
 
     async def close(self) -> None:
         if self._drainer is not None and not self._drainer.done():
@@ -487,33 +443,8 @@ def _run_in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connecti
     return result
 
 
-async def run_sync(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
-    """`fn(sqlite3_connection, *args)` on `conn`'s thread, in one round trip: lets the code of
-    a `run_in_transaction` body also run inside a `transaction()` block."""
-    return await conn._execute(fn, conn._conn, *args)  # type: ignore[no-any-return]
-
-
 def _cancel_at_next_await() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
         task.cancel()
-
-
-async def _settle(awaitable: Awaitable[object]) -> None:
-    """Await `awaitable` to completion even if we are cancelled meanwhile, then re-raise."""
-    task = asyncio.ensure_future(awaitable)
-    cancelled = False
-    while True:
-        try:
-            await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.cancelled():
-                raise
-            cancelled = True
-            if task.done():
-                break
-    task.result()
-    if cancelled:
-        raise asyncio.CancelledError

@@ -6,7 +6,8 @@ done (pending and running), the archive (the words of consolidated sessions, and
 counts in `archive_terms` as far as they came from this chat), the stored
 messages of closed sessions not yet consolidated, the current session's messages, and voice
 notes waiting for a transcript (`media_inbox`). What
-stays: the chat's settings (model, language) and the usage ledger (tokens and cost, no text).
+stays: the chat's settings (model, language), the usage ledger (tokens and cost, no text) and
+the web call counts (`web_calls`: who, which tool, when — what WEB_DAILY_CALLS counts).
 
 Why it cannot come back:
 - A running consolidation read messages that no longer exist and a memory version that no
@@ -23,9 +24,8 @@ Why it cannot come back:
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
-
-import aiosqlite
 
 from memory.db import Database
 from memory.longterm import write_memory
@@ -47,50 +47,50 @@ async def forget_chat(db: Database, chat_id: int, now: str) -> Forgotten:
     """/forget, then the forgotten words scrubbed from the full-text indexes (in the same
     transaction) and from the WAL (after it): nothing of them is left readable in the
     database's files (issue 23, item 3). Backups made before keep them until they age out."""
-    async with db.transaction() as conn:
-        forgotten = await forget_chat_in(conn, chat_id, now)
-        await scrub_indexes_in(conn)
+
+    def forget(conn: sqlite3.Connection) -> Forgotten:
+        forgotten = forget_chat_in(conn, chat_id, now)
+        scrub_indexes_in(conn)
+        return forgotten
+
+    forgotten = await db.run_in_transaction(forget)
     await db.checkpoint()
     return forgotten
 
 
-async def forget_chat_in(conn: aiosqlite.Connection, chat_id: int, now: str) -> Forgotten:
+def forget_chat_in(conn: sqlite3.Connection, chat_id: int, now: str) -> Forgotten:
     """The body of `forget_chat`, inside the caller's transaction."""
-    await conn.execute(
+    conn.execute(
         "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
         "ON CONFLICT(chat_id) DO NOTHING",
         (chat_id, now, now),
     )
-    await write_memory(conn, chat_id, "", over_budget=False, now=now)
+    write_memory(conn, chat_id, "", over_budget=False, now=now)
     # Nothing is left to announce either.
-    await conn.execute(
+    conn.execute(
         "UPDATE long_term_memory SET unreported_added = 0, unreported_removed = 0 "
         "WHERE chat_id = ?",
         (chat_id,),
     )
-    history = await _count(
-        conn, "DELETE FROM history_entries WHERE chat_id = ? RETURNING id", chat_id
-    )
+    history = _count(conn, "DELETE FROM history_entries WHERE chat_id = ? RETURNING id", chat_id)
     # Facts the chat tools wrote or removed, kept for a consolidation to replay: gone too.
-    await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
+    conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
     # Voice notes waiting for (or failed at) transcription: file ids and captions are content.
-    await conn.execute("DELETE FROM media_inbox WHERE chat_id = ?", (chat_id,))
-    jobs = await _count(
+    conn.execute("DELETE FROM media_inbox WHERE chat_id = ?", (chat_id,))
+    jobs = _count(
         conn,
         "DELETE FROM consolidation_jobs WHERE chat_id = ? AND state != 'done' RETURNING id",
         chat_id,
     )
-    messages = await _count(conn, "DELETE FROM messages WHERE chat_id = ? RETURNING id", chat_id)
-    archived = await delete_archived_in(conn, "chat_id = ?", (chat_id,))
-    await conn.execute("DELETE FROM sessions WHERE chat_id = ?", (chat_id,))
-    cursor = await conn.execute(
+    messages = _count(conn, "DELETE FROM messages WHERE chat_id = ? RETURNING id", chat_id)
+    archived = delete_archived_in(conn, "chat_id = ?", (chat_id,))
+    conn.execute("DELETE FROM sessions WHERE chat_id = ?", (chat_id,))
+    row = conn.execute(
         "INSERT INTO sessions(chat_id, opened_at) VALUES (?, ?) RETURNING id", (chat_id, now)
-    )
-    row = await cursor.fetchone()
+    ).fetchone()
     assert row is not None
     return Forgotten(history, messages, archived, jobs, int(row["id"]))
 
 
-async def _count(conn: aiosqlite.Connection, sql: str, chat_id: int) -> int:
-    cursor = await conn.execute(sql, (chat_id,))
-    return len(list(await cursor.fetchall()))
+def _count(conn: sqlite3.Connection, sql: str, chat_id: int) -> int:
+    return len(conn.execute(sql, (chat_id,)).fetchall())

@@ -10,8 +10,6 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-import aiosqlite
-
 from memory.db import Database
 from memory.facts import is_content_line, normalise
 
@@ -38,7 +36,7 @@ class HistoryEntry:
     message_count: int = 0
 
 
-def _row_to_entry(row: aiosqlite.Row) -> HistoryEntry:
+def _row_to_entry(row: sqlite3.Row) -> HistoryEntry:
     return HistoryEntry(
         id=row["id"],
         chat_id=row["chat_id"],
@@ -66,30 +64,25 @@ def _memory_from(chat_id: int, row: sqlite3.Row | None) -> LongTermMemory:
 
 
 def memory_of(conn: sqlite3.Connection, chat_id: int) -> LongTermMemory:
-    """The chat's memory, read on a database thread (`Database.read`): the agent loop reads it
-    with the session's messages, in one round trip (memory/store.py `round_context`)."""
+    """The chat's memory, read on a database thread: through `Database.read` the agent loop reads
+    it with the session's messages in one round trip (memory/store.py `round_context`); inside a
+    `Database.run_in_transaction` body a write sees it as of its own transaction."""
     return _memory_from(chat_id, conn.execute(_MEMORY_ROW, (chat_id,)).fetchone())
 
 
-async def read_memory(conn: aiosqlite.Connection, chat_id: int) -> LongTermMemory:
-    """Memory as seen inside an open transaction (the commit re-reads it here)."""
-    cursor = await conn.execute(_MEMORY_ROW, (chat_id,))
-    return _memory_from(chat_id, await cursor.fetchone())
-
-
-async def write_memory(
-    conn: aiosqlite.Connection, chat_id: int, content: str, *, over_budget: bool, now: str
+def write_memory(
+    conn: sqlite3.Connection, chat_id: int, content: str, *, over_budget: bool, now: str
 ) -> int:
-    """Replace the memory and bump its version; returns the new version."""
-    cursor = await conn.execute(
+    """Replace the memory and bump its version; returns the new version (inside the caller's
+    `Database.run_in_transaction` body)."""
+    row = conn.execute(
         "INSERT INTO long_term_memory(chat_id, content, version, over_budget, updated_at) "
         "VALUES (?, ?, 1, ?, ?) "
         "ON CONFLICT(chat_id) DO UPDATE SET content = excluded.content, "
         "version = long_term_memory.version + 1, over_budget = excluded.over_budget, "
         "updated_at = excluded.updated_at RETURNING version",
         (chat_id, content, int(over_budget), now),
-    )
-    row = await cursor.fetchone()
+    ).fetchone()
     assert row is not None
     return int(row["version"])
 
@@ -110,10 +103,10 @@ def changed_lines(before: str, after: str) -> MemoryNotice:
     return MemoryNotice(len(new - old), len(old - new))
 
 
-async def add_unreported(conn: aiosqlite.Connection, chat_id: int, change: MemoryNotice) -> None:
+def add_unreported(conn: sqlite3.Connection, chat_id: int, change: MemoryNotice) -> None:
     """Count a consolidation's change for the next reply to announce (inside its commit)."""
     if change.added or change.removed:
-        await conn.execute(
+        conn.execute(
             "UPDATE long_term_memory SET unreported_added = unreported_added + ?, "
             "unreported_removed = unreported_removed + ? WHERE chat_id = ?",
             (change.added, change.removed, chat_id),

@@ -7,8 +7,7 @@ store (which the worker reads) never imports the worker: the imports point one w
 queue.
 
 They are synchronous (plain sqlite3) so that they can run inside the body of a
-`Database.run_in_transaction` on the writer's thread; `memory.db.run_sync` runs them inside a
-`transaction()` block.
+`Database.run_in_transaction` on the writer's thread.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from memory import MemoryLayerError
 from memory.db import Database
 from memory.longterm import MemoryNotice, memory_of, unreported_notice
 from memory.queue import enqueue_consolidation, maybe_enqueue_window
@@ -26,7 +27,7 @@ Clock = Callable[[], datetime]
 TURN_KEY_RETENTION = timedelta(days=7)
 
 
-class SessionClosedError(Exception):
+class SessionClosedError(MemoryLayerError):
     """A write aimed at a session that is closed and whose consolidation has been claimed (or
     done, or forgotten). Such a message would never be consolidated nor deleted: it is refused.
     """
@@ -202,6 +203,8 @@ class Store:
         *,
         memory_window: int | None = None,
         keep_recent: int = 10,
+        session_idle: timedelta | None = None,
+        on_job_enqueued: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -209,9 +212,9 @@ class Store:
         self.memory_window = memory_window
         self.keep_recent = keep_recent
         # Called after a transaction that queued a consolidation job (the worker's notify).
-        self.on_job_enqueued: Callable[[], None] | None = None
+        self.on_job_enqueued = on_job_enqueued
         # SESSION_IDLE_MINUTES: a user message after this much silence opens a new session.
-        self.session_idle: timedelta | None = None
+        self.session_idle = session_idle
 
     def now(self) -> str:
         return to_iso(self.clock())
@@ -642,18 +645,6 @@ class Store:
         )
         return [_row_to_message(row) for row in rows]
 
-    async def count_session_messages(self, session_id: int) -> int:
-        row = await self.db.fetchone(
-            "SELECT COUNT(*) AS n FROM messages WHERE session_id = ?", (session_id,)
-        )
-        return int(row["n"]) if row else 0
-
-    async def all_sessions(self, chat_id: int) -> list[int]:
-        rows = await self.db.fetchall(
-            "SELECT id FROM sessions WHERE chat_id = ? ORDER BY id", (chat_id,)
-        )
-        return [int(r["id"]) for r in rows]
-
     # usage -------------------------------------------------------------------------------
 
     async def record_usage(
@@ -679,8 +670,7 @@ class Store:
         usage: Usage,
         now: str,
     ) -> None:
-        """One usage row, inside the caller's transaction (on its connection's thread; from a
-        `transaction()` block through `run_sync`)."""
+        """One usage row, inside the caller's `Database.run_in_transaction` body."""
         conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
             "completion_tokens, cost_usd, created_at, estimated, audio_seconds) "

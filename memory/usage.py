@@ -222,10 +222,6 @@ class UsageLedger:
             for row in rows
         ]
 
-    async def spent_usd(self, since: datetime, user_id: int | None = None) -> float:
-        spent, _ = await self.db.read(lambda conn: _spent(conn, since, since, user_id))
-        return spent
-
     async def check_budget(self, user_id: int, budgets: Budgets) -> BudgetHit | None:
         """The first cap `user_id` has reached (user caps before bot caps), or None.
 

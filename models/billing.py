@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from models.catalog import ModelEntry
-from models.tokens import count_messages, count_text, estimate_tokens
+from models.tokens import count_messages, count_text, estimate_messages, estimate_tokens
 from models.types import Message, Spend, SpendCallback, Usage
 
 log = structlog.get_logger(__name__)
@@ -67,13 +67,15 @@ def tell_spend(
 
 
 def _count_tokens(*, messages: list[Message] | None = None, text: str = "") -> int:
-    """gpt-4o's tokens as litellm counts them (models/tokens.py), or the estimate of the text."""
+    """gpt-4o's tokens as litellm counts them (models/tokens.py), or their estimate."""
     try:
         if messages is not None:
             return count_messages(messages)
         return count_text(text)
     except Exception:  # an estimate must never fail the turn it accounts for
-        return max(1, estimate_tokens(str(messages) if messages is not None else text))
+        return max(
+            1, estimate_messages(messages) if messages is not None else estimate_tokens(text)
+        )
 
 
 def _token_count(value: Any) -> int:

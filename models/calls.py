@@ -27,7 +27,9 @@ from models.policy.pacing import Priority
 from models.streamtext import WholeCharacters
 from models.toolstream import ToolCallAssembler, flatten_tool_messages
 from models.types import (
+    SIZE_LIMIT,
     TIME_LIMIT,
+    AnswerBounds,
     ChatResult,
     Message,
     Outcome,
@@ -53,6 +55,8 @@ class Call(Generic[Answer]):
 
     empty_detail: str  # the detail of an answer without content, reported as EMPTY
     deadline: float | None = None  # the event loop's clock: the whole answer ends there
+    # The answer passed its size bounds (`AnswerBounds`): the loop cuts it as at the deadline.
+    oversize: bool = False
 
     def __init__(
         self,
@@ -111,11 +115,13 @@ class Call(Generic[Answer]):
         raise NotImplementedError
 
     def cut(self, slot: Slot, plan: CallPlan, text: str, usage: Usage) -> Answer:
-        """The end of an answer whose deadline passed: the text so far."""
+        """The end of an answer whose deadline passed or that grew past its bounds: the text
+        so far."""
         raise NotImplementedError("only a call with a deadline is cut")
 
     def bill_cut(self, slot: Slot) -> tuple[str, Usage]:
-        """The deadline passed mid-answer: report what came, and return the text and usage."""
+        """The deadline passed (or a bound) mid-answer: report what came, and return the text
+        kept and the usage."""
         raise NotImplementedError("only a call with a deadline is cut")
 
     def failure(self, plan: CallPlan) -> TransportError:
@@ -216,19 +222,29 @@ class CompletionCall(_ChatCall[ChatResult]):
 
 class StreamCall(_ChatCall[StreamDone]):
     """A chat answer shown as it streams: text in whole characters, tool calls assembled from
-    their pieces (all three protocols arrive through litellm in the OpenAI delta shape), and a
-    `deadline` for the whole answer."""
+    their pieces (all three protocols arrive through litellm in the OpenAI delta shape), a
+    `deadline` for the whole answer and `bounds` on its size (`AnswerBounds`): the text past
+    the bound is never shown nor kept, and the attempt loop cuts the answer there."""
 
     empty_detail = "200 empty stream"
 
     def __init__(
-        self, model_id: str, messages: list[Message], *, deadline: float | None, **chat: Any
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        deadline: float | None,
+        bounds: AnswerBounds | None,
+        **chat: Any,
     ) -> None:
         super().__init__(model_id, messages, **chat)
         self.deadline = deadline
+        self.bounds = bounds
         self.assembler = WholeCharacters()
         self.calls = ToolCallAssembler()
         self.finish_reason: str | None = None
+        self.kept_chars = 0  # text kept in this attempt (`pieces`)
+        self.beyond = ""  # text received past the bound: never shown, but billed
 
     def request(self, slot: Slot) -> dict[str, Any]:
         kwargs = super().request(slot)
@@ -241,6 +257,9 @@ class StreamCall(_ChatCall[StreamDone]):
         self.assembler = WholeCharacters()
         self.calls = ToolCallAssembler()
         self.finish_reason = None
+        self.kept_chars = 0
+        self.beyond = ""
+        self.oversize = False
 
     def chunks(self, response: Any) -> AsyncIterator[Any]:
         return aiter(response)
@@ -254,13 +273,32 @@ class StreamCall(_ChatCall[StreamDone]):
             delta = choice.delta
             if getattr(delta, "tool_calls", None):
                 self.calls.feed(delta.tool_calls)
+                if self._calls_too_big():
+                    self.oversize = True
+                    return
             piece = getattr(delta, "content", None) or ""
             if not piece:
                 continue
-            self.pieces.append(piece)
-            whole = self.assembler.feed(piece)
-            if whole:
-                yield whole
+            if self.bounds is not None:
+                room = max(0, self.bounds.text_chars - self.kept_chars)
+                if len(piece) > room:
+                    piece, self.beyond = piece[:room], piece[room:]
+                    self.oversize = True
+            if piece:
+                self.pieces.append(piece)
+                self.kept_chars += len(piece)
+                whole = self.assembler.feed(piece)
+                if whole:
+                    yield whole
+            if self.oversize:
+                return
+
+    def _calls_too_big(self) -> bool:
+        bounds = self.bounds
+        return bounds is not None and (
+            self.calls.started > bounds.tool_calls
+            or self.calls.longest_arguments > bounds.tool_argument_chars
+        )
 
     async def close(self, response: Any) -> None:
         if response is not None and hasattr(response, "aclose"):
@@ -300,23 +338,27 @@ class StreamCall(_ChatCall[StreamDone]):
     def bill_cut(self, slot: Slot) -> tuple[str, Usage]:
         text = "".join(self.pieces)
         spent = provider_usage(self.usage, slot.entry) if self.usage else None
-        spent = spent or estimate_usage(slot.entry, self.messages, text)
+        # Everything received was written (and billed) by the provider, kept or not.
+        received = text + self.beyond + "".join(c.arguments for c in self.calls.calls())
+        spent = spent or estimate_usage(slot.entry, self.messages, received)
         self._tell(slot, text, spent, "cut")
         log.warning(
-            "answer_time_limit",
+            "answer_size_limit" if self.oversize else "answer_time_limit",
             model=slot.entry.id,
             chars=len(text),
+            tool_calls=self.calls.started,
+            tool_argument_chars=self.calls.longest_arguments,
             completion_tokens=spent.completion_tokens,
         )
         return text, spent
 
     def cut(self, slot: Slot, plan: CallPlan, text: str, usage: Usage) -> StreamDone:
-        # No tool calls: a call cut in the middle is not one.
+        # No tool calls: a call cut in the middle (or past the bounds) is not one.
         return StreamDone(
             ChatResult(
                 model_id=slot.entry.id,
                 text=text,
-                finish_reason=TIME_LIMIT,
+                finish_reason=SIZE_LIMIT if self.oversize else TIME_LIMIT,
                 usage=usage,
                 attempts=plan.attempts,
                 requested_model_id=self.model_id,
@@ -325,15 +367,38 @@ class StreamCall(_ChatCall[StreamDone]):
         )
 
 
+def reports_duration(entry: ModelEntry) -> bool:
+    """Whisper-style endpoints (Groq's and OpenAI's Whisper models) answer `verbose_json` with
+    the `duration` they decoded; OpenAI's gpt-4o transcription models refuse that format (json
+    or text only) and report tokens instead."""
+    return "whisper" in entry.wire_name.lower()
+
+
+def reported_seconds(response: Any) -> float:
+    """How long the provider says the audio was: verbose_json's `duration`, or a `usage` of
+    type "duration" (`seconds`), the longer; 0 when it said neither (or nonsense)."""
+    usage = getattr(response, "usage", None)
+    claims = (
+        getattr(response, "duration", None),
+        getattr(usage, "seconds", None) if getattr(usage, "type", None) == "duration" else None,
+    )
+    sane = [
+        float(c)
+        for c in claims
+        if isinstance(c, int | float) and not isinstance(c, bool) and 0 < c < 86_400
+    ]
+    return max(sane, default=0.0)
+
+
 class TranscriptionCall(Call[Transcription]):
-    """Speech to text. Priced by the second: the duration the provider reports (Whisper's
-    verbose_json `duration`), else `duration_s`, the caller's best bound (the recording's own
-    length where it could be measured, never less than its size allows: never just what the
-    sender announced). Each attempt the provider may bill is told to `on_spend` as it ends, as
-    chat calls tell theirs: the answer, an attempt that timed out and one cut off by a
-    cancellation (both at `duration_s`: the provider had the whole upload and may have
-    transcribed, and billed, it before we gave up). A refusal (429, 5xx, an error body) costs
-    nothing and is not told."""
+    """Speech to text. Priced by the second: the longest of the duration the provider reports
+    (Whisper's verbose_json `duration`, asked for where the endpoint has it) and `duration_s`,
+    the caller's bound (the recording's own length as its bytes tell it, never less than its
+    size allows: never just what the sender announced). Each attempt the provider may bill is
+    told to `on_spend` as it ends, as chat calls tell theirs: the answer, an attempt that timed
+    out and one cut off by a cancellation (both at `duration_s`: the provider had the whole
+    upload and may have transcribed, and billed, it before we gave up). A refusal (429, 5xx,
+    an error body) costs nothing and is not told."""
 
     empty_detail = "200 without a transcript"
 
@@ -357,7 +422,7 @@ class TranscriptionCall(Call[Transcription]):
 
     def request(self, slot: Slot) -> dict[str, Any]:
         gateway = slot.state.gateway
-        return {
+        kwargs: dict[str, Any] = {
             "model": gateway.litellm_model(slot.entry),
             "file": (self.filename, self.audio, self.mime_type),
             "api_base": gateway.api_base,
@@ -366,6 +431,10 @@ class TranscriptionCall(Call[Transcription]):
             "max_retries": 0,
             "timeout": self.timeout,
         }
+        if reports_duration(slot.entry):
+            # The answer then says how long the audio the provider decoded was: the bill.
+            kwargs["response_format"] = "verbose_json"
+        return kwargs
 
     async def send(self, request: dict[str, Any]) -> Any:
         return await atranscription(**request)
@@ -385,14 +454,16 @@ class TranscriptionCall(Call[Transcription]):
         text = getattr(response, "text", None)
         if not isinstance(text, str) or wire.has_error_body:
             return None
-        cost = audio_usage(slot.entry, self.duration_s)
-        reported = getattr(response, "duration", None)  # verbose_json: what it heard
-        if (
-            isinstance(reported, int | float)
-            and not isinstance(reported, bool)
-            and 0 < reported < 86_400
-        ):
-            cost = audio_usage(slot.entry, float(reported))
+        reported = reported_seconds(response)
+        if reported > self.duration_s + 1:
+            # The audio held more than its bytes admitted to (a forged length): billed as heard.
+            log.warning(
+                "transcription_longer_than_measured",
+                model=slot.entry.id,
+                measured_s=round(self.duration_s, 1),
+                reported_s=round(reported, 1),
+            )
+        cost = audio_usage(slot.entry, max(self.duration_s, reported))
         self._tell(slot, cost, "success")
         return Transcription(
             model_id=slot.entry.id,

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from models import ModelsError
+
 GATEWAY_NAMES = ("openai", "anthropic", "groq")
 # What a user file may call a gateway's protocol, and the protocol the transport speaks for it.
 GATEWAY_PROTOCOLS = {"openai-compatible": "openai", "openai": "openai", "anthropic": "anthropic"}
@@ -37,7 +39,7 @@ MODEL_KINDS = ("chat", "transcription")
 TRANSCRIPTION_GATEWAYS = ("openai", "groq")
 
 
-class CatalogError(Exception):
+class CatalogError(ModelsError):
     """The catalog (built-in or user file) is inconsistent; the message names the entry."""
 
 

@@ -6,7 +6,6 @@ gateway, so an Anthropic-format model is never sent to an OpenAI base or the rev
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from models.catalog import ModelEntry
@@ -40,6 +39,3 @@ class Gateway:
     def litellm_model(self, entry: ModelEntry) -> str:
         """The model string litellm routes on, e.g. ``groq/qwen/qwen3-32b``."""
         return f"{PROTOCOL_PREFIX[self.protocol]}/{entry.wire_name}"
-
-
-GatewayMap = Mapping[str, Gateway]

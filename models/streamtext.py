@@ -18,6 +18,14 @@ import unicodedata
 ZWJ = "\u200d"
 _REPLACEMENT = "\ufffd"
 
+# The longest "grapheme cluster" any cut of ours keeps whole, in code points. Real ones are far
+# shorter (the longest emoji ZWJ sequence in Unicode's emoji-test.txt has 10); past this a
+# "cluster" is zalgo or a built ZWJ chain ("a" + 6000 U+0301), and keeping it whole made every
+# cut walk back over all of it: O(n²) CPU on the event loop for a text the user can ask a model
+# to repeat. Splitting such a run is harmless (Telegram accepts any cut between code points).
+# Shared by the stream's hold-back here and the message splitters in bot/ui.
+MAX_CLUSTER_CODEPOINTS = 32
+
 
 def _is_extender(ch: str) -> bool:
     """Code points that attach to the character before them."""
@@ -52,16 +60,23 @@ def _scrub_lone_surrogates(text: str) -> str:
 
 
 def last_cluster_start(text: str) -> int:
-    """Index where the last (possibly still growing) grapheme cluster of `text` begins."""
+    """Index where the last (possibly still growing) grapheme cluster of `text` begins.
+
+    A cluster longer than MAX_CLUSTER_CODEPOINTS is not held back whole: all but its last code
+    point is released, so the hold-back (and the walk back to find it) stays bounded.
+    """
     end = len(text)
     if end and _is_high_surrogate(text[end - 1]):
         end -= 1  # the low half is still on its way: it belongs with what precedes
     i = end - 1
     if i < 0:
         return 0
+    floor = end - MAX_CLUSTER_CODEPOINTS  # a cluster starting before this is overlong
     while True:
         while i > 0 and _is_extender(text[i]):
             i -= 1
+            if i < floor:
+                return end - 1
         if _is_regional_indicator(text[i]):
             run = 0
             j = i
@@ -73,6 +88,8 @@ def last_cluster_start(text: str) -> int:
                 i -= 1
         if i > 0 and text[i - 1] == ZWJ:
             i -= 1  # the character before continues into this one: keep walking back
+            if i < floor:
+                return end - 1
             continue
         return i
 

@@ -3,10 +3,14 @@
 Two questions, two answers, one module:
 - `count_text` / `count_messages`: what the provider will bill (usage we record when it
   reported none): gpt-4o's tokenizer, exactly as litellm counts.
-- `estimate_tokens` / `estimate_messages`: the one estimate, an upper bound of that count that
-  never loads the tokenizer and is cheap enough for every call on the chat loop. It fits text
-  into a budget (the prompt, a document, a consolidation chunk) and paces a request against a
-  provider's tokens-per-minute window: overcounting is safe in both, undercounting is not.
+- `estimate_tokens` / `estimate_messages` / `estimate_message`: the one estimate, an upper bound
+  of that count that never loads the tokenizer and is cheap enough for every call on the chat
+  loop. It fits text into a budget (the prompt, a document, a consolidation chunk) and paces a
+  request against a provider's tokens-per-minute window: overcounting is safe in both,
+  undercounting is not.
+
+A chat message is framed for counting in one way only, `_framed_message` (OpenAI's framing):
+the bill, the pacing and the prompt budget all count a message the same way.
 
 litellm lives in the provider worker (models/worker/pool.py); importing it here as well would cost
 the bot about 150 MB of memory for one function. `litellm.token_counter(model="gpt-4o", ...)`
@@ -87,28 +91,35 @@ def count_messages(messages: list[dict[str, Any]]) -> int:
     return _framed(messages, count_text, IMAGE_PART_TOKENS)
 
 
+_REPLY_PRIMING = 3  # OpenAI's tokens that open the reply, once a request
+
+
 def _framed(messages: list[dict[str, Any]], count: Callable[[str], int], image_tokens: int) -> int:
-    """OpenAI's framing of chat messages around the texts' tokens, each counted by `count`."""
-    total = 3
-    for message in messages:
-        total += 3 + count(str(message.get("role") or ""))
-        if message.get("name"):
-            total += 1 + count(str(message["name"]))
-        content = message.get("content")
-        if isinstance(content, str):
-            total += count(content)
-        elif isinstance(content, list):
-            for part in content:
-                if not isinstance(part, dict):
-                    continue
-                if part.get("type") in ("image_url", "image"):
-                    total += image_tokens
-                else:
-                    total += count(str(part.get("text") or ""))
-        for call in message.get("tool_calls") or []:
-            function = (call.get("function") or {}) if isinstance(call, dict) else {}
-            total += count(str(function.get("name") or ""))
-            total += count(str(function.get("arguments") or ""))
+    """OpenAI's framing of a request's chat messages, each text counted by `count`."""
+    return _REPLY_PRIMING + sum(_framed_message(m, count, image_tokens) for m in messages)
+
+
+def _framed_message(message: dict[str, Any], count: Callable[[str], int], image_tokens: int) -> int:
+    """OpenAI's framing of one chat message around its texts' tokens, each counted by `count`:
+    3 tokens a message, 1 for a name, an image part at `image_tokens`."""
+    total = 3 + count(str(message.get("role") or ""))
+    if message.get("name"):
+        total += 1 + count(str(message["name"]))
+    content = message.get("content")
+    if isinstance(content, str):
+        total += count(content)
+    elif isinstance(content, list):
+        for part in content:
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") in ("image_url", "image"):
+                total += image_tokens
+            else:
+                total += count(str(part.get("text") or ""))
+    for call in message.get("tool_calls") or []:
+        function = (call.get("function") or {}) if isinstance(call, dict) else {}
+        total += count(str(function.get("name") or ""))
+        total += count(str(function.get("arguments") or ""))
     return total
 
 
@@ -225,3 +236,9 @@ def estimate_messages(messages: list[dict[str, Any]]) -> int:
     """`estimate_tokens` of a request's messages, framed as `count_messages` counts them, an
     image at what the costliest provider counts for one."""
     return _framed(messages, estimate_tokens, IMAGE_TOKENS_BOUND)
+
+
+def estimate_message(message: dict[str, Any]) -> int:
+    """One message's share of `estimate_messages` (the request's reply priming aside): what
+    keeping it in a prompt costs, for fitting a prompt into its budget."""
+    return _framed_message(message, estimate_tokens, IMAGE_TOKENS_BOUND)

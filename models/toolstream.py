@@ -23,6 +23,7 @@ class _Partial:
     id: str = ""
     name: str = ""
     arguments: list[str] = field(default_factory=list)
+    chars: int = 0  # of the arguments so far
 
 
 class ToolCallAssembler:
@@ -47,9 +48,19 @@ class ToolCallAssembler:
             if name and not partial.name:
                 partial.name = name
             if arguments:
-                partial.arguments.append(
-                    arguments if isinstance(arguments, str) else json.dumps(arguments)
-                )
+                piece = arguments if isinstance(arguments, str) else json.dumps(arguments)
+                partial.arguments.append(piece)
+                partial.chars += len(piece)
+
+    @property
+    def started(self) -> int:
+        """Calls begun so far (named or not yet)."""
+        return len(self._calls)
+
+    @property
+    def longest_arguments(self) -> int:
+        """Characters of the longest call's arguments so far."""
+        return max((p.chars for p in self._calls), default=0)
 
     def _find(self, index: Any, call_id: str, *, starts_new: bool) -> _Partial:
         if isinstance(index, int):

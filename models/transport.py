@@ -38,6 +38,7 @@ from models.gateways import Gateway
 from models.policy.attempt_policy import AttemptPolicy, CallPlan, Clock, Sleep, Slot
 from models.policy.pacing import Priority
 from models.types import (
+    AnswerBounds,
     ChatResult,
     Message,
     Outcome,
@@ -177,6 +178,7 @@ class Transport:
         priority: Priority = Priority.CHAT,
         on_spend: SpendCallback | None = None,
         deadline: float | None = None,
+        bounds: AnswerBounds | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
 
@@ -198,11 +200,17 @@ class Transport:
         `max_tokens`) would otherwise hold the turn and keep spending. When it passes, the
         request is closed, what was received is billed (`Spend.ended` "cut") and the stream
         ends with a StreamDone whose `finish_reason` is TIME_LIMIT, holding the text so far.
+
+        `bounds` (`AnswerBounds`) caps the answer's size the same way: text past its characters
+        is neither shown nor kept, and a stream past any bound (text, number of tool calls, one
+        call's arguments) is closed, billed ("cut") and ends with `finish_reason` SIZE_LIMIT,
+        the text up to the bound, and no tool calls.
         """
         call = StreamCall(
             model_id,
             messages,
             deadline=deadline,
+            bounds=bounds,
             tools=tools,
             tool_choice=tool_choice,
             max_tokens=max_tokens,
@@ -234,8 +242,9 @@ class Transport:
 
         An empty transcript is a success (the note may hold no words); a 200 whose body is an
         error object is classified from that body. Cost is the catalog's price per second times
-        the duration the provider reports (Whisper's verbose_json `duration`), else `duration_s`
-        (the caller's best bound: never just what the sender announced).
+        the longer of the duration the provider reports (Whisper's verbose_json `duration`,
+        asked for from Whisper models) and `duration_s` (the caller's bound, measured from the
+        recording's bytes: never just what the sender announced).
 
         `on_spend` hears every attempt the provider may bill as soon as it ends (see `Spend`),
         as for `complete`: the answer; an attempt that timed out (`ended` "failed") and one cut
@@ -365,6 +374,8 @@ class Transport:
                         for text in call.feed(chunk):
                             shown_model = slot.entry.id
                             yield TextDelta(text)
+                        if call.oversize:
+                            break  # past the answer's bounds: closed below, then cut
                 except (asyncio.CancelledError, GeneratorExit):
                     # Cut off by /cancel, a stop of the bot, or a caller that stopped reading:
                     # the provider billed the prompt and what it sent so far.
@@ -384,7 +395,7 @@ class Transport:
                             slot.learn(wire.headers, failure, wire.error_body)
                 finally:
                     await call.close(response)
-                if out_of_time:
+                if out_of_time or call.oversize:
                     # Not the model's failure (no breaker, no fallback): the answer ends here
                     # with what came, and that is billed.
                     text, spent = call.bill_cut(slot)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from models import ModelsError
+
 Message = dict[str, Any]  # OpenAI-format chat message: {"role": ..., "content": ..., ...}
 
 # Why a model was skipped when its gateway has no key: callers tell "not configured" apart
@@ -72,7 +74,7 @@ class Spend:
     model_id: str
     gateway: str
     usage: Usage
-    ended: str  # "success", "failed", "cancelled" or "cut" (the answer's time ran out)
+    ended: str  # "success", "failed", "cancelled" or "cut" (the answer's time or size ran out)
 
 
 SpendCallback = Callable[[Spend], None]
@@ -95,6 +97,22 @@ class Attempt:
 
 # `ChatResult.finish_reason` of a stream ended by its deadline (Transport.stream), not the model.
 TIME_LIMIT = "time_limit"
+# `ChatResult.finish_reason` of a stream cut at its `AnswerBounds` (Transport.stream).
+SIZE_LIMIT = "size_limit"
+
+
+@dataclass(frozen=True)
+class AnswerBounds:
+    """How much of one streamed answer is kept, stored and sent on: characters of text, tool
+    calls, and characters of one call's arguments. Only time bounded an answer before, so a
+    gateway streaming fast could pour megabytes into the chat (thousands of Telegram messages)
+    or into tool calls (stored, and sent back with every later round). Past any bound the
+    request is closed, what came is billed (`Spend.ended` "cut"), and the answer ends with
+    `finish_reason` SIZE_LIMIT: its text up to the bound, none of its tool calls."""
+
+    text_chars: int
+    tool_calls: int
+    tool_argument_chars: int
 
 
 @dataclass
@@ -152,7 +170,7 @@ class StreamDone:
 StreamEvent = TextDelta | StreamRestart | StreamDone
 
 
-class TransportError(Exception):
+class TransportError(ModelsError):
     """Every model tried failed. `attempts` says which failed how (no secrets). What failed
     attempts may still have cost was told to the caller's `on_spend` as each ended."""
 

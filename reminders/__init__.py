@@ -1,5 +1,15 @@
 """Reminders: when one falls due (rules), the book of reminders in the database, the scheduler.
 
-Import direction: `bot → agent → reminders, media → memory → models`; reminders and media do
+Import direction: `bot → agent → web → reminders, media → memory → models`; reminders and media do
 not import each other.
 """
+
+
+class RemindersError(Exception):
+    """Base of the reminders layer's errors: a reminder the model asked for that cannot be
+    stored as asked; str(error) tells the model what to do instead. Each is a ValueError too.
+
+    RemindersError
+    ├── WhenError        reminders/rules.py  a `when` that is not a usable date-time
+    └── ScheduleRefused  reminders/book.py   a reminder refused (in the past, too many, ...)
+    """

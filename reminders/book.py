@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from memory.db import Database
 from memory.store import from_iso, to_iso, utc_now
 from memory.timezones import ChatZone, canonical_zone, chat_zone_of, zone
+from reminders import RemindersError
 from reminders.rules import (
     REPEATS,
     WhenError,
@@ -69,7 +70,7 @@ class ReminderStats:
     in_flight: int
 
 
-class ScheduleRefused(ValueError):
+class ScheduleRefused(RemindersError, ValueError):
     """A reminder that is not stored; str(self) tells the model what to do instead."""
 
 
@@ -93,11 +94,17 @@ def _reminder(row: sqlite3.Row) -> Reminder:
 class ReminderBook:
     """The reminders of every chat in one database."""
 
-    def __init__(self, db: Database, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Callable[[], datetime] = utc_now,
+        *,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         self.db = db
         self.clock = clock
         # Told after a reminder was made or cancelled (the scheduler's wake-up).
-        self.on_change: Callable[[], None] | None = None
+        self.on_change = on_change
 
     def _changed(self) -> None:
         if self.on_change is not None:

@@ -17,13 +17,14 @@ from zoneinfo import ZoneInfo
 from dateutil.rrule import DAILY, FR, MO, MONTHLY, TH, TU, WE, WEEKLY, rrule
 
 from memory.timezones import to_local, to_utc
+from reminders import RemindersError
 
 REPEATS = ("none", "daily", "weekdays", "weekly", "monthly")
 MAX_AHEAD = timedelta(days=366)  # "more than a year ahead" is refused
 LOCAL_FORMAT = "%Y-%m-%dT%H:%M:%S"
 
 
-class WhenError(ValueError):
+class WhenError(RemindersError, ValueError):
     """A `when` the model must correct; str(self) says how."""
 
 

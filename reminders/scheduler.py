@@ -69,6 +69,15 @@ class Failed:
 
 DeliveryOutcome = Delivered | Stopped | RetryLater | Failed
 Deliver = Callable[[Claim, bool], Awaitable[DeliveryOutcome]]
+# How a pass waits: until the wake event is set or `timeout` seconds have passed. A parameter
+# so that a test can see every wait the scheduler asks for and stand in for the time passing.
+Wait = Callable[[asyncio.Event, float], Awaitable[None]]
+
+
+async def wait_for_wake(wake: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
+    """The real wait: the wake event, or `timeout` seconds of the event loop's clock."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wake.wait(), timeout)
 
 
 class ReminderScheduler:
@@ -84,6 +93,7 @@ class ReminderScheduler:
         concurrency: int = 64,
         late_after: timedelta = LATE_AFTER,
         retry_delays: tuple[float, ...] = RETRY_DELAYS_S,
+        wait: Wait = wait_for_wake,
     ) -> None:
         self.book = book
         self.store = store
@@ -92,6 +102,7 @@ class ReminderScheduler:
         self.concurrency = concurrency
         self.late_after = late_after
         self.retry_delays = retry_delays
+        self.wait = wait
         self.started_at: datetime | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -152,8 +163,7 @@ class ReminderScheduler:
             if timeout <= 0 and not started:
                 timeout = IDLE_LOOK_S  # something is due, yet nothing could start: pause
             if timeout > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                await self.wait(self._wake, timeout)
 
     async def _dispatch(self) -> int:
         """Start sends while there is room: retries that are due, then new claims. Returns how

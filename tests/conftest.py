@@ -118,3 +118,14 @@ def one_provider_worker_between_tests() -> Iterator[None]:
         WORKER.workers.remove(extra)
         extra.state = "stopped"
         extra.kill_now()
+
+
+SLOW_TIMEOUT_S = 600  # pyproject's bound is 300 s a test; the slow-marked crash runs get twice
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A slow-marked test (restarts, kill -9, fault runs) gets the longer per-test bound
+    unless it names its own."""
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))

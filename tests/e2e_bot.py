@@ -24,11 +24,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bot.app import build_application, prepare, running
 from bot.config import Settings, load_settings
-from bot.handlers.memory import MEMORY_KEY, MemoryFeature
-from bot.lifecycle import lifecycle_of
-from bot.services import Prepared, Services, services_of
-from bot.wiring import build_application, prepare, running
+from bot.services import MemoryFeature, Prepared, ReminderFeature, Services
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 
@@ -150,6 +148,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+# How long a test waits for the bot by default: a bound for a hang, not a speed requirement.
+# A first turn starts a provider worker (seconds of CPU for litellm's import), and under a
+# loaded machine (the suite under `nice`, other processes busy) 15 s were seen to run out.
+WAIT_S = 60.0
+
+
 @dataclass
 class BotUnderTest(_ProviderShortcuts):
     tg: FakeTelegram
@@ -189,14 +193,20 @@ class BotUnderTest(_ProviderShortcuts):
 
     @property
     def services(self) -> Services:
-        return services_of(self._application)
+        return self._application.bot_data.services
 
     @property
     def memory(self) -> MemoryFeature:
         """The memory feature: its repository and the consolidation worker."""
-        return self._application.bot_data[MEMORY_KEY]
+        return self.services.memory
 
-    async def consolidations_settled(self, chat_id: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+    @property
+    def reminders(self) -> ReminderFeature:
+        """The reminder book and scheduler (a test with a settable clock wakes the scheduler
+        after moving the time: it sleeps by the event loop's clock, not by `clock`)."""
+        return self.services.reminders
+
+    async def consolidations_settled(self, chat_id: int, timeout: float = WAIT_S) -> None:  # noqa: ASYNC109
         """Until the chat has no consolidation job left open and the worker runs none."""
         worker = self.memory.worker
         deadline = time.monotonic() + timeout
@@ -263,20 +273,20 @@ class BotUnderTest(_ProviderShortcuts):
     def texts(self, chat_id: int) -> list[str]:
         return [m.text for m in self.tg.bot_messages(chat_id)]
 
-    async def wait(self, predicate: Callable[[], bool], timeout: float = 15.0) -> None:  # noqa: ASYNC109
+    async def wait(self, predicate: Callable[[], bool], timeout: float = WAIT_S) -> None:  # noqa: ASYNC109
         await self.tg.wait_for(predicate, timeout=timeout)
 
-    async def wait_messages(self, chat_id: int, count: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+    async def wait_messages(self, chat_id: int, count: int, timeout: float = WAIT_S) -> None:  # noqa: ASYNC109
         await self.wait(lambda: len(self.messages(chat_id)) >= count, timeout)
 
-    async def wait_idle(self, chat_id: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+    async def wait_idle(self, chat_id: int, timeout: float = WAIT_S) -> None:  # noqa: ASYNC109
         """Until no turn of this chat runs or waits (its reply is finished)."""
         turns = self.services.turns
         await self.wait(lambda: turns.waiting(chat_id) == 0, timeout)
 
     async def wait_handled(self, update_id: int) -> None:
         """Until the update was fetched (confirmed by a later getUpdates) and none is in work."""
-        tracker = lifecycle_of(self._application).tracker
+        tracker = self.services.lifecycle.tracker
         await self.wait(lambda: confirmed(self.tg, update_id) and tracker.in_progress == 0)
 
     async def ask(self, chat_id: int, text: str, **kwargs: Any) -> list[BotMessage]:
@@ -304,13 +314,16 @@ class BotUnderTest(_ProviderShortcuts):
         from memory.store import to_iso, utc_now
 
         now = to_iso(utc_now())
-        async with self.services.db.transaction() as conn:
-            await conn.execute(
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(chat_id) DO NOTHING",
                 (chat_id, now, now),
             )
-            await write_memory(conn, chat_id, content, over_budget=False, now=now)
+            write_memory(conn, chat_id, content, over_budget=False, now=now)
+
+        await self.services.db.run_in_transaction(write)
 
 
 def real_update(name: str, chat_id: int, user_id: int) -> dict[str, Any]:

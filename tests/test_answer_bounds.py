@@ -1,5 +1,5 @@
-"""One answer is bounded in tokens and in time, and a gateway cannot lower what it is billed
-(issue 17, item 8).
+"""One answer is bounded in tokens, in time and in size, and a gateway cannot lower what it is
+billed (issue 17, item 8; issue 23, item 7).
 
 A gateway that streams forever (or ignores `max_tokens`) keeps the silence guard happy with
 every chunk: without a wall-clock cap it would hold the turn and keep spending past the caps.
@@ -14,13 +14,13 @@ from contextlib import aclosing
 from dataclasses import replace
 from pathlib import Path
 
-from agent.loop import AgentLoop
+from agent.loop import MAX_KEPT_TOOL_CALLS, AgentLoop
 from agent.prompt import reply_reserve
 from models.catalog import Catalog, load_catalog
-from models.types import TIME_LIMIT, Spend, StreamDone, TextDelta, Usage
+from models.types import SIZE_LIMIT, TIME_LIMIT, AnswerBounds, Spend, StreamDone, TextDelta, Usage
 from tests.conftest import make_transport
 from tests.e2e_bot import OWNER, bot_under_test, wait_until
-from tests.fakes.providers import Reply
+from tests.fakes.providers import Reply, ToolCallReply
 
 HI = [{"role": "user", "content": "Tell me everything, and never stop."}]
 # Every chunk different: litellm itself ends a stream that repeats one chunk 100 times.
@@ -53,7 +53,7 @@ async def test_a_stream_that_never_ends_is_cut_at_the_deadline_and_billed(
     assert spend.usage == done.result.usage
     assert spend.usage.completion_tokens >= len(shown) // 8 and spend.usage.cost_usd > 0
     # The request was closed at the provider, and no other model was asked.
-    await wait_until(lambda: fake_openai.streams_cut == 1, "the provider to see the hang-up", 5.0)
+    await wait_until(lambda: fake_openai.streams_cut == 1, "the provider to see the hang-up", 30.0)
     assert [r.model for r in fake_openai.requests] == ["gpt-5"]
     await t.aclose()
 
@@ -115,7 +115,7 @@ async def test_a_reply_that_runs_out_of_time_keeps_its_text_says_so_and_is_bille
         # The request carried the answer's token limit and was closed at the provider.
         [request] = [r for r in bot.openai.requests if r.stream]
         assert request.body.get("max_completion_tokens", request.body.get("max_tokens")) == 1000
-        await bot.wait(lambda: bot.openai.streams_cut == 1, timeout=5.0)
+        await bot.wait(lambda: bot.openai.streams_cut == 1, timeout=30.0)
         # What was shown is the stored answer, and what came is billed (estimated: no usage).
         rows = await bot.rows("SELECT role, content FROM messages ORDER BY id")
         assert [r["role"] for r in rows] == ["user", "assistant"]
@@ -123,3 +123,113 @@ async def test_a_reply_that_runs_out_of_time_keeps_its_text_says_so_and_is_bille
         [usage] = await bot.rows("SELECT model_id, estimated, completion_tokens FROM usage")
         assert (usage["model_id"], usage["estimated"]) == ("gpt-5", 1)
         assert usage["completion_tokens"] >= len(shown) // 8
+
+
+BOUNDS = AnswerBounds(text_chars=500, tool_calls=4, tool_argument_chars=1000)
+
+
+async def stream_all(t, model: str, bounds: AnswerBounds, spends: list[Spend]) -> list[object]:
+    """Every event of one bounded stream (no deadline: only the bounds can end it early)."""
+    stream = t.stream(model, HI, timeout=5, on_spend=spends.append, bounds=bounds)
+    async with aclosing(stream):
+        return [event async for event in stream]
+
+
+async def test_a_stream_that_never_ends_is_cut_at_its_size_bound_and_billed(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    fake_openai.script(
+        "gpt-5", Reply(ENDLESS_TEXT, chunk_chars=64, chunk_delay=0.001, endless=True)
+    )
+    spends: list[Spend] = []
+    events = await stream_all(t, "gpt-5", BOUNDS, spends)
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    shown = "".join(e.text for e in events if isinstance(e, TextDelta))
+    # Exactly the bound is shown and kept; nothing past it reached the caller.
+    assert done.result.finish_reason == SIZE_LIMIT
+    assert shown == done.result.text == (ENDLESS_TEXT * 2)[:500]
+    # Billed once, as cut, for all that came (the chunk that crossed the bound included).
+    [spend] = spends
+    assert (spend.model_id, spend.ended, spend.usage.estimated) == ("gpt-5", "cut", True)
+    assert spend.usage == done.result.usage and spend.usage.completion_tokens >= 500 // 8
+    await wait_until(lambda: fake_openai.streams_cut == 1, "the provider to see the hang-up", 5.0)
+    assert [r.model for r in fake_openai.requests] == ["gpt-5"]  # no fallback: not a failure
+    await t.aclose()
+
+
+async def test_too_many_tool_calls_or_too_long_arguments_cut_the_answer(
+    fake_openai, fake_groq, fake_anthropic
+) -> None:
+    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    many = ToolCallReply(
+        "remember", {"fact": "one"}, also=[("remember", {"fact": f"n{i}"}) for i in range(9)]
+    )
+    huge = ToolCallReply("remember", '{"fact": "' + "x" * 20_000 + '"}', chunk_chars=500)
+    fake_openai.script("gpt-5", many, huge)
+    tools = [{"type": "function", "function": {"name": "remember", "parameters": {}}}]
+    for _ in (many, huge):
+        spends: list[Spend] = []
+        stream = t.stream(
+            "gpt-5", HI, timeout=5, on_spend=spends.append, bounds=BOUNDS, tools=tools
+        )
+        async with aclosing(stream):
+            events = [event async for event in stream]
+        done = events[-1]
+        assert isinstance(done, StreamDone)
+        # No call is kept: a cut answer runs none, stores none, sends none back.
+        assert (done.result.finish_reason, done.result.tool_calls) == (SIZE_LIMIT, [])
+        [spend] = spends
+        assert spend.ended == "cut" and spend.usage.completion_tokens > 0
+    await t.aclose()
+
+
+async def test_a_huge_answer_is_cut_marked_billed_and_sent_as_a_few_messages(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path, MAX_ANSWER_CHARS="5000", MAX_ANSWER_SECONDS="60") as bot:
+        bot.openai.set_default(
+            "*", Reply(ENDLESS_TEXT, chunk_chars=256, chunk_delay=0.001, endless=True)
+        )
+        bot.say(OWNER, "tell me everything")
+        note = "✂️ Cut off: one answer holds at most 5,000 characters and 32 tool calls."
+        await bot.wait(lambda: any(note in text for text in bot.texts(OWNER)), timeout=60)
+        await bot.wait_idle(OWNER)
+        # 5,000 characters fit in two Telegram messages; the mark ends the last.
+        sent = bot.messages(OWNER)
+        assert len(sent) == 2 and len(bot.tg.calls_of("sendMessage")) == 2
+        assert sent[-1].text.endswith(note)
+        shown = "".join(m.text for m in sent).removesuffix(note)
+        assert len(shown.replace("\n", "")) <= 5000
+        await bot.wait(lambda: bot.openai.streams_cut == 1, timeout=5.0)
+        # Stored as shown (the bound), and what came is billed.
+        rows = await bot.rows("SELECT role, content FROM messages ORDER BY id")
+        assert [r["role"] for r in rows] == ["user", "assistant"]
+        assert len(rows[1]["content"]) == 5000
+        [usage] = await bot.rows("SELECT model_id, purpose, completion_tokens FROM usage")
+        assert (usage["model_id"], usage["purpose"]) == ("gpt-5", "chat")
+        assert usage["completion_tokens"] >= 5000 // 8
+
+
+async def test_an_answer_with_too_many_tool_calls_runs_and_keeps_none(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        calls = [("remember", {"fact": f"Likes colour number {i}"}) for i in range(40)]
+        bot.openai.script(
+            "gpt-5", ToolCallReply("remember", {"fact": "Likes tea"}, text="Noting.", also=calls)
+        )
+        bot.say(OWNER, "remember all of this")
+        note = "✂️ Cut off: one answer holds at most 32,000 characters and 32 tool calls."
+        await bot.wait(lambda: any(note in text for text in bot.texts(OWNER)), timeout=60)
+        await bot.wait_idle(OWNER)
+        # Nothing of the 41 calls ran, was stored, or was sent on: one request, no memory.
+        assert len([r for r in bot.openai.requests if r.stream]) == 1
+        assert await bot.rows("SELECT content FROM long_term_memory WHERE content != ''") == []
+        rows = await bot.rows("SELECT role, content FROM messages ORDER BY id")
+        assert [(r["role"], r["content"]) for r in rows] == [
+            ("user", "remember all of this"),
+            ("assistant", "Noting."),
+        ]
+        [usage] = await bot.rows("SELECT purpose FROM usage")
+        assert usage["purpose"] == "chat"
+        assert MAX_KEPT_TOOL_CALLS < 41

@@ -2,7 +2,7 @@
 
 Every `import` counts: at the top, inside functions, and under `if TYPE_CHECKING:` — a cycle
 that only type checkers follow is still a cycle a reader has to untangle, and a lazy import is
-how the last ones were hidden. The layers are `bot → agent → reminders, media → memory →
+how the last ones were hidden. The layers are `bot → agent → web → reminders, media → memory →
 models`: a module may import its own layer and the ones below, never above; reminders and media
 share one rank and do not import each other; Telegram stays in `bot/`.
 """
@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RANKS: tuple[tuple[str, ...], ...] = (
     ("bot",),
     ("agent",),
+    ("web",),
     ("reminders", "media"),
     ("memory",),
     ("models",),
@@ -240,7 +241,7 @@ def test_no_module_of_the_bot_process_imports_litellm_anywhere() -> None:
     reach: a lazy import on a path no test runs is found too."""
     modules = our_modules()
     reached = bot_process_modules(modules)
-    assert {"bot.wiring", "agent.loop", "models.transport", "models.worker.pool"} <= reached
+    assert {"bot.app", "agent.loop", "models.transport", "models.worker.pool"} <= reached
     assert "models.worker.child" not in reached
     assert worker_imports_in_the_bot(modules) == []
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli.backup import BackupError, backup_database
-from memory.db import Database, run_sync
+from memory.db import Database
 from memory.store import Store
 from models.types import Usage
 
@@ -39,15 +39,18 @@ async def _turn(store: Store, chat_id: int, user_text: str, reply: str) -> None:
     """One chat turn written like the bot does: two messages and a usage row, one transaction."""
     now = store.now()
     session_id = await store.active_session(chat_id)
-    async with store.db.transaction() as conn:
+
+    def write(conn: sqlite3.Connection) -> None:
         for role, content in (("user", user_text), ("assistant", reply)):
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
                 "VALUES (?, ?, ?, ?, ?)",
                 (session_id, chat_id, role, content, now),
             )
         usage = Usage(10, 5, 0.001)
-        await run_sync(conn, store.insert_usage, chat_id, chat_id, "gpt-5", "chat", usage, now)
+        store.insert_usage(conn, chat_id, chat_id, "gpt-5", "chat", usage, now)
+
+    await store.db.run_in_transaction(write)
 
 
 def _check_copy(path: Path) -> tuple[int, int]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.app import available_models, build_gateways
 from bot.config import load_settings
-from bot.wiring import available_models, build_gateways
 from models.catalog import DEFAULT_ENTRIES, Catalog, CatalogError, ModelEntry, load_catalog
 
 
@@ -199,8 +199,8 @@ def test_media_catalog_mistakes_stop_start_up(
 
 
 def test_transcription_model_setting_must_name_a_transcription_model() -> None:
+    from bot.app import prepare
     from bot.config import ConfigError
-    from bot.wiring import prepare
 
     base = {"TELEGRAM_BOT_TOKEN": "1:x", "OPENAI_API_KEY": "sk-x"}
     with pytest.raises(ConfigError, match="TRANSCRIPTION_MODEL: 'gpt-5' is not a transcription"):

@@ -7,6 +7,7 @@ tests/test_e2e_chat_migration.py."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -102,10 +103,13 @@ async def test_when_the_new_id_was_used_first_both_are_kept_and_its_own_settings
     assert await book.set_chat_zone(NEW, "Asia/Tokyo") == "Asia/Tokyo"
     await store.add_message(NEW, "user", "the supergroup's first words", user_id=7)
     new_session = await store.active_session(NEW)
-    async with db.transaction() as conn:
-        await write_memory(conn, OLD, "- meets on Fridays\n- likes tea", over_budget=False,
+
+    def write(conn: sqlite3.Connection) -> None:
+        write_memory(conn, OLD, "- meets on Fridays\n- likes tea", over_budget=False,
                            now=now)  # fmt: skip
-        await write_memory(conn, NEW, "- likes tea\n- room 4B", over_budget=False, now=now)
+        write_memory(conn, NEW, "- likes tea\n- room 4B", over_budget=False, now=now)
+
+    await db.run_in_transaction(write)
 
     moved = await move_chat(db, OLD, NEW, now)
 
@@ -138,6 +142,51 @@ async def test_when_the_new_id_was_used_first_both_are_kept_and_its_own_settings
     ]
     assert [r.text for r in await book.pending(NEW)] == ["book the room"]
     assert (await book.get(NEW, reminder.id)) is not None
+
+
+async def test_a_merge_drops_the_old_chats_pending_memory_edits_and_keeps_the_new_ones(
+    db: Database,
+) -> None:
+    """Both chats have tool edits kept for a consolidation's replay (remember / forget while
+    one ran). The merged memory's version moves past both, so a consolidation of either runs
+    again from it: the old chat's edits would only replay its facts a second time into the
+    joined memory (and hold words a user may have asked to forget). They go; the new chat's
+    stay, under its own versions."""
+    now = to_iso(utc_now())
+    edits = [
+        (OLD, 2, "remember", "meets on Fridays", '["- meets on Fridays"]', now),
+        (OLD, 3, "remember", "parks in B2", '["- parks in B2"]', now),
+        (NEW, 1, "remember", "room 4B", '["- room 4B"]', now),
+    ]
+
+    def write(conn: sqlite3.Connection) -> tuple[int, int]:
+        conn.executemany(
+            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?)",
+            [(OLD, now, now), (NEW, now, now)],
+        )
+        for content in ("- likes tea", "- likes tea\n- meets on Fridays",
+                        "- likes tea\n- meets on Fridays\n- parks in B2"):  # fmt: skip
+            old_version = write_memory(conn, OLD, content, over_budget=False, now=now)
+        new_version = write_memory(conn, NEW, "- room 4B", over_budget=False, now=now)
+        conn.executemany(
+            "INSERT INTO memory_edits(chat_id, version, kind, fact, lines, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            edits,
+        )
+        return old_version, new_version
+
+    assert await db.run_in_transaction(write) == (3, 1)
+
+    moved = await move_chat(db, OLD, NEW, now)
+
+    assert moved.merged
+    [memory] = await db.fetchall("SELECT content, version FROM long_term_memory")
+    assert dict(memory) == {
+        "content": "- likes tea\n- meets on Fridays\n- parks in B2\n- room 4B",
+        "version": 4,  # past both (3 and 1)
+    }
+    kept = await db.fetchall("SELECT chat_id, version, fact FROM memory_edits ORDER BY id")
+    assert [tuple(e) for e in kept] == [(NEW, 1, "room 4B")]
 
 
 class AskedTransport(ScriptedTransport):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 from agent.tools.memory import ChatTools, format_hits
@@ -211,14 +212,17 @@ async def test_recall_ranks_history_and_unconsolidated_messages_on_one_scale(
         sessions = oasst_conversations(("zh", "ja", "ko", "de"), limit=6)
         now = "2026-03-01T09:00:00.000Z"
         *consolidated, pending = sessions
-        async with stack.db.transaction() as conn:
+
+        def write(conn: sqlite3.Connection) -> None:
             for i, session in enumerate(consolidated):
-                await conn.execute(
+                conn.execute(
                     "INSERT INTO history_entries(chat_id, session_id, entry, model_id, "
                     "first_message_at, created_at) VALUES (?, ?, ?, 'm', ?, ?)",
                     (CHAT, i + 1, " ".join(m.content for m in session)[:600],
                      session[0].at.isoformat(), now),
                 )  # fmt: skip
+
+        await stack.db.run_in_transaction(write)
         stored = [
             await stack.store.add_message(CHAT, m.role, m.content, user_id=CHAT) for m in pending
         ]

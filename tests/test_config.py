@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.app import build_gateways, prepare, resolve_default_model, secrets_of
 from bot.config import GIB, ConfigError, Settings, load_settings, provider_workers
-from bot.wiring import build_gateways, prepare, resolve_default_model, secrets_of
 from models.catalog import load_catalog
 
 TOKEN = "123456:TEST-TOKEN"
@@ -81,6 +81,17 @@ def test_unknown_setting_in_env_file_is_named(tmp_path: Path) -> None:
     assert message.startswith("OPENAI_APIKEY:")
     assert "unknown setting" in message
     assert "sk-typo" not in message
+
+
+def test_a_setting_that_became_a_constant_is_named_with_its_value(tmp_path: Path) -> None:
+    """An upgraded bot whose .env still sets a retired setting is told which, and what it is
+    fixed at, instead of "unknown setting" (a typo's message)."""
+    (tmp_path / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN}\nPROVIDER_WORKER_HEARTBEAT_S=9\n")
+    message = _error()
+    assert message == (
+        "PROVIDER_WORKER_HEARTBEAT_S: no longer a setting, fixed at 5 s "
+        "(models/worker/pool.py WorkerSettings); remove it"
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,8 @@ chain, nothing is lost, and the log names the model that failed and how."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from tests.consolidation_stack import (
     good_call,
     open_stack,
 )
+from tests.e2e_bot import wait_until
 from tests.fakes.providers import Fault, Reply, Step, ToolCallReply
 
 
@@ -108,11 +111,12 @@ TASK_FAILURES: dict[str, tuple[Step, set[str]]] = {
 async def test_failure_on_the_head_model_is_saved_by_the_next(stack: Stack, name: str) -> None:
     step, outcomes = HTTP_FAULTS.get(name) or TASK_FAILURES[name]
     stack.groq.set_default(WIRE[HEAD], step)
-    async with stack.db.transaction() as conn:  # memory exists, so an empty update is invalid
-        await conn.execute(
-            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')"
-        )
-        await write_memory(conn, 1, "- Name: Rina", over_budget=False, now=to_iso(stack.clock()))
+
+    def write(conn: sqlite3.Connection) -> None:  # memory exists, so an empty update is invalid
+        conn.execute("INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')")
+        write_memory(conn, 1, "- Name: Rina", over_budget=False, now=to_iso(stack.clock()))
+
+    await stack.db.run_in_transaction(write)
 
     logs, saved_by = await consolidate_once(stack)
 
@@ -325,3 +329,38 @@ async def test_time_spent_waiting_behind_chat_is_not_the_models_timeout(tmp_path
         assert stack.openai.rate_limited == 0
     finally:
         await stack.close()
+
+
+async def test_a_consolidation_stopped_while_the_provider_holds_its_request_is_billed_once(
+    stack: Stack,
+) -> None:
+    """The worker stops (its grace over) while the head model holds the request: the provider
+    had the prompt and may bill it, so the cut-off request is in the ledger, once, as the
+    transport estimated it; the job is left to resume and its messages stay."""
+    stack.groq.set_default(WIRE[HEAD], Fault("hang"))
+    ids, job_id = await closed_session(stack, 9)
+    run = asyncio.create_task(stack.worker.run_due())
+    await wait_until(lambda: bool(stack.requests_for(HEAD)), "the request to reach the provider")
+    await stack.worker.stop(grace=0)
+    run.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await run
+    rows = await stack.db.fetchall(
+        "SELECT chat_id, user_id, model_id, prompt_tokens, completion_tokens, cost_usd, "
+        "estimated FROM usage WHERE purpose = 'consolidation'"
+    )
+    assert [dict(r) for r in rows] == [
+        {
+            "chat_id": 9,
+            "user_id": 9,
+            "model_id": HEAD,
+            "prompt_tokens": rows[0]["prompt_tokens"],
+            "completion_tokens": 0,
+            "cost_usd": pytest.approx(rows[0]["prompt_tokens"] * 0.59 / 1e6),
+            "estimated": 1,
+        }
+    ]
+    assert rows[0]["prompt_tokens"] > 100  # the whole prompt as sent, counted
+    assert len(await stack.store.messages_by_ids(ids)) == 4
+    job = await stack.queue.get(job_id)
+    assert job is not None and job.state == "running"  # reset to pending at the next start

@@ -3,6 +3,7 @@ lenient history-entry date, and the prompt framing memory and transcript as data
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -135,8 +136,10 @@ async def test_an_update_over_budget_is_refused_never_cut_and_an_old_one_is_comp
 
     # A memory already over the budget (MEMORY_MAX_CHARS was lowered) that the model does not
     # grow is kept and flagged, and the next run is asked to compress it.
-    async with db.transaction() as conn:
-        await write_memory(conn, 1, long_memory.strip(), over_budget=True, now=to_iso(clock()))
+    def write(conn: sqlite3.Connection) -> None:
+        write_memory(conn, 1, long_memory.strip(), over_budget=True, now=to_iso(clock()))
+
+    await db.run_in_transaction(write)
     clock.advance(3600)
     transport.responder = lambda m, msgs: save_call("[2026-03-01 09:00] a", long_memory)
     await worker.run_due()
@@ -188,11 +191,12 @@ async def test_a_commit_counts_the_lines_it_added_and_removed_for_the_next_reply
 ) -> None:
     db = await Database.open(tmp_path / "n.sqlite3")
     clock = SettableClock()
-    async with db.transaction() as conn:
-        await conn.execute(
-            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')"
-        )
-        await write_memory(conn, 1, "- Name: Rina\n- Smokes", over_budget=False, now="x")
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')")
+        write_memory(conn, 1, "- Name: Rina\n- Smokes", over_budget=False, now="x")
+
+    await db.run_in_transaction(write)
     update = "- name: rina.\n- Moving billing to PostgreSQL\n- Lives in Porto"
     transport = ScriptedTransport(lambda m, msgs: save_call("[2026-03-01 09:00] a", update))
     store, worker = make_worker(db, clock, transport)
@@ -224,3 +228,28 @@ async def test_a_commit_counts_the_lines_it_added_and_removed_for_the_next_reply
     await forget_chat(db, 1, "y")
     assert await notice() is None
     await db.close()
+
+
+async def test_a_history_entry_of_any_size_is_refused_and_the_next_model_asked(
+    tmp_path: Path,
+) -> None:
+    db, chunks = await one_chunk(tmp_path)
+    poured = "[2026-03-01 09:00] " + "They talked. " * 20_000  # 260,000 characters
+
+    def respond(model_id: str, messages: list[Message]) -> ChatResult:
+        if model_id == CHAIN[0]:
+            return save_call(poured, "- y")
+        return save_call("[2026-03-01 09:00] They talked about keys.", "- y")
+
+    result = await consolidator(ScriptedTransport(respond)).consolidate(
+        LongTermMemory(1), chunks[0]
+    )
+    await db.close()
+    assert (result.model_id, result.history_entry) == (
+        CHAIN[1],
+        "[2026-03-01 09:00] They talked about keys.",
+    )
+    assert [(a.model_id, a.outcome) for a in result.attempts] == [
+        (CHAIN[0], "history_too_long"),
+        (CHAIN[1], "saved"),
+    ]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import re
 
-from agent.prompt import Framing, build_prompt, prompt_message, reply_reserve
+from agent.prompt import NOTE_TOKENS, Framing, build_prompt, prompt_message, reply_reserve
 from memory.store import StoredMessage
-from models.tokens import IMAGE_TOKENS_BOUND, estimate_tokens
+from models.tokens import IMAGE_TOKENS_BOUND, estimate_messages, estimate_tokens
 from models.types import ToolCall
 from tests.e2e_bot import TESTDATA
 from tests.memory_sessions import claude_code_session, oasst_multilingual
@@ -130,6 +130,22 @@ def test_a_prompt_that_fits_is_whole_and_has_no_note() -> None:
     prompt = build_prompt(session, "", context_window=128_000)
     assert prompt.omitted == 0 and len(prompt.messages) == 4
     assert "not shown" not in prompt.messages[0]["content"]
+
+
+def test_the_budget_counts_a_prompt_as_the_pacing_counts_the_request() -> None:
+    """One framing for counting: what the prompt builder spends on the real agent transcript
+    (tool calls, results, the system prompt) is, besides its fixed note, exactly what
+    `estimate_messages` (the request's pacing, the bill's estimate) counts for the same
+    messages."""
+    real = claude_code_session(limit=40)
+    session = [
+        stored(i + 1, m.role, m.content, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id)
+        for i, m in enumerate(real)
+    ]
+    prompt = build_prompt(session, "- Name: Rina", context_window=10**9)
+    assert prompt.omitted == 0
+    assert any(m.get("tool_calls") for m in prompt.messages)
+    assert prompt.estimated_tokens == NOTE_TOKENS + estimate_messages(prompt.messages)
 
 
 def test_results_without_their_call_and_calls_without_results_are_dropped() -> None:

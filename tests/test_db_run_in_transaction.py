@@ -1,7 +1,7 @@
-"""`Database.run_in_transaction`: a write as ONE call on the writer's thread, with the same
-semantics as `transaction()` — rolled back on an error in the body or in the COMMIT, and a
-caller cancelled meanwhile (/cancel, /new, shutdown) gets the result of a write that landed
-(the cancellation then lands at its next await) or the cancellation if nothing was written.
+"""`Database.run_in_transaction`: a write as ONE call on the writer's thread — rolled back on an
+error in the body or in the COMMIT, and a caller cancelled meanwhile (/cancel, /new, shutdown)
+gets the result of a write that landed (the cancellation then lands at its next await) or the
+cancellation if nothing was written.
 
 The body is held on the writer's thread by a threading.Event, so the cancellation is known to
 arrive while the write is running there, not before or after it.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.db import Database, run_sync
+from memory.db import Database
 from memory.store import Store
 
 NOW = "2026-01-01T00:00:00Z"
@@ -214,7 +214,7 @@ async def test_writes_queued_together_share_one_commit(db: Database) -> None:
     # Group commit: one COMMIT (one fsync of the WAL) for the writes that waited together.
     statements: list[str] = []
     # Traced on the writer's own sqlite3 connection, on its thread.
-    await run_sync(db._conn, lambda conn: conn.set_trace_callback(statements.append))
+    await db._conn._execute(db._conn._conn.set_trace_callback, statements.append)
     first, started, release = _held(lambda conn: _add_chat(conn, 0))
     holder = asyncio.create_task(db.run_in_transaction(first))
     assert await asyncio.to_thread(started.wait, 30)
@@ -226,7 +226,7 @@ async def test_writes_queued_together_share_one_commit(db: Database) -> None:
     release.set()
     await holder
     await asyncio.gather(*queued)
-    await run_sync(db._conn, lambda conn: conn.set_trace_callback(None))
+    await db._conn._execute(db._conn._conn.set_trace_callback, None)
 
     assert await _chats(db) == list(range(51))
     assert statements.count("COMMIT") == 2  # the first write alone, then the fifty together

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+from typing import Any
 
 import pytest
 
@@ -163,6 +165,47 @@ async def test_a_pdf_bomb_is_stopped_at_the_timeout_while_the_loop_runs() -> Non
     assert caught.value.reason == "too_complex"
     assert ticks > 10  # the loop kept running while the child worked
     assert set(_children()) <= before  # killed and reaped: no child (or zombie) left
+
+
+async def test_a_reader_that_blocks_without_cpu_is_killed_at_the_wall_clock_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A child that sleeps (a stuck read, a lock) uses no CPU, so RLIMIT_CPU never ends it:
+    only the wall-clock timeout does. It is answered as too complex, and the child is killed
+    and reaped (its pid gone), not left sleeping beside the bot."""
+    monkeypatch.setattr(media.document_reader, "_BOOT", _SLEEP)
+    started: list[asyncio.subprocess.Process] = []
+    spawn = asyncio.create_subprocess_exec
+
+    async def watched(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        process = await spawn(*args, **kwargs)
+        started.append(process)
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", watched)
+    try:
+        with pytest.raises(DocumentError) as caught:
+            await asyncio.wait_for(
+                read_document(
+                    b"hello", file_name="a.txt", mime_type=None, token_budget=100, timeout=1
+                ),
+                20,  # the test's own bound: a reader without a time limit fails here
+            )
+        assert caught.value.reason == "too_complex"
+        [child] = started
+        assert child.returncode == -signal.SIGKILL
+        assert child.pid not in _children()  # reaped: not even a zombie
+        with pytest.raises(ProcessLookupError):
+            os.kill(child.pid, 0)
+    finally:
+        for process in started:  # a broken reader must not leave its child behind the test
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+# Stands in for a child that blocks without using CPU.
+_SLEEP = "import sys, time; sys.stdin.buffer.read(); time.sleep(3600)"
 
 
 async def test_a_child_reads_a_real_pdf_like_the_function_does() -> None:

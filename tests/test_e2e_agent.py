@@ -29,9 +29,11 @@ from tests.memory_sessions import (
 CHAT = OWNER
 
 
-# The chat tools as offered, in order: memory tools, then reminders.
+# The chat tools as offered, in order: memory tools, reminders, then web_read (on by default;
+# web_search only with WEB_SEARCH_URL).
 CHAT_TOOL_ORDER = [
-    "recall", "remember", "forget_fact", "schedule_reminder", "list_reminders", "cancel_reminder"
+    "recall", "remember", "forget_fact", "schedule_reminder", "list_reminders", "cancel_reminder",
+    "web_read",
 ]  # fmt: skip
 
 
@@ -384,7 +386,7 @@ async def test_cancel_in_the_middle_of_the_loop_keeps_the_round_and_what_was_sho
         await bot.wait_idle(CHAT)
         await bot.wait(lambda: len(openai_chat(bot)) == 2)
         # The second round's request was stopped at the provider, not left streaming.
-        await bot.wait(lambda: bot.openai.streams_cut == 1, timeout=5.0)
+        await bot.wait(lambda: bot.openai.streams_cut == 1, timeout=30.0)
         rows = await bot.rows("SELECT role, content, tool_calls FROM messages ORDER BY id")
         assert [r["role"] for r in rows] == ["user", "assistant", "tool", "assistant"]
         assert json.loads(rows[1]["tool_calls"])[0]["name"] == "recall"

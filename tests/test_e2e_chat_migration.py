@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -21,12 +21,15 @@ import structlog
 from tests.e2e_bot import TESTDATA, BotUnderTest, bot_under_test
 from tests.fakes.providers import Reply
 from tests.fakes.telegram import BotMessage
+from tests.memory_sessions import SettableClock
 from tests.test_e2e_reminders import (
     WrittenWhen,
+    fall_due,
+    in_an_hour,
     local_when,
     marked,
     reminder_call,
-    schedule_soon,
+    schedule,
     wait_until_async,
 )
 
@@ -166,13 +169,17 @@ async def test_a_reminder_that_meets_chat_migrated_is_sent_to_the_supergroup(
 ) -> None:
     """Before: `reminder_chat_migrated` was logged and the reminder given up."""
     old, new = -216055857, -1001113717682
-    async with bot_under_test(tmp_path) as bot:
+    clock = SettableClock(datetime.now(UTC))
+    utc = ZoneInfo("UTC")
+    async with bot_under_test(tmp_path, clock=clock) as bot:
         in_group = {"chat_type": "group"}
         await bot.ask(old, "/timezone UTC", **in_group)
-        schedule_soon(bot, 3, ZoneInfo("UTC"), "water the office plants")
+        due = in_an_hour(clock, utc)
+        schedule(bot, due, "water the office plants")
         await bot.ask(old, "@mnemo_test_bot remind us to water the office plants", **in_group)
         # Upgraded without the bot hearing of it (the service messages were lost).
         bot.tg.migrated_chats[old] = new
+        fall_due(bot, clock, due, utc)
         await bot.wait(lambda: bool(fired(bot, new, "water the office plants")), timeout=30)
         await marked(bot)
         refused = [c for c in bot.tg.calls_of("sendMessage")
@@ -193,26 +200,31 @@ async def test_a_reminder_set_in_a_forum_topic_fires_there_or_in_the_chat_once_i
     """Before: every reminder went to the forum's General, whatever topic it was set in."""
     forum = -1001555296434
     in_topic = {"chat_type": "supergroup"}
-    async with bot_under_test(tmp_path) as bot:
+    clock = SettableClock(datetime.now(UTC))
+    utc = ZoneInfo("UTC")
+    async with bot_under_test(tmp_path, clock=clock) as bot:
         bot.tg.forum_topics[forum] = {7, 9}
         await bot.ask(forum, "/timezone UTC", topic_id=7, **in_topic)
-        schedule_soon(bot, 2, ZoneInfo("UTC"), "standup in here")
+        standup = in_an_hour(clock, utc)
+        schedule(bot, standup, "standup in here")
         await bot.ask(forum, "@mnemo_test_bot remind us", topic_id=7, **in_topic)
+        fall_due(bot, clock, standup, utc)
         await bot.wait(lambda: bool(fired(bot, forum, "standup in here")), timeout=30)
         [standup] = fired(bot, forum, "standup in here")
         assert standup.message_thread_id == 7
         [row] = await bot.rows("SELECT topic_id FROM reminders")
         assert row["topic_id"] == 7
 
-        # Each topic goes as its reminder's turn ends: no other turn can outlast the seconds
-        # a reminder was given and let it fire in its topic first.
+        # Both topics go before the clock reaches the two reminders.
         with structlog.testing.capture_logs() as logs:
-            schedule_soon(bot, 3, ZoneInfo("UTC"), "topic 9 thing")
+            schedule(bot, in_an_hour(clock, utc), "topic 9 thing")
             await bot.ask(forum, "@mnemo_test_bot remind us", topic_id=9, **in_topic)
-            bot.tg.forum_topics[forum] = {7}  # topic 9 deleted
-            schedule_soon(bot, 3, ZoneInfo("UTC"), "closed topic thing")
+            last = in_an_hour(clock, utc)
+            schedule(bot, last, "closed topic thing")
             await bot.ask(forum, "@mnemo_test_bot remind us too", topic_id=7, **in_topic)
+            bot.tg.forum_topics[forum] = {7}  # topic 9 deleted
             bot.tg.closed_topics.add((forum, 7))  # topic 7 closed
+            fall_due(bot, clock, last, utc)
             await bot.wait(
                 lambda: (
                     bool(fired(bot, forum, "topic 9 thing"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import sqlite3
 import time
 import unicodedata
 from pathlib import Path
@@ -21,6 +22,7 @@ from telegram.ext import ContextTypes, MessageHandler, filters
 from bot.ui.i18n import t
 from tests.conftest import FakeClock
 from tests.e2e_bot import FRIEND, OWNER, STRANGER, TESTDATA, BotUnderTest, bot_under_test
+from tests.fakes.providers import Reply
 
 GROUP = -100777000
 IN_GROUP = {"chat_type": "supergroup"}
@@ -130,8 +132,11 @@ async def _full_disk(bot: BotUnderTest) -> None:
     """No page may be added to the database file: the next large write fails (SQLITE_FULL).
     Set on the writer connection (reads have their own connections, which never write)."""
     [row] = await bot.rows("PRAGMA page_count")
-    async with bot.services.db.transaction() as conn:
-        await conn.execute(f"PRAGMA max_page_count = {int(row['page_count'])}")
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA max_page_count = {int(row['page_count'])}")
+
+    await bot.services.db.run_in_transaction(write)
 
 
 async def test_error_reply_claims_the_message_saved_only_when_it_was(tmp_path: Path) -> None:
@@ -157,6 +162,29 @@ async def test_error_reply_claims_the_message_saved_only_when_it_was(tmp_path: P
         assert bot.texts(OWNER) == ["echo: remember this", t("internal_error")]
         stored = await bot.rows("SELECT content FROM messages WHERE role = 'user'")
         assert [r["content"] for r in stored] == ["remember this"]
+
+
+async def test_a_turn_that_breaks_after_storing_says_the_message_is_saved(
+    tmp_path: Path,
+) -> None:
+    """The turn raises MessageSavedError when it broke after storing the question: here the
+    answer needs more pages than the database file may grow by, the question did not."""
+    async with bot_under_test(tmp_path) as bot:
+        await bot.ask(OWNER, "warm up")
+        [row] = await bot.rows("PRAGMA page_count")
+
+        def cap(conn: sqlite3.Connection) -> None:
+            conn.execute(f"PRAGMA max_page_count = {int(row['page_count']) + 4}")
+
+        await bot.services.db.run_in_transaction(cap)
+        bot.openai.script("*", Reply("A long answer. " * 4000, chunk_chars=4000))
+        bot.say(OWNER, "hi")
+        await bot.wait(
+            lambda: bot.texts(OWNER)[-1] in (t("internal_error"), t("internal_error_unsaved"))
+        )
+        assert bot.texts(OWNER)[-1] == t("internal_error")
+        stored = await bot.rows("SELECT role, content FROM messages ORDER BY id")
+        assert [(r["role"], r["content"]) for r in stored][-1] == ("user", "hi")
 
 
 # --- item 11: bad input gets a clear answer, and the bot stays up --------------------------------
@@ -247,9 +275,9 @@ async def test_a_refused_reply_is_logged_and_the_user_told(tmp_path: Path) -> No
 
 
 async def test_a_long_group_message_is_answered_whole(tmp_path: Path) -> None:
-    from tests.test_joiner import TELEGRAM_MESSAGE_LIMIT, _long_real_text, client_split
+    from tests.test_joiner import TELEGRAM_TEXT_LIMIT, _long_real_text, client_split
 
-    original = _long_real_text("en", 2 * TELEGRAM_MESSAGE_LIMIT + 500)
+    original = _long_real_text("en", 2 * TELEGRAM_TEXT_LIMIT + 500)
     # Only the first part carries the mention: the client cut the message the user wrote.
     parts = client_split("@mnemo_test_bot " + original, keep_space=True)
     assert len(parts) >= 3 and "@mnemo_test_bot" not in "".join(parts[1:])
@@ -269,9 +297,9 @@ async def test_a_long_group_message_is_answered_whole(tmp_path: Path) -> None:
 
 async def test_a_flood_of_full_parts_is_stopped_at_the_cap(tmp_path: Path) -> None:
     from bot.turns.joiner import MAX_SPLIT_PARTS
-    from tests.test_joiner import TELEGRAM_MESSAGE_LIMIT, _long_real_text, client_split
+    from tests.test_joiner import TELEGRAM_TEXT_LIMIT, _long_real_text, client_split
 
-    text = _long_real_text("en", (MAX_SPLIT_PARTS + 4) * TELEGRAM_MESSAGE_LIMIT)
+    text = _long_real_text("en", (MAX_SPLIT_PARTS + 4) * TELEGRAM_TEXT_LIMIT)
     parts = client_split(text, keep_space=True)[: MAX_SPLIT_PARTS + 3]
     # A window long enough that only the caps can end the group during the test.
     settings = {"SPLIT_MESSAGE_WINDOW": 60, "MAX_INPUT_CHARS": 1_000_000}

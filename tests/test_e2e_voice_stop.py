@@ -235,3 +235,74 @@ async def test_a_document_being_read_when_the_bot_stops_is_read_again_at_the_nex
         await bot.stop()
         assert len(tg.downloads) == 2
         assert query(db_path, "SELECT update_id FROM held_updates") == []
+
+
+async def test_a_stop_after_the_transcript_came_back_never_transcribes_the_note_again(
+    tmp_path: Path,
+) -> None:
+    """The provider answered (and billed); the stop cuts in while the transcript is being shown
+    (Telegram holds that message). The transcript was kept with the note's row the moment it
+    came back: the next start answers from it, with no second upload and no second bill."""
+    db_path = tmp_path / "bot.sqlite3"
+    async with FakeServers() as fakes:
+        tg, groq = fakes.tg, fakes.groq
+        settings = fake_settings(
+            fakes, ALLOWED_USER_IDS=str(OWNER), DATABASE_PATH=db_path, SHUTDOWN_GRACE_SECONDS=0.2
+        )
+        groq.hears(VOICE, SPOKEN)
+        tg.hold("sendMessage")  # the transcript's message: the first the bot sends
+
+        # Run 1: transcribed, then stopped while the transcript is on its way to the chat.
+        bot = Served(settings)
+        update_id = push_voice_note(tg)
+        await tg.wait_for(lambda: bool(tg.calls_of("sendMessage")), timeout=60)
+        assert len(groq.transcription_requests()) == 1
+        await bot.stop()
+        await tg.wait_for(lambda: tg.holds_cut == 1, timeout=30)
+        assert [r[0] for r in query(db_path, "SELECT update_id FROM held_updates")] == [update_id]
+        [(state, transcript)] = query(db_path, "SELECT state, transcript FROM media_inbox")
+        assert (state, transcript) == ("pending", SPOKEN)
+
+        # Run 2: the held note is answered from the kept transcript.
+        bot = Served(settings)
+        await tg.wait_for(
+            lambda: any(m.text == f"echo: {SPOKEN}" for m in tg.bot_messages(OWNER)), timeout=60
+        )
+        await bot.stop()
+        assert len(groq.transcription_requests()) == 1  # uploaded once, in run 1
+        rows = query(db_path, "SELECT model_id FROM usage WHERE purpose = 'transcription'")
+        assert [r[0] for r in rows] == [WHISPER]  # billed once
+        assert [tuple(r) for r in query(db_path, "SELECT state FROM media_inbox")] == [("done",)]
+        [(content,)] = query(db_path, "SELECT content FROM messages WHERE role = 'user'")
+        assert content == SPOKEN
+
+
+async def test_a_cancel_after_the_transcript_came_back_retries_from_the_kept_words(
+    tmp_path: Path,
+) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        bot.groq.hears(VOICE, SPOKEN)
+        bot.tg.hold("sendMessage")  # the transcript's message: the /cancel cuts in there
+        bot.send_media(OWNER, bot.voice(VOICE, duration=3))
+        await bot.wait(lambda: bool(bot.tg.calls_of("sendMessage")), timeout=60)
+        assert len(bot.transcription_requests()) == 1
+        bot.say(OWNER, "/cancel")
+        stopped = t("transcription_cancelled")
+        await bot.wait(lambda: stopped in bot.texts(OWNER))
+        await bot.wait(lambda: bot.tg.holds_cut == 1)
+        [inbox] = await bot.rows("SELECT id, state, transcript FROM media_inbox")
+        assert (inbox["state"], inbox["transcript"]) == ("failed", SPOKEN)
+
+        # Retry answers from the kept words: no second upload, no second bill.
+        [note] = [m for m in bot.messages(OWNER) if m.text == stopped]
+        [[button]] = note.reply_markup["inline_keyboard"]  # type: ignore[index]
+        bot.tg.push(
+            bot.tg.make_callback_update(
+                OWNER, OWNER, button["callback_data"], message_id=note.message_id
+            )
+        )
+        await bot.wait(lambda: answered(bot, OWNER, f"echo: {SPOKEN}"))
+        assert len(bot.transcription_requests()) == 1
+        rows = await bot.rows("SELECT model_id FROM usage WHERE purpose = 'transcription'")
+        assert rows == [{"model_id": WHISPER}]
+        assert await bot.rows("SELECT state FROM media_inbox") == [{"state": "done"}]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity, Update
 from telegram.constants import ChatAction, ParseMode
-from telegram.error import BadRequest, EndPointNotFound, InvalidToken, RetryAfter
+from telegram.error import BadRequest, EndPointNotFound, InvalidToken, NetworkError, RetryAfter
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
 from tests.conftest import TG_TOKEN as TOKEN
@@ -174,6 +174,21 @@ async def test_injected_retry_after_and_bad_request(bot: Bot, tg: FakeTelegram) 
         await bot.edit_message_text("x", 3, 1)
     assert [c.ok for c in tg.calls_of("sendMessage")] == [False, False, True]
     assert len(tg.bot_messages(3)) == 1
+
+
+async def test_injected_bad_gateway_every_tenth_send(bot: Bot, tg: FakeTelegram) -> None:
+    """A proxy's 502 on one send in ten, with the Bot API's own body: PTB raises NetworkError."""
+    tg.inject_error("sendMessage", count=2, status=502, every=10)
+    for n in range(1, 31):
+        if n in (10, 20):
+            with pytest.raises(NetworkError, match="Bad Gateway"):
+                await bot.send_message(3, f"m{n}")
+        else:
+            await bot.send_message(3, f"m{n}")
+    calls = tg.calls_of("sendMessage")
+    assert [i + 1 for i, c in enumerate(calls) if not c.ok] == [10, 20]  # then count is spent
+    assert {c.error for c in calls if not c.ok} == {"Bad Gateway"}
+    assert len(tg.bot_messages(3)) == 28
 
 
 async def test_flood_limits_penalise_and_extend_while_retried(bot: Bot, tg: FakeTelegram) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import structlog
 
+from bot.app import build_gateways
 from bot.config import load_settings
-from bot.wiring import build_gateways
 from models.catalog import load_catalog
 from models.transport import Transport
 from models.types import Outcome

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from bot.app import prepare
 from bot.config import load_settings
-from bot.wiring import prepare
 from models.catalog import CatalogError, load_catalog
 from models.gateways import Gateway
 from models.transport import Transport

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from models.streamtext import ZWJ, WholeCharacters, last_cluster_start
+from models import streamtext
+from models.streamtext import MAX_CLUSTER_CODEPOINTS, ZWJ, WholeCharacters, last_cluster_start
 from models.types import StreamDone, TextDelta
 from tests.conftest import make_transport
 from tests.fakes.providers import FakeProvider, Reply
+from tests.testdata_texts import endless_cluster
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
 HI = [{"role": "user", "content": "hi"}]
@@ -136,3 +138,38 @@ def test_combining_marks_flags_and_plain_text() -> None:
     w = WholeCharacters()
     assert w.feed("hello") == "hell"  # the last character may still grow
     assert w.flush() == "o"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(endless_cluster(5000), id="zalgo"),
+        # The longest real ZWJ sequence chained to itself without end: one unbounded "cluster".
+        pytest.param(ZWJ.join([max(_emoji()["zwj"], key=len)] * 500), id="zwj-chain"),
+    ],
+)
+def test_an_endless_cluster_is_held_back_only_a_little(
+    answer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fed one code point per chunk (as providers send tokens), a cluster without end is held
+    back at most MAX_CLUSTER_CODEPOINTS: each feed looks back a bounded way. Holding it all
+    back walked over all of it on every chunk, O(n²): 5 s of event-loop CPU for 5000 marks."""
+    looks = 0
+    real = streamtext._is_extender
+
+    def counted(ch: str) -> bool:
+        nonlocal looks
+        looks += 1
+        return real(ch)
+
+    monkeypatch.setattr(streamtext, "_is_extender", counted)
+    w = WholeCharacters()
+    out: list[str] = []
+    held = 0
+    for ch in answer:
+        out.append(w.feed(ch))
+        held = max(held, len(w._pending))
+    out.append(w.flush())
+    assert "".join(out) == answer
+    assert held <= MAX_CLUSTER_CODEPOINTS + 1
+    assert looks <= (MAX_CLUSTER_CODEPOINTS + 2) * len(answer)

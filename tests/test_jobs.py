@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -27,7 +28,17 @@ from memory.forget import forget_chat
 from memory.longterm import MemoryRepository
 from memory.store import Store, to_iso
 from models.catalog import load_catalog
-from models.types import Attempt, ChatResult, Message, Outcome, ToolCall, TransportError, Usage
+from models.types import (
+    Attempt,
+    ChatResult,
+    Message,
+    Outcome,
+    Spend,
+    SpendCallback,
+    ToolCall,
+    TransportError,
+    Usage,
+)
 from tests.consolidation_stack import CHAIN
 from tests.memory_sessions import SettableClock, framed
 
@@ -49,6 +60,7 @@ def down(model_id: str) -> TransportError:
 
 
 Responder = Callable[[str, list[Message]], ChatResult]
+CATALOG = load_catalog()
 
 
 class ScriptedTransport:
@@ -72,6 +84,7 @@ class ScriptedTransport:
         walk_chain: bool = True,
         user_key: object = None,
         priority: object = None,
+        on_spend: SpendCallback | None = None,
     ) -> ChatResult:
         assert walk_chain is False
         self.calls.append((model_id, messages))
@@ -84,6 +97,11 @@ class ScriptedTransport:
         finally:
             self.in_flight -= 1
         result.model_id = model_id
+        if on_spend is not None:  # as the transport tells it: priced from the catalog
+            entry = CATALOG.get(model_id)
+            tokens = (result.usage.prompt_tokens, result.usage.completion_tokens)
+            priced = Usage(*tokens, cost_usd=entry.cost_usd(*tokens))
+            on_spend(Spend(model_id, entry.gateway, priced, "success"))
         return result
 
 
@@ -338,8 +356,11 @@ async def test_messages_that_vanished_meanwhile_are_not_claimed_by_the_commit(
     transport.gate = asyncio.Event()
     run = asyncio.create_task(worker.run_due())
     await until(lambda: len(transport.calls) >= 1)
-    async with db.transaction() as conn:  # e.g. an operator removed a message by hand
-        await conn.execute("DELETE FROM messages WHERE id = ?", (ids[0],))
+
+    def write(conn: sqlite3.Connection) -> None:  # e.g. an operator removed a message by hand
+        conn.execute("DELETE FROM messages WHERE id = ?", (ids[0],))
+
+    await db.run_in_transaction(write)
     transport.gate.set()
     await run
 

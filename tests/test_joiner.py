@@ -6,8 +6,8 @@ import asyncio
 import json
 from pathlib import Path
 
-from bot.turns.joiner import TELEGRAM_MESSAGE_LIMIT, MessageJoiner, join_parts
-from bot.ui.render import utf16_len
+from bot.turns.joiner import MessageJoiner, join_parts
+from bot.ui.render import TELEGRAM_TEXT_LIMIT, utf16_len
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
 
@@ -31,9 +31,9 @@ def _long_real_text(lang: str, min_units: int) -> str:
 def client_split(text: str, *, keep_space: bool) -> list[str]:
     """Split like a client: parts of at most 4096 UTF-16 units, cut at the last whitespace."""
     parts = []
-    while utf16_len(text) > TELEGRAM_MESSAGE_LIMIT:
-        cut = TELEGRAM_MESSAGE_LIMIT
-        while utf16_len(text[:cut]) > TELEGRAM_MESSAGE_LIMIT:
+    while utf16_len(text) > TELEGRAM_TEXT_LIMIT:
+        cut = TELEGRAM_TEXT_LIMIT
+        while utf16_len(text[:cut]) > TELEGRAM_TEXT_LIMIT:
             cut -= 1
         space = max(text.rfind(" ", 0, cut), text.rfind("\n", 0, cut))
         if space > 0:
@@ -54,9 +54,9 @@ async def _deliver(joiner: MessageJoiner[int], key: object, parts: list[str], ga
 
 
 async def test_split_long_message_becomes_one_turn() -> None:
-    original = _long_real_text("en", 3 * TELEGRAM_MESSAGE_LIMIT)
+    original = _long_real_text("en", 3 * TELEGRAM_TEXT_LIMIT)
     parts = client_split(original, keep_space=True)
-    assert len(parts) >= 4 and utf16_len(parts[-1]) < TELEGRAM_MESSAGE_LIMIT
+    assert len(parts) >= 4 and utf16_len(parts[-1]) < TELEGRAM_TEXT_LIMIT
     joiner: MessageJoiner[int] = MessageJoiner(window=5.0)
 
     results = await _deliver(joiner, ("chat", 1), parts, gap=0.01)
@@ -70,7 +70,7 @@ async def test_split_long_message_becomes_one_turn() -> None:
 
 
 async def test_parts_cut_without_their_space_keep_words_apart() -> None:
-    original = _long_real_text("pt-BR", 2 * TELEGRAM_MESSAGE_LIMIT)
+    original = _long_real_text("pt-BR", 2 * TELEGRAM_TEXT_LIMIT)
     parts = client_split(original, keep_space=False)
     assert len(parts) >= 3
     joiner: MessageJoiner[int] = MessageJoiner(window=5.0)

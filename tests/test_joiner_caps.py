@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.turns.joiner import MAX_SPLIT_PARTS, TELEGRAM_MESSAGE_LIMIT, MessageJoiner
+from bot.turns.joiner import MAX_SPLIT_PARTS, MessageJoiner
+from bot.ui.render import TELEGRAM_TEXT_LIMIT
 from tests.test_joiner import _long_real_text, client_split
 
 KEY = (1, 1)
 
 
 def _full_parts(count: int) -> list[str]:
-    text = _long_real_text("en", (count + 1) * TELEGRAM_MESSAGE_LIMIT)
+    text = _long_real_text("en", (count + 1) * TELEGRAM_TEXT_LIMIT)
     parts = client_split(text, keep_space=True)[:count]
     assert len(parts) == count
     return parts
@@ -57,7 +58,7 @@ async def test_a_message_past_the_size_limit_is_closed_early() -> None:
 
 async def test_an_ordinary_long_message_is_not_capped() -> None:
     joiner: MessageJoiner[int] = MessageJoiner(window=5.0, max_chars=100_000)
-    text = _long_real_text("en", 3 * TELEGRAM_MESSAGE_LIMIT)
+    text = _long_real_text("en", 3 * TELEGRAM_TEXT_LIMIT)
     parts = client_split(text, keep_space=True)
     leader = asyncio.create_task(joiner.submit(KEY, parts[0], 0))
     await asyncio.sleep(0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.turns.joiner import TELEGRAM_MESSAGE_LIMIT
+from bot.ui.render import TELEGRAM_TEXT_LIMIT
 from tests.e2e_bot import OWNER, bot_under_test
 from tests.test_joiner import _long_real_text, client_split
 
@@ -41,7 +41,7 @@ async def test_input_over_the_size_limit_gets_a_clear_answer(tmp_path: Path) -> 
 
 
 async def test_client_split_long_message_is_one_turn(tmp_path: Path) -> None:
-    original = _long_real_text("en", 2 * TELEGRAM_MESSAGE_LIMIT + 500)
+    original = _long_real_text("en", 2 * TELEGRAM_TEXT_LIMIT + 500)
     parts = client_split(original, keep_space=True)
     assert len(parts) >= 3
     async with bot_under_test(tmp_path, SPLIT_MESSAGE_WINDOW=5, MAX_INPUT_CHARS=100_000) as bot:

@@ -7,11 +7,11 @@ from typing import Any
 
 from telegram import Bot, Message
 
+from bot.app import file_base_url
 from bot.handlers.media.media_files import incoming_media
 from bot.handlers.media.media_limits import TELEGRAM_DOWNLOAD_LIMIT
 from bot.handlers.media.photos import photo_text
 from bot.handlers.media.voice import transcript_html
-from bot.wiring import file_base_url
 from memory.consolidation.transcript import render_message
 from memory.store import StoredMessage
 from tests.e2e_bot import real_update

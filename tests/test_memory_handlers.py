@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 
+from bot.app import build_application, prepare, running
 from bot.config import load_settings
-from bot.handlers.memory import MEMORY_KEY, MemoryFeature
-from bot.services import services_of
+from bot.services import MemoryFeature
 from bot.ui.i18n import t
 from bot.ui.render import split_plain, utf16_len
-from bot.wiring import build_application, prepare, running
 from tests.consolidation_stack import GOOD_ARGS, KEYS, good_call
 from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram
@@ -37,7 +36,7 @@ class Bot:
 
     @property
     def memory(self) -> MemoryFeature:
-        return self.app.bot_data[MEMORY_KEY]
+        return self.app.bot_data.services.memory
 
     def texts(self, chat_id: int = USER) -> list[str]:
         return [m.text for m in self.tg.bot_messages(chat_id)]
@@ -56,7 +55,7 @@ class Bot:
         await self.tg.wait_for(
             lambda: self.texts()[-1].split("\n\n")[0] == "Nice to meet you.", timeout=20
         )
-        turns = services_of(self.app).turns
+        turns = self.app.bot_data.services.turns
         await self.tg.wait_for(lambda: turns.waiting(USER) == 0, timeout=20)
         return self.texts()[-1]
 

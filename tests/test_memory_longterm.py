@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -67,21 +68,22 @@ OTHER_CHAT = [
 @pytest.fixture
 async def repo(tmp_path: Path) -> AsyncIterator[MemoryRepository]:
     db = await Database.open(tmp_path / "m.sqlite3")
-    async with db.transaction() as conn:
+
+    def write(conn: sqlite3.Connection) -> None:
         for chat_id, entries in ((1, list(ENTRIES.values())), (2, OTHER_CHAT)):
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?)",
                 (chat_id, NOW, NOW),
             )
             for text in entries:
-                await conn.execute(
+                conn.execute(
                     "INSERT INTO history_entries(chat_id, entry, model_id, first_message_at, "
                     "created_at) VALUES (?, ?, 'qwen3-32b', ?, ?)",
                     (chat_id, text, f"{text[1:11]}T{text[12:17]}:00.000Z", NOW),
                 )
-            await write_memory(
-                conn, chat_id, f"- memory of chat {chat_id}", over_budget=False, now=NOW
-            )
+            write_memory(conn, chat_id, f"- memory of chat {chat_id}", over_budget=False, now=NOW)
+
+    await db.run_in_transaction(write)
     yield MemoryRepository(db)
     await db.close()
 

@@ -166,6 +166,15 @@ async def test_the_send_gate_lets_a_request_go_at_once_from_any_thread_while_the
     assert tickets[2].sent_at == pytest.approx(start + 1 / 9)
 
 
+async def loop_turns(count: int = 20) -> None:
+    """Let the event loop run `count` turns. The dispatcher admits one waiter a turn and an
+    admitted caller resumes the turn after, so a few turns settle any admission: turns, not a
+    stretch of time (on a slow machine 10 ms can pass within one turn; no count of turns is
+    ever cut short by a slow machine)."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
 async def test_without_a_request_limit_a_slow_start_opens_one_more_per_answer() -> None:
     """Groq states no per-minute request limit in its headers: until a refusal names it,
     requests go one more at a time per answer, and a refusal halves the window."""
@@ -176,19 +185,19 @@ async def test_without_a_request_limit_a_slow_start_opens_one_more_per_answer() 
         "x-ratelimit-reset-requests": "6s",
     }
     waiting = [asyncio.create_task(pacer.acquire("m", user=n, max_wait=30)) for n in range(8)]
-    await asyncio.sleep(0.01)
+    await loop_turns()
     assert sum(t.done() for t in waiting) == 1
     first = waiting[0].result()
     pacer.settle(first, read_windows("groq", groq_headers))
-    await asyncio.sleep(0.01)
+    await loop_turns()
     assert sum(t.done() for t in waiting) == 2  # window 2, one still in flight
     pacer.release(first)
-    await asyncio.sleep(0.01)
+    await loop_turns()
     assert sum(t.done() for t in waiting) == 3
     second = waiting[1].result()
     pacer.settle(second, [], refused=True)  # a 429 without words: the window halves
     pacer.release(second)
-    await asyncio.sleep(0.01)
+    await loop_turns()
     assert sum(t.done() for t in waiting) == 3  # window 1, the third in flight
     assert pacer.status()["models"]["m"]["slow_start_window"] == 1.0
     for task in waiting:

@@ -10,6 +10,7 @@ migration that adds the archive upgrades a database in place.
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -198,28 +199,29 @@ async def test_another_chats_words_never_move_this_chats_results(tmp_path: Path)
 async def archive_turns(db: Database, chat_id: int, texts: list[str], at: str) -> None:
     """`texts` archived in `chat_id` as one consolidated session, the way the consolidation
     commit archives (memory/recall/archive.py: terms, then the insert)."""
-    async with db.transaction() as conn:
-        await conn.execute(
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute(
             "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT DO NOTHING",
             (chat_id, at, at),
         )
-        cursor = await conn.execute(
+        session = conn.execute(
             "INSERT INTO sessions(chat_id, opened_at, closed_at) VALUES (?, ?, ?) RETURNING id",
             (chat_id, at, at),
-        )
-        session = int((await cursor.fetchone())[0])  # type: ignore[index]
+        ).fetchone()[0]
         stored = []
         for text in texts:
-            cursor = await conn.execute(
+            message_id = conn.execute(
                 "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
                 "VALUES (?, ?, 'user', ?, ?) RETURNING id",
                 (session, chat_id, text, at),
-            )
-            message_id = int((await cursor.fetchone())[0])  # type: ignore[index]
+            ).fetchone()[0]
             stored.append(StoredMessage(message_id, session, chat_id, "user", text, at))
-        await archive_in(conn, index_messages(stored), at)
-        await conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
+        archive_in(conn, index_messages(stored), at)
+        conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
+
+    await db.run_in_transaction(write)
 
 
 def test_inflections_share_a_term_in_each_served_language() -> None:
@@ -271,17 +273,20 @@ async def test_the_archive_migration_upgrades_a_database_in_place(tmp_path: Path
     for path in sorted(MIGRATIONS_DIR.glob("*.sql"))[:8]:
         shutil.copy(path, before / path.name)
     db = await Database.open(tmp_path / "m.sqlite3", migrations=before)
-    async with db.transaction() as conn:
-        await conn.execute("INSERT INTO chats VALUES (1, NULL, NULL, 'x', 'x')")
-        await conn.execute("INSERT INTO sessions(chat_id, opened_at) VALUES (1, 'x')")
-        await conn.execute(
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO chats VALUES (1, NULL, NULL, 'x', 'x')")
+        conn.execute("INSERT INTO sessions(chat_id, opened_at) VALUES (1, 'x')")
+        conn.execute(
             "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
             "VALUES (1, 1, 'user', 'my cousin lives in Lisbon', 'x')"
         )
-        await conn.execute(
+        conn.execute(
             "INSERT INTO history_entries(chat_id, entry, model_id, created_at) "
             "VALUES (1, '[2026-03-01 09:00] about a cousin', 'm', 'x')"
         )
+
+    await db.run_in_transaction(write)
     await db.close()
 
     db = await Database.open(tmp_path / "m.sqlite3")
@@ -301,7 +306,7 @@ async def test_the_archive_migration_upgrades_a_database_in_place(tmp_path: Path
 async def test_the_term_counts_migration_counts_the_turns_already_archived(
     tmp_path: Path,
 ) -> None:
-    """0012 counted the archived turns' terms over all chats; 0014 counts them per chat (a
+    """0012 counted the archived turns' terms over all chats; 0016 counts them per chat (a
     group's negative id too) and indexes each chat's terms under its own tokens."""
     before = tmp_path / "migrations"
     before.mkdir()
@@ -309,16 +314,19 @@ async def test_the_term_counts_migration_counts_the_turns_already_archived(
         shutil.copy(path, before / path.name)
     db = await Database.open(tmp_path / "m.sqlite3", migrations=before)
     said = [(1, "my cousin lives in Lisbon"), (1, "Lisbon trams are yellow"), (-1001, "Lisbon")]
-    async with db.transaction() as conn:
+
+    def write(conn: sqlite3.Connection) -> None:
         for chat in (1, -1001):
-            await conn.execute("INSERT INTO chats VALUES (?, NULL, NULL, 'x', 'x', NULL)", (chat,))
-            await conn.execute("INSERT INTO sessions(chat_id, opened_at) VALUES (?, 'x')", (chat,))
+            conn.execute("INSERT INTO chats VALUES (?, NULL, NULL, 'x', 'x', NULL)", (chat,))
+            conn.execute("INSERT INTO sessions(chat_id, opened_at) VALUES (?, 'x')", (chat,))
         for n, (chat, text) in enumerate(said, 1):
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO archived_messages(id, chat_id, session_id, role, content, terms, "
                 "created_at, archived_at) VALUES (?, ?, ?, 'user', ?, ?, 'x', 'x')",
                 (n, chat, 1 if chat == 1 else 2, text, " ".join(text_terms(text))),
             )
+
+    await db.run_in_transaction(write)
     await db.close()
 
     db = await Database.open(tmp_path / "m.sqlite3")

@@ -134,3 +134,69 @@ def test_zone_names_are_checked_against_the_iana_database() -> None:
     assert canonical_zone("America/New_York") == "America/New_York"
     assert canonical_zone("Mars/Olympus") is None
     assert canonical_zone("../../etc/passwd") is None
+
+
+# Daylight-saving edges, with the exact UTC instants. New York springs forward at 02:00 local
+# on 8 March 2026 (02:00-03:00 does not exist) and falls back at 02:00 on 1 November (01:00-
+# 02:00 happens twice); Lisbon at 01:00 UTC on 29 March (01:00-02:00 local does not exist) and
+# on 25 October (01:00-02:00 local twice).
+def _utc(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("tz", "when", "utc"),
+    [
+        # In the gap: the offset before the change, as the clocks show it (03:30 EDT / WEST).
+        (NEW_YORK, "2026-03-08T02:30", "2026-03-08T07:30"),
+        (LISBON, "2026-03-29T01:30", "2026-03-29T01:30"),
+        # In the overlap: the first of the two (still EDT / WEST), never an hour later.
+        (NEW_YORK, "2026-11-01T01:30", "2026-11-01T05:30"),
+        (LISBON, "2026-10-25T01:30", "2026-10-25T00:30"),
+    ],
+)
+def test_a_time_in_a_dst_gap_or_overlap_is_one_exact_instant(
+    tz: ZoneInfo, when: str, utc: str
+) -> None:
+    assert parse_when(when, tz, datetime(2026, 1, 1, tzinfo=UTC)).at == _utc(utc)
+
+
+@pytest.mark.parametrize(
+    ("tz", "start", "utc"),
+    [
+        # Daily at a time the change day does not have: that day at the hour after, then back.
+        (NEW_YORK, datetime(2026, 3, 7, 2, 30),
+         ["2026-03-07T07:30", "2026-03-08T07:30", "2026-03-09T06:30"]),
+        (LISBON, datetime(2026, 3, 28, 1, 30),
+         ["2026-03-28T01:30", "2026-03-29T01:30", "2026-03-30T00:30"]),
+        # Daily at a time the change day has twice: once, at the first, then the new offset.
+        (NEW_YORK, datetime(2026, 10, 31, 1, 30),
+         ["2026-10-31T05:30", "2026-11-01T05:30", "2026-11-02T06:30"]),
+        (LISBON, datetime(2026, 10, 24, 1, 30),
+         ["2026-10-24T00:30", "2026-10-25T00:30", "2026-10-26T01:30"]),
+    ],
+)  # fmt: skip
+def test_a_daily_reminder_in_the_gap_or_overlap_fires_once_that_day_at_the_exact_instant(
+    tz: ZoneInfo, start: datetime, utc: list[str]
+) -> None:
+    assert occurrences(start, tz, "daily", 3) == [_utc(u) for u in utc]
+
+
+@pytest.mark.parametrize(
+    ("tz", "start", "after", "utc"),
+    [
+        # Daily 02:30 New York; the bot looks at 03:10 EDT (07:10 UTC) on the change day. That
+        # day's 02:30 is 03:30 EDT, still ahead although its wall time is behind 03:10.
+        (NEW_YORK, datetime(2026, 3, 1, 2, 30), "2026-03-08T07:10", "2026-03-08T07:30"),
+        # Daily 01:30 Lisbon, looked at 02:10 WEST (01:10 UTC): that day's is 02:30 WEST.
+        (LISBON, datetime(2026, 3, 1, 1, 30), "2026-03-29T01:10", "2026-03-29T01:30"),
+        # Fall back: looked at in the second 01:10 (EST), the 01:50 already fired at the first
+        # (05:50 UTC); the next is tomorrow's, not a second one today.
+        (NEW_YORK, datetime(2026, 10, 1, 1, 50), "2026-11-01T06:10", "2026-11-02T06:50"),
+        (LISBON, datetime(2026, 10, 1, 1, 50), "2026-10-25T01:10", "2026-10-26T01:50"),
+    ],
+)
+def test_the_next_occurrence_looks_back_over_a_dst_change(
+    tz: ZoneInfo, start: datetime, after: str, utc: str
+) -> None:
+    assert next_occurrence(start, tz, "daily", _utc(after)) == _utc(utc)

@@ -16,6 +16,8 @@ from memory.db import Database
 from memory.store import Store, utc_now
 from reminders.book import Claim, ReminderBook, ScheduleRefused
 from reminders.scheduler import (
+    RETRY_DELAYS_S,
+    Deliver,
     Delivered,
     DeliveryOutcome,
     ReminderScheduler,
@@ -121,7 +123,7 @@ async def test_a_crash_between_send_and_mark_sends_again_after_restart(db: Datab
     await scheduler.start()
     clock.now += timedelta(seconds=31)
     scheduler.notify()
-    await first.sent.wait()
+    await asyncio.wait_for(first.sent.wait(), 10)
     await scheduler.stop(grace=0.05)  # the "crash": the send happened, the mark did not
     [open_claim] = await db.fetchall("SELECT outcome FROM reminder_deliveries")
     assert open_claim["outcome"] is None
@@ -172,25 +174,6 @@ async def test_flood_control_and_server_errors_are_retried_until_sent(db: Databa
         await scheduler.stop()
     rows = await db.fetchall("SELECT outcome, message_id FROM reminder_deliveries")
     assert [tuple(r) for r in rows] == [("sent", 1003)]
-
-
-async def test_the_scheduler_wakes_for_a_new_reminder_without_polling(db: Database) -> None:
-    book = ReminderBook(db)
-    recorder = Recorder()
-    scheduler = ReminderScheduler(book, Store(db), recorder)
-    book.on_change = scheduler.notify
-    await scheduler.start()
-    try:
-        # Nothing is due: the scheduler sleeps its longest sleep, not a polling interval.
-        assert await scheduler._sleep_for() == 300.0
-        due = (utc_now() + timedelta(seconds=1.5)).replace(microsecond=0)
-        made = await book.schedule(CHAT, when=due.isoformat(), text="now")
-        await asyncio.wait_for(recorder.sent.wait(), 10)
-        sent_at = utc_now()
-    finally:
-        await scheduler.stop()
-    assert sent_at >= due  # never early
-    assert recorder.attempts == [(made.id, due, False)]
 
 
 async def test_cancelled_reminders_never_fire_and_refusals_explain(db: Database) -> None:
@@ -276,3 +259,212 @@ async def test_with_every_slot_busy_and_a_retry_due_the_loop_still_yields(db: Da
     assert not clock.spun
     rows = await db.fetchall("SELECT outcome FROM reminder_deliveries ORDER BY id")
     assert [r["outcome"] for r in rows] == ["sent", "sent", "sent"]
+
+
+@dataclass
+class VirtualTime:
+    """Stands in for the scheduler's wait (its `wait` parameter): records every wait the
+    scheduler asks for and lets the time pass at once. A wait that a send in flight will end
+    waits for that send; any other moves the clock forward by its timeout and returns, the way
+    the real wait returns when its time is up. Once the next moment would pass `until`, the
+    wait is for the wake event only (a `notify`, the stop) and `idle` is set: every pass the
+    scheduler made up to then is in `waits`, and no real second went by."""
+
+    clock: Clock
+    until: datetime
+    waits: list[float] = field(default_factory=list)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    scheduler: ReminderScheduler | None = None
+
+    async def __call__(self, wake: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
+        assert self.scheduler is not None
+        self.waits.append(timeout)
+        if wake.is_set():
+            return
+        if self.scheduler.in_flight:
+            await asyncio.wait_for(wake.wait(), 10)  # the send's end wakes it
+            return
+        if self.clock.now + timedelta(seconds=timeout) > self.until:
+            self.idle.set()
+            await wake.wait()
+            self.idle.clear()
+            return
+        self.clock.now += timedelta(seconds=timeout)
+
+
+def virtual_scheduler(
+    db: Database,
+    book: ReminderBook,
+    clock: Clock,
+    deliver: Deliver,
+    *,
+    until: datetime,
+    concurrency: int = 64,
+    retry_delays: tuple[float, ...] = RETRY_DELAYS_S,
+) -> tuple[ReminderScheduler, VirtualTime]:
+    """A scheduler whose waits pass in virtual time (see VirtualTime) up to `until`."""
+    wait = VirtualTime(clock, until)
+    scheduler = ReminderScheduler(
+        book,
+        Store(db, clock),
+        deliver,
+        clock=clock,
+        concurrency=concurrency,
+        retry_delays=retry_delays,
+        wait=wait,
+    )
+    wait.scheduler = scheduler
+    return scheduler, wait
+
+
+async def test_it_wakes_only_for_a_due_time_or_a_notify(db: Database) -> None:
+    """No polling: with one reminder 1,000 s ahead the scheduler's passes are its longest
+    wait (300 s, a changed system clock is noticed) and then exactly the rest up to the due
+    time; a new reminder wakes it through `notify`, and it then waits exactly until that one
+    is due. Each is sent at its due time to the second, never early."""
+    start = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+    clock = Clock(start)
+    book = ReminderBook(db, clock)
+    first = await book.schedule(CHAT, when="2026-12-01T08:16:40", text="first")
+    recorder = Recorder()
+    scheduler, time = virtual_scheduler(
+        db, book, clock, recorder, until=start + timedelta(seconds=1500)
+    )
+    book.on_change = scheduler.notify
+    await scheduler.start()
+    try:
+        await asyncio.wait_for(time.idle.wait(), 10)
+        # 300 + 300 + 300 + 100 s: the due time. Then one wait the send's end cuts short,
+        # and the longest waits up to the test's horizon (08:21:40, then 08:26:40 > 08:25).
+        assert time.waits == [300.0, 300.0, 300.0, 100.0, 300.0, 300.0, 300.0]
+        assert clock.now == datetime(2026, 12, 1, 8, 21, 40, tzinfo=UTC)
+        assert recorder.attempts == [(first.id, datetime(2026, 12, 1, 8, 16, 40, tzinfo=UTC),
+                                      False)]  # fmt: skip
+        [sent] = await db.fetchall("SELECT finished_at FROM reminder_deliveries")
+        assert sent["finished_at"] == "2026-12-01T08:16:40.000Z"  # at its due time
+
+        time.until = start + timedelta(hours=1)
+        waits_before = len(time.waits)
+        second = await book.schedule(CHAT, when="2026-12-01T08:22:30", text="second")
+        await until(lambda: len(recorder.attempts) == 2)
+        await asyncio.wait_for(time.idle.wait(), 10)
+        # The notify ended the idle wait; the next is exactly the 50 s to the new due time,
+        # then the send's end and the longest waits up to 08:57:30 (+300 s > 09:00).
+        assert time.waits[waits_before:] == [50.0] + [300.0] * 9
+        assert clock.now == datetime(2026, 12, 1, 8, 57, 30, tzinfo=UTC)
+        assert recorder.attempts[1] == (second.id, datetime(2026, 12, 1, 8, 22, 30, tzinfo=UTC),
+                                        False)  # fmt: skip
+    finally:
+        await scheduler.stop()
+
+
+@dataclass
+class StampedScript:
+    """A Deliver that answers from a script (then Delivered) and records the clock at each
+    attempt."""
+
+    clock: Clock
+    script: list[DeliveryOutcome]
+    at: list[datetime] = field(default_factory=list)
+
+    async def __call__(self, claim: Claim, late: bool) -> DeliveryOutcome:
+        self.at.append(self.clock())
+        if self.script:
+            return self.script.pop(0)
+        return Delivered(3000 + len(self.at), claim.reminder.text)
+
+
+async def retried_at(db: Database, script: list[DeliveryOutcome]) -> list[float]:
+    """Seconds after the due time of each attempt at one reminder, with back-off 1, 2, 5 s."""
+    due = datetime(2026, 12, 1, 8, 0, 30, tzinfo=UTC)
+    clock = Clock(due - timedelta(seconds=30))
+    book = ReminderBook(db, clock)
+    await book.schedule(CHAT, when="2026-12-01T08:00:30", text="stand up")
+    deliver = StampedScript(clock, script)
+    scheduler, time = virtual_scheduler(
+        db, book, clock, deliver, until=due + timedelta(minutes=10), retry_delays=(1.0, 2.0, 5.0)
+    )
+    await scheduler.start()
+    try:
+        await asyncio.wait_for(time.idle.wait(), 10)
+    finally:
+        await scheduler.stop()
+    [row] = await db.fetchall("SELECT outcome FROM reminder_deliveries")
+    assert row["outcome"] == "sent"
+    return [(at - due).total_seconds() for at in deliver.at]
+
+
+async def test_the_back_off_grows_with_each_failed_attempt(db: Database) -> None:
+    """A server error (no retry_after) three times: tried again 1, then 2, then 5 s later."""
+    assert await retried_at(db, [RetryLater(None)] * 3) == [0.0, 1.0, 3.0, 8.0]
+
+
+async def test_a_retry_after_from_flood_control_is_honoured(db: Database) -> None:
+    """Flood control says 42 s: the next attempt is 42 s later, not the back-off's 1 s; the
+    server error after it takes the back-off's second step (2 s)."""
+    assert await retried_at(db, [RetryLater(42.0), RetryLater(None)]) == [0.0, 42.0, 44.0]
+
+
+async def test_a_reminder_that_fell_due_seconds_before_the_start_is_sent_once_late(
+    db: Database,
+) -> None:
+    """Due 10 s before the bot started: within the 60 s of "on time", but it fell due while
+    the bot was down, so it is marked late (the user must know it is not fresh) — and sent
+    once, also after an hour of the scheduler running."""
+    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    book = ReminderBook(db, clock)
+    made = await book.schedule(CHAT, when="2026-12-01T08:01:00", text="pills")
+    clock.now = datetime(2026, 12, 1, 8, 1, 10, tzinfo=UTC)  # the start, 10 s after
+    recorder = Recorder()
+    scheduler, time = virtual_scheduler(
+        db, book, clock, recorder, until=clock.now + timedelta(hours=1)
+    )
+    await scheduler.start()
+    try:
+        await asyncio.wait_for(time.idle.wait(), 10)
+    finally:
+        await scheduler.stop()
+    assert recorder.attempts == [(made.id, datetime(2026, 12, 1, 8, 1, tzinfo=UTC), True)]
+    rows = await db.fetchall("SELECT outcome, late FROM reminder_deliveries")
+    assert [tuple(r) for r in rows] == [("sent", 1)]
+
+
+async def test_no_more_sends_at_once_than_the_concurrency(db: Database) -> None:
+    """Five reminders due at once and two send slots: two go out, and each finished send lets
+    the next one start, never a third beside them; meanwhile the scheduler just waits."""
+    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    book = ReminderBook(db, clock)
+    for n in range(5):
+        await book.schedule(CHAT + n, when="2026-12-01T08:00:30", text=f"r{n}")
+    clock.now += timedelta(minutes=1)
+    gate = asyncio.Semaphore(0)
+    attempts: list[str] = []
+    active = most = 0
+
+    async def deliver(claim: Claim, late: bool) -> DeliveryOutcome:
+        nonlocal active, most
+        attempts.append(claim.reminder.text)
+        active += 1
+        most = max(most, active)
+        try:
+            await gate.acquire()  # the send takes its time: its slot stays busy
+        finally:
+            active -= 1
+        return Delivered(4000 + len(attempts), claim.reminder.text)
+
+    scheduler, time = virtual_scheduler(
+        db, book, clock, deliver, until=clock.now + timedelta(hours=1), concurrency=2
+    )
+    await scheduler.start()
+    try:
+        for n in range(5):
+            await until(lambda n=n: len(attempts) > n)  # the n-th send is on its way
+            gate.release()
+        await until(lambda: len(attempts) == 5 and scheduler.in_flight == 0)
+    finally:
+        await scheduler.stop()
+    assert most == 2
+    assert sorted(attempts) == ["r0", "r1", "r2", "r3", "r4"]
+    # With both slots busy and more due, every wait was for a finished send (the longest
+    # wait, which the send's end cuts short), never a look again soon: that spun the loop.
+    assert time.waits and set(time.waits) == {300.0}

@@ -9,19 +9,24 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from bot.ui import render
 from bot.ui.render import (
     TELEGRAM_TEXT_LIMIT,
     html_to_plain,
     plain_text,
     render_html,
     split_for_telegram,
+    split_plain,
     utf16_len,
 )
+from models.streamtext import MAX_CLUSTER_CODEPOINTS
 from tests.fakes.telegram import EntityParseError, parse_html
+from tests.testdata_texts import endless_cluster
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
 MARKDOWN_DIR = TESTDATA / "tg-markdown" / "telegramify-markdown"
@@ -266,3 +271,27 @@ def test_empty_and_whitespace_input_give_no_pieces() -> None:
 def test_limit_below_a_fence_is_refused() -> None:
     with pytest.raises(ValueError):
         split_for_telegram("abc", 10)
+
+
+@pytest.mark.parametrize("split", [split_for_telegram, split_plain])
+def test_an_endless_grapheme_cluster_is_cut_where_the_piece_is_full(
+    split: Callable[[str, int], list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zalgo answer ("a" + 6000 marks, one cluster) gives 2 full pieces after a bounded look
+    back for a boundary. Walking back to the line's start made ~1900 one-character pieces, each
+    after its own renders: 22 s of CPU holding the GIL, then ~1900 Telegram messages."""
+    looks = 0
+    real = render.is_grapheme_boundary
+
+    def counted(text: str, index: int) -> bool:
+        nonlocal looks
+        looks += 1
+        return real(text, index)
+
+    monkeypatch.setattr(render, "is_grapheme_boundary", counted)
+    text = endless_cluster(6000)
+    pieces = split(text, TELEGRAM_TEXT_LIMIT)
+    assert len(pieces) == 2
+    assert "".join(pieces) == text
+    assert all(utf16_len(p) <= TELEGRAM_TEXT_LIMIT for p in pieces)
+    assert looks <= 2 * (MAX_CLUSTER_CODEPOINTS + 2)

@@ -8,10 +8,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from bot.lifecycle import lifecycle_of
+from bot.app import build_application, prepare
 from bot.runner import serve
-from bot.turns.joiner import TELEGRAM_MESSAGE_LIMIT
-from bot.wiring import build_application, prepare
+from bot.ui.render import TELEGRAM_TEXT_LIMIT
 from tests.e2e_bot import OWNER, FakeServers, confirmed, fake_settings, query
 from tests.fakes.providers import Reply
 from tests.test_joiner import _long_real_text, client_split
@@ -35,7 +34,7 @@ class Served:
 
 async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path) -> None:
     db_path = tmp_path / "bot.sqlite3"
-    long_text = _long_real_text("en", TELEGRAM_MESSAGE_LIMIT + 800)
+    long_text = _long_real_text("en", TELEGRAM_TEXT_LIMIT + 800)
     parts = client_split(long_text, keep_space=True)
     assert len(parts) >= 2
     async with FakeServers() as fakes:
@@ -82,7 +81,7 @@ async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path
         await tg.wait_for(
             lambda: len([c for c in tg.calls if c.method == "getUpdates"]) > polls, timeout=30
         )
-        assert lifecycle_of(bot.application).tracker.in_progress == 0
+        assert bot.application.bot_data.services.lifecycle.tracker.in_progress == 0
         await bot.stop()
         assert len(openai.requests) == 2
         users = query(db_path, "SELECT content FROM messages WHERE role = 'user' ORDER BY id")

@@ -7,6 +7,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -109,7 +110,8 @@ async def test_new_session_keeps_old_messages(db: Database) -> None:
     assert await store.session_messages(result.new_session_id) == []
     closed = await db.fetchone("SELECT closed_at FROM sessions WHERE id = ?", (old.session_id,))
     assert closed["closed_at"] is not None
-    assert await store.all_sessions(7) == [old.session_id, result.new_session_id]
+    sessions = await db.fetchall("SELECT id FROM sessions WHERE chat_id = 7 ORDER BY id")
+    assert [r["id"] for r in sessions] == [old.session_id, result.new_session_id]
 
 
 async def test_new_session_without_history_opens_one(db: Database) -> None:
@@ -168,19 +170,16 @@ async def test_reads_do_not_wait_behind_an_open_write_transaction(db: Database) 
     only commits after the read), and sees the last committed state, not the open one."""
     store = Store(db)
     await store.add_message(1, "user", "committed before")
-    inside = asyncio.Event()
-    release = asyncio.Event()
+    inside = threading.Event()
+    release = threading.Event()
 
-    async def hold_a_write_transaction() -> None:
-        async with db.transaction() as conn:
-            await conn.execute(
-                "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (2, 'x', 'x')"
-            )
-            inside.set()
-            await release.wait()
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO chats(chat_id, created_at, updated_at) VALUES (2, 'x', 'x')")
+        inside.set()
+        release.wait(30)  # on the writer's thread: the transaction stays open till then
 
-    writer = asyncio.create_task(hold_a_write_transaction())
-    await inside.wait()
+    writer = asyncio.create_task(db.run_in_transaction(write))
+    assert await asyncio.to_thread(inside.wait, 30)
     # A guard against hanging forever if reads did queue behind the writer (not a timing claim).
     async with asyncio.timeout(30):
         contents = [r["content"] for r in await db.fetchall("SELECT content FROM messages")]
@@ -207,11 +206,14 @@ async def test_answer_and_its_usage_are_one_transaction(db: Database) -> None:
     store = Store(db)
     await store.add_message(4, "user", "question", user_id=40)
     await db.fetchall("SELECT 1")  # a read between, on a read connection
-    async with db.transaction() as conn:  # a trigger that makes the usage insert fail
-        await conn.execute(
+
+    def add_trigger(conn: sqlite3.Connection) -> None:  # a trigger that makes the usage insert fail
+        conn.execute(
             "CREATE TEMP TRIGGER refuse_usage BEFORE INSERT ON usage "
             "BEGIN SELECT RAISE(ABORT, 'usage refused'); END"
         )
+
+    await db.run_in_transaction(add_trigger)
     spends = [("gpt-5", Usage(3, 0, 0.004)), ("gpt-5-mini", Usage(3, 4, 0.01))]
     with pytest.raises(sqlite3.IntegrityError, match="usage refused"):
         await store.add_answer(
@@ -219,8 +221,11 @@ async def test_answer_and_its_usage_are_one_transaction(db: Database) -> None:
         )
     rows = await db.fetchall("SELECT role FROM messages ORDER BY id")
     assert [r["role"] for r in rows] == ["user"]
-    async with db.transaction() as conn:
-        await conn.execute("DROP TRIGGER temp.refuse_usage")
+
+    def drop_trigger(conn: sqlite3.Connection) -> None:
+        conn.execute("DROP TRIGGER temp.refuse_usage")
+
+    await db.run_in_transaction(drop_trigger)
     stored = await store.add_answer(
         4, 40, "answer", model_id="gpt-5-mini", usage=Usage(3, 4, 0.01), spends=spends
     )
@@ -235,11 +240,12 @@ async def test_answer_and_its_usage_are_one_transaction(db: Database) -> None:
 async def test_failed_transaction_writes_nothing(db: Database) -> None:
     store = Store(db)
     with pytest.raises(RuntimeError):
-        async with db.transaction() as conn:
-            await conn.execute(
-                "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')"
-            )
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')")
             raise RuntimeError("boom")
+
+        await db.run_in_transaction(write)
     assert await store.get_chat_model(1) is None
     assert await db.fetchall("SELECT * FROM chats") == []
 
@@ -260,18 +266,6 @@ async def test_usage_rows_and_timestamps(db: Database) -> None:
     later = Store(db, clock=lambda: moment + timedelta(seconds=1))
     await later.add_message(8, "user", "x")
     assert store.now() < later.now()
-
-
-async def test_backup_is_a_consistent_copy(db: Database, tmp_path: Path) -> None:
-    store = Store(db)
-    for i in range(20):
-        await store.add_message(1, "user", f"m{i}")
-    target = tmp_path / "backups" / "copy.sqlite3"
-    await db.backup_to(target)
-    copy = await Database.open(target)
-    rows = await copy.fetchall("SELECT content FROM messages ORDER BY id")
-    assert [r["content"] for r in rows] == [f"m{i}" for i in range(20)]
-    await copy.close()
 
 
 def test_a_failed_open_does_not_keep_the_process_alive(tmp_path: Path) -> None:
@@ -308,12 +302,15 @@ async def test_media_migration_keeps_usage_rows_and_adds_transcription(tmp_path:
     path = tmp_path / "old.sqlite3"
     old = await Database.open(path, migrations=folder)
     try:
-        async with old.transaction() as conn:  # a row as the code before it wrote it
-            await conn.execute(
+
+        def write(conn: sqlite3.Connection) -> None:  # a row as the code before it wrote it
+            conn.execute(
                 "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
                 "completion_tokens, cost_usd, created_at) "
                 "VALUES (8, 42, 'gpt-5', 'chat', 100, 20, 0.0003, '2026-11-30T10:00:00.000Z')"
             )
+
+        await old.run_in_transaction(write)
     finally:
         await old.close()
 

@@ -18,7 +18,9 @@ from telegram import Bot
 import bot.ui.streaming as streaming
 from bot.ui.render import plain_text, split_for_telegram, utf16_len
 from bot.ui.streaming import StreamingReply, plain_segments
+from models.streamtext import MAX_CLUSTER_CODEPOINTS
 from tests.fakes.telegram import NOT_MODIFIED, FakeTelegram
+from tests.testdata_texts import endless_cluster
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
 MARKDOWN_DIR = TESTDATA / "tg-markdown" / "telegramify-markdown"
@@ -452,3 +454,39 @@ async def test_forum_topic_replies_stay_in_their_thread(bot: Bot, tg: FakeTelegr
     assert len(ids) == 2
     assert [m.message_thread_id for m in tg.bot_messages(forum)] == [77, 77]
     assert all(c.params.get("message_thread_id") == 77 for c in tg.calls_of("sendChatAction"))
+
+
+def test_an_endless_grapheme_cluster_is_cut_where_the_window_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model's zalgo answer ("a" + 6000 marks, one cluster): 2 full segments, each found by a
+    bounded look back for a boundary, not ~1900 one-character ones found by a walk back over the
+    whole window each (2 s of event-loop CPU per call, twice per flush)."""
+    looks = 0
+    real = streaming.is_grapheme_boundary
+
+    def counted(text: str, index: int) -> bool:
+        nonlocal looks
+        looks += 1
+        return real(text, index)
+
+    monkeypatch.setattr(streaming, "is_grapheme_boundary", counted)
+    text = endless_cluster(6000)
+    segments = plain_segments(text, 4096)
+    assert len(segments) == 2
+    assert "".join(segments) == text
+    assert all(utf16_len(s) <= 4096 for s in segments)
+    assert looks <= 2 * (MAX_CLUSTER_CODEPOINTS + 2)
+
+
+async def test_a_zalgo_answer_is_two_messages_not_thousands(bot: Bot, tg: FakeTelegram) -> None:
+    text = endless_cluster(6000)
+    reply = StreamingReply(bot, CHAT, edit_interval=0.05)
+    await reply.start()
+    await _stream(reply, text, chunk=1000, pause=0.01)
+    async with asyncio.timeout(30):
+        ids = await reply.finish(text)
+    messages = tg.bot_messages(CHAT)
+    assert [m.message_id for m in messages] == ids
+    assert len(ids) == 2
+    assert "".join(m.text for m in messages) == text

@@ -51,7 +51,7 @@ async def test_before_the_encoding_is_loaded_a_text_counts_the_estimate(monkeypa
     text = "東京の天気はどうですか"
     assert tokens.count_text(text) == tokens.estimate_tokens(text) == 17
     # ... and the first such count started loading it, off the caller's thread.
-    await wait_until(lambda: tokens._encoding is not None, "the encoding to load", 10.0)
+    await wait_until(lambda: tokens._encoding is not None, "the encoding to load", 60.0)
     assert tokens.count_text(text) == litellm.token_counter(model="gpt-4o", text=text) == 8
 
 

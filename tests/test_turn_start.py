@@ -7,6 +7,7 @@ round trip to the database for any of them."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import sys
 import threading
 from collections import Counter
@@ -37,8 +38,11 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
 async def consolidation_changed(db: Database, chat_id: int, change: MemoryNotice) -> None:
     """What a consolidation's commit does to the counts (memory/consolidation/jobs.py calls
     add_unreported)."""
-    async with db.transaction() as conn:
-        await add_unreported(conn, chat_id, change)
+
+    def write(conn: sqlite3.Connection) -> None:
+        add_unreported(conn, chat_id, change)
+
+    await db.run_in_transaction(write)
 
 
 async def test_the_turn_start_returns_the_chats_time_zone_and_the_unannounced_change(
@@ -49,8 +53,11 @@ async def test_the_turn_start_returns_the_chats_time_zone_and_the_unannounced_ch
     assert await ReminderBook(db, clock).set_chat_zone(1, "america/new_york") == (
         "America/New_York"
     )
-    async with db.transaction() as conn:
-        await write_memory(conn, 1, "- Name: Rina", over_budget=False, now=to_iso(clock.now))
+
+    def write(conn: sqlite3.Connection) -> None:
+        write_memory(conn, 1, "- Name: Rina", over_budget=False, now=to_iso(clock.now))
+
+    await db.run_in_transaction(write)
     await consolidation_changed(db, 1, MemoryNotice(added=2, removed=1))
 
     await store.set_chat_model(1, "claude-sonnet-4-5")
@@ -84,11 +91,12 @@ async def test_the_notice_stays_until_a_reply_showed_it_and_then_only_what_it_sh
     db: Database,
 ) -> None:
     store = Store(db, SettableClock())
-    async with db.transaction() as conn:
-        await conn.execute(
-            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')"
-        )
-        await write_memory(conn, 1, "- Name: Rina", over_budget=False, now="x")
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO chats(chat_id, created_at, updated_at) VALUES (1, 'x', 'x')")
+        write_memory(conn, 1, "- Name: Rina", over_budget=False, now="x")
+
+    await db.run_in_transaction(write)
     await consolidation_changed(db, 1, MemoryNotice(added=2, removed=1))
 
     # A turn that failed before its reply showed the notice: the next turn gets it.
@@ -132,7 +140,6 @@ def count_round_trips(db: Database) -> Counter[str]:
 
     db.read = counted(db.read)  # type: ignore[method-assign]
     db.run_in_transaction = counted(db.run_in_transaction)  # type: ignore[method-assign]
-    db.transaction = counted(db.transaction)  # type: ignore[method-assign]
     return trips
 
 

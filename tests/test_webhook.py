@@ -9,8 +9,8 @@ from pathlib import Path
 
 import aiohttp
 
+from bot.app import build_application, prepare
 from bot.runner import serve
-from bot.wiring import build_application, prepare
 from tests.e2e_bot import OWNER, FakeServers, fake_settings, free_port
 
 SECRET = "whsec-3b7e0c2f9a41d8e6b5c4a3f2e1d0c9b8"

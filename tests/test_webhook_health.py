@@ -7,9 +7,9 @@ from pathlib import Path
 
 import aiohttp
 
+from bot.app import build_application, prepare
 from bot.health import HealthServer
 from bot.runner import serve
-from bot.wiring import build_application, prepare
 from models.worker.pool import WORKER
 from tests.e2e_bot import OWNER, FakeServers, fake_settings, free_port
 from tests.fakes.providers import Fault

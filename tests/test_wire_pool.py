@@ -12,7 +12,7 @@ import httpcore
 import httpx
 import pytest
 
-from bot.wiring import TELEGRAM_LIMITS, telegram_request
+from bot.app import TELEGRAM_LIMITS, telegram_request
 from models.gateways import Gateway
 from models.worker.clients import SHARD_LIMITS, ClientPool
 from models.worker.sockets import SocketKeepingBackend, is_readable, transport

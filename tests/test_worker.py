@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import models.worker.pool as worker_module
 from models.types import Outcome, Spend, StreamDone, StreamRestart, TextDelta
 from models.worker.ipc import ClientSpec
-from models.worker.pool import WORKER, WorkerSettings
+from models.worker.pool import EXTRA_WORKER_NICE, WORKER, WorkerSettings
 from models.worker.wire import start_record
 from tests.conftest import make_gateways, make_transport
 from tests.e2e_bot import wait_until
@@ -75,7 +75,7 @@ async def test_a_caller_that_stops_reading_stops_the_request_in_the_worker(
         async for event in stream:
             assert isinstance(event, TextDelta)
             break
-    await wait_until(lambda: fake_openai.streams_cut == cut_before + 1, "the hang-up", 3.0)
+    await wait_until(lambda: fake_openai.streams_cut == cut_before + 1, "the hang-up", 30.0)
     await t.aclose()
 
 
@@ -156,14 +156,14 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
         await t.complete("gpt-4.1", HI, timeout=5)  # a worker is up
         assert len(WORKER.pids) == 1
         first = asyncio.create_task(read())
-        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker to start", 5.0)
+        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker to start", 30.0)
         await wait_until(lambda: len(WORKER.pids) == 2, "a second worker to run", 30.0)
         await wait_until(
             lambda: all(w.state == "ready" for w in WORKER.workers), "it to be ready", 30.0
         )
         second = asyncio.create_task(read())
         port = _port(fake_openai.base_url)
-        await wait_until(lambda: len(_peer_pids(port)) == 2, "both workers to be connected", 10.0)
+        await wait_until(lambda: len(_peer_pids(port)) == 2, "both workers to be connected", 60.0)
         assert _peer_pids(port) == set(WORKER.pids) and os.getpid() not in WORKER.pids
         assert sorted(w.in_flight for w in WORKER.workers) == [1, 1]
         for task in (first, second):
@@ -202,7 +202,7 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
             return text, model
 
         one = asyncio.create_task(read())
-        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker under load", 10.0)
+        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker under load", 60.0)
         await wait_until(
             lambda: all(w.state == "ready" for w in WORKER.workers), "it to be ready", 30.0
         )
@@ -213,7 +213,7 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
         assert copy.warmed and copy.warmed == WORKER.workers[0].warmed
         two = asyncio.create_task(read())
         port = _port(fake_openai.base_url)
-        await wait_until(lambda: _peer_pids(port) == {first, second}, "both to stream", 10.0)
+        await wait_until(lambda: _peer_pids(port) == {first, second}, "both to stream", 60.0)
         os.kill(second, signal.SIGKILL)
         results = await asyncio.wait_for(asyncio.gather(one, two), 60)
         assert [model for _, model in results] == ["gpt-5", "gpt-5"]
@@ -230,7 +230,7 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
     priority (the second a copy of the first); a third one started by load is a copy too, and
     retires after its idle spell while the two at rest stay. The next rush forks again, on
     another spare socket; with the spares used up (three here) the extra one is spawned, at
-    nice 10 while it imports."""
+    10 nice steps below the bot while it imports."""
     monkeypatch.setattr(worker_module, "SPARE_SOCKETS", 3)
     await WORKER.aclose()  # from a pool with no worker: which one has a spare is known
     WORKER.configure(
@@ -247,7 +247,10 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
         at_rest = set(WORKER.pids)
         first, second = WORKER.pids
         assert _parent_pid(second) == first  # a copy: no second import of litellm
-        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in at_rest] == [0, 0]
+        # Priorities relative to the bot's own (the suite may itself run under `nice`).
+        own = os.getpriority(os.PRIO_PROCESS, 0)
+        niced = min(own + EXTRA_WORKER_NICE, 19)
+        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in at_rest] == [own, own]
 
         async def rush() -> tuple[int, int]:
             """One rush that starts an extra worker: its parent's pid and its priority."""
@@ -259,9 +262,9 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
                     pass
 
             streams = [asyncio.create_task(read()) for _ in range(2)]
-            await wait_until(lambda: len(WORKER.workers) == 3, "a third worker under load", 10.0)
+            await wait_until(lambda: len(WORKER.workers) == 3, "a third worker under load", 60.0)
             [extra] = [w for w in WORKER.workers if w.pid not in at_rest]
-            await wait_until(lambda: extra.pid is not None, "the third worker's process", 10.0)
+            await wait_until(lambda: extra.pid is not None, "the third worker's process", 60.0)
             assert extra.pid is not None
             seen = (_parent_pid(extra.pid), os.getpriority(os.PRIO_PROCESS, extra.pid))
             for task in streams:
@@ -272,10 +275,10 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
             assert all(w.state == "ready" for w in WORKER.workers)
             return seen
 
-        assert await rush() == (first, 0)  # a copy of the first, at the bot's priority
-        assert await rush() == (first, 0)  # the next rush: a copy again, on another spare
+        assert await rush() == (first, own)  # a copy of the first, at the bot's priority
+        assert await rush() == (first, own)  # the next rush: a copy again, on another spare
         # The first's spares are used up (the second at rest took one): spawned, niced.
-        assert await rush() == (os.getpid(), 10)
+        assert await rush() == (os.getpid(), niced)
     finally:
         await t.aclose()  # the pool is reset after each test (tests/conftest.py)
 
@@ -300,8 +303,8 @@ async def test_the_worker_says_when_a_request_really_left(fake_openai) -> None:
     """A request allowed at once leaves after litellm's set-up in the worker, which a busy
     worker makes late; the pacer reckons the provider's window from the moment the worker
     reports (models/policy/pacing.py `left`), which is when the provider received it, not when the
-    answer came (the fake answers 0.5 s later)."""
-    fake_openai.latency = 0.5
+    answer came (the fake answers 1 s later)."""
+    fake_openai.latency = 1.0
     gateway = make_gateways(fake_openai, fake_openai, fake_openai)["openai"]
     gate = _RecordingGate()
     record = start_record()
@@ -322,7 +325,9 @@ async def test_the_worker_says_when_a_request_really_left(fake_openai) -> None:
     assert response.choices[0].message.content
     [arrived] = [request.at for request in fake_openai.requests]
     [left_at] = gate.left_at
-    # After we asked and no later than the fake read it (one clock for all processes): an
-    # answer's moment, 0.5 s after that, or a moment before the call, cannot pass.
-    assert asked_at <= left_at <= arrived
+    # After we asked, and about when the fake read it, not when the answer came 1 s later.
+    # One clock for all processes, but the age the worker reports is turned into a moment a
+    # little after it arrives (and a loaded machine can stall the bot right between): half
+    # the fake's latency apart from the read, never more.
+    assert asked_at <= left_at < arrived + fake_openai.latency / 2
     assert record.status == 200

@@ -149,8 +149,16 @@ async def test_a_garbage_frame_from_a_worker_replaces_it_and_its_call_is_retried
         stream = asyncio.create_task(_stream_all(t, started, 0))
         await wait_until(lambda: bool(started), "the reply to stream", 60.0)
         [garbled] = WORKER.pids
+        # The retry is held at the fake until the breaker was looked at: once it succeeds,
+        # the success resets the count, and a lost worker counted as the provider's failure
+        # would not show any more.
+        fake_openai.gate = asyncio.Event()
+        requests = len(fake_openai.requests)
         with _steal_worker_socket(garbled) as theirs:
             theirs.sendall(b"\x00\x00\x00\x09not a pkl")
+        await wait_until(lambda: len(fake_openai.requests) > requests, "the retry", 45.0)
+        _assert_provider_untouched(t)
+        fake_openai.gate.set()
         async with asyncio.timeout(45):
             result = await stream
         assert (result.model_id, result.text) == ("gpt-5", "again, whole")

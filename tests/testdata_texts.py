@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import unicodedata
 from collections.abc import Iterator
+from itertools import cycle, islice
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +72,13 @@ def texts_by_folder() -> dict[str, list[str]]:
                         seen.setdefault(text)
         out[folder.name] = list(seen)
     return out
+
+
+def endless_cluster(marks: int) -> str:
+    """One "grapheme cluster" `marks` combining marks long: "a", then the combining marks of
+    the naughty strings (blns's zalgo and Thai lines), cycled. It is what a model writes when
+    asked to repeat zalgo text, or to write "a" followed by 6000 U+0301: no cut inside it is a
+    grapheme boundary."""
+    strings = json.loads((TESTDATA / "blns" / "blns.json").read_text(encoding="utf-8"))
+    found = [ch for text in strings for ch in text if unicodedata.category(ch) == "Mn"]
+    return "a" + "".join(islice(cycle(found), marks))

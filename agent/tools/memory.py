@@ -11,12 +11,11 @@ write that happened, and it names what was written, never what the model says it
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-import aiosqlite
 
 from agent.tools.reminders import REMINDER_TOOL_NAMES, REMINDER_TOOLS, run_reminder_tool
 from memory.db import Database
@@ -28,7 +27,7 @@ from memory.facts import (
     matching_lines,
     remove_lines,
 )
-from memory.longterm import read_memory, write_memory
+from memory.longterm import memory_of, write_memory
 from memory.recall.search import DEFAULT_LIMIT, MAX_LIMIT, Recall, RecallHit, trimmed
 from memory.store import to_iso, utc_now
 from models.types import ToolCall
@@ -114,13 +113,17 @@ class Receipt:
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    """The result text the model receives, and the receipt when memory really changed."""
+    """The result text the model receives, and the receipt when memory really changed.
+
+    `untrusted`: the content came from outside the chat (a web page, search results), so a turn
+    that received it must not write memory or reminders on the model's word alone."""
 
     call_id: str
     name: str
     content: str
     ok: bool
     receipt: Receipt | None = None
+    untrusted: bool = False
 
 
 class ChatTools:
@@ -132,12 +135,14 @@ class ChatTools:
         *,
         memory_max_chars: int,
         clock: Callable[[], datetime] = utc_now,
+        reminders: ReminderBook | None = None,
     ) -> None:
         self.db = db
         self.recall = Recall(db)
         self.memory_max_chars = memory_max_chars
         self.clock = clock
-        self.reminders = ReminderBook(db, clock)
+        # The bot passes the book its scheduler watches; alone, the tools keep their own.
+        self.reminders = reminders if reminders is not None else ReminderBook(db, clock)
 
     async def run(
         self,
@@ -206,9 +211,11 @@ class ChatTools:
             )
         line = fact_line(fact)
         now = to_iso(self.clock())
-        async with self.db.transaction() as conn:
-            await _ensure_chat(conn, chat_id, now)
-            memory = await read_memory(conn, chat_id)
+
+        def write(conn: sqlite3.Connection) -> ToolOutcome | None:
+            """None once written; otherwise the outcome that says why nothing was."""
+            _ensure_chat(conn, chat_id, now)
+            memory = memory_of(conn, chat_id)
             if contains(memory.content, line):
                 return ToolOutcome(
                     call.id, call.name, "already in memory: nothing changed", ok=True
@@ -222,8 +229,13 @@ class ChatTools:
                     f"of {self.memory_max_chars}. Ask the user which saved facts to drop, use "
                     "forget_fact on outdated ones, or save a shorter fact.",
                 )
-            version = await write_memory(conn, chat_id, content, over_budget=False, now=now)
-            await _record_edit(conn, chat_id, version, "remember", fact, [line], now)
+            version = write_memory(conn, chat_id, content, over_budget=False, now=now)
+            _record_edit(conn, chat_id, version, "remember", fact, [line], now)
+            return None
+
+        refused = await self.db.run_in_transaction(write)
+        if refused is not None:
+            return refused
         return ToolOutcome(
             call.id,
             call.name,
@@ -260,8 +272,10 @@ class ChatTools:
             return self._error(call, "forget_fact needs the fact to remove as a string 'fact'")
         fact = clean_fact(raw)[:MAX_FACT_CHARS]
         now = to_iso(self.clock())
-        async with self.db.transaction() as conn:
-            memory = await read_memory(conn, chat_id)
+
+        def write(conn: sqlite3.Connection) -> ToolOutcome | list[str]:
+            """The lines removed; or the outcome that says why none were."""
+            memory = memory_of(conn, chat_id)
             lines = matching_lines(memory.content, fact)
             if not lines:
                 return self._error(
@@ -279,14 +293,19 @@ class ChatTools:
                     f"{listed}",
                 )
             content = remove_lines(memory.content, lines)
-            version = await write_memory(
+            version = write_memory(
                 conn,
                 chat_id,
                 content,
                 over_budget=len(content) > self.memory_max_chars,
                 now=now,
             )
-            await _record_edit(conn, chat_id, version, "forget", fact, lines, now)
+            _record_edit(conn, chat_id, version, "forget", fact, lines, now)
+            return lines
+
+        lines = await self.db.run_in_transaction(write)
+        if isinstance(lines, ToolOutcome):
+            return lines
         removed = "\n".join(lines)
         return ToolOutcome(
             call.id,
@@ -305,16 +324,16 @@ def _unbullet(line: str) -> str:
     return stripped
 
 
-async def _ensure_chat(conn: aiosqlite.Connection, chat_id: int, now: str) -> None:
-    await conn.execute(
+def _ensure_chat(conn: sqlite3.Connection, chat_id: int, now: str) -> None:
+    conn.execute(
         "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
         "ON CONFLICT(chat_id) DO NOTHING",
         (chat_id, now, now),
     )
 
 
-async def _record_edit(
-    conn: aiosqlite.Connection,
+def _record_edit(
+    conn: sqlite3.Connection,
     chat_id: int,
     version: int,
     kind: str,
@@ -325,14 +344,14 @@ async def _record_edit(
     """Keep the edit only while a consolidation of this chat runs: that job may have read an
     older version and will replay it. A job that starts later reads this write itself, so with
     none running nothing is kept (the words of a forgotten fact included)."""
-    cursor = await conn.execute(
+    running = conn.execute(
         "SELECT 1 FROM consolidation_jobs WHERE chat_id = ? AND state = 'running' LIMIT 1",
         (chat_id,),
-    )
-    if await cursor.fetchone() is None:
-        await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
+    ).fetchone()
+    if running is None:
+        conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
         return
-    await conn.execute(
+    conn.execute(
         "INSERT INTO memory_edits(chat_id, version, kind, fact, lines, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?)",
         (chat_id, version, kind, fact, json.dumps(lines, ensure_ascii=False), now),

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bot import BotError
 
-class BackupError(Exception):
+
+class BackupError(BotError):
     """The backup could not be made; the message says why in one line."""
 
 

@@ -7,44 +7,33 @@ in the database. Handlers only translate updates into calls on `Services` and `b
 
 from __future__ import annotations
 
-from typing import Any
-
 import structlog
 from telegram import Update
 from telegram.error import TelegramError
-from telegram.ext import (
-    Application,
-    CallbackQueryHandler,
-    CommandHandler,
-    ContextTypes,
-    MessageHandler,
-    filters,
-)
+from telegram.ext import CallbackQueryHandler, CommandHandler, MessageHandler, filters
 
 from bot.handlers.access import admit, say, user_language
 from bot.handlers.incoming import (
     clean_text,
     is_addressed_to_bot,
     is_group,
-    message_saved,
     strip_bot_mentions,
 )
 from bot.handlers.media.media import media_message
 from bot.handlers.media.voice import RETRY_PREFIX, retry_callback
-from bot.services import Services, services_of
-from bot.turns.turn import run_chat_turn, turn_request_for
+from bot.services import App, Context, Services
+from bot.turns.turn import MessageSavedError, run_chat_turn, turn_request_for
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.keyboards import is_model_callback, model_keyboard, resolve_model_callback
 
 log = structlog.get_logger("bot.handlers")
 
-Context = ContextTypes.DEFAULT_TYPE
 UNKNOWN_GROUP = 10  # handler group of the "unknown command" answer, after every feature
 
 
 def _services(context: Context) -> Services:
-    return services_of(context.application)
+    return context.bot_data.services
 
 
 async def _admit(update: Update, context: Context, *, addressed: bool = True) -> bool:
@@ -182,16 +171,18 @@ async def chat_message(update: Update, context: Context) -> None:
     user = update.effective_user
     assert user is not None
     # Split parts of a long message become one turn; size, rate and budget limits apply to it.
-    guard = _services(context).guard
-    if guard is not None:
-        screened = await guard.screen(message.chat_id, user.id, text, update.update_id)
-        if screened.reply_key is not None:
-            await say(message, t(screened.reply_key, lang, **screened.reply_values))
-        if screened.text is None:
-            return
-        text = screened.text
+    screened = await _services(context).guard.screen(
+        message.chat_id, user.id, text, update.update_id
+    )
+    if screened.reply_key is not None:
+        await say(message, t(screened.reply_key, lang, **screened.reply_values))
+    if screened.text is None:
+        return
+    text = screened.text
     request = turn_request_for(message, user.id, bot, update.update_id, text=text, lang=lang)
-    await run_chat_turn(_services(context), bot, request)
+    services = _services(context)
+    if await run_chat_turn(services, bot, request):
+        services.lifecycle.tracker.mark_stored(update.update_id)
 
 
 def _continues_split_message(update: Update, context: Context) -> bool:
@@ -199,13 +190,12 @@ def _continues_split_message(update: Update, context: Context) -> bool:
     in a group a part is ours when the same user's first part addressed the bot and its
     group is still open in the joiner."""
     message, user = update.effective_message, update.effective_user
-    guard = _services(context).guard
-    if message is None or user is None or guard is None:
+    if message is None or user is None:
         return False
-    return guard.joiner.leader_ref((message.chat_id, user.id)) is not None
+    return _services(context).guard.joiner.leader_ref((message.chat_id, user.id)) is not None
 
 
-def _known_commands(application: Application[Any, Any, Any, Any, Any, Any]) -> set[str]:
+def _known_commands(application: App) -> set[str]:
     return {
         command
         for handlers in application.handlers.values()
@@ -238,18 +228,26 @@ async def unknown_command(update: Update, context: Context) -> None:
 
 async def on_error(update: object, context: Context) -> None:
     """Log handler errors with the chat id, and tell the user whether their message was
-    stored (the chat turn marks it) — never claim it was when it was not."""
+    stored — never claim it was when it was not. The turn says so: it raises
+    `MessageSavedError` when it broke after storing the message, and a handler whose turn
+    stored it marks the update, for an error later in the same update."""
     chat_id = None
     if isinstance(update, Update) and update.effective_chat is not None:
         chat_id = update.effective_chat.id
-    saved = message_saved()
-    log.error("handler_error", chat_id=chat_id, message_saved=saved, exc_info=context.error)
+    error = context.error
+    saved = isinstance(error, MessageSavedError) or (
+        isinstance(update, Update)
+        and context.bot_data.services.lifecycle.tracker.stored(update.update_id)
+    )
+    if isinstance(error, MessageSavedError):
+        error = error.__cause__  # what broke; the wrapper only carries "saved"
+    log.error("handler_error", chat_id=chat_id, message_saved=saved, exc_info=error)
     if isinstance(update, Update) and update.effective_message is not None:
         key = "internal_error" if saved else "internal_error_unsaved"
         await say(update.effective_message, t(key, user_language(update)))
 
 
-def register_handlers(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
+def register_handlers(application: App) -> None:
     new_messages = filters.UpdateType.MESSAGE
     application.add_handler(CommandHandler("start", start_command, filters=new_messages))
     application.add_handler(CommandHandler("help", help_command, filters=new_messages))

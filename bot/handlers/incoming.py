@@ -1,5 +1,5 @@
 """What an incoming message says and whom it is for: group or private, addressed to the bot,
-its text without the bot's mention, the text it quotes, and whether the turn stored it.
+its text without the bot's mention, and the text it quotes.
 
 Telegram-specific reading only; who may talk at all is bot/handlers/access.py.
 """
@@ -7,25 +7,10 @@ Telegram-specific reading only; who may talk at all is bot/handlers/access.py.
 from __future__ import annotations
 
 import re
-from contextvars import ContextVar
 
 from telegram import Message, MessageEntity
 
 GROUP_TYPES = ("group", "supergroup")
-
-# Whether the update being handled had its user message stored (set by the chat turn), so an
-# error reply says "your message is saved" only when it is true. Each update is handled in its
-# own task, which starts from a copy of the context where this is False.
-_message_saved: ContextVar[bool] = ContextVar("message_saved", default=False)
-
-
-def mark_message_saved() -> None:
-    _message_saved.set(True)
-
-
-def message_saved() -> bool:
-    return _message_saved.get()
-
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 

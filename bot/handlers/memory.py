@@ -1,43 +1,34 @@
 """The memory feature in the Telegram surface: /memory, /forget, /recall and the worker's
 lifecycle (the `export` subcommand is bot/cli/export.py).
 
-`attach_memory` runs in post_init, after `Services.open`: it turns on automatic consolidation
-and idle sessions in the store, starts the consolidation worker (which first resumes jobs a
-crash interrupted), and stops the worker (and the daily purge of the archive, ARCHIVE_DAYS)
-before the database closes. The chat prompt reads the long-term memory itself (the agent loop,
+The store (automatic consolidation, idle sessions), the consolidation worker and the daily
+purge of the archive (ARCHIVE_DAYS) are built in bot/app.py and reach these handlers as
+`services.memory`. The chat prompt reads the long-term memory itself (the agent loop,
 `Store.round_context`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
 
 import structlog
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
-from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
+from telegram.ext import CallbackQueryHandler, CommandHandler
 
 from bot.handlers.access import admit, say, user_language
 from bot.handlers.incoming import clean_text
-from bot.services import Services, services_of
+from bot.services import App, Context
 from bot.turns.chat_turns import FORGETTING
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.render import split_plain
-from memory.consolidation.consolidation import Consolidator
-from memory.consolidation.jobs import ConsolidationWorker
 from memory.forget import forget_chat
-from memory.longterm import MemoryRepository
-from memory.recall.archive import ArchivePurger
 from memory.recall.search import Recall, RecallHit
 from memory.store import to_iso
 
 log = structlog.get_logger("bot.memory")
 
-MEMORY_KEY = "memory"
 # Button data: "fg:y:<asker's user id>". The asker's id travels with the button, so in a group
 # only the member who asked can confirm (or cancel) their /forget.
 FORGET_YES = "fg:y"
@@ -50,61 +41,6 @@ RECALL_RESULTS = 5
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 MEMORY_COMMANDS = [("memory", "cmd_memory"), ("forget", "cmd_forget"), ("recall", "cmd_recall")]
-
-
-Context = ContextTypes.DEFAULT_TYPE
-
-
-@dataclass
-class MemoryFeature:
-    repo: MemoryRepository
-    worker: ConsolidationWorker
-
-
-def memory_of(context: Context) -> MemoryFeature:
-    return context.application.bot_data[MEMORY_KEY]
-
-
-async def attach_memory(
-    application: Application[Any, Any, Any, Any, Any, Any], services: Services
-) -> MemoryFeature:
-    """Wire memory into opened services and start the worker (call from post_init)."""
-    settings = services.settings
-    store = services.store
-    store.memory_window = settings.MEMORY_WINDOW
-    store.keep_recent = settings.MEMORY_KEEP_RECENT
-    idle = settings.SESSION_IDLE_MINUTES
-    store.session_idle = timedelta(minutes=idle) if idle > 0 else None
-    repo = MemoryRepository(services.db)
-    consolidator = Consolidator(
-        services.transport,
-        services.catalog,
-        head_model=settings.CONSOLIDATION_MODEL,
-        timeout=settings.CONSOLIDATION_TIMEOUT,
-        memory_max_chars=settings.MEMORY_MAX_CHARS,
-    )
-    worker = ConsolidationWorker(
-        store,
-        consolidator,
-        retry_delays=settings.CONSOLIDATION_RETRY_DELAYS,
-        concurrency=settings.CONSOLIDATION_CONCURRENCY,
-        memory_max_chars=settings.MEMORY_MAX_CHARS,
-        clock=store.clock,
-    )
-    store.on_job_enqueued = worker.notify
-
-    async def stop_worker() -> None:
-        await worker.stop(settings.SHUTDOWN_GRACE_SECONDS)
-
-    services.on_close.append(stop_worker)
-    # ARCHIVE_DAYS: archived words older than that go at start-up, then once a day.
-    purger = ArchivePurger(services.db, settings.ARCHIVE_DAYS, store.clock)
-    services.on_close.append(purger.stop)
-    await worker.start()
-    await purger.start()
-    feature = MemoryFeature(repo, worker)
-    application.bot_data[MEMORY_KEY] = feature
-    return feature
 
 
 # --- text helpers ------------------------------------------------------------------------------
@@ -134,7 +70,7 @@ def _who(role: str | None, lang: str | None) -> str:
 
 
 async def _admit(update: Update, context: Context) -> bool:
-    services = services_of(context.application)
+    services = context.bot_data.services
     return await admit(update, services.settings, refusals=services.refusals)
 
 
@@ -143,7 +79,7 @@ async def memory_command(update: Update, context: Context) -> None:
     if message is None or not await _admit(update, context):
         return
     lang = user_language(update)
-    feature = memory_of(context)
+    feature = context.bot_data.services.memory
     memory = await feature.repo.get(message.chat_id)
     pending = await feature.worker.queue.open_jobs(message.chat_id)
     lines = []
@@ -193,14 +129,17 @@ async def forget_callback(update: Update, context: Context) -> None:
         await query.answer(t("forget_not_yours", lang), show_alert=True)
         return
     if parsed.group(1) == "y":
-        feature = memory_of(context)
+        feature = context.bot_data.services.memory
         # A reply being written would store its answer (or what it showed) after the
         # forgetting: stop it first, under the session gate, as /new does. Should it outlive
         # the wait, its session is gone and the store refuses the write.
-        turns = services_of(context.application).turns
+        turns = context.bot_data.services.turns
         async with turns.session_gate(chat_id):
             await turns.cancel(chat_id, reason=FORGETTING)
             forgotten = await forget_chat(feature.repo.db, chat_id, to_iso(feature.worker.clock()))
+            web = context.bot_data.services.agent.web
+            if web is not None:
+                web.forget_chat(chat_id)  # the pages and searches it read go too
         log.info(
             "memory_forgotten",
             chat_id=chat_id,
@@ -237,7 +176,7 @@ async def recall_command(update: Update, context: Context) -> None:
     # The same search the model's `recall` tool uses: the archive, history entries and the
     # messages of closed sessions not consolidated yet, so the user finds what the model can
     # find. The open session is on screen already and is left out.
-    store = services_of(context.application).store
+    store = context.bot_data.services.store
     shown = await store.open_session_message_ids(message.chat_id)
     hits = await Recall(store.db).search(
         message.chat_id, query, limit=RECALL_RESULTS, exclude_message_ids=shown
@@ -252,7 +191,7 @@ async def recall_command(update: Update, context: Context) -> None:
             break
 
 
-def register_memory_handlers(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
+def register_memory_handlers(application: App) -> None:
     """Add the commands (and their /help lines) before the application starts."""
     for command in MEMORY_COMMANDS:
         if command not in BOT_COMMANDS:

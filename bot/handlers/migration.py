@@ -15,33 +15,28 @@ what the bot already holds for that group.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import structlog
 from telegram import Update
-from telegram.ext import Application, ContextTypes, MessageHandler, filters
+from telegram.ext import MessageHandler, filters
 
-from bot.services import Services, services_of
+from bot.services import App, Context
+from bot.turns.chat_turns import ChatTurns
 from memory.chat_move import ChatMove, move_chat
-from memory.store import to_iso
+from memory.store import Store, to_iso
 
 log = structlog.get_logger("bot.migration")
-
-App = Application[Any, Any, Any, Any, Any, Any]
-Context = ContextTypes.DEFAULT_TYPE
 
 # Moves started from inside a turn: referenced until done, so none is collected half-way.
 _background: set[asyncio.Task[ChatMove]] = set()
 
 
 async def migrate_chat(
-    services: Services, old_chat_id: int, new_chat_id: int, *, via: str
+    turns: ChatTurns, store: Store, old_chat_id: int, new_chat_id: int, *, via: str
 ) -> ChatMove:
     """Move the chat's data to its new id once the old chat's running turn is over."""
-    async with services.turns.serialised(old_chat_id):
-        moved = await move_chat(
-            services.db, old_chat_id, new_chat_id, to_iso(services.store.clock())
-        )
+    async with turns.serialised(old_chat_id):
+        moved = await move_chat(store.db, old_chat_id, new_chat_id, to_iso(store.clock()))
     if moved.anything:
         log.info(
             "chat_migrated",
@@ -58,9 +53,11 @@ async def migrate_chat(
     return moved
 
 
-def migrate_later(services: Services, old_chat_id: int, new_chat_id: int, *, via: str) -> None:
+def migrate_later(
+    turns: ChatTurns, store: Store, old_chat_id: int, new_chat_id: int, *, via: str
+) -> None:
     """From inside a turn of the old chat (which holds its lock): move once that turn ends."""
-    task = asyncio.create_task(migrate_chat(services, old_chat_id, new_chat_id, via=via))
+    task = asyncio.create_task(migrate_chat(turns, store, old_chat_id, new_chat_id, via=via))
     _background.add(task)
     task.add_done_callback(_background.discard)
 
@@ -70,12 +67,13 @@ async def migration_message(update: Update, context: Context) -> None:
     message = update.effective_message
     if message is None:
         return
-    services = services_of(context.application)
+    services = context.bot_data.services
+    turns, store = services.turns, services.store
     if message.migrate_to_chat_id is not None:
-        await migrate_chat(services, message.chat_id, message.migrate_to_chat_id,
+        await migrate_chat(turns, store, message.chat_id, message.migrate_to_chat_id,
                            via="migrate_to_chat_id")  # fmt: skip
     elif message.migrate_from_chat_id is not None:
-        await migrate_chat(services, message.migrate_from_chat_id, message.chat_id,
+        await migrate_chat(turns, store, message.migrate_from_chat_id, message.chat_id,
                            via="migrate_from_chat_id")  # fmt: skip
 
 

@@ -1,48 +1,38 @@
 """Operations in the bot: /usage, /stats (and the admins' command list that shows it), and the
 chat's remembered language. The turn guard and the graceful-stop wiring: bot/turn_guard.py.
 
-`attach_operations` runs in post_init after the services open; `register_operations_handlers`
-adds the commands when the application is built.
+`set_admin_commands` runs in post_init (bot/app.py); `register_operations_handlers` adds the
+commands when the application is built.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Collection
 
 import structlog
-from telegram import BotCommand, BotCommandScopeChat, Update
+from telegram import Bot, BotCommand, BotCommandScopeChat, Update
 from telegram.error import TelegramError
-from telegram.ext import Application, CommandHandler, ContextTypes, TypeHandler, filters
+from telegram.ext import CommandHandler, TypeHandler, filters
 
 from bot.handlers.access import admit, say, user_allowed, user_language
 from bot.handlers.incoming import is_group
 from bot.handlers.reminders import reminder_stats_text
-from bot.services import Services, services_of
+from bot.services import App, Context, Services
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.stats import build_stats_text, everyone_text, usage_text
-from memory.usage import UsageLedger
 
 log = structlog.get_logger("bot.ops")
 
-Context = ContextTypes.DEFAULT_TYPE
-App = Application[Any, Any, Any, Any, Any, Any]
-LANGUAGES_KEY = "chat_languages"
 
-
-async def attach_operations(application: App, services: Services) -> None:
-    """Give admins their command list (the guard and the lifecycle: bot/turn_guard.py)."""
-    await _admin_commands(application, services)
-
-
-async def _admin_commands(application: App, services: Services) -> None:
-    """Admins see /stats in their command list; everyone else does not."""
-    for admin_id in services.settings.ADMIN_USER_IDS:
+async def set_admin_commands(bot: Bot, admin_ids: Collection[int]) -> None:
+    """Admins see /stats in their command list; everyone else does not (run in post_init)."""
+    for admin_id in admin_ids:
         commands = [BotCommand(name, t(key, "en")) for name, key in BOT_COMMANDS]
         commands.append(BotCommand("stats", t("cmd_stats", "en")))
         try:
-            await application.bot.set_my_commands(commands, scope=BotCommandScopeChat(admin_id))
+            await bot.set_my_commands(commands, scope=BotCommandScopeChat(admin_id))
         except TelegramError as exc:  # e.g. the admin never opened a chat with the bot
             log.info("admin_commands_not_set", admin_id=admin_id, error=str(exc))
 
@@ -62,10 +52,10 @@ async def remember_language(update: Update, context: Context) -> None:
     user, chat = update.effective_user, update.effective_chat
     if user is None or chat is None or not user.language_code:
         return
-    services = services_of(context.application)
+    services = context.bot_data.services
     if not user_allowed(services.settings, user.id):
         return
-    known: dict[int, str] = context.application.bot_data.setdefault(LANGUAGES_KEY, {})
+    known = services.languages
     if known.get(chat.id) == user.language_code:
         return
     await services.store.set_chat_language(chat.id, user.language_code)
@@ -87,12 +77,12 @@ _USER_ID = re.compile(r"-?[0-9]{1,18}")
 async def usage_command(update: Update, context: Context) -> None:
     """/usage: your own spend; admins also see everyone, and `/usage USER_ID` for one user —
     those two only in a private chat."""
-    services = services_of(context.application)
+    services = context.bot_data.services
     user = update.effective_user
     if user is None or not await admit(update, services.settings, refusals=services.refusals):
         return
     lang = user_language(update)
-    ledger = UsageLedger(services.db)
+    ledger = services.ledger
     args = context.args or []
     admin = _is_admin(services, user.id)
     if args:
@@ -121,7 +111,7 @@ async def usage_command(update: Update, context: Context) -> None:
 async def stats_command(update: Update, context: Context) -> None:
     """/stats for ADMIN_USER_IDS, in a private chat: memory queue, failures per model,
     breakers, spend today."""
-    services = services_of(context.application)
+    services = context.bot_data.services
     user = update.effective_user
     if user is None or not await admit(update, services.settings, refusals=services.refusals):
         return
@@ -138,9 +128,7 @@ async def stats_command(update: Update, context: Context) -> None:
         lang,
         turns_in_flight=services.turns.running_count(),
     )
-    reminders = await reminder_stats_text(context.application, lang)
-    if reminders is not None:
-        text = f"{text}\n{reminders}"
+    text = f"{text}\n{await reminder_stats_text(services, lang)}"
     await _reply(update, text)
 
 

@@ -76,10 +76,6 @@ class ChatTurns:
         """Turns holding or queued for the chat's lock (for tests and /stats)."""
         return self._users.get(chat_id, 0)
 
-    async def run_cancellable(self, chat_id: int, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` as the chat's running reply, which /cancel and /new may cancel."""
-        await self.join(chat_id, self.begin(chat_id, work))
-
     def begin(self, chat_id: int, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Register `work` as the chat's running reply or preparation (cancellable from now on)."""
         task = asyncio.create_task(work)

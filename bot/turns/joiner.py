@@ -17,9 +17,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from bot.ui.render import TELEGRAM_TEXT_LIMIT, utf16_len
+from bot.ui.render import utf16_len
 
-TELEGRAM_MESSAGE_LIMIT = TELEGRAM_TEXT_LIMIT
 # A part at least this long (UTF-16 units) may have been cut by the client. Clients cut at a
 # boundary before 4096, so real parts fall a little short of the limit; a human message of this
 # length only waits `window` seconds longer, while a missed part would cost a whole extra turn.

@@ -58,6 +58,7 @@ class TurnGuard:
         split_window: float,
         admins: Collection[int] = (),
         clock: Callable[[], float] = time.monotonic,
+        on_part_joined: Callable[[int], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.budgets = budgets
@@ -70,7 +71,7 @@ class TurnGuard:
         )
         # Told (part's update id is implicit in the caller) which update a part joined, so a
         # stop can treat the parts as handled only once the whole turn is.
-        self.on_part_joined: Callable[[int], None] | None = None
+        self.on_part_joined = on_part_joined
 
     async def screen(self, chat_id: int, user_id: int, text: str, update_id: int) -> Screened:
         """`update_id` identifies the part; the turn is known by its first part's id."""

@@ -16,9 +16,10 @@ from telegram.constants import ChatType
 from telegram.error import TelegramError
 
 from agent.events import AgentDone, Receipt, ToolRound
-from agent.loop import AgentTurn
+from agent.loop import MAX_KEPT_TOOL_CALLS, AgentTurn
 from agent.prompt import with_quote
-from bot.handlers.incoming import is_group, mark_message_saved, quoted_text
+from bot import BotError
+from bot.handlers.incoming import is_group, quoted_text
 from bot.handlers.migration import migrate_later
 from bot.ui.i18n import t
 from bot.ui.reminder_texts import reminder_receipt_line
@@ -38,6 +39,13 @@ log = structlog.get_logger("bot.turns")
 # UTF-16 units the receipt lines of one answer may take: with the answer's last piece cut to
 # leave room for them, a message never passes Telegram's 4096.
 RECEIPTS_MAX_UNITS = 1500
+
+
+class MessageSavedError(BotError):
+    """A chat turn broke after the user's message was stored; the error is its `__cause__`.
+
+    What the handler learns from the turn, so that the error reply (bot/handlers/chat.py,
+    `on_error`) says the message is saved exactly when it is."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +161,7 @@ async def run_chat_turn(
     *,
     prepare: Prepare | None = None,
     on_stored: OnStored | None = None,
-) -> None:
+) -> bool:
     """Store the user's message, stream the model's answer into Telegram, store the answer.
 
     The user's message is written before any model is called, so an outage, a crash or a
@@ -165,13 +173,18 @@ async def run_chat_turn(
     runs as the chat's running work (`ChatTurns.begin`), cancellable as a reply is; if a stop
     cancels it, the update is held (`held_on_stop`).
     `on_stored` is told the stored user message (a voice note's inbox row points at it).
+
+    Returns whether the user's message is stored (by this turn, or by an earlier delivery of
+    the same update). An error after it was stored is raised as `MessageSavedError` (from the
+    error), so the error reply can say the message is kept, and never says so when it is not.
     """
-    # While the bot is stopping, a turn that has not started is held back (see bot/lifecycle).
-    async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as admitted:
-        if not admitted:
-            return  # held: handled after the restart
-        store, turns = services.store, services.turns
-        if services.guard is not None:
+    saved = False
+    try:
+        # While the bot is stopping, a turn that has not started is held back (bot/lifecycle).
+        async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as admitted:
+            if not admitted:
+                return False  # held: handled after the restart
+            store, turns = services.store, services.turns
             refused = await services.guard.check_budget(request.user_id)
             if refused is not None and refused.reply_key is not None:
                 # What the chat's previous turn cost is recorded by now: the cap holds.
@@ -179,61 +192,70 @@ async def run_chat_turn(
                     bot, request, t(refused.reply_key, request.language, **refused.reply_values)
                 )
                 log.info("turn_refused_budget", chat_id=request.chat_id, cap=refused.reply_key)
-                return
-        if (
-            prepare is not None
-            and request.turn_key is not None
-            and await store.turn_answered(request.turn_key)
-        ):
-            # Handled before (a held update Telegram sent again): not transcribed again; a
-            # text turn needs no extra read, store_user_turn below skips it.
-            log.info("turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key)
-            return
-        if prepare is not None:
-            # The preparation is the chat's turn in progress, like the reply after it: /cancel
-            # and /new stop it, a graceful stop gives it the grace and then cancels it.
-            preparing = turns.begin(request.chat_id, prepare(request))
-            await turns.join(request.chat_id, preparing)
-            if preparing.cancelled():
-                if held_on_stop(services, request):
-                    # Cut short by a stop: the update is kept and handled afresh at the next
-                    # start (bot/lifecycle.py), so the note, photo or document is not lost.
-                    await services.lifecycle.hold_current()
-                return
-            prepared = preparing.result()
-            if prepared is None:
-                return
-            request = prepared
-        # The question is stored and the reply registered (cancellable) under the session
-        # gate, which /new and /forget hold while they cancel and close: see ChatTurns.
-        async with turns.session_gate(request.chat_id):
-            # One transaction: the idempotency key, the idle-session check (close, open,
-            # enqueue) and the message, so a restart at any point loses or repeats nothing.
-            started = await store.store_user_turn(
-                request.chat_id,
-                request.stored_text(),
-                user_id=request.user_id,
-                key=request.turn_key,
-                media=request.stored_media(),
-            )
-            mark_message_saved()  # from here on, an error reply may say the message is saved
-            if started is None:
+                return False
+            if (
+                prepare is not None
+                and request.turn_key is not None
+                and await store.turn_answered(request.turn_key)
+            ):
+                # Handled before (a held update Telegram sent again): not transcribed again; a
+                # text turn needs no extra read, store_user_turn below skips it.
                 log.info("turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key)
-                return
-            if started.resumed:
-                log.info("turn_resumed_unanswered", chat_id=request.chat_id, key=request.turn_key)
-            if started.idle_closed_session_id is not None:
-                log.info(
-                    "session_idle_closed",
-                    chat_id=request.chat_id,
-                    closed_session=started.idle_closed_session_id,
-                    session=started.message.session_id,
-                    job_id=started.job_id,
+                return False
+            if prepare is not None:
+                # The preparation is the chat's turn in progress, like the reply after it: /cancel
+                # and /new stop it, a graceful stop gives it the grace and then cancels it.
+                preparing = turns.begin(request.chat_id, prepare(request))
+                await turns.join(request.chat_id, preparing)
+                if preparing.cancelled():
+                    if held_on_stop(services, request):
+                        # Cut short by a stop: the update is kept and handled afresh at the next
+                        # start (bot/lifecycle.py), so the note, photo or document is not lost.
+                        await services.lifecycle.hold_current()
+                    return False
+                prepared = preparing.result()
+                if prepared is None:
+                    return False
+                request = prepared
+            # The question is stored and the reply registered (cancellable) under the session
+            # gate, which /new and /forget hold while they cancel and close: see ChatTurns.
+            async with turns.session_gate(request.chat_id):
+                # One transaction: the idempotency key, the idle-session check (close, open,
+                # enqueue) and the message, so a restart at any point loses or repeats nothing.
+                started = await store.store_user_turn(
+                    request.chat_id,
+                    request.stored_text(),
+                    user_id=request.user_id,
+                    key=request.turn_key,
+                    media=request.stored_media(),
                 )
-            if on_stored is not None:
-                await on_stored(started.message)
-            reply = turns.begin(request.chat_id, _answer(services, bot, request, started))
-        await turns.join(request.chat_id, reply)
+                saved = True  # from here on, an error reply may say the message is saved
+                if started is None:
+                    log.info(
+                        "turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key
+                    )
+                    return True
+                if started.resumed:
+                    log.info(
+                        "turn_resumed_unanswered", chat_id=request.chat_id, key=request.turn_key
+                    )
+                if started.idle_closed_session_id is not None:
+                    log.info(
+                        "session_idle_closed",
+                        chat_id=request.chat_id,
+                        closed_session=started.idle_closed_session_id,
+                        session=started.message.session_id,
+                        job_id=started.job_id,
+                    )
+                if on_stored is not None:
+                    await on_stored(started.message)
+                reply = turns.begin(request.chat_id, _answer(services, bot, request, started))
+            await turns.join(request.chat_id, reply)
+    except Exception as error:
+        if saved:
+            raise MessageSavedError("the turn broke after the user's message was stored") from error
+        raise
+    return True
 
 
 async def _answer(services: Services, bot: Bot, request: TurnRequest, start: TurnStart) -> None:
@@ -251,7 +273,9 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         message_thread_id=request.message_thread_id,
         # The group became a supergroup: the reply goes there, and once this turn is over
         # (its answer stored) the chat's data follows.
-        on_migrated=lambda old, new: migrate_later(services, old, new, via="reply"),
+        on_migrated=lambda old, new: migrate_later(
+            services.turns, services.store, old, new, via="reply"
+        ),
     )
     # The model the chat chose, read with the turn's start: no round trip of its own on the
     # way to the provider. A stop before any model is asked (/cancel, or /new or /forget
@@ -259,7 +283,6 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
     # that this message got no answer.
     model = services.model_or_default(start.chat_model)
     agent = services.agent
-    assert agent is not None, "Services.open builds the agent loop"
     done: AgentDone | None = None
     # Filled by the loop as each memory write happens: shown whichever way the turn ends.
     receipts: list[Receipt] = []
@@ -313,6 +336,10 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         if done.time_limit_reached:
             seconds = f"{services.settings.MAX_ANSWER_SECONDS:g}"
             cut = t("answer_time_limit", lang, seconds=seconds)
+            footer = f"{footer}\n{cut}" if footer else cut
+        if done.size_limit_reached:
+            chars = f"{services.settings.MAX_ANSWER_CHARS:,}"
+            cut = t("answer_size_limit", lang, chars=chars, calls=MAX_KEPT_TOOL_CALLS)
             footer = f"{footer}\n{cut}" if footer else cut
         if start.idle_closed_session_id is not None:
             idle = t("idle_new_session", lang)

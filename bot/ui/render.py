@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from chatgpt_md_converter import telegram_format
 
+from models.streamtext import MAX_CLUSTER_CODEPOINTS
+
 TELEGRAM_TEXT_LIMIT = 4096
 
 # Telegram does not limit the raw HTML of a message, only the parsed text; we still refuse
@@ -287,9 +289,15 @@ def _longest_fitting_prefix(line: str, fits: Callable[[str], bool], start: int =
             low = middle
         else:
             high = middle - 1
+    # Back to a grapheme boundary, looking at most MAX_CLUSTER_CODEPOINTS back: past that the
+    # "cluster" is zalgo, cut where it fills the piece (a walk back to 1 made ~1900 one-character
+    # pieces, 22 s of rendering, for "a" + 6000 U+0301).
+    lowest = max(1, low - MAX_CLUSTER_CODEPOINTS)
     cut = low
-    while cut > 1 and not is_grapheme_boundary(line, cut):
+    while cut > lowest and not is_grapheme_boundary(line, cut):
         cut -= 1
+    if not is_grapheme_boundary(line, cut):
+        cut = low
     space = line.rfind(" ", 0, cut)
     if space > cut * 3 // 4:
         cut = space + 1

@@ -14,11 +14,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bot.ui.i18n import t
-from bot.ui.money import BUDGET_KEYS, money
+from bot.ui.money import money
 from memory.consolidation.jobs import ConsolidationStats, consolidation_stats
 from memory.db import Database
 from memory.store import Clock, from_iso, to_iso, utc_now
-from memory.usage import BudgetHit, PeriodUsage, UsageLedger, UsageReport, UserTotal
+from memory.usage import PeriodUsage, UsageLedger, UsageReport, UserTotal
 
 
 def tokens(count: int) -> str:
@@ -105,11 +105,6 @@ def everyone_text(totals: list[UserTotal], bot: UsageReport, lang: str | None) -
         )
     )
     return "\n".join(lines)
-
-
-def budget_text(hit: BudgetHit, lang: str | None) -> str:
-    """The polite refusal when a spending cap is reached (no model was called)."""
-    return t(BUDGET_KEYS[hit.cap], lang, limit=money(hit.limit_usd))
 
 
 def _ago(stamp: str, now: datetime) -> str:

@@ -42,6 +42,7 @@ from bot.ui.render import (
     split_for_telegram,
     utf16_len,
 )
+from models.streamtext import MAX_CLUSTER_CODEPOINTS
 
 log = structlog.get_logger("bot.streaming")
 
@@ -537,12 +538,22 @@ def plain_segments(text: str, limit: int) -> list[str]:
         if cut > start:
             cut += 1  # keep the newline or space with the first segment
         else:
-            cut = end
-            while cut > start + 1 and not is_grapheme_boundary(text, cut):
-                cut -= 1
+            cut = _grapheme_cut(text, end, floor=start + 1)
         segments.append(text[start:cut])
         start = cut
     return segments
+
+
+def _grapheme_cut(text: str, end: int, *, floor: int) -> int:
+    """The last grapheme boundary at or before `end`, looked for at most
+    MAX_CLUSTER_CODEPOINTS back (and not below `floor`); `end` itself when there is none that
+    near: an overlong "cluster" (zalgo) is cut, so each window costs O(1), not O(limit), and an
+    answer of "a" + 6000 U+0301 makes 2 messages instead of ~1900 one-character ones."""
+    lowest = max(floor, end - MAX_CLUSTER_CODEPOINTS)
+    cut = end
+    while cut > lowest and not is_grapheme_boundary(text, cut):
+        cut -= 1
+    return cut if is_grapheme_boundary(text, cut) else end
 
 
 def _window_end(text: str, start: int, limit: int) -> int:

@@ -5,6 +5,11 @@ for HTTP-level trouble; this layer decides whether the *task* succeeded. A 200 w
 broken JSON, object-valued fields, a missing field or an emptied memory is a failure here and
 the next model of the chain is asked, each model once (visited set), each attempt under
 CONSOLIDATION_TIMEOUT. Nothing is written here: the caller commits the result atomically.
+
+What each request cost goes to the caller's `on_spend` as the transport reports it, the way
+every other path that spends money records it (memory/usage.py `SpendRecorder`): a request cut
+off mid-flight (the worker stopped, the job cancelled) is reported by the transport as it ends,
+which a list of results kept here could never hold.
 """
 
 from __future__ import annotations
@@ -18,13 +23,14 @@ from typing import Any, Protocol
 import structlog
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
+from memory import MemoryLayerError
 from memory.consolidation.transcript import Chunk, timestamp_label
 from memory.framing import Framing
 from memory.longterm import LongTermMemory
 from models.catalog import Catalog, ModelEntry
 from models.policy.pacing import Priority
 from models.tokens import estimate_tokens
-from models.types import ChatResult, Message, Outcome, TransportError, Usage
+from models.types import ChatResult, Message, Outcome, SpendCallback, TransportError
 
 log = structlog.get_logger("memory.consolidation.consolidation")
 
@@ -63,6 +69,10 @@ FORCED_TOOL_CHOICE: dict[str, Any] = {"type": "function", "function": {"name": "
 TRANSCRIPT_SHARE_OF_WINDOW = 0.5
 INSTRUCTION_TOKENS = 1000
 MIN_TRANSCRIPT_TOKENS = 2000
+# A history entry is 2-5 sentences (the tool's own description). One far longer is a model
+# pouring text, not a summary: refused like any invalid call (the next model is asked), never
+# stored, searched and shown by /recall. (The memory has its own budget, MEMORY_MAX_CHARS.)
+MAX_HISTORY_ENTRY_CHARS = 4000
 
 
 class CompletionClient(Protocol):
@@ -79,6 +89,7 @@ class CompletionClient(Protocol):
         walk_chain: bool = True,
         user_key: Hashable | None = None,
         priority: Priority = Priority.CHAT,
+        on_spend: SpendCallback | None = None,
     ) -> ChatResult: ...
 
 
@@ -91,7 +102,7 @@ class SaveMemoryArgs(BaseModel):
     memory_update: StrictStr
 
 
-class InvalidCall(Exception):
+class InvalidCall(MemoryLayerError):
     """The model answered, but not with a usable save_memory call."""
 
     def __init__(self, outcome: str, detail: str) -> None:
@@ -118,18 +129,15 @@ class Consolidation:
     history_entry: str
     memory_update: str
     attempts: list[ModelAttempt] = field(default_factory=list)
-    # Tokens actually billed, per model (failed text replies cost money too).
-    spent: list[tuple[str, Usage]] = field(default_factory=list)
 
 
-class ConsolidationFailed(Exception):
+class ConsolidationFailed(MemoryLayerError):
     """Every model of the chain failed; nothing may be deleted."""
 
-    def __init__(self, attempts: list[ModelAttempt], spent: list[tuple[str, Usage]]) -> None:
+    def __init__(self, attempts: list[ModelAttempt]) -> None:
         summary = "; ".join(f"{a.model_id}: {a.outcome} {a.detail}".strip() for a in attempts)
         super().__init__(f"every consolidation model failed ({summary})")
         self.attempts = attempts
-        self.spent = spent
 
 
 def validate_call(
@@ -168,6 +176,11 @@ def validate_call(
     entry = args.history_entry.strip()
     if not entry:
         raise InvalidCall("empty_history", "history_entry is empty")
+    if len(entry) > MAX_HISTORY_ENTRY_CHARS:
+        raise InvalidCall(
+            "history_too_long",
+            f"history_entry is {len(entry)} characters, at most {MAX_HISTORY_ENTRY_CHARS}",
+        )
     if memory.content.strip() and not args.memory_update.strip():
         raise InvalidCall("empty_memory", "memory_update is empty but memory existed")
     size = len(args.memory_update.strip())
@@ -287,15 +300,12 @@ class Consolidator:
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
-    def _price(self, model_id: str, usage: Usage) -> Usage:
-        entry = self.catalog.entries.get(model_id)
-        if entry is None:
-            return usage
-        cost = entry.cost_usd(usage.prompt_tokens, usage.completion_tokens)
-        return Usage(usage.prompt_tokens, usage.completion_tokens, cost)
-
     async def _ask(
-        self, entry: ModelEntry, messages: list[Message], chat_id: int | None = None
+        self,
+        entry: ModelEntry,
+        messages: list[Message],
+        chat_id: int | None,
+        on_spend: SpendCallback | None,
     ) -> ChatResult:
         """One model, forced tool choice first; automatic choice if the provider refuses it.
 
@@ -311,6 +321,7 @@ class Consolidator:
                 walk_chain=False,
                 user_key=chat_id,
                 priority=Priority.BACKGROUND,
+                on_spend=on_spend,
             )
         except TransportError as exc:
             if not _rejects_forced_choice(exc):
@@ -325,6 +336,7 @@ class Consolidator:
             walk_chain=False,
             user_key=chat_id,
             priority=Priority.BACKGROUND,
+            on_spend=on_spend,
         )
 
     async def consolidate(
@@ -334,12 +346,16 @@ class Consolidator:
         *,
         chat_id: int | None = None,
         job_id: int | None = None,
+        on_spend: SpendCallback | None = None,
     ) -> Consolidation:
-        """Return the first valid save_memory call of the chain, or raise ConsolidationFailed."""
+        """Return the first valid save_memory call of the chain, or raise ConsolidationFailed.
+
+        `on_spend` hears every request a provider may bill, as the transport reports it: the
+        answers (invalid ones too: a text reply is paid for), and a request cut off by a
+        cancellation of this call."""
         messages = self.build_messages(memory, chunk)
         stamp = timestamp_label(chunk.messages[-1].created_at)
         attempts: list[ModelAttempt] = []
-        spent: list[tuple[str, Usage]] = []
         visited: set[str] = set()
         for entry in self.chain():
             if entry.id in visited:
@@ -351,14 +367,12 @@ class Consolidator:
                 # No clock of our own around this: the transport bounds the wait for a turn in
                 # the gateway's queue (where chat goes first) and each request by `timeout`, so
                 # time spent yielding to chat is never the model's timeout.
-                result = await self._ask(entry, messages, chat_id)
+                result = await self._ask(entry, messages, chat_id, on_spend)
             except TransportError as exc:
                 outcome, detail = _transport_failure(exc)
             except Exception as exc:  # a library bug must cost one model, not the job
                 outcome, detail = "error", f"{type(exc).__name__}: {str(exc)[:200]}"
             else:
-                if result.usage.prompt_tokens or result.usage.completion_tokens:
-                    spent.append((result.model_id or entry.id, self._price(entry.id, result.usage)))
                 try:
                     args = validate_call(result, memory, stamp, self.memory_max_chars)
                 except InvalidCall as exc:
@@ -374,9 +388,7 @@ class Consolidator:
                         failed_before=len(attempts) - 1,
                         messages=len(chunk.messages),
                     )
-                    return Consolidation(
-                        entry.id, args.history_entry, args.memory_update, attempts, spent
-                    )
+                    return Consolidation(entry.id, args.history_entry, args.memory_update, attempts)
             attempts.append(ModelAttempt(entry.id, outcome, detail, time.monotonic() - started))
             log.warning(
                 "consolidation_model_failed",
@@ -386,7 +398,7 @@ class Consolidator:
                 chat_id=chat_id,
                 job_id=job_id,
             )
-        raise ConsolidationFailed(attempts, spent)
+        raise ConsolidationFailed(attempts)
 
 
 def summarise_attempts(attempts: Sequence[ModelAttempt]) -> str:

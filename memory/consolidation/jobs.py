@@ -8,18 +8,23 @@ stay searchable) + its own state + usage in ONE transaction, after checking that
 job, that the memory version is the one it started from and that every message it summarised still
 exists. A kill -9 before that COMMIT leaves everything as it was (the job is reset to pending at
 start-up); after it, the job is done and cannot run again.
+
+What the models cost is heard through the one mechanism every path that spends uses: a
+`SpendRecorder` (memory/usage.py) is the consolidation's `on_spend`. A run's spends are written in
+the transaction that settles the run (commit, conflict, failure), and whatever no transaction
+wrote (a run cancelled while a provider held its request) is flushed as the run ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-import aiosqlite
 import structlog
 
 from memory.consolidation.consolidation import (
@@ -30,18 +35,19 @@ from memory.consolidation.consolidation import (
     summarise_attempts,
 )
 from memory.consolidation.transcript import DEFAULT_MAX_MESSAGE_CHARS, Chunk, chunk_messages
-from memory.db import Database, run_sync
+from memory.db import Database
 from memory.facts import Edit, replay
 from memory.longterm import (
     LongTermMemory,
     add_unreported,
     changed_lines,
-    read_memory,
+    memory_of,
     write_memory,
 )
-from memory.recall.archive import archive_in, prepare_archive
+from memory.recall.archive import ArchivedRow, archive_in, prepare_archive
 from memory.store import Store, StoredMessage, from_iso, to_iso, utc_now
-from models.types import Usage
+from memory.usage import SpendRecorder
+from models.types import Spend
 
 log = structlog.get_logger("memory.consolidation.jobs")
 
@@ -68,7 +74,7 @@ class Job:
     started_at: str | None
 
     @classmethod
-    def from_row(cls, row: aiosqlite.Row) -> Job:
+    def from_row(cls, row: sqlite3.Row) -> Job:
         return cls(
             id=row["id"],
             chat_id=row["chat_id"],
@@ -113,40 +119,43 @@ class JobQueue:
 
     async def reset_interrupted(self, now: str) -> int:
         """Jobs left `running` by a crash or an expired grace period go back to pending."""
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
-                "UPDATE consolidation_jobs SET state = 'pending', started_at = NULL, "
-                "next_attempt_at = ?, updated_at = ? WHERE state = 'running' RETURNING id",
-                (now, now),
+        return await self.db.run_in_transaction(
+            lambda conn: len(
+                conn.execute(
+                    "UPDATE consolidation_jobs SET state = 'pending', started_at = NULL, "
+                    "next_attempt_at = ?, updated_at = ? WHERE state = 'running' RETURNING id",
+                    (now, now),
+                ).fetchall()
             )
-            return len(list(await cursor.fetchall()))
+        )
 
     async def claim_due(self, now: str, limit: int) -> list[Job]:
         """Mark up to `limit` due jobs running: per chat only its oldest open job, and only if
         that one is pending and due (a later job never overtakes an earlier one)."""
         if limit <= 0:
             return []
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
+
+        def claim(conn: sqlite3.Connection) -> list[Job]:
+            rows = conn.execute(
                 "SELECT j.* FROM consolidation_jobs j "
                 "WHERE j.id = (SELECT MIN(o.id) FROM consolidation_jobs o "
                 "              WHERE o.chat_id = j.chat_id AND o.state != 'done') "
                 "AND j.state = 'pending' AND j.next_attempt_at <= ? "
                 "ORDER BY j.next_attempt_at, j.id LIMIT ?",
                 (now, limit),
-            )
-            rows = list(await cursor.fetchall())
+            ).fetchall()
             claimed = []
             for row in rows:
-                cursor = await conn.execute(
+                updated = conn.execute(
                     "UPDATE consolidation_jobs SET state = 'running', started_at = ?, "
                     "updated_at = ? WHERE id = ? AND state = 'pending' RETURNING *",
                     (now, now, row["id"]),
-                )
-                updated = await cursor.fetchone()
+                ).fetchone()
                 if updated is not None:
                     claimed.append(Job.from_row(updated))
             return claimed
+
+        return await self.db.run_in_transaction(claim)
 
     async def open_jobs(self, chat_id: int) -> int:
         """Jobs of a chat not yet done (shown by /memory)."""
@@ -175,13 +184,16 @@ class JobQueue:
 
     async def finish_empty(self, job: Job, now: str) -> None:
         """Nothing left to consolidate (e.g. an earlier job already took the messages)."""
-        async with self.db.transaction() as conn:
-            await conn.execute(
+
+        def finish(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "UPDATE consolidation_jobs SET state = 'done', finished_at = ?, updated_at = ? "
                 "WHERE id = ? AND state = 'running' AND started_at = ?",
                 (now, now, job.id, job.started_at),
             )
-            await _drop_edits(conn, job.chat_id)
+            _drop_edits(conn, job.chat_id)
+
+        await self.db.run_in_transaction(finish)
 
     async def commit(
         self,
@@ -189,101 +201,121 @@ class JobQueue:
         memory: LongTermMemory,
         chunk: Chunk,
         result: Consolidation,
+        spending: SpendRecorder,
         *,
         memory_max_chars: int,
         now: str,
     ) -> CommitResult:
-        """The one transaction that applies a consolidation (see the module docstring)."""
+        """The one transaction that applies a consolidation (see the module docstring), with
+        the run's spends not written yet; they count as written once it committed."""
+        archived = await prepare_archive(chunk.messages)
+        spends = spending.pending()
+        outcome = await self.db.run_in_transaction(
+            lambda conn: self._commit_in(
+                conn, job, memory, chunk, result, spends, archived, memory_max_chars, now
+            )
+        )
+        spending.written(len(spends))
+        return outcome
+
+    def _commit_in(
+        self,
+        conn: sqlite3.Connection,
+        job: Job,
+        memory: LongTermMemory,
+        chunk: Chunk,
+        result: Consolidation,
+        spends: Sequence[Spend],
+        archived: list[ArchivedRow],
+        memory_max_chars: int,
+        now: str,
+    ) -> CommitResult:
+        """The body of `commit`, on the writer's thread."""
         ids = chunk.message_ids
         marks = ",".join("?" * len(ids))
-        archived = await prepare_archive(chunk.messages)
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
-                "SELECT chat_id FROM consolidation_jobs WHERE id = ? AND state = 'running' "
-                "AND started_at = ?",
-                (job.id, job.started_at),
-            )
-            claimed = await cursor.fetchone()
-            if claimed is None:
-                # Forgotten (/forget deleted the job) or reclaimed: nothing is applied, but
-                # the models were paid, so the spend is recorded.
-                await _insert_spent(conn, job, chunk, result.spent, self.store, now)
-                return CommitResult.NOT_OURS
-            # The chat may have moved to a new id while the models ran (memory/chat_move.py):
-            # everything this commit writes follows it.
-            job = replace(job, chat_id=int(claimed["chat_id"]))
-            current = await read_memory(conn, job.chat_id)
-            cursor = await conn.execute(
-                f"SELECT COUNT(*) AS n FROM messages WHERE id IN ({marks})", ids
-            )
-            row = await cursor.fetchone()
-            present = int(row["n"]) if row else 0
-            memory_update = result.memory_update
-            if current.version != memory.version and present == len(ids):
-                # The chat model's remember/forget_fact since we read the memory are replayed
-                # on our result; any other write (a /forget, another job) means run again.
-                edits = await _edits_since(conn, job.chat_id, memory.version)
-                if len(edits) == current.version - memory.version:
-                    memory_update = replay(memory_update, edits)
-                    log.info("consolidation_replayed_edits", job_id=job.id, edits=len(edits))
-                    memory = current
-            if current.version != memory.version or present != len(ids):
-                await _insert_attempts(conn, job, result.attempts, now)
-                await _insert_spent(conn, job, chunk, result.spent, self.store, now)
-                return CommitResult.CONFLICT
-            await write_memory(
-                conn,
+        claimed = conn.execute(
+            "SELECT chat_id FROM consolidation_jobs WHERE id = ? AND state = 'running' "
+            "AND started_at = ?",
+            (job.id, job.started_at),
+        ).fetchone()
+        if claimed is None:
+            # Forgotten (/forget deleted the job) or reclaimed: nothing is applied, but
+            # the models were paid, so the spend is recorded.
+            _insert_spent(conn, job, chunk, spends, self.store, now)
+            return CommitResult.NOT_OURS
+        # The chat may have moved to a new id while the models ran (memory/chat_move.py):
+        # everything this commit writes follows it.
+        job = replace(job, chat_id=int(claimed["chat_id"]))
+        current = memory_of(conn, job.chat_id)
+        row = conn.execute(
+            f"SELECT COUNT(*) AS n FROM messages WHERE id IN ({marks})", ids
+        ).fetchone()
+        present = int(row["n"]) if row else 0
+        memory_update = result.memory_update
+        if current.version != memory.version and present == len(ids):
+            # The chat model's remember/forget_fact since we read the memory are replayed
+            # on our result; any other write (a /forget, another job) means run again.
+            edits = _edits_since(conn, job.chat_id, memory.version)
+            if len(edits) == current.version - memory.version:
+                memory_update = replay(memory_update, edits)
+                log.info("consolidation_replayed_edits", job_id=job.id, edits=len(edits))
+                memory = current
+        if current.version != memory.version or present != len(ids):
+            _insert_attempts(conn, job, result.attempts, now)
+            _insert_spent(conn, job, chunk, spends, self.store, now)
+            return CommitResult.CONFLICT
+        write_memory(
+            conn,
+            job.chat_id,
+            memory_update,
+            over_budget=len(memory_update) > memory_max_chars,
+            now=now,
+        )
+        # The user's next reply says what changed (bot/turns/turn.py): no write is silent.
+        add_unreported(conn, job.chat_id, changed_lines(current.content, memory_update))
+        _drop_edits(conn, job.chat_id)
+        first, last = chunk.messages[0], chunk.messages[-1]
+        conn.execute(
+            "INSERT INTO history_entries(chat_id, session_id, job_id, entry, model_id, "
+            "first_message_id, last_message_id, first_message_at, last_message_at, "
+            "message_count, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
                 job.chat_id,
-                memory_update,
-                over_budget=len(memory_update) > memory_max_chars,
-                now=now,
-            )
-            # The user's next reply says what changed (bot/turns/turn.py): no write is silent.
-            await add_unreported(conn, job.chat_id, changed_lines(current.content, memory_update))
-            await _drop_edits(conn, job.chat_id)
-            first, last = chunk.messages[0], chunk.messages[-1]
-            await conn.execute(
-                "INSERT INTO history_entries(chat_id, session_id, job_id, entry, model_id, "
-                "first_message_id, last_message_id, first_message_at, last_message_at, "
-                "message_count, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    job.chat_id,
-                    job.session_id,
-                    job.id,
-                    result.history_entry,
-                    result.model_id,
-                    first.id,
-                    last.id,
-                    first.created_at,
-                    last.created_at,
-                    len(ids),
-                    now,
-                ),
-            )
-            # Out of the session and every prompt, into the archive: still searchable.
-            await archive_in(conn, archived, now)
-            await conn.execute(f"DELETE FROM messages WHERE id IN ({marks})", ids)
-            cursor = await conn.execute(
-                "SELECT EXISTS(SELECT 1 FROM messages WHERE session_id = ? "
-                "AND (? IS NULL OR id <= ?)) AS more",
-                (job.session_id, job.upto_message_id, job.upto_message_id),
-            )
-            more_row = await cursor.fetchone()
-            more = bool(more_row["more"]) if more_row else False
-            await conn.execute(
-                "UPDATE consolidation_jobs SET state = ?, attempts = 0, last_error = NULL, "
-                "chunks_done = chunks_done + 1, saved_by_model = ?, finished_at = ?, "
-                "updated_at = ? WHERE id = ?",
-                (
-                    "running" if more else "done",
-                    result.model_id,
-                    None if more else now,
-                    now,
-                    job.id,
-                ),
-            )
-            await _insert_attempts(conn, job, result.attempts, now)
-            await _insert_spent(conn, job, chunk, result.spent, self.store, now)
+                job.session_id,
+                job.id,
+                result.history_entry,
+                result.model_id,
+                first.id,
+                last.id,
+                first.created_at,
+                last.created_at,
+                len(ids),
+                now,
+            ),
+        )
+        # Out of the session and every prompt, into the archive: still searchable.
+        archive_in(conn, archived, now)
+        conn.execute(f"DELETE FROM messages WHERE id IN ({marks})", ids)
+        more_row = conn.execute(
+            "SELECT EXISTS(SELECT 1 FROM messages WHERE session_id = ? "
+            "AND (? IS NULL OR id <= ?)) AS more",
+            (job.session_id, job.upto_message_id, job.upto_message_id),
+        ).fetchone()
+        more = bool(more_row["more"]) if more_row else False
+        conn.execute(
+            "UPDATE consolidation_jobs SET state = ?, attempts = 0, last_error = NULL, "
+            "chunks_done = chunks_done + 1, saved_by_model = ?, finished_at = ?, "
+            "updated_at = ? WHERE id = ?",
+            (
+                "running" if more else "done",
+                result.model_id,
+                None if more else now,
+                now,
+                job.id,
+            ),
+        )
+        _insert_attempts(conn, job, result.attempts, now)
+        _insert_spent(conn, job, chunk, spends, self.store, now)
         return CommitResult.COMMITTED
 
     async def record_failure(
@@ -291,25 +323,28 @@ class JobQueue:
         job: Job,
         failure: ConsolidationFailed,
         chunk: Chunk,
+        spending: SpendRecorder,
         *,
         delays: Sequence[float],
         now: datetime,
     ) -> tuple[int, float]:
-        """Every model failed: keep the messages, schedule the next whole-chain run."""
+        """Every model failed: keep the messages, schedule the next whole-chain run (and
+        write the run's spends with it)."""
         stamp = to_iso(now)
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
+        spends = spending.pending()
+
+        def record(conn: sqlite3.Connection) -> tuple[int, float]:
+            row = conn.execute(
                 "SELECT attempts FROM consolidation_jobs WHERE id = ? AND state = 'running' "
                 "AND started_at = ?",
                 (job.id, job.started_at),
-            )
-            row = await cursor.fetchone()
+            ).fetchone()
             if row is None:  # forgotten or reclaimed meanwhile; the spend is still real
-                await _insert_spent(conn, job, chunk, failure.spent, self.store, stamp)
+                _insert_spent(conn, job, chunk, spends, self.store, stamp)
                 return job.attempts, 0.0
             failed_runs = int(row["attempts"]) + 1
             delay = retry_delay(delays, failed_runs)
-            await conn.execute(
+            conn.execute(
                 "UPDATE consolidation_jobs SET state = 'pending', attempts = ?, "
                 "next_attempt_at = ?, last_error = ?, started_at = NULL, updated_at = ? "
                 "WHERE id = ?",
@@ -321,50 +356,54 @@ class JobQueue:
                     job.id,
                 ),
             )
-            await _insert_attempts(conn, job, failure.attempts, stamp)
-            await _insert_spent(conn, job, chunk, failure.spent, self.store, stamp)
-            await _drop_edits(conn, job.chat_id)
-        return failed_runs, delay
+            _insert_attempts(conn, job, failure.attempts, stamp)
+            _insert_spent(conn, job, chunk, spends, self.store, stamp)
+            _drop_edits(conn, job.chat_id)
+            return failed_runs, delay
+
+        settled = await self.db.run_in_transaction(record)
+        spending.written(len(spends))
+        return settled
 
     async def release(self, job: Job, now: str, *, retry_at: str, reason: str) -> None:
         """Give a claimed job back without counting a failed chain run."""
-        async with self.db.transaction() as conn:
-            await conn.execute(
+
+        def give_back(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "UPDATE consolidation_jobs SET state = 'pending', started_at = NULL, "
                 "next_attempt_at = ?, last_error = ?, updated_at = ? "
                 "WHERE id = ? AND state = 'running' AND started_at = ?",
                 (retry_at, reason, now, job.id, job.started_at),
             )
-            await _drop_edits(conn, job.chat_id)
+            _drop_edits(conn, job.chat_id)
+
+        await self.db.run_in_transaction(give_back)
 
 
-async def _drop_edits(conn: aiosqlite.Connection, chat_id: int) -> None:
+def _drop_edits(conn: sqlite3.Connection, chat_id: int) -> None:
     """The job stops running: its next run (or the chat's next job) reads the memory afresh,
     so the tool edits kept for its replay are of no use any more — and hold the very words
     a user asked to forget."""
-    await conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
+    conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
 
 
-async def _edits_since(conn: aiosqlite.Connection, chat_id: int, version: int) -> list[Edit]:
+def _edits_since(conn: sqlite3.Connection, chat_id: int, version: int) -> list[Edit]:
     """Tool edits (remember / forget_fact) that produced the versions after `version`."""
-    cursor = await conn.execute(
+    rows = conn.execute(
         "SELECT kind, fact, lines FROM memory_edits WHERE chat_id = ? AND version > ? "
         "ORDER BY version",
         (chat_id, version),
-    )
-    return [
-        Edit(row["kind"], row["fact"], tuple(json.loads(row["lines"])))
-        for row in await cursor.fetchall()
-    ]
+    ).fetchall()
+    return [Edit(row["kind"], row["fact"], tuple(json.loads(row["lines"]))) for row in rows]
 
 
-async def _insert_attempts(
-    conn: aiosqlite.Connection, job: Job, attempts: Sequence[ModelAttempt], now: str
+def _insert_attempts(
+    conn: sqlite3.Connection, job: Job, attempts: Sequence[ModelAttempt], now: str
 ) -> None:
-    for attempt in attempts:
-        await conn.execute(
-            "INSERT INTO consolidation_attempts(job_id, chat_id, model_id, outcome, detail, "
-            "latency_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    conn.executemany(
+        "INSERT INTO consolidation_attempts(job_id, chat_id, model_id, outcome, detail, "
+        "latency_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
             (
                 job.id,
                 job.chat_id,
@@ -373,23 +412,30 @@ async def _insert_attempts(
                 attempt.detail,
                 int(attempt.latency_s * 1000),
                 now,
-            ),
-        )
+            )
+            for attempt in attempts
+        ],
+    )
 
 
-async def _insert_spent(
-    conn: aiosqlite.Connection,
+def chunk_owner(chunk: Chunk) -> int | None:
+    """Whom a chunk's consolidation is billed to: the chat's last user who wrote in it."""
+    return next((m.user_id for m in reversed(chunk.messages) if m.user_id is not None), None)
+
+
+def _insert_spent(
+    conn: sqlite3.Connection,
     job: Job,
     chunk: Chunk,
-    spent: Sequence[tuple[str, Usage]],
+    spends: Sequence[Spend],
     store: Store,
     now: str,
 ) -> None:
     """Usage rows (purpose 'consolidation'), attributed to the chat's user."""
-    user_id = next((m.user_id for m in reversed(chunk.messages) if m.user_id is not None), None)
-    for model_id, usage in spent:
-        await run_sync(
-            conn, store.insert_usage, job.chat_id, user_id, model_id, "consolidation", usage, now
+    user_id = chunk_owner(chunk)
+    for spend in spends:
+        store.insert_usage(
+            conn, job.chat_id, user_id, spend.model_id, "consolidation", spend.usage, now
         )
 
 
@@ -459,6 +505,9 @@ class ConsolidationWorker:
         consolidator: Consolidator,
         *,
         retry_delays: Sequence[float],
+        # Jobs of different chats at once. A constant, not a setting: a small team closes a
+        # few sessions a minute at most, and more jobs at once would only queue for the same
+        # providers' rate limits.
         concurrency: int = 2,
         memory_max_chars: int = 6000,
         max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
@@ -594,32 +643,15 @@ class ConsolidationWorker:
                 chunk = chunk_messages(messages, budget, max_message_chars=self.max_message_chars)[
                     0
                 ]
-                try:
-                    result = await self.consolidator.consolidate(
-                        memory, chunk, chat_id=job.chat_id, job_id=job.id
-                    )
-                except ConsolidationFailed as failure:
-                    failed_runs, delay = await self.queue.record_failure(
-                        job, failure, chunk, delays=self.retry_delays, now=self.clock()
-                    )
-                    log.warning(
-                        "consolidation_job_failed",
-                        job_id=job.id,
-                        chat_id=job.chat_id,
-                        failed_runs=failed_runs,
-                        retry_in_s=delay,
-                        messages_kept=len(messages),
-                        error=summarise_attempts(failure.attempts),
-                    )
-                    return
-                outcome = await self.queue.commit(
-                    job,
-                    memory,
-                    chunk,
-                    result,
-                    memory_max_chars=self.memory_max_chars,
-                    now=self.now(),
+                spending = SpendRecorder(
+                    self.store, job.chat_id, chunk_owner(chunk), "consolidation"
                 )
+                try:
+                    outcome = await self._consolidate_chunk(job, memory, chunk, spending)
+                finally:
+                    await _flush_unwritten(spending, job)
+                if outcome is None:
+                    return
                 if outcome is CommitResult.NOT_OURS:
                     # /forget deleted the job while it ran: its result is discarded, and the
                     # job cannot run again (its row is gone).
@@ -634,20 +666,64 @@ class ConsolidationWorker:
                         )
                         return
                     continue
-                log.info(
-                    "consolidation_chunk_committed",
-                    job_id=job.id,
-                    chat_id=job.chat_id,
-                    model=result.model_id,
-                    messages=len(chunk.messages),
-                )
         except Exception:
             # A bug must not spin: step back for the first retry delay, messages untouched.
             log.exception("consolidation_job_crashed", job_id=job.id)
             retry_at = to_iso(self.clock() + timedelta(seconds=self.retry_delays[0]))
             await self.queue.release(job, self.now(), retry_at=retry_at, reason="internal error")
 
+    async def _consolidate_chunk(
+        self, job: Job, memory: LongTermMemory, chunk: Chunk, spending: SpendRecorder
+    ) -> CommitResult | None:
+        """One run of the chain over `chunk`, settled in the database: the commit's outcome,
+        or None when every model failed (the failure is recorded and the job waits)."""
+        try:
+            result = await self.consolidator.consolidate(
+                memory, chunk, chat_id=job.chat_id, job_id=job.id, on_spend=spending.add
+            )
+        except ConsolidationFailed as failure:
+            failed_runs, delay = await self.queue.record_failure(
+                job, failure, chunk, spending, delays=self.retry_delays, now=self.clock()
+            )
+            log.warning(
+                "consolidation_job_failed",
+                job_id=job.id,
+                chat_id=job.chat_id,
+                failed_runs=failed_runs,
+                retry_in_s=delay,
+                messages_kept=len(chunk.messages),
+                error=summarise_attempts(failure.attempts),
+            )
+            return None
+        outcome = await self.queue.commit(
+            job,
+            memory,
+            chunk,
+            result,
+            spending,
+            memory_max_chars=self.memory_max_chars,
+            now=self.now(),
+        )
+        if outcome is CommitResult.COMMITTED:
+            log.info(
+                "consolidation_chunk_committed",
+                job_id=job.id,
+                chat_id=job.chat_id,
+                model=result.model_id,
+                messages=len(chunk.messages),
+            )
+        return outcome
+
+
+async def _flush_unwritten(spending: SpendRecorder, job: Job) -> None:
+    """Write what no transaction of the run wrote: a request cut off in flight (the worker
+    stopped, the job cancelled) was still billed by the provider. Never raises: a failing
+    ledger must not hide the run's own outcome or its cancellation."""
+    try:
+        await spending.flush()
+    except Exception:
+        log.exception("consolidation_usage_not_recorded", job_id=job.id, chat_id=job.chat_id)
+
 
 async def _read_memory(db: Database, chat_id: int) -> LongTermMemory:
-    async with db.transaction() as conn:
-        return await read_memory(conn, chat_id)
+    return await db.run_in_transaction(lambda conn: memory_of(conn, chat_id))

@@ -113,13 +113,6 @@ class KeyRing:
                 waits.append(rest.until - now)
         return min(waits) if waits else None
 
-    def soonest_available_s(self, model: str | None = None) -> float:
-        """Seconds until some key is usable again for `model` (0 when one is usable now)."""
-        if not self._keys:
-            return float("inf")
-        now = self._clock()
-        return max(0.0, min(s.rest_for(model) for s in self.states) - now)
-
     def status(self) -> list[dict[str, object]]:
         now = self._clock()
         out: list[dict[str, object]] = []

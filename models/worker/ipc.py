@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from models import ModelsError
 from models.errors import Classified
 from models.gateways import Gateway
 
@@ -32,7 +33,7 @@ MAX_FRAME = 256 * 1024 * 1024
 WireFields = tuple[int | None, dict[str, str], Any, float | None]
 
 
-class LocalFailure(Exception):
+class LocalFailure(ModelsError):
     """A call that failed on our side of the wire, never the provider's doing: the transport
     counts it against no breaker, key or retry budget. `retry`: the same call may succeed on
     another worker."""
@@ -51,7 +52,7 @@ class CallNotEncoded(LocalFailure):
     retry = False
 
 
-class FrameError(Exception):
+class FrameError(ModelsError):
     """A frame that cannot be a message (its length is beyond MAX_FRAME)."""
 
 
@@ -96,7 +97,7 @@ class ClientSpec:
             object.__setattr__(self, "gateway", dataclasses.replace(self.gateway, keys=()))
 
 
-class ProviderFailure(Exception):
+class ProviderFailure(ModelsError):
     """A call that failed in the worker, already classified there (where the exception and the
     HTTP response it came with were)."""
 

@@ -71,7 +71,7 @@ _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from models.worker.child i
 STOP_GRACE_S = 5.0  # a stopped worker's time to leave before it is killed
 RESTART_BACKOFF_S = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 YOUNG_S = 30.0  # a worker lost sooner than this after its start counts towards the backoff
-EXTRA_WORKER_NICE = 10  # an extra worker's priority (see `_start`)
+EXTRA_WORKER_NICE = 10  # an extra worker's nice steps below the bot's (see `_start`)
 # Copies one spawned worker can make (`fork`): an extra worker retires after a quiet spell, and
 # each later rush that needs one forks again. Past these, an extra one is spawned.
 SPARE_SOCKETS = 8
@@ -106,8 +106,12 @@ class WorkerSettings:
 
     max_workers: int = 1  # PROVIDER_WORKERS
     at_rest: int = 1  # PROVIDER_WORKERS_AT_REST: started at warm-up, never retired for idling
-    heartbeat_s: float = 5.0  # PROVIDER_WORKER_HEARTBEAT_S: silence that makes a worker lost
-    max_rss_mb: float = 1024.0  # PROVIDER_WORKER_MAX_RSS_MB
+    # Constants, not settings: they guard our own child process, whose needs no operator
+    # knows better. 5 s of silence (pinged four times as often) is far past any GC pause or
+    # busy loop of a healthy worker; 1024 MB is about five times what a worker holds (about
+    # 200 MB, README), so only a leak reaches it.
+    heartbeat_s: float = 5.0  # silence that makes a worker lost
+    max_rss_mb: float = 1024.0  # above it a worker takes no new calls and is replaced
     start_timeout_s: float = 60.0  # spawn → ready (litellm's import) and warmed up
     scale_calls: int = 16  # calls in flight on every worker before another one starts
     scale_cpu: float = 0.7  # or this share of a core used by every worker
@@ -459,8 +463,11 @@ class ProviderWorker:
                 # An extra worker spawned under load: its import and warm-up (seconds of CPU)
                 # yield the cores to the bot and the busy worker (its own calls too, later: it
                 # is there for what the first cannot take).
+                # Relative to the bot's own: a bot already running under `nice` would
+                # otherwise give the extra worker a HIGHER priority than itself.
+                niced = min(os.getpriority(os.PRIO_PROCESS, 0) + EXTRA_WORKER_NICE, 19)
                 with contextlib.suppress(OSError):
-                    os.setpriority(os.PRIO_PROCESS, self.process.pid, EXTRA_WORKER_NICE)
+                    os.setpriority(os.PRIO_PROCESS, self.process.pid, niced)
         self._sock = ours
         self.started_at = time.monotonic()
         self.pool.started += 1

@@ -1017,33 +1017,30 @@ class FakeProvider:
         return _json_response(self._transcription_body(model or "", fields, text))
 
     def _transcription_body(self, model: str, fields: dict[str, Any], text: str) -> dict[str, Any]:
-        """The provider's own success shape for the response format asked for."""
+        """The provider's own success shape for the response format asked for: Groq's json is
+        the text and its request id; both Whisper endpoints' verbose_json adds the task, the
+        language, the `duration` decoded and the segments (OpenAI's also a duration usage)."""
         seconds = self.speech_seconds.get(fields.get("file", {}).get("sha256", ""), 1.0)
+        verbose = fields.get("response_format") == "verbose_json"
         if self.kind == "groq":
             body: dict[str, Any] = {"text": text, "x_groq": {"id": _id("req_")}}
-            if fields.get("response_format") == "verbose_json":
-                body = {"task": "transcribe", "language": "English", "duration": seconds, **body}
+            if verbose:
+                body = {
+                    "task": "transcribe",
+                    "language": "English",
+                    "duration": seconds,
+                    "text": text,
+                    "segments": _whisper_segments(text, seconds),
+                    "x_groq": body["x_groq"],
+                }
             return body
-        if fields.get("response_format") == "verbose_json":  # whisper-1 through litellm
+        if verbose:  # whisper-1
             return {
                 "task": "transcribe",
                 "language": "english",
                 "duration": seconds,
                 "text": text,
-                "segments": [
-                    {
-                        "id": 0,
-                        "seek": 0,
-                        "start": 0.0,
-                        "end": seconds,
-                        "text": text,
-                        "tokens": [50364, 50414],
-                        "temperature": 0.0,
-                        "avg_logprob": -0.2,
-                        "compression_ratio": 1.1,
-                        "no_speech_prob": 0.01,
-                    }
-                ],
+                "segments": _whisper_segments(text, seconds),
                 "usage": {"type": "duration", "seconds": math.ceil(seconds)},
             }
         # gpt-4o(-mini)-transcribe: text plus token usage
@@ -1548,6 +1545,24 @@ def _drop(request: web.Request) -> None:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _whisper_segments(text: str, seconds: float) -> list[dict[str, Any]]:
+    """verbose_json's segments as Whisper writes them (one segment for the fake's text)."""
+    return [
+        {
+            "id": 0,
+            "seek": 0,
+            "start": 0.0,
+            "end": seconds,
+            "text": text,
+            "tokens": [50364, 50414],
+            "temperature": 0.0,
+            "avg_logprob": -0.2,
+            "compression_ratio": 1.1,
+            "no_speech_prob": 0.01,
+        }
+    ]
 
 
 def _id(prefix: str) -> str:

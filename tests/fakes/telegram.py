@@ -391,6 +391,8 @@ class _InjectedError:
     retry_after: int | None
     description: str | None
     status: int | None = None
+    every: int = 1  # fail one call in `every` (the every-th, the 2×every-th, ...)
+    seen: int = 0
 
 
 class _ApiError(Exception):
@@ -449,6 +451,8 @@ class FakeTelegram:
         self._chats: dict[int, dict[str, Any]] = {}
         self._drafts: dict[int, list[dict[str, Any]]] = {}
         self._injected: dict[str, _InjectedError] = {}
+        self._holds: dict[str, int] = {}  # method -> calls still to hold (`hold`)
+        self.holds_cut = 0  # held calls the client gave up on
         self._last_send: dict[int, float] = {}
         self._penalty_until: dict[tuple[int, int | None], float] = {}
         self._callback_ids = itertools.count(1)
@@ -683,7 +687,8 @@ class FakeTelegram:
     def calls_of(self, method: str) -> list[Call]:
         return [c for c in self.calls if c.method == method]
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 60.0) -> None:  # noqa: ASYNC109
+        """Until `predicate` holds; `timeout` bounds a hang (generous: a loaded machine is slow)."""
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
@@ -698,13 +703,22 @@ class FakeTelegram:
         retry_after: int | None = None,
         description: str | None = None,
         status: int | None = None,
+        every: int = 1,
     ) -> None:
         """Make the next `count` calls of `method` fail (429 with retry_after, else 400).
 
         `status` (e.g. 502) answers that HTTP status instead, as a broken proxy in front of the
-        Bot API would: PTB turns it into a NetworkError.
+        Bot API would: PTB turns it into a NetworkError. `every` spreads the faults: one call
+        in `every` fails (every=10: the 10th, 20th, ... — 10 % of them, in a fixed order so a
+        benchmark run can be repeated), until `count` have failed.
         """
-        self._injected[method] = _InjectedError(count, retry_after, description, status)
+        self._injected[method] = _InjectedError(count, retry_after, description, status, every)
+
+    def hold(self, method: str, *, count: int = 1) -> None:
+        """Hold the next `count` calls of `method` unanswered until the client hangs up (a
+        Telegram that stopped answering): the bot's turn waits there, where a stop can cut
+        in. Each hang-up is counted in `holds_cut`."""
+        self._holds[method] = count
 
     # ---- HTTP -------------------------------------------------------------------------------
 
@@ -715,6 +729,14 @@ class FakeTelegram:
             return _error_response(_ApiError(401, "Unauthorized"))
         call = Call(method=method, params=params, at=time.monotonic())
         self.calls.append(call)
+        if self._holds.get(method, 0) > 0:
+            self._holds[method] -= 1
+            # aiohttp tells a handler nothing when its client hangs up, so the fake looks.
+            while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            self.holds_cut += 1
+            call.ok = False
+            return web.Response(status=504)
         try:
             self._maybe_injected(method)
             handler = getattr(self, f"_api_{method.lower()}", None)
@@ -741,6 +763,9 @@ class FakeTelegram:
     def _maybe_injected(self, method: str) -> None:
         injected = self._injected.get(method)
         if injected is None or injected.count <= 0:
+            return
+        injected.seen += 1
+        if injected.seen % injected.every:
             return
         injected.count -= 1
         if injected.retry_after is not None:

@@ -64,8 +64,9 @@ _DOCUMENT_ERRORS = {
 
 async def answer_document(
     services: Services, bot: Any, request: TurnRequest, incoming: Incoming, caption: str
-) -> None:
-    """A chat turn on the document: downloaded and read inside the turn, its text the prompt."""
+) -> bool:
+    """A chat turn on the document: downloaded and read inside the turn, its text the prompt.
+    Whether the message is stored: `run_chat_turn`."""
     settings = services.settings
     name = incoming.file_name or "document"
 
@@ -123,4 +124,4 @@ async def answer_document(
             media["cut_chars"] = document.cut_chars
         return replace(turn, text=document_prompt(name, caption, document.text), media=media)
 
-    await run_chat_turn(services, bot, request, prepare=prepare)
+    return await run_chat_turn(services, bot, request, prepare=prepare)

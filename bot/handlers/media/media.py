@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import structlog
 from telegram import InlineKeyboardMarkup, Message, Update
-from telegram.ext import ContextTypes
 
 from bot.handlers.access import admit, say, user_language
 from bot.handlers.incoming import clean_text, is_addressed_to_bot, is_group, strip_bot_mentions
@@ -35,20 +34,14 @@ from bot.handlers.media.media_limits import (
 )
 from bot.handlers.media.photos import answer_photo
 from bot.handlers.media.voice import transcribe_and_answer
-from bot.services import Services, services_of
+from bot.services import Context, Services
 from bot.turns.turn import turn_request_for
 from bot.ui.i18n import t
 from bot.ui.keyboards import model_keyboard
 from media.documents import document_kind
-from media.inbox import InboxItem, MediaInbox
+from media.inbox import InboxItem
 
 log = structlog.get_logger("bot.media")
-
-Context = ContextTypes.DEFAULT_TYPE
-
-
-def _services(context: Context) -> Services:
-    return services_of(context.application)
 
 
 async def media_message(update: Update, context: Context) -> None:
@@ -60,7 +53,7 @@ async def media_message(update: Update, context: Context) -> None:
     group = is_group(message)
     if group and not is_addressed_to_bot(message, bot.username, bot.id):
         return
-    services = _services(context)
+    services = context.bot_data.services
     if not await admit(update, services.settings, refusals=services.refusals):
         return
     lang = user_language(update)
@@ -95,7 +88,7 @@ async def media_message(update: Update, context: Context) -> None:
     if incoming.kind in VOICE_KINDS:
 
         async def new_item() -> InboxItem:
-            return await MediaInbox(services.db).add(
+            return await services.inbox.add(
                 chat_id=message.chat_id,
                 user_id=user.id,
                 kind=incoming.kind,
@@ -108,11 +101,13 @@ async def media_message(update: Update, context: Context) -> None:
                 caption=caption or None,
             )
 
-        await transcribe_and_answer(services, bot, request, new_item)
+        saved = await transcribe_and_answer(services, bot, request, new_item)
     elif incoming.kind == "photo":
-        await answer_photo(services, bot, request, incoming, caption)
+        saved = await answer_photo(services, bot, request, incoming, caption)
     else:
-        await answer_document(services, bot, request, incoming, caption)
+        saved = await answer_document(services, bot, request, incoming, caption)
+    if saved:
+        services.lifecycle.tracker.mark_stored(update.update_id)
 
 
 async def _refusal_before_download(

@@ -56,8 +56,6 @@ def human_size(size: int) -> str:
 async def spend_refusal(services: Services, user_id: int, lang: str | None) -> str | None:
     """None when the user may spend; else the line to show ("" when the guard stays silent,
     e.g. a later refusal in a burst)."""
-    if services.guard is None:
-        return None
     refused = await services.guard.check_spend(user_id)
     if refused is None:
         return None

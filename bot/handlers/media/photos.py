@@ -36,8 +36,9 @@ def photo_text(caption: str) -> str:
 
 async def answer_photo(
     services: Services, bot: Any, request: TurnRequest, incoming: Incoming, caption: str
-) -> None:
-    """A chat turn on the photo: downloaded and fitted inside the turn, sent as an image part."""
+) -> bool:
+    """A chat turn on the photo: downloaded and fitted inside the turn, sent as an image part.
+    Whether the message is stored: `run_chat_turn`."""
     media: dict[str, object] = {
         "kind": "photo",
         "file_id": incoming.file_id,
@@ -67,7 +68,7 @@ async def answer_photo(
         url = f"data:{image.mime_type};base64,{encoded}"
         return replace(turn, text=photo_text(caption), media=media, image_url=url)
 
-    await run_chat_turn(services, bot, request, prepare=prepare)
+    return await run_chat_turn(services, bot, request, prepare=prepare)
 
 
 async def _image_limit(services: Services, chat_id: int) -> ImageLimit:

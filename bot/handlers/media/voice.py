@@ -10,7 +10,10 @@ in one UPDATE, so two presses answer once).
 The transcription is the chat's turn in progress (`run_chat_turn` runs `prepare` as the chat's
 running work): /cancel and /new stop it and the note keeps a Retry button; a graceful stop gives
 it the grace of a reply, then cancels it and holds the update for the next start, which
-transcribes and answers the note (`_transcription_stopped`).
+transcribes and answers the note (`_transcription_stopped`). The transcript is kept in the inbox
+row the moment the provider returns it: a stop or /cancel that cuts in after that (while the
+transcript is shown, before the message is stored) is answered from the row later, never
+transcribed and paid for twice.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import html
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +29,6 @@ import structlog
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.constants import ChatType, ParseMode
 from telegram.error import TelegramError
-from telegram.ext import ContextTypes
 
 from bot.handlers.access import admit, user_language
 from bot.handlers.media.downloads import download
@@ -36,7 +38,7 @@ from bot.handlers.media.media_limits import (
     refuse_download,
     spend_refusal,
 )
-from bot.services import Services, services_of
+from bot.services import Context, Services
 from bot.turns.chat_turns import FORGETTING
 from bot.turns.turn import (
     TurnRequest,
@@ -47,9 +49,9 @@ from bot.turns.turn import (
 )
 from bot.ui.i18n import t
 from bot.ui.render import utf16_len
-from media.audio import ogg_seconds
+from media.audio import recording_seconds
 from media.documents import trim_to_chars
-from media.inbox import InboxItem, MediaInbox
+from media.inbox import InboxItem
 from memory.store import StoredMessage
 from memory.usage import SpendRecorder
 from models.types import NO_KEY, Transcription, TransportError
@@ -57,8 +59,6 @@ from models.types import NO_KEY, Transcription, TransportError
 # The name these events have always been logged under (they were part of
 # bot/handlers/media/media.py).
 log = structlog.get_logger("bot.media")
-
-Context = ContextTypes.DEFAULT_TYPE
 
 RETRY_PREFIX = "mr:"
 # A transcript longer than this is shown collapsed (expandable blockquote).
@@ -73,12 +73,13 @@ async def transcribe_and_answer(
     bot: Any,
     request: TurnRequest,
     item: InboxItem | Callable[[], Awaitable[InboxItem]],
-) -> None:
+) -> bool:
     """Inside the chat's turn: download, transcribe, show the transcript, answer it.
 
     `item` is the inbox row (a retry), or makes it: a new note's row is written inside the
     turn, before any download, so an update held back by a stop (and replayed after the
-    restart) does not leave a second, orphaned row behind.
+    restart) does not leave a second, orphaned row behind. Whether the note's text is stored:
+    `run_chat_turn`.
     """
     current: list[InboxItem] = []
 
@@ -94,16 +95,45 @@ async def transcribe_and_answer(
             raise
 
     async def stored(message: StoredMessage) -> None:
-        await MediaInbox(services.db).mark_done(current[-1].id, message.id)
+        await services.inbox.mark_done(current[-1].id, message.id)
 
-    await run_chat_turn(services, bot, request, prepare=prepare, on_stored=stored)
+    return await run_chat_turn(services, bot, request, prepare=prepare, on_stored=stored)
 
 
 async def _transcribe(
     services: Services, bot: Any, request: TurnRequest, item: InboxItem
 ) -> TurnRequest | None:
+    """The note as the request to store and answer: its transcript shown, and trimmed to the
+    bound of a typed message; None when there is nothing to answer (the user was told)."""
     lang = request.language
-    inbox = MediaInbox(services.db)
+    if item.transcript is not None:
+        # Transcribed (and paid for) before a stop or a /cancel cut its turn short: answered
+        # from the words kept, never uploaded again.
+        log.info("transcript_reused", chat_id=request.chat_id, inbox_id=item.id)
+        transcript: str | None = item.transcript
+    else:
+        transcript = await _new_transcript(services, bot, request, item)
+    if transcript is None:
+        return None
+    await _show_transcript(bot, request, transcript, lang)
+    caption = f"{item.caption}\n\n" if item.caption else ""
+    # A transcript is what the user says, so it keeps to the bound of a typed message.
+    limit = max(1, services.settings.MAX_INPUT_CHARS - len(caption))
+    text, cut = trim_to_chars(transcript, limit)
+    if cut:
+        total = len(transcript)
+        note = t("transcript_trimmed", lang, kept=f"{total - cut:,}", total=f"{total:,}")
+        await send_plain(bot, request, note)
+    return replace(request, text=caption + text, media=item.media())
+
+
+async def _new_transcript(
+    services: Services, bot: Any, request: TurnRequest, item: InboxItem
+) -> str | None:
+    """Download, measure and transcribe the note; None when it is refused or fails (the user
+    was told, with a Retry button where a retry can help)."""
+    lang = request.language
+    inbox = services.inbox
     settings = services.settings
     limit_s = settings.MAX_VOICE_SECONDS
     most = audio_download_limit(item.kind, limit_s)
@@ -113,7 +143,9 @@ async def _transcribe(
         await refuse_download(bot, request, got, most)
         return None
     audio = got.data
-    seconds = audio_seconds(item, audio)
+    # mutagen walks every packet or frame of a long file (about a second of CPU for an hour of
+    # audio): in a thread, so the chats go on meanwhile.
+    seconds = audio_seconds(item, audio, await asyncio.to_thread(recording_seconds, audio))
     if seconds > limit_s:
         log.info("voice_too_long", chat_id=request.chat_id, inbox_id=item.id, seconds=seconds)
         await inbox.mark_failed(item.id)
@@ -154,15 +186,7 @@ async def _transcribe(
         await inbox.mark_failed(item.id)
         await send_plain(bot, request, t("transcript_empty", lang))
         return None
-    await _show_transcript(bot, request, result.text, lang)
-    caption = f"{item.caption}\n\n" if item.caption else ""
-    # A transcript is what the user says, so it keeps to the bound of a typed message.
-    text, cut = trim_to_chars(result.text, max(1, settings.MAX_INPUT_CHARS - len(caption)))
-    if cut:
-        total = len(result.text)
-        note = t("transcript_trimmed", lang, kept=f"{total - cut:,}", total=f"{total:,}")
-        await send_plain(bot, request, note)
-    return replace(request, text=caption + text, media=item.media())
+    return result.text
 
 
 async def _transcription_stopped(
@@ -172,11 +196,13 @@ async def _transcription_stopped(
     flight is billed by `_billed_transcription` all the same).
 
     A graceful stop holds the note's update for the next start (`held_on_stop`), which writes
-    the row anew and transcribes it: this row goes, or it would stay behind, orphaned. Any
-    other stop keeps the note for the Retry button, saying so: /cancel and /new stop the work,
+    the row anew and transcribes it: this row goes, or it would stay behind, orphaned; unless
+    the transcript came back before the stop cut in: then the row stays, holding it, and the
+    next start answers from it (`MediaInbox.add`). Any other stop keeps the note for the Retry
+    button (which answers from a kept transcript too), saying so: /cancel and /new stop the work,
     not the user's words; a Retry cut short by a stop likewise. /forget's stop offers nothing:
     the forgetting deletes the note."""
-    inbox = MediaInbox(services.db)
+    inbox = services.inbox
     if held_on_stop(services, request):
         await inbox.discard(item.id)
         log.info("transcription_held_for_restart", chat_id=request.chat_id, inbox_id=item.id)
@@ -197,10 +223,10 @@ def _retry_markup(item: InboxItem, lang: str | None) -> InlineKeyboardMarkup:
     return InlineKeyboardMarkup([[button]])
 
 
-def audio_seconds(item: InboxItem, audio: bytes) -> float:
-    """How long the recording is (at least): what an Ogg file's last page says, else what the
-    sender announced, and never less than its size allows."""
-    measured = ogg_seconds(audio)
+def audio_seconds(item: InboxItem, audio: bytes, measured: float | None) -> float:
+    """How long the recording is (at least): what its own bytes hold (`recording_seconds`:
+    media/audio.py), else what the sender announced, and never less than its size allows.
+    This is what the note is refused by before any upload, and billed at (at least)."""
     told = float(item.duration) if measured is None else measured
     return max(told, float(least_audio_seconds(item.kind, len(audio))))
 
@@ -220,14 +246,14 @@ async def _billed_transcription(
     turn cancelled while a provider holds the upload (the transport tells each attempt to
     `on_spend` as it ends; nothing else carries a cancelled attempt's cost).
 
-    `seconds` (`audio_seconds`) is what a timed-out or cancelled attempt is billed at, and a
-    success whose provider reports no duration: the recording's own length where its bytes
-    tell it (Ogg), never less than its size allows; the sender's announced duration is a
-    claim, used only where nothing measured it."""
+    `seconds` (`audio_seconds`) is what a timed-out or cancelled attempt is billed at, and the
+    least a success is billed at (the provider's reported duration wins when it is longer):
+    the recording's own length as its bytes tell it, never less than its size allows; the
+    sender's announced duration is a claim, used only where nothing could measure it."""
     settings = services.settings
     spending = SpendRecorder(services.store, request.chat_id, request.user_id, "transcription")
     try:
-        return await services.transport.transcribe(
+        result = await services.transport.transcribe(
             settings.TRANSCRIPTION_MODEL,
             audio,
             filename=_audio_file_name(item),
@@ -237,11 +263,27 @@ async def _billed_transcription(
             user_key=request.user_id,  # a turn in the gateway's fair queue, like chat
             on_spend=spending.add,
         )
+        if result.text:
+            # Paid for: kept before anything else can cut the turn short (a stop, a /cancel),
+            # so the note is never transcribed twice (`_transcribe` answers from the row).
+            await _written_whatever_happens(services.inbox.keep_transcript(item.id, result.text))
+        return result
     finally:
         try:
             await spending.flush()
         except Exception:  # the ledger's failure must not hide the transcript or the error
             log.exception("usage_not_recorded", chat_id=request.chat_id, inbox_id=item.id)
+
+
+async def _written_whatever_happens(write: Coroutine[Any, Any, None]) -> None:
+    """Run `write` to its end even when the caller is cancelled meanwhile; the cancellation
+    still reaches the caller, once the write is done."""
+    task = asyncio.ensure_future(write)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])  # waiting does not cancel it
+        raise
 
 
 def transcript_html(heading: str, transcript: str) -> str:
@@ -279,7 +321,7 @@ async def _show_transcript(
 async def retry_callback(update: Update, context: Context) -> None:
     """The Retry button of a failed transcription: the same checks, then the same turn."""
     query = update.callback_query
-    services = services_of(context.application)
+    services = context.bot_data.services
     if query is None or not await admit(
         update, services.settings, addressed=False, refusals=services.refusals
     ):
@@ -297,7 +339,7 @@ async def retry_callback(update: Update, context: Context) -> None:
         if refused:
             await query.answer(refused, show_alert=True)
         return
-    inbox = MediaInbox(services.db)
+    inbox = services.inbox
     item = await inbox.claim(int(item_id), message.chat.id)  # a second press finds it claimed
     if item is None:
         await query.answer(t("retry_gone", lang), show_alert=True)
@@ -317,6 +359,7 @@ async def retry_callback(update: Update, context: Context) -> None:
         private=chat.type == ChatType.PRIVATE,
     )
     try:
-        await transcribe_and_answer(services, context.bot, request, item)
+        if await transcribe_and_answer(services, context.bot, request, item):
+            services.lifecycle.tracker.mark_stored(update.update_id)
     finally:
         await inbox.release(item.id)  # only if the turn never settled it (refused, cancelled)

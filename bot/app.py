@@ -1,38 +1,69 @@
-"""Wiring: settings → catalog → gateways → transport, database, and the PTB Application.
+"""The composition root: settings → catalog → gateways, then every long-lived object, built
+once, complete, in one place, and the PTB Application that serves them.
 
 `prepare()` does every check that can fail on bad configuration *before* anything connects, so
 `python -m bot` either refuses with one line or starts. `build_application()` returns a PTB
-Application whose `post_init` opens the services and whose `post_shutdown` closes them; other
-parts (memory worker, webhook, health) hook into the same lifecycle through `Services`.
+Application whose handlers read `context.bot_data.services` (typed: bot/services.py). Its
+post_init opens the database and builds `Services` (`open_services`); its post_shutdown
+closes them. No other module builds or rewires a long-lived object: a feature that needs one
+gets a constructor argument here.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import httpx
 import structlog
-from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
+from telegram import Bot
+from telegram.ext import AIORateLimiter, ApplicationBuilder, ContextTypes
 from telegram.request import HTTPXRequest
 
-from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys
+from agent.loop import AgentLoop
+from agent.tools.memory import ChatTools
+from agent.tools.web import WebSettings, WebTools
+from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys, provider_workers
+from bot.handlers.access import RefusalThrottle
 from bot.handlers.chat import register_handlers
-from bot.handlers.memory import attach_memory, register_memory_handlers
-from bot.handlers.migration import register_migration_handlers
-from bot.handlers.ops import attach_operations, register_operations_handlers
-from bot.handlers.reminders import attach_reminders, register_reminder_handlers
-from bot.lifecycle import LIFECYCLE_KEY, Lifecycle
+from bot.handlers.memory import register_memory_handlers
+from bot.handlers.migration import migrate_chat, register_migration_handlers
+from bot.handlers.ops import register_operations_handlers, set_admin_commands
+from bot.handlers.reminders import TelegramDelivery, register_reminder_handlers
+from bot.lifecycle import Lifecycle, UpdateTracker
 from bot.runner import run_bot
-from bot.services import SERVICES_KEY, Prepared, Services, available_models, warm_up_providers
-from bot.turn_guard import attach_turn_guard
+from bot.services import (
+    App,
+    BotData,
+    MemoryFeature,
+    Prepared,
+    ProviderWarmUp,
+    ReminderFeature,
+    Services,
+    available_models,
+)
+from bot.turns.chat_turns import ChatTurns
+from bot.turns.limits import TurnGuard
 from bot.ui.commands import register_commands
-from memory.store import Clock
+from media.inbox import MediaInbox
+from memory.consolidation.consolidation import Consolidator
+from memory.consolidation.jobs import ConsolidationWorker
+from memory.db import Database
+from memory.longterm import MemoryRepository
+from memory.recall.archive import ArchivePurger
+from memory.store import Clock, Store, utc_now
+from memory.usage import Budgets, UsageLedger
+from memory.web_calls import WebCalls
 from models.catalog import Catalog, CatalogError, declared_gateways, load_catalog
 from models.gateways import Gateway
 from models.logging_setup import redactor
 from models.worker.sockets import transport
+from reminders.book import ReminderBook
+from reminders.scheduler import ReminderScheduler
+from web.addresses import parse_allowance
 
 log = structlog.get_logger("bot.app")
 
@@ -169,28 +200,170 @@ def telegram_request() -> HTTPXRequest:
     )
 
 
+async def open_services(
+    prepared: Prepared,
+    bot: Bot,
+    tracker: UpdateTracker,
+    *,
+    transport_options: dict[str, Any] | None = None,
+    edit_interval: float = 1.0,
+    clock: Clock | None = None,
+) -> Services:
+    """Open the database and build every long-lived object, each once and complete: what one
+    needs of another is a constructor argument, so nothing is rewired after it is built.
+
+    Two pairs name each other: the store wakes the consolidation worker when it queues a job
+    (and the worker reads the store), the reminder book wakes the scheduler when a reminder is
+    made or cancelled (and the scheduler reads the book). The first of each pair is built
+    with a callback that calls the second by name; both exist before any turn runs."""
+    # Imported here: a configuration error is reported before the transport's imports.
+    from models.transport import Transport
+    from models.worker.pool import WORKER, WorkerSettings
+
+    settings = prepared.settings
+    WORKER.configure(
+        WorkerSettings(
+            max_workers=provider_workers(settings),
+            at_rest=settings.PROVIDER_WORKERS_AT_REST,
+        )
+    )
+    transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
+    db = await Database.open(settings.DATABASE_PATH)
+    idle = settings.SESSION_IDLE_MINUTES
+
+    def job_enqueued() -> None:
+        worker.notify()
+
+    def reminders_changed() -> None:
+        scheduler.notify()
+
+    store = Store(
+        db,
+        clock or utc_now,
+        memory_window=settings.MEMORY_WINDOW,
+        keep_recent=settings.MEMORY_KEEP_RECENT,
+        session_idle=timedelta(minutes=idle) if idle > 0 else None,
+        on_job_enqueued=job_enqueued,
+    )
+    consolidator = Consolidator(
+        transport,
+        prepared.catalog,
+        head_model=settings.CONSOLIDATION_MODEL,
+        timeout=settings.CONSOLIDATION_TIMEOUT,
+        memory_max_chars=settings.MEMORY_MAX_CHARS,
+    )
+    worker = ConsolidationWorker(
+        store,
+        consolidator,
+        retry_delays=settings.CONSOLIDATION_RETRY_DELAYS,
+        memory_max_chars=settings.MEMORY_MAX_CHARS,
+        clock=store.clock,
+    )
+    memory = MemoryFeature(
+        MemoryRepository(db), worker, ArchivePurger(db, settings.ARCHIVE_DAYS, store.clock)
+    )
+    book = ReminderBook(db, store.clock, on_change=reminders_changed)
+    agent = AgentLoop(
+        store=store,
+        transport=transport,
+        catalog=prepared.catalog,
+        tools=ChatTools(
+            db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock, reminders=book
+        ),
+        web=WebTools(web_settings(settings), WebCalls(db, store.clock)),
+        max_steps=settings.AGENT_MAX_STEPS,
+        timeout=settings.CHAT_TIMEOUT,
+        max_answer_tokens=settings.MAX_ANSWER_TOKENS,
+        answer_seconds=settings.MAX_ANSWER_SECONDS,
+        max_answer_chars=settings.MAX_ANSWER_CHARS,
+    )
+    turns = ChatTurns()
+    delivery = TelegramDelivery(
+        bot,
+        settings,
+        store,
+        book.clock,
+        # A send found the group became a supergroup: the chat's data follows it.
+        on_migrated=partial(migrate_chat, turns, store, via="reminder"),
+    )
+    scheduler = ReminderScheduler(book, store, delivery, clock=book.clock)
+    ledger = UsageLedger(db)
+    guard = TurnGuard(
+        ledger=ledger,
+        budgets=Budgets(
+            user_daily_usd=settings.USER_DAILY_BUDGET_USD,
+            user_monthly_usd=settings.USER_MONTHLY_BUDGET_USD,
+            bot_daily_usd=settings.BOT_DAILY_BUDGET_USD,
+            bot_monthly_usd=settings.BOT_MONTHLY_BUDGET_USD,
+        ),
+        per_minute=settings.USER_MESSAGES_PER_MINUTE,
+        max_input_chars=settings.MAX_INPUT_CHARS,
+        split_window=settings.SPLIT_MESSAGE_WINDOW,
+        admins=settings.ADMIN_USER_IDS,
+        # A later part of a split message is kept with its first part if a stop holds it.
+        on_part_joined=tracker.join_current_to,
+    )
+    # A graceful stop releases the waiting split-message groups, and the scheduler claims
+    # nothing new while replies finish (a claim cut off by the stop is sent after the next
+    # start).
+    lifecycle = Lifecycle(tracker, db, on_closing=(guard.joiner.flush, scheduler.pause))
+    return Services(
+        settings=settings,
+        catalog=prepared.catalog,
+        gateways=prepared.gateways,
+        default_model=prepared.default_model,
+        db=db,
+        store=store,
+        transport=transport,
+        agent=agent,
+        memory=memory,
+        reminders=ReminderFeature(book, scheduler),
+        inbox=MediaInbox(db),
+        ledger=ledger,
+        guard=guard,
+        lifecycle=lifecycle,
+        turns=turns,
+        refusals=RefusalThrottle(),
+        languages={},
+        warm_up=ProviderWarmUp(transport),
+        edit_interval=edit_interval,
+    )
+
+
 def build_application(
     prepared: Prepared,
     *,
     transport_options: dict[str, Any] | None = None,
     edit_interval: float = 1.0,
     clock: Clock | None = None,
-) -> Application[Any, Any, Any, Any, Any, Any]:
+) -> App:
     """The PTB Application, handlers registered; services open in post_init.
 
     `clock` is the time the store (message stamps, idle sessions) and the consolidation
     worker go by; tests move it forward instead of waiting hours."""
     settings = prepared.settings
     redactor().add(secrets_of(settings))
+    # PTB's update processor, built with the application: it knows which update each handler
+    # task works on, which a graceful stop needs to hold unanswered turns (bot/lifecycle.py).
+    tracker = UpdateTracker()
 
-    async def post_init(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
-        services = await Services.open(prepared, transport_options=transport_options, clock=clock)
-        services.edit_interval = edit_interval
-        application.bot_data[SERVICES_KEY] = services
-        await attach_memory(application, services)
-        attach_turn_guard(application, services)
-        await attach_operations(application, services)
-        await attach_reminders(application, services)
+    async def post_init(application: App) -> None:
+        services = await open_services(
+            prepared,
+            application.bot,
+            tracker,
+            transport_options=transport_options,
+            edit_interval=edit_interval,
+            clock=clock,
+        )
+        # Held from here on, so that post_shutdown closes what a failed start opened.
+        application.bot_data.open(services)
+        # The consolidation worker first resumes jobs a crash interrupted; the scheduler
+        # first resends what a crash left unconfirmed.
+        await services.memory.worker.start()
+        await services.memory.purger.start()
+        await set_admin_commands(application.bot, settings.ADMIN_USER_IDS)
+        await services.reminders.scheduler.start()
         await register_commands(application)
         log.info(
             "bot_started",
@@ -200,26 +373,25 @@ def build_application(
             database=str(settings.DATABASE_PATH),
         )
 
-    async def post_shutdown(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
-        services = application.bot_data.pop(SERVICES_KEY, None)
+    async def post_shutdown(application: App) -> None:
+        services = application.bot_data.close()
         if services is not None:
             await services.close()
         log.info("bot_stopped")
 
-    lifecycle = Lifecycle()
-    application = (
+    application: App = (
         ApplicationBuilder()
         .token(settings.TELEGRAM_BOT_TOKEN.get_secret_value())
         .base_url(settings.TELEGRAM_BASE_URL)
         .base_file_url(file_base_url(settings.TELEGRAM_BASE_URL))
-        .concurrent_updates(lifecycle.tracker)
+        .context_types(ContextTypes(bot_data=BotData))
+        .concurrent_updates(tracker)
         .rate_limiter(AIORateLimiter(max_retries=0))
         .request(telegram_request())
         .post_init(post_init)
         .post_shutdown(post_shutdown)
         .build()
     )
-    application.bot_data[LIFECYCLE_KEY] = lifecycle
     register_handlers(application)
     register_memory_handlers(application)
     register_operations_handlers(application)
@@ -230,11 +402,11 @@ def build_application(
 
 @asynccontextmanager
 async def running(
-    application: Application[Any, Any, Any, Any, Any, Any],
+    application: App,
     *,
     poll_interval: float = 0.0,
     poll_timeout: int = 10,
-) -> AsyncIterator[Application[Any, Any, Any, Any, Any, Any]]:
+) -> AsyncIterator[App]:
     """Run the application polling inside the current event loop (tests, benchmarks).
 
     Mirrors `run_polling`'s order: initialize, post_init, polling, start; then the reverse.
@@ -248,7 +420,7 @@ async def running(
             poll_interval=poll_interval, timeout=poll_timeout, drop_pending_updates=False
         )
         await application.start()
-        warm_up_providers(application)
+        application.bot_data.services.warm_up_providers()
         try:
             yield application
         finally:
@@ -266,3 +438,13 @@ def run_polling(prepared: Prepared) -> None:
     """The main job: poll Telegram (or serve the webhook) until SIGINT/SIGTERM, then stop
     gracefully (bot/runner.py)."""
     run_bot(build_application(prepared), prepared.settings)
+
+
+def web_settings(settings: Settings) -> WebSettings:
+    """The WEB_* settings as the web tools take them."""
+    return WebSettings(
+        search_url=settings.WEB_SEARCH_URL,
+        allowance=parse_allowance(settings.WEB_ALLOW_PRIVATE),
+        read_max_chars=settings.WEB_READ_MAX_CHARS,
+        daily_calls=settings.WEB_DAILY_CALLS,
+    )

@@ -1,0 +1,88 @@
+"""deploy/compose.yaml, read by a real parser: Debian's docker-compose resolves it with `config`
+(no daemon needed; .ci/run installs it). What is checked is the file as compose understands it:
+the bot's service restarts a bot its healthcheck killed (an init as PID 1, the image's own
+HEALTHCHECK, a restart policy), and it reaches SearXNG, whose secret comes only from the
+environment. The healthcheck itself runs against a real bot in tests/test_deploy_image.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY = REPO / "deploy"
+SECRET = "a-test-secret-of-searxng-0123456789abcdef"
+
+
+def need(tool: str) -> str:
+    """The tool's path; CI installs it (.ci/run), so there a missing tool is a failure."""
+    found = shutil.which(tool)
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{tool} is missing (.ci/run installs it)")
+        pytest.skip(f"{tool} is not installed")
+    return found
+
+
+def compose_config(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`docker-compose config` on a copy of deploy/ beside an empty mnemobot.env (the settings
+    file the README has the operator write; the repository has none)."""
+    compose = need("docker-compose")
+    copy = tmp_path / "deploy"
+    copy.mkdir()
+    shutil.copy(DEPLOY / "compose.yaml", copy)
+    shutil.copytree(DEPLOY / "searxng", copy / "searxng")
+    (copy / "mnemobot.env").write_text("", encoding="utf-8")
+    return subprocess.run(
+        [compose, "-f", str(copy / "compose.yaml"), "config"],
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> dict[str, Any]:
+    done = compose_config(tmp_path, SEARXNG_SECRET=SECRET)
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def test_the_bot_service_restarts_a_bot_its_healthcheck_killed(config: dict[str, Any]) -> None:
+    bot = config["services"]["mnemobot"]
+    assert bot["build"]["dockerfile"] == "deploy/Dockerfile"
+    # The image's HEALTHCHECK applies (tests/test_deploy_image.py runs it): not replaced here.
+    assert "healthcheck" not in bot
+    # Without an init the bot is PID 1, which nothing inside the container can kill.
+    assert bot["init"] is True
+    assert bot["restart"] in {"always", "unless-stopped", "on-failure"}
+    assert bot["environment"]["DATABASE_PATH"].startswith("/data/")
+    assert any(volume.endswith(":/data:rw") for volume in bot["volumes"])
+
+
+def test_the_bot_reaches_searxng_whose_secret_is_the_operators(config: dict[str, Any]) -> None:
+    bot, searxng = config["services"]["mnemobot"], config["services"]["searxng"]
+    assert bot["environment"]["WEB_SEARCH_URL"] == "http://searxng:8080"
+    assert searxng["image"].split(":")[0] == "searxng/searxng"
+    assert searxng["environment"]["SEARXNG_SECRET"] == SECRET
+    assert "ports" not in searxng, "only the bot may reach SearXNG"
+    [mount] = [v for v in searxng["volumes"] if v.endswith(":/etc/searxng/settings.yml:ro")]
+    settings = yaml.safe_load(Path(mount.split(":")[0]).read_text(encoding="utf-8"))
+    assert settings["use_default_settings"] is True
+    assert {"html", "json"} <= set(settings["search"]["formats"]), "the bot reads JSON"
+    assert settings["server"]["limiter"] is False
+    assert "secret_key" not in settings["server"], "the secret comes from SEARXNG_SECRET"
+
+
+def test_compose_refuses_to_run_searxng_without_a_secret(tmp_path: Path) -> None:
+    done = compose_config(tmp_path)
+    assert done.returncode != 0
+    assert "SEARXNG_SECRET" in done.stderr
