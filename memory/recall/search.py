@@ -502,7 +502,10 @@ def _rank(
     df = Counter(sources.archive_df)
     for doc in history + message_hits + (archive if plain is not None else []):
         df.update(doc.counts.keys())
-    n = BACKGROUND_TURNS + sources.archive_n + len(history) + len(message_hits)
+    # The background goes with an archive (a chat with none ranks its summaries and messages
+    # as before: a background would flatten the rarity of their few words).
+    background = BACKGROUND_TURNS if sources.archive_n else 0
+    n = background + sources.archive_n + len(history) + len(message_hits)
     n += len(archive) if plain is not None else 0
     idf = {f: _idf(n, df[f]) for f in forms}
 
