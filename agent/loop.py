@@ -108,6 +108,11 @@ class AgentTurn:
     user_name: str | None = None
     # The forum topic the message was written in, if any: a reminder set here is sent there.
     topic_id: int | None = None
+    # The turn's message carries words of others: it was forwarded (its origin is stored with
+    # it), or it quotes a message that is not the sender's own. Such content is not the user's
+    # statement and must write nothing by itself: a memory or reminder write asked for in this
+    # turn waits for the user's tap (design.md "Untrusted content writes nothing by itself").
+    others_words: bool = False
 
 
 class AgentLoop:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import structlog
 from telegram import Bot
-from telegram.ext import AIORateLimiter, ApplicationBuilder, ContextTypes
+from telegram.ext import AIORateLimiter, ApplicationBuilder, CallbackQueryHandler, ContextTypes
 from telegram.request import HTTPXRequest
 
 from agent.loop import AgentLoop
@@ -28,7 +28,7 @@ from agent.tools.memory import ChatTools
 from agent.tools.web import WebSettings, WebTools
 from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys, provider_workers
 from bot.handlers.access import RefusalThrottle
-from bot.handlers.chat import register_handlers
+from bot.handlers.chat import register_handlers, stray_callback
 from bot.handlers.memory import register_memory_handlers
 from bot.handlers.migration import migrate_chat, register_migration_handlers
 from bot.handlers.ops import register_operations_handlers, set_admin_commands
@@ -397,6 +397,8 @@ def build_application(
     register_operations_handlers(application)
     register_reminder_handlers(application)
     register_migration_handlers(application)
+    # Last of all: a press no handler above took is answered quietly.
+    application.add_handler(CallbackQueryHandler(stray_callback))
     return application
 
 

@@ -15,7 +15,8 @@ from pydantic import AfterValidator, Field, SecretStr, ValidationError, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot import BotError
-from models.catalog import CatalogError, declared_gateways
+from memory.consolidation.jobs import MIN_RETRY_DELAY_S
+from models.catalog import CatalogError, declared_gateways, keys_may_travel
 
 
 def _split_csv(value: object) -> list[str]:
@@ -26,15 +27,19 @@ def _split_csv(value: object) -> list[str]:
     return [part.strip() for part in str(value).split(",") if part.strip()]
 
 
-def _non_negative(values: list[float]) -> list[float]:
+def _retry_delays(values: list[float]) -> list[float]:
+    """A delay under MIN_RETRY_DELAY_S (0 above all) would re-run a failing job's paid model
+    chain as soon as it failed, over and over."""
     if any(v < 0 for v in values):
         raise ValueError("delays must not be negative")
+    if any(v < MIN_RETRY_DELAY_S for v in values):
+        raise ValueError(f"each delay must be at least {MIN_RETRY_DELAY_S:g} s")
     return values
 
 
 IdList = Annotated[list[int], NoDecode]
 KeyList = Annotated[list[SecretStr], NoDecode]
-DelayList = Annotated[list[float], NoDecode, AfterValidator(_non_negative)]
+DelayList = Annotated[list[float], NoDecode, AfterValidator(_retry_delays)]
 HostList = Annotated[list[str], NoDecode]
 
 
@@ -180,7 +185,7 @@ class Settings(BaseSettings):
         value = value.rstrip("/")
         if value.endswith("/v1"):
             raise ValueError("must not end in /v1 (litellm appends /v1/messages itself)")
-        return _http_url(value)
+        return _key_base(value)
 
     @field_validator("OPENAI_API_BASE", "GROQ_API_BASE")
     @classmethod
@@ -188,7 +193,7 @@ class Settings(BaseSettings):
         value = value.rstrip("/")
         if "/v1" not in value:
             raise ValueError("must include /v1 (an OpenAI-compatible base URL)")
-        return _http_url(value)
+        return _key_base(value)
 
     @field_validator("TELEGRAM_BASE_URL")
     @classmethod
@@ -211,6 +216,20 @@ RETIRED_SETTINGS = {
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"{value!r} is not an http(s) URL")
+    return value
+
+
+def _key_base(value: str) -> str:
+    """A built-in gateway's base: its API key travels with every request, so the rule is the
+    one declared gateways follow (models/catalog.py keys_may_travel): https anywhere, plain
+    http only to a loopback or private address. http://api.example.com would send the key in
+    clear over the internet."""
+    _http_url(value)
+    if not keys_may_travel(value):
+        raise ValueError(
+            "must be https:// (plain http only to a loopback or private address, "
+            "e.g. http://127.0.0.1:11434/v1)"
+        )
     return value
 
 

@@ -10,7 +10,7 @@ but the entry point.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -19,6 +19,7 @@ from telegram.ext import Application, CallbackContext, ExtBot
 from agent.loop import AgentLoop
 from bot.config import Settings
 from bot.handlers.access import RefusalThrottle
+from bot.handlers.chat_admins import ChatAdmins
 from bot.lifecycle import Lifecycle
 from bot.turns.chat_turns import ChatTurns
 from bot.turns.limits import TurnGuard
@@ -126,6 +127,8 @@ class Services:
     warm_up: ProviderWarmUp
     # Seconds between edits of a streamed reply.
     edit_interval: float = 1.0
+    # Group admins as Telegram reports them, kept a minute (bot/handlers/chat_admins.py).
+    chat_admins: ChatAdmins = field(default_factory=ChatAdmins)
 
     def available_models(self) -> list[ModelEntry]:
         return available_models(self.catalog, self.gateways)

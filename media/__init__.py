@@ -1,5 +1,6 @@
 """Media made readable for a model: voice (Ogg length), images, documents and their bounded
-reader child, and the inbox of files waiting for a turn. No Telegram here.
+reader children (documents and pages: document_child; images: image_child), and the inbox of
+files waiting for a turn. No Telegram here.
 
 Import direction: `bot → agent → web → reminders, media → memory → models`; media and reminders do
 not import each other.

@@ -78,7 +78,7 @@ async def read_document(
     header = child_request(
         file_name=file_name, mime_type=mime_type, token_budget=token_budget, timeout=timeout
     )
-    output, returncode = await _in_child(header + data, timeout)
+    output, returncode = await in_child(header + data, timeout)
     return _parse(output, returncode)
 
 
@@ -99,16 +99,24 @@ async def read_page(
         "memory_bytes": MEMORY_LIMIT_BYTES,
     }
     line = json.dumps(header).encode("utf-8") + b"\n"
-    output, returncode = await _in_child(line + body, timeout)
+    output, returncode = await in_child(line + body, timeout)
     return PageText(**_answer(output, returncode)["page"])
 
 
-async def _in_child(request: bytes, timeout: float) -> tuple[bytes, int | None]:  # noqa: ASYNC109
+async def in_child(
+    request: bytes,
+    timeout: float,  # noqa: ASYNC109 - the wall-clock bound of the child
+    *,
+    child: str = "media.document_child",
+) -> tuple[bytes, int | None]:
     """One child's answer to `request` (header line and bytes), within `timeout` seconds; the
-    child is killed and reaped on timeout or cancellation."""
+    child is killed and reaped on timeout or cancellation. `child`: the module whose main()
+    runs in it (images have their own, media/image_child.py); every kind shares the
+    MAX_READERS slots, so documents, pages and images together never run more children."""
+    boot = _BOOT.replace("media.document_child", child)
     async with _slot():
         process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-c", _BOOT, _ROOT),
+            *(sys.executable, "-c", boot, _ROOT),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,

@@ -7,8 +7,12 @@ per image (counted on the base64 text) and scales anything over 1568 px on its l
 anyway; OpenAI takes 20 MB and fits images into 2048 px; Groq takes 4 MB of base64. An image
 within the limits of the chat model's chain goes as it is; a larger one is scaled down and
 re-encoded as JPEG; one that cannot be made to fit (or is too many pixels to even decode
-safely) is refused with a clear line. Decoding runs in a thread (Pillow releases the GIL
-while it decodes and resamples) and never on more than MAX_PIXELS pixels.
+safely) is refused with a clear line.
+
+Decoding is the dangerous part: a 37 KB GIF of 7070×7070 px decodes to ~700 MiB. So the pixel
+count is checked from the header first (`image_header`: Pillow's Image.open reads the header
+only), against a bound per format (`max_pixels`), and the decode itself runs in a bounded child
+process (media/image_reader.py, media/image_child.py), never in the bot.
 """
 
 from __future__ import annotations
@@ -21,7 +25,12 @@ from PIL import Image, UnidentifiedImageError
 
 from media import MediaError
 
-MAX_PIXELS = 50_000_000  # what we decode at most (Pillow's own bomb check is at 89 MP)
+# Pixels an image may have, read from its header before any decode. A JPEG is decoded at a
+# reduced scale (Image.draft: 1/2 to 1/8, to about the edge we send), so a 100 MP camera JPEG
+# costs ~12 MP of memory. Other formats (PNG, GIF, WebP) decode whole: 25 MP (5000×5000) cost
+# ~300 MiB at the peak of the RGBA/RGB conversions, inside the child's memory limit.
+MAX_JPEG_PIXELS = 100_000_000
+MAX_PIXELS = 25_000_000
 _MAGIC = (
     (b"\xff\xd8\xff", "image/jpeg"),
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -84,19 +93,48 @@ def sniff_image(data: bytes) -> str | None:
     return None
 
 
-def fit_image(data: bytes, limit: ImageLimit) -> FittedImage:
-    """`data` as it is when it fits `limit`, else scaled down and re-encoded as JPEG; raises
-    ImageError. CPU-bound: call it in a thread."""
+def max_pixels(mime: str) -> int:
+    """The most pixels an image of this format may have (see MAX_PIXELS)."""
+    return MAX_JPEG_PIXELS if mime == "image/jpeg" else MAX_PIXELS
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    mime: str
+    width: int
+    height: int
+
+    def fits(self, data: bytes, limit: ImageLimit) -> bool:
+        """Whether the file goes as it is: no decode at all."""
+        return len(data) <= limit.max_bytes and max(self.width, self.height) <= limit.max_edge
+
+
+def image_header(data: bytes) -> ImageHeader:
+    """The format and size of an image from its magic bytes and header, decoding no pixel;
+    raises ImageError: "not_an_image", or "too_big" past `max_pixels`. Cheap: safe in the bot."""
     mime = sniff_image(data)
     if mime is None:
         raise ImageError("not_an_image")
     try:
         with Image.open(io.BytesIO(data)) as image:  # reads the header only
             width, height = image.size
-            if width * height > MAX_PIXELS:
-                raise ImageError("too_big")
-            if len(data) <= limit.max_bytes and max(width, height) <= limit.max_edge:
-                return FittedImage(data, mime)
+    except Image.DecompressionBombError:  # Pillow's own check, past 2 × 89 MP
+        raise ImageError("too_big") from None
+    except (UnidentifiedImageError, OSError, ValueError):
+        raise ImageError("not_an_image") from None
+    if width * height > max_pixels(mime):
+        raise ImageError("too_big")
+    return ImageHeader(mime, width, height)
+
+
+def fit_image(data: bytes, limit: ImageLimit) -> FittedImage:
+    """`data` as it is when it fits `limit`, else scaled down and re-encoded as JPEG; raises
+    ImageError. Decodes: run it in the bounded child (media/image_reader.fit_image_bounded)."""
+    header = image_header(data)
+    if header.fits(data, limit):
+        return FittedImage(data, header.mime)
+    try:
+        with Image.open(io.BytesIO(data)) as image:
             return FittedImage(_scaled_jpeg(image, limit), "image/jpeg", scaled=True)
     except ImageError:
         raise

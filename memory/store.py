@@ -64,6 +64,17 @@ class StoredMessage:
     model_id: str | None = None
     # How it was sent, if not as text (file id, kind…); in a group, who sent it ("speaker").
     media: dict[str, object] | None = None
+    # A forwarded message: whose words these are ({"type", "name", "date"}, migration 0016).
+    # The chat prompt and the consolidation transcript show it as theirs, never the sender's.
+    forward_origin: dict[str, object] | None = None
+
+    @property
+    def forwarded_from(self) -> str | None:
+        """The name of whoever first wrote a forwarded message (one line), else None."""
+        if not self.forward_origin:
+            return None
+        name = " ".join(str(self.forward_origin.get("name") or "").split())
+        return name or "someone else"
 
     def as_prompt_message(self) -> dict[str, object]:
         """OpenAI-format message for the model's context."""
@@ -143,6 +154,7 @@ def _row_to_message(row: sqlite3.Row) -> StoredMessage:
         user_id=row["user_id"],
         model_id=row["model_id"],
         media=json.loads(row["media"]) if row["media"] else None,
+        forward_origin=json.loads(row["forward_origin"]) if row["forward_origin"] else None,
     )
 
 
@@ -168,12 +180,13 @@ def _insert_row(
     usage: Usage | None,
     now: str,
     media: dict[str, object] | None = None,
+    forward_origin: dict[str, object] | None = None,
 ) -> StoredMessage:
     """The one INSERT of a message row, for every path that stores messages."""
     row = conn.execute(
         "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
         "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
-        "media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+        "media, forward_origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
         (
             session_id,
             chat_id,
@@ -187,6 +200,7 @@ def _insert_row(
             usage.completion_tokens if usage else None,
             now,
             json.dumps(media, ensure_ascii=False) if media else None,
+            json.dumps(forward_origin, ensure_ascii=False) if forward_origin else None,
         ),
     ).fetchone()
     assert row is not None
@@ -403,6 +417,7 @@ class Store:
         usage: Usage | None,
         session_id: int | None,
         media: dict[str, object] | None,
+        forward_origin: dict[str, object] | None = None,
     ) -> tuple[StoredMessage, int | None]:
         """Insert one message inside the caller's transaction; returns it and the
         automatic-consolidation job it queued."""
@@ -423,6 +438,7 @@ class Store:
             usage,
             now,
             media,
+            forward_origin,
         )
         window_job = None
         if self.memory_window is not None:
@@ -444,8 +460,10 @@ class Store:
         user_id: int | None,
         key: str | None = None,
         media: dict[str, object] | None = None,
+        forward_origin: dict[str, object] | None = None,
     ) -> TurnStart | None:
-        """Store the user's message that starts a turn.
+        """Store the user's message that starts a turn (`forward_origin`: whose words a
+        forwarded message holds, see StoredMessage).
 
         One transaction does it all, so a crash or restart at any point changes nothing:
         the idempotency key is recorded with the message; and if the active session has been
@@ -475,7 +493,7 @@ class Store:
                     job_id = self.on_session_closed(conn, chat_id, idle_closed, now)
             message, window_job = self._insert_message(
                 conn, now, chat_id, "user", content, user_id, None, None, None, None,
-                session_id, media,
+                session_id, media, forward_origin,
             )  # fmt: skip
             if key is not None:
                 conn.execute("UPDATE turn_keys SET message_id = ? WHERE key = ?", (message.id, key))

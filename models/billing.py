@@ -28,12 +28,18 @@ def estimate_usage(entry: ModelEntry, messages: list[Message], text: str) -> Usa
     return Usage(prompt, completion, entry.cost_usd(prompt, completion), estimated=True)
 
 
-def provider_usage(usage: Any, entry: ModelEntry) -> Usage:
-    """The usage a provider reported (litellm's object), priced from the catalog."""
+def provider_usage(usage: Any, entry: ModelEntry) -> Usage | None:
+    """The usage a provider reported (litellm's object), priced from the catalog; None when it
+    sent none, or counts no bill can hold (negative, not whole numbers): the caller estimates
+    then, as for a provider that said nothing. Clamping a negative count to zero billed a
+    lying gateway's answer as $0 and let spending pass its cap unseen."""
     if usage is None:
-        return Usage()
+        return None
     prompt = _token_count(getattr(usage, "prompt_tokens", 0))
     completion = _token_count(getattr(usage, "completion_tokens", 0))
+    if prompt is None or completion is None:
+        log.warning("usage_not_trusted", model=entry.id)
+        return None
     return Usage(prompt, completion, entry.cost_usd(prompt, completion))
 
 
@@ -56,10 +62,9 @@ def tell_spend(
         return
     if isinstance(usage, Usage):
         spent = usage
-    elif usage is not None:
-        spent = provider_usage(usage, entry)
     else:
-        spent = estimate_usage(entry, messages, text)
+        reported = provider_usage(usage, entry)
+        spent = reported if reported is not None else estimate_usage(entry, messages, text)
     try:
         on_spend(Spend(entry.id, entry.gateway, spent, ended))
     except Exception:
@@ -78,10 +83,11 @@ def _count_tokens(*, messages: list[Message] | None = None, text: str = "") -> i
         )
 
 
-def _token_count(value: Any) -> int:
-    """A token count as the gateway reported it, never below zero: a negative count would
-    take money off the ledger and let spending pass its cap."""
-    try:
-        return max(0, int(value or 0))
-    except (TypeError, ValueError, OverflowError):
+def _token_count(value: Any) -> int | None:
+    """A token count as the gateway reported it (absent: 0); None when it is no count at all:
+    below zero (it would take money off the ledger), fractional, or not a number."""
+    if value is None:
         return 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        return None
+    return int(value) if value >= 0 else None

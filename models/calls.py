@@ -41,7 +41,6 @@ from models.types import (
     Usage,
 )
 from models.worker.ipc import ClientSpec
-from models.worker.pool import acompletion, atranscription
 from models.worker.wire import WireRecord
 
 log = structlog.get_logger(__name__)
@@ -54,6 +53,7 @@ class Call(Generic[Answer]):
     answer arrives in one piece, shows nothing on the way and has no deadline."""
 
     empty_detail: str  # the detail of an answer without content, reported as EMPTY
+    method: str  # the litellm call the worker makes: "completion" or "transcription"
     deadline: float | None = None  # the event loop's clock: the whole answer ends there
     # The answer passed its size bounds (`AnswerBounds`): the loop cuts it as at the deadline.
     oversize: bool = False
@@ -78,11 +78,8 @@ class Call(Generic[Answer]):
         self.pool = pool  # the transport's HTTP clients in the worker
 
     def request(self, slot: Slot) -> dict[str, Any]:
-        """The keyword arguments of the litellm call for this slot's model, gateway and key."""
-        raise NotImplementedError
-
-    async def send(self, request: dict[str, Any]) -> Any:
-        """Make the call in a provider worker; the response, or the provider's failure."""
+        """The keyword arguments of the litellm call (`method`) for this slot's model, gateway
+        and key; the transport hands them to a provider worker."""
         raise NotImplementedError
 
     def start(self) -> None:
@@ -134,6 +131,8 @@ class _ChatCall(Call[Answer]):
     ends early is billed for the prompt and what it received (nothing, for an answer that
     arrives whole), at the provider's usage when it came, else an estimate."""
 
+    method = "completion"
+
     def __init__(
         self,
         model_id: str,
@@ -178,9 +177,6 @@ class _ChatCall(Call[Answer]):
                 kwargs["tool_choice"] = tool_choice
         return kwargs
 
-    async def send(self, request: dict[str, Any]) -> Any:
-        return await acompletion(**request)
-
     def start(self) -> None:
         self.pieces = []
         self.usage = None
@@ -207,9 +203,11 @@ class CompletionCall(_ChatCall[ChatResult]):
         self, slot: Slot, response: Any, wire: WireRecord, plan: CallPlan
     ) -> ChatResult | None:
         result = _result_from_response(response, slot.entry, self.model_id)
-        if getattr(response, "usage", None) is None:
+        reported = provider_usage(getattr(response, "usage", None), slot.entry)
+        if reported is None:  # none sent, or counts no bill can hold
             answered = result.text + "".join(c.arguments for c in result.tool_calls)
-            result.usage = estimate_usage(slot.entry, self.messages, answered)
+            reported = estimate_usage(slot.entry, self.messages, answered)
+        result.usage = reported
         if not result.text.strip() and not result.tool_calls:
             if getattr(response, "usage", None) is not None:  # the prompt was billed
                 self._tell(slot, "", result.usage, "failed")
@@ -401,6 +399,7 @@ class TranscriptionCall(Call[Transcription]):
     an error body) costs nothing and is not told."""
 
     empty_detail = "200 without a transcript"
+    method = "transcription"
 
     def __init__(
         self,
@@ -435,9 +434,6 @@ class TranscriptionCall(Call[Transcription]):
             # The answer then says how long the audio the provider decoded was: the bill.
             kwargs["response_format"] = "verbose_json"
         return kwargs
-
-    async def send(self, request: dict[str, Any]) -> Any:
-        return await atranscription(**request)
 
     def bill_cancelled(self, slot: Slot) -> None:
         self._tell(slot, audio_usage(slot.entry, self.duration_s), "cancelled")
@@ -499,6 +495,5 @@ def _result_from_response(response: Any, entry: ModelEntry, requested: str) -> C
         text=text,
         tool_calls=tool_calls,
         finish_reason=finish_reason,
-        usage=provider_usage(getattr(response, "usage", None), entry),
         requested_model_id=requested,
     )

@@ -49,9 +49,10 @@ from models.types import (
     Transcription,
     Usage,
 )
+from models.worker.interface import ProviderWorkers
 from models.worker.ipc import ClientSpec, LocalFailure, ProviderFailure
 from models.worker.pool import WORKER
-from models.worker.wire import WireRecord, start_record
+from models.worker.wire import WireRecord
 
 log = structlog.get_logger(__name__)
 
@@ -80,6 +81,8 @@ class Transport:
       applies `timeout` itself); for streams the guard is on silence between chunks.
     - `max_in_flight`: at most this many requests open per gateway (None: no cap), so a
       provider that hangs holds a bounded number of our requests.
+    - `workers`: where litellm runs (models/worker/interface.py); the bot's process pool
+      `WORKER` unless a test swaps in another.
     """
 
     def __init__(
@@ -104,8 +107,10 @@ class Transport:
         max_in_flight: int | None = None,
         sleep: Sleep = asyncio.sleep,
         clock: Clock = time.monotonic,
+        workers: ProviderWorkers | None = None,
     ) -> None:
         self.catalog = catalog
+        self.workers: ProviderWorkers = workers if workers is not None else WORKER
         self.timeout_grace = timeout_grace
         self.policy = AttemptPolicy(
             catalog,
@@ -271,7 +276,7 @@ class Transport:
     def status(self) -> dict[str, Any]:
         """Breaker, key and queue state (`AttemptPolicy.status`) and the provider workers, for
         /stats, /healthz and logs."""
-        return {**self.policy.status(), "workers": WORKER.status()}
+        return {**self.policy.status(), "workers": self.workers.status()}
 
     async def warm_up(self) -> None:
         """Start a provider worker and load there what litellm otherwise loads during the
@@ -291,14 +296,14 @@ class Transport:
             for index, key in enumerate(state.gateway.keys):
                 specs.append(ClientSpec(self._pool, state.gateway, index, key))
         try:
-            await WORKER.warm_up(specs, sorted(names))
+            await self.workers.warm_up(specs, sorted(names))
         except Exception as exc:  # only an optimisation: never a reason not to start
             log.warning("litellm_warm_up_failed", error=str(exc))
 
     async def aclose(self) -> None:
         """Close the HTTP clients (connection pools) this transport's requests used, in the
         worker."""
-        await WORKER.close_pool(self._pool)
+        await self.workers.close_pool(self._pool)
 
     # --- the attempt loop ---------------------------------------------------------------------
 
@@ -352,8 +357,7 @@ class Transport:
                 local: LocalFailure | None = None
                 if not await self._worker_ready(plan, slot):
                     continue
-                wire = start_record()
-                wire.gate = slot
+                wire = WireRecord()  # what the provider answered, filled in by the worker
                 try:
                     # A guard on silence (no answer or chunk for `timeout`: the provider is
                     # gone; a long answer may stream for minutes) and on the answer's deadline,
@@ -361,7 +365,7 @@ class Transport:
                     # we yielded is neither, and a timer firing then would cancel the caller
                     # wherever it is. (A context per chunk costs about what rescheduling did.)
                     async with asyncio.timeout_at(guard_until()):
-                        response = await call.send(request)
+                        response = await self.workers.call(call.method, request, wire, slot)
                     headers = wire.headers or _success_headers(response)
                     slot.learn(headers)
                     chunks = call.chunks(response)
@@ -438,7 +442,7 @@ class Transport:
         replacing a lost one is our delay, never the provider's timeout. False: none came
         (reported to the plan as a local failure)."""
         try:
-            await WORKER.wait_ready()
+            await self.workers.wait_ready()
         except LocalFailure as exc:
             plan.report_local(slot, exc)
             return False

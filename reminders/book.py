@@ -285,6 +285,27 @@ class ReminderBook:
         )
         return [Claim(int(r["delivery_id"]), _reminder(r), from_iso(r["due_at"])) for r in rows]
 
+    async def drop_if_withdrawn(self, claim: Claim) -> bool:
+        """Before a retry: if the reminder was cancelled (or its chat stopped) since this
+        occurrence was claimed, close the claim without a send and say so. A claim waiting
+        out a 5xx or a flood penalty otherwise went out minutes after the user's ❌."""
+        now = to_iso(self.clock())
+
+        def write(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "SELECT state FROM reminders WHERE id = ?", (claim.reminder.id,)
+            ).fetchone()
+            if row is not None and row["state"] in ("pending", "done"):
+                return False
+            conn.execute(
+                "UPDATE reminder_deliveries SET outcome = 'stopped', finished_at = ? "
+                "WHERE id = ? AND outcome IS NULL",
+                (now, claim.delivery_id),
+            )
+            return True
+
+        return await self.db.run_in_transaction(write)
+
     @staticmethod
     def mark_sent(
         conn: sqlite3.Connection, claim: Claim, message_id: int, *, late: bool, now: str

@@ -22,6 +22,7 @@ from reminders import RemindersError
 REPEATS = ("none", "daily", "weekdays", "weekly", "monthly")
 MAX_AHEAD = timedelta(days=366)  # "more than a year ahead" is refused
 LOCAL_FORMAT = "%Y-%m-%dT%H:%M:%S"
+_FAR = timedelta(days=2)  # beyond any UTC offset, so a date this far out is refused unconverted
 
 
 class WhenError(RemindersError, ValueError):
@@ -47,6 +48,19 @@ def parse_when(text: str, tz: ZoneInfo, now: datetime) -> When:
             f"'when' {raw[:40]!r} is not an ISO 8601 date-time; use e.g. 2026-12-02T09:00 "
             "(local to the chat's time zone) and call again"
         ) from None
+    # A date far from now is refused on its face, before any zone arithmetic: converting
+    # 0001-01-01 or 9999-12-31 across an offset leaves datetime's range (OverflowError).
+    # Offsets are under a day, so two days of margin keep every date let through convertible.
+    distance = parsed.replace(tzinfo=None) - now.astimezone(UTC).replace(tzinfo=None)
+    if distance < -_FAR:
+        raise WhenError(
+            f"'when' {raw[:40]!r} is long past (now it is {to_local(now, tz).strftime('%Y-%m-%d')}"
+            f" in {tz.key}); nothing was scheduled. Ask the user for a future time."
+        )
+    if distance > MAX_AHEAD + _FAR:
+        raise WhenError(
+            "that is more than a year ahead; reminders can be set up to one year in advance"
+        )
     if parsed.tzinfo is None:
         local = parsed.replace(second=parsed.second, microsecond=0)
         at = to_utc(local, tz)

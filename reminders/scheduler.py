@@ -232,6 +232,9 @@ class ReminderScheduler:
 
     async def _deliver(self, claim: Claim, attempts: int) -> None:
         reminder = claim.reminder
+        if attempts and await self.book.drop_if_withdrawn(claim):
+            log.info("reminder_retry_dropped", reminder_id=reminder.id, attempt=attempts + 1)
+            return
         late = self.is_late(claim, self.clock())
         try:
             outcome = await self.deliver(claim, late)
@@ -262,9 +265,12 @@ class ReminderScheduler:
             await self.book.mark_failed(claim)
             log.error("reminder_not_sent", reminder_id=reminder.id, reason=outcome.reason)
         else:
-            delay = outcome.after_s
-            if delay is None:
-                delay = self.retry_delays[min(attempts, len(self.retry_delays) - 1)]
+            delay = self.retry_delays[min(attempts, len(self.retry_delays) - 1)]
+            if outcome.after_s is not None:
+                # Telegram's own wait, but never below our first delay: a retry_after of 0 (a
+                # proxy, a local Bot API server) made the retry due at once, and a send that
+                # answered so every time was resent in a loop, one request per pass.
+                delay = max(outcome.after_s, self.retry_delays[0])
             log.warning(
                 "reminder_retry", reminder_id=reminder.id, attempt=attempts + 1, after_s=delay
             )

@@ -7,7 +7,8 @@ import os
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 os.environ["LITELLM_OFFLINE_MODE"] = "true"
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from telegram import Bot
@@ -87,6 +88,17 @@ def make_transport(openai: FakeProvider, groq: FakeProvider, anthropic: FakeProv
 
 
 @pytest.fixture
+async def in_process_workers() -> AsyncIterator[Any]:
+    """litellm on the test's own loop, no worker process (tests/fakes/workers.py): for unit
+    tests of the transport, `make_transport(..., workers=in_process_workers)`."""
+    from tests.fakes.workers import InProcessWorkers  # imports litellm: only where it is used
+
+    workers = InProcessWorkers()
+    yield workers
+    await workers.aclose()
+
+
+@pytest.fixture
 async def transport(fake_openai, fake_groq, fake_anthropic):
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
     yield t
@@ -107,17 +119,18 @@ class FakeClock:
 
 
 @pytest.fixture(autouse=True)
-def one_provider_worker_between_tests() -> Iterator[None]:
-    """The provider worker pool is one per process and outlives each test's loop. A test that
+async def one_provider_worker_between_tests() -> AsyncIterator[None]:
+    """The provider worker pool is one per process, on the run's one loop. A test that
     builds the bot here (`prepare`) configures it from the machine (2 workers on 2 CPUs), and
     under load the pool then grows a second worker on its own: the next test would start with
-    a pool it did not ask for. Each test starts from the default, one worker at most."""
+    a pool it did not ask for. Each test starts from the default, one worker at most. The
+    extra ones are stopped on the loop (`stop`), never by closing their sockets behind it: the
+    loop would go on watching a descriptor number the next socket then reuses."""
     yield
     WORKER.configure(WorkerSettings())
     for extra in WORKER.workers[1:]:
         WORKER.workers.remove(extra)
-        extra.state = "stopped"
-        extra.kill_now()
+        await extra.stop()
 
 
 SLOW_TIMEOUT_S = 600  # pyproject's bound is 300 s a test; the slow-marked crash runs get twice

@@ -222,7 +222,10 @@ def needles(message: StoredMessage) -> list[str]:
     role = message.role
     if message.tool_call_id:
         role = f"tool result ({message.tool_call_id}; {TOOL_RESULT_LABEL})"
-    found = [f"[{stamp}] {role}: {message.content[:30]}"]
+    # Its first line: the transcript indents the further ones (no line of text can pose as a
+    # speaker line).
+    first_line = (message.content.splitlines() or [""])[0]
+    found = [f"[{stamp}] {role}: {first_line[:30]}"]
     found += [f"called tool {c.name} ({c.id})" for c in message.tool_calls or []]
     return found
 

@@ -103,11 +103,18 @@ def test_a_setting_that_became_a_constant_is_named_with_its_value(tmp_path: Path
         ({"ANTHROPIC_API_BASE": "https://api.anthropic.com/v1/"}, "ANTHROPIC_API_BASE", "/v1"),
         ({"OPENAI_API_BASE": "https://api.openai.com"}, "OPENAI_API_BASE", "/v1"),
         ({"GROQ_API_BASE": "ftp://x/v1"}, "GROQ_API_BASE", "http(s)"),
+        # The key travels with every request: plain http only to loopback or private addresses.
+        ({"GROQ_API_BASE": "http://api.groq.com/openai/v1"}, "GROQ_API_BASE", "https://"),
+        ({"OPENAI_API_BASE": "http://203.0.113.9/v1"}, "OPENAI_API_BASE", "https://"),
+        ({"ANTHROPIC_API_BASE": "http://api.anthropic.com"}, "ANTHROPIC_API_BASE", "https://"),
         ({"TELEGRAM_BASE_URL": "localhost:8081/bot"}, "TELEGRAM_BASE_URL", "http(s)"),
         ({"CONSOLIDATION_TIMEOUT": "-1"}, "CONSOLIDATION_TIMEOUT", "greater than 0"),
         ({"CHAT_TIMEOUT": "0"}, "CHAT_TIMEOUT", "greater than 0"),
         ({"CONSOLIDATION_RETRY_DELAYS": "60,-5"}, "CONSOLIDATION_RETRY_DELAYS", "negative"),
         ({"CONSOLIDATION_RETRY_DELAYS": ""}, "CONSOLIDATION_RETRY_DELAYS", "at least one"),
+        # 0 would re-run a failing job's paid model chain as soon as it failed, forever.
+        ({"CONSOLIDATION_RETRY_DELAYS": "0"}, "CONSOLIDATION_RETRY_DELAYS", "at least 1 s"),
+        ({"CONSOLIDATION_RETRY_DELAYS": "60,0.5"}, "CONSOLIDATION_RETRY_DELAYS", "at least 1 s"),
         ({"MEMORY_WINDOW": "ten"}, "MEMORY_WINDOW", "integer"),
         ({"PROVIDER_WORKERS": "0"}, "PROVIDER_WORKERS", "greater than or equal to 1"),
         (

@@ -283,6 +283,84 @@ async def test_cancelled_from_the_list_never_fires_and_other_chats_cannot_cancel
         assert reminder["id"] not in [r["reminder_id"] for r in rows]
 
 
+async def test_long_reminders_are_listed_in_pages_and_every_cancel_button_works(
+    tmp_path: Path,
+) -> None:
+    """Five reminders of 1,000 characters passed 4,096 units in one message, which Telegram
+    refused: /reminders showed nothing. Now: pages under the limit, ◀ ▶ between them, every ❌
+    cancelling its own reminder on whichever page it is."""
+    async with bot_under_test(tmp_path) as bot:
+        book = bot.services.reminders.book
+        start = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
+        for n in range(5):
+            text = f"reminder {n} " + "ü" * 989  # 1,000 characters, each reminder
+            when = (start + timedelta(hours=n)).isoformat()
+            await book.schedule(CHAT, when=when, text=text)
+        [listing] = await bot.ask(CHAT, "/reminders")
+        pages: list[list[str]] = []
+        message = listing
+        while True:
+            assert len(message.text.encode("utf-16-le")) // 2 <= 4096
+            assert message.text.splitlines()[0] == "Pending reminders (5); press ❌ to cancel one:"
+            rows = message.reply_markup["inline_keyboard"]
+            *cancels, nav = rows
+            pages.append([row[0]["callback_data"] for row in cancels])
+            forward = [b for b in nav if b["text"] == "▶"]
+            if not forward:
+                break
+            edits = len(bot.tg.calls_of("editMessageText"))
+            bot.tg.push(bot.tg.make_callback_update(CHAT, OWNER, forward[0]["callback_data"],
+                                                    message_id=listing.message_id))  # fmt: skip
+            await bot.wait(lambda e=edits: len(bot.tg.calls_of("editMessageText")) > e)
+            [message] = [m for m in bot.messages(CHAT) if m.message_id == listing.message_id]
+        ids = [r["id"] for r in await bot.rows("SELECT id FROM reminders ORDER BY id")]
+        assert len(pages) > 1
+        assert sorted(d for page in pages for d in page) == sorted(f"rm:x:{i}" for i in ids)
+
+        # The last page's ❌ cancels its reminder; the message stays on that page.
+        last = pages[-1][0]
+        answers = len(bot.tg.calls_of("answerCallbackQuery"))
+        bot.tg.push(bot.tg.make_callback_update(CHAT, OWNER, last, message_id=listing.message_id))
+        await bot.wait(lambda: len(bot.tg.calls_of("answerCallbackQuery")) > answers)
+        assert bot.tg.calls_of("answerCallbackQuery")[-1].params["text"].startswith("Cancelled")
+        cancelled = int(last.removeprefix("rm:x:"))
+        [state] = await bot.rows("SELECT state FROM reminders WHERE id = ?", (cancelled,))
+        assert state["state"] == "cancelled"
+
+        def shown() -> str:
+            [now] = [m for m in bot.messages(CHAT) if m.message_id == listing.message_id]
+            return now.text
+
+        await bot.wait(lambda: shown().startswith("Pending reminders (4)"))
+        # Still the last page (reminder 0 is on the first), without the one cancelled.
+        assert "reminder 0 " not in shown()
+        assert f"reminder {ids.index(cancelled)} " not in shown()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "rm:x:" + "9" * 25,  # past SQLite's integers: OverflowError when bound
+        "rm:x:9223372036854775808",  # one past the largest row id
+        "mr:²",  # a digit to str.isdigit(), not to int()
+        "mr:" + "1" * 40,
+        "rm:x:-1",
+        "mr:",
+        "zz:no handler of ours",  # no handler at all: the client's spinner must stop too
+    ],
+)
+async def test_forged_callback_data_is_answered_quietly(tmp_path: Path, data: str) -> None:
+    async with bot_under_test(tmp_path) as bot:
+        [listing] = await bot.ask(CHAT, "/reminders")
+        with structlog.testing.capture_logs() as logs:
+            bot.tg.push(bot.tg.make_callback_update(CHAT, OWNER, data,
+                                                    message_id=listing.message_id))  # fmt: skip
+            await bot.wait(lambda: len(bot.tg.calls_of("answerCallbackQuery")) == 1)
+        assert [e for e in logs if e["log_level"] in ("error", "critical")] == []
+        # Nothing but the answer: no "something went wrong" message in the chat.
+        assert bot.messages(CHAT)[-1].message_id == listing.message_id
+
+
 async def test_a_chat_that_blocked_the_bot_stops_its_reminders(tmp_path: Path) -> None:
     clock = SettableClock(datetime.now(UTC))
     utc = ZoneInfo("UTC")

@@ -18,6 +18,7 @@ import pytest
 
 from memory.consolidation.consolidation import Consolidator
 from memory.consolidation.jobs import (
+    MAX_CONFLICTS_PER_RUN,
     ConsolidationWorker,
     JobQueue,
     consolidation_stats,
@@ -25,8 +26,8 @@ from memory.consolidation.jobs import (
 )
 from memory.db import Database
 from memory.forget import forget_chat
-from memory.longterm import MemoryRepository
-from memory.store import Store, to_iso
+from memory.longterm import MemoryRepository, write_memory
+from memory.store import Store, to_iso, utc_now
 from models.catalog import load_catalog
 from models.types import (
     Attempt,
@@ -563,3 +564,54 @@ async def test_the_worker_sleeps_while_a_later_job_waits_behind_a_running_one(
     finally:
         transport.gate.set()
         await worker.stop(grace=1)
+
+
+class MemoryMovingTransport(ScriptedTransport):
+    """While each answer is on its way, the chat's memory is rewritten by something that is not
+    a replayable edit (as another writer would): every commit meets a moved version."""
+
+    def __init__(self, responder: Responder, db: Database, chat_id: int) -> None:
+        super().__init__(responder)
+        self.db, self.chat_id = db, chat_id
+
+    async def complete(self, model_id: str, messages: list[Message], **kwargs: Any) -> ChatResult:
+        if len(self.calls) > 2 * MAX_CONFLICTS_PER_RUN:
+            # Released for "now", the job was claimed and paid for again, endlessly. Fail the
+            # run instead (the worker treats it as a crash, which does wait) and let it show.
+            raise RuntimeError("run again at once")
+
+        def rewrite(conn: sqlite3.Connection) -> None:
+            write_memory(conn, self.chat_id, f"moved {len(self.calls)}", over_budget=False,
+                         now=to_iso(utc_now()))  # fmt: skip
+
+        await self.db.run_in_transaction(rewrite)
+        return await super().complete(model_id, messages, **kwargs)
+
+
+async def test_a_job_whose_memory_keeps_changing_waits_before_it_runs_again(
+    db: Database, clock: SettableClock
+) -> None:
+    """After MAX_CONFLICTS_PER_RUN conflicts the job is given back for the first retry delay,
+    not for "now": at now it was claimed and run (paid) again by the very next look."""
+    transport = MemoryMovingTransport(remembering(), db, 5)
+    store, worker = make_worker(db, clock, transport, delays=(60, 300))
+    await chat_session(store, 5, ["my memory keeps moving", "so it does"])
+    job_id = (await store.start_new_session(5)).job_id or 0
+
+    assert await worker.run_due() == 1
+    assert len(transport.calls) == MAX_CONFLICTS_PER_RUN
+    job = await JobQueue(store).get(job_id)
+    assert job is not None and job.state == "pending"
+    assert job.next_attempt_at == to_iso(clock.now + timedelta(seconds=60))
+    assert await worker.run_due() == 0  # not due: nothing more is paid for now
+    assert len(transport.calls) == MAX_CONFLICTS_PER_RUN
+    clock.advance(60)
+    assert await worker.run_due() == 1
+
+
+@pytest.mark.parametrize("delays", [(0.0,), (60.0, 0.0)])
+async def test_a_zero_retry_delay_is_refused(
+    db: Database, clock: SettableClock, delays: tuple[float, ...]
+) -> None:
+    with pytest.raises(ValueError, match="more than 0"):
+        make_worker(db, clock, ScriptedTransport(remembering()), delays=delays)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,18 @@ async def test_recall_matches_fts_syntax_and_like_wildcards_literally(bot: Bot) 
     assert "nginx:stable" in await bot.say("/recall ver 5 >")
 
 
+@pytest.mark.parametrize("overrides", [{"USER_MESSAGES_PER_MINUTE": 3}])
+async def test_recall_counts_against_the_per_user_limit_the_chat_uses(bot: Bot) -> None:
+    """Three messages a minute: a chat message and two searches use them up; the next search
+    is refused with the wait instead of searched."""
+    await bot.chat("Hi, I am Rina")
+    searched = "Nothing in the history matches 'Rina'."  # the open session is on screen
+    assert await bot.say("/recall Rina") == searched
+    assert await bot.say("/recall Rina") == searched
+    refused = await bot.say("/recall Rina")
+    assert refused.startswith("You are sending messages faster than this bot allows")
+
+
 async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
     await bot.chat("Hi, I am Rina")
     await bot.say("/new")
@@ -195,6 +207,32 @@ async def test_forget_needs_the_button_and_then_clears(bot: Bot) -> None:
     memory = await bot.memory.repo.get(USER)
     assert memory.content == "" and await bot.memory.repo.history(USER) == []
     assert "I have no long-term memory" in await bot.say("/memory")
+
+
+async def test_forget_says_how_many_reminders_stay_pending_and_how_to_cancel_them(
+    bot: Bot,
+) -> None:
+    """/forget clears memory, not reminders: both its question and its receipt say how many
+    reminders will still be sent and where to cancel them."""
+    book = bot.app.bot_data.services.reminders.book
+    tomorrow = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
+    for text in ("pills", "call mum"):
+        await book.schedule(USER, when=tomorrow.isoformat(), text=text)
+    stays = "2 pending reminder(s) of this chat will still be sent. Cancel them with /reminders"
+
+    question = await bot.say("/forget")
+    assert question.startswith("Clear the long-term memory") and stays in question
+    prompt = bot.tg.bot_messages(USER)[-1]
+    yes, _ = prompt.button_data()
+    bot.tg.push(bot.tg.make_callback_update(USER, USER, yes, message_id=prompt.message_id))
+    await bot.tg.wait_for(lambda: bot.tg.bot_messages(USER)[-1].text.startswith("Done"))
+    assert stays in bot.tg.bot_messages(USER)[-1].text
+    assert [r.text for r in await book.pending(USER)] == ["pills", "call mum"]
+
+    # No reminders: nothing is said about them.
+    for reminder in await book.pending(USER):
+        await book.cancel(USER, reminder.id)
+    assert "reminder" not in await bot.say("/forget")
 
 
 async def test_keep_it_button_clears_nothing(bot: Bot) -> None:

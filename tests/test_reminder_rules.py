@@ -129,6 +129,27 @@ def test_when_refusals_tell_the_model_what_to_do(when: str, says: str) -> None:
         parse_when(when, ZoneInfo("UTC"), datetime(2026, 7, 1, 12, 0, tzinfo=UTC))
 
 
+@pytest.mark.parametrize(
+    ("when", "says"),
+    [
+        ("0001-01-01T00:00", "long past"),
+        ("0001-01-01T00:00+05:00", "long past"),
+        ("0001-01-01T00:00-14:00", "long past"),
+        ("9999-12-31T23:59", "more than a year ahead"),
+        ("9999-12-31T23:59:59-12:00", "more than a year ahead"),
+        ("9999-12-31T23:59+14:00", "more than a year ahead"),
+    ],
+)
+@pytest.mark.parametrize("tz", [ZoneInfo("Asia/Tokyo"), NEW_YORK, ZoneInfo("Pacific/Kiritimati")])
+def test_when_at_the_ends_of_the_calendar_is_refused_not_overflowed(
+    when: str, says: str, tz: ZoneInfo
+) -> None:
+    """Years 1 and 9999 cannot be moved across a zone's offset (OverflowError, which reached
+    the model as a tool crash): refused with a sentence the model can act on."""
+    with pytest.raises(WhenError, match=says):
+        parse_when(when, tz, datetime(2026, 7, 1, 12, 0, tzinfo=UTC))
+
+
 def test_zone_names_are_checked_against_the_iana_database() -> None:
     assert canonical_zone("europe/lisbon") == "Europe/Lisbon"
     assert canonical_zone("America/New_York") == "America/New_York"

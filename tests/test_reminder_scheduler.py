@@ -190,6 +190,39 @@ async def test_cancelled_reminders_never_fire_and_refusals_explain(db: Database)
     assert await book.claim_due(clock(), 10) == []
 
 
+async def test_a_retry_is_dropped_when_the_reminder_was_cancelled_meanwhile(
+    db: Database,
+) -> None:
+    """A send that met a 5xx waits for its retry; the user cancels the (daily) reminder in
+    that wait. The retry finds the cancellation and sends nothing; the claim is closed."""
+    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    book = ReminderBook(db, clock)
+    made = await book.schedule(CHAT, when="2026-12-01T08:01", text="stretch", repeat="daily")
+    recorder = Recorder(script=[RetryLater(60.0)])
+    scheduler = ReminderScheduler(book, Store(db, clock), recorder, clock=clock)
+    await scheduler.start()
+    try:
+        clock.now += timedelta(minutes=2)
+        scheduler.notify()
+        await until(lambda: len(recorder.attempts) == 1 and scheduler.in_flight == 0)
+        assert await book.cancel(CHAT, made.id) is not None
+        clock.now += timedelta(seconds=61)  # the retry falls due
+        scheduler.notify()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while (await db.fetchall(
+            "SELECT 1 FROM reminder_deliveries WHERE outcome IS NOT NULL"
+        )) == [] and not scheduler.in_flight:  # fmt: skip
+            assert loop.time() < deadline, "the retry never ran"
+            await asyncio.sleep(0.01)
+        await until(lambda: scheduler.in_flight == 0)
+    finally:
+        await scheduler.stop()
+    assert len(recorder.attempts) == 1
+    rows = await db.fetchall("SELECT outcome, message_id FROM reminder_deliveries")
+    assert [tuple(r) for r in rows] == [("stopped", None)]
+
+
 @dataclass
 class WatchedClock(Clock):
     """A clock that notices a loop that never yields. A ticker task calls `tick()` whenever it

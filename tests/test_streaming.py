@@ -490,3 +490,35 @@ async def test_a_zalgo_answer_is_two_messages_not_thousands(bot: Bot, tg: FakeTe
     assert [m.message_id for m in messages] == ids
     assert len(ids) == 2
     assert "".join(m.text for m in messages) == text
+
+
+async def test_a_chat_that_keeps_migrating_is_followed_a_bounded_number_of_times(
+    bot: Bot, tg: FakeTelegram
+) -> None:
+    """Answers that move the chat back and forth between two ids (a proxy, a broken server):
+    the typing loop and the final send each follow a few moves, then give up. They followed
+    every one, one request each, for as long as the answers came."""
+    tg.migrated_chats.update({CHAT: CHAT + 1, CHAT + 1: CHAT})
+    reply = StreamingReply(bot, CHAT, edit_interval=0.05)
+    await reply.start()
+    await tg.wait_for(lambda: not reply.typing, timeout=20)  # it stops by itself
+    assert len(tg.calls_of("sendChatAction")) == streaming.MAX_MIGRATIONS + 1
+    async with asyncio.timeout(20):
+        ids = await reply.finish("An answer with nowhere to go.")
+    assert ids == []
+    # The typing loop used up the moves: the final text is tried at most once more.
+    assert len(tg.calls_of("sendMessage")) <= 1
+
+
+async def test_a_final_text_whose_chat_keeps_migrating_gives_up(bot: Bot, tg: FakeTelegram) -> None:
+    reply = StreamingReply(bot, CHAT, edit_interval=0.05)
+    await reply.start()
+    await reply.append("The first words")
+    await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)))
+    tg.migrated_chats.update({CHAT: CHAT + 1, CHAT + 1: CHAT})  # from now on, back and forth
+    tries = len(tg.calls_of("sendMessage")) + len(tg.calls_of("editMessageText"))
+    async with asyncio.timeout(20):
+        ids = await reply.finish("The first words, and the rest of the answer.")
+    assert ids == []
+    tries = len(tg.calls_of("sendMessage")) + len(tg.calls_of("editMessageText")) - tries
+    assert 1 <= tries <= streaming.MAX_MIGRATIONS + 1

@@ -1,4 +1,6 @@
-"""Transport basics over real litellm and the fake gateways: answers, usage, chain walk."""
+"""Transport basics over real litellm and the fake gateways: answers, usage, chain walk.
+
+litellm runs on the test's loop (tests/fakes/workers.py), not in a worker process."""
 
 from __future__ import annotations
 
@@ -9,6 +11,14 @@ from tests.conftest import TEST_KEYS, make_gateways, make_transport
 from tests.fakes.providers import Fault, Reply
 
 HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+async def transport(fake_openai, fake_groq, fake_anthropic, in_process_workers):
+    """Unit tests of the transport: litellm on the test's loop, no worker process."""
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, workers=in_process_workers)
+    yield t
+    await t.aclose()
 
 
 async def test_complete_returns_text_usage_and_catalog_cost(transport, fake_openai) -> None:
@@ -128,9 +138,11 @@ async def test_stream_failure_after_text_restarts_on_next_model(transport, fake_
 
 
 async def test_a_stream_longer_than_the_timeout_is_not_cut(
-    fake_openai, fake_groq, fake_anthropic
+    fake_openai, fake_groq, fake_anthropic, in_process_workers
 ) -> None:
-    t = make_transport(fake_openai, fake_groq, fake_anthropic, timeout_grace=0.1)
+    t = make_transport(
+        fake_openai, fake_groq, fake_anthropic, workers=in_process_workers, timeout_grace=0.1
+    )
     # 14 chunks 0.1 s apart: 1.3 s in total, with a 0.5 s timeout that applies to silence.
     text = "x" * 96
     fake_openai.script("*", Reply(text, chunk_chars=8, chunk_delay=0.1))
@@ -141,9 +153,11 @@ async def test_a_stream_longer_than_the_timeout_is_not_cut(
 
 
 async def test_a_stream_that_goes_silent_times_out_and_is_retried(
-    fake_openai, fake_groq, fake_anthropic
+    fake_openai, fake_groq, fake_anthropic, in_process_workers
 ) -> None:
-    t = make_transport(fake_openai, fake_groq, fake_anthropic, timeout_grace=0.1)
+    t = make_transport(
+        fake_openai, fake_groq, fake_anthropic, workers=in_process_workers, timeout_grace=0.1
+    )
     fake_openai.script("gpt-5", Fault("hang"))
     events = [e async for e in t.stream("gpt-5", HI, timeout=0.3, walk_chain=True)]
     await t.aclose()

@@ -3,7 +3,7 @@
 The contract callers (the chat turn, the agent loop) rely on to keep budgets honest: one
 `Spend` per billable attempt — the answer; a model that broke after streaming text; a call
 cut off by a cancellation or by a caller that stopped reading. Real litellm over HTTP against
-the fake providers.
+the fake providers, on the test's loop (tests/fakes/workers.py), not in a worker process.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ LONG = "The keeper climbed the stairs and lit the lamp again. " * 80
 
 
 async def test_complete_reports_the_answer_and_a_cancelled_request(
-    fake_openai, fake_groq, fake_anthropic
+    fake_openai, fake_groq, fake_anthropic, in_process_workers
 ) -> None:
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, workers=in_process_workers)
     spends: list[Spend] = []
     fake_openai.script("gpt-4.1", Reply("short answer", prompt_tokens=11, completion_tokens=3))
     result = await t.complete("gpt-4.1", HI, timeout=5, on_spend=spends.append)
@@ -52,9 +52,9 @@ async def test_complete_reports_the_answer_and_a_cancelled_request(
 
 
 async def test_stream_reports_a_broken_model_and_a_caller_that_stopped_reading(
-    fake_openai, fake_groq, fake_anthropic
+    fake_openai, fake_groq, fake_anthropic, in_process_workers
 ) -> None:
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, workers=in_process_workers)
     spends: list[Spend] = []
     fake_openai.script("gpt-5", Fault("midstream_disconnect", after_chars=400))
     fake_openai.script("gpt-5-mini", Reply("fallback answer"))
@@ -85,13 +85,13 @@ async def test_stream_reports_a_broken_model_and_a_caller_that_stopped_reading(
 
 
 async def test_a_stream_whose_usage_nobody_reported_is_billed_as_our_estimate(
-    fake_openai, fake_groq, fake_anthropic
+    fake_openai, fake_groq, fake_anthropic, in_process_workers
 ) -> None:
     """The worker turns litellm's token counter off (115 MiB and a tokenizer pass per request):
     litellm then fills an unreported usage with zeros. Those must not be billed as a free
     answer: the bot counts the prompt and the text itself, flagged as an estimate."""
     tokens.load()  # the exact count, not the estimate used while it loads
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, workers=in_process_workers)
     spends: list[Spend] = []
     fake_openai.script("gpt-5", Reply(LONG, chunk_chars=40, send_usage=False))
     async for event in t.stream("gpt-5", HI, timeout=5, on_spend=spends.append):
@@ -106,11 +106,11 @@ async def test_a_stream_whose_usage_nobody_reported_is_billed_as_our_estimate(
 
 
 async def test_an_empty_completion_that_reported_usage_is_billed_like_an_empty_stream(
-    fake_openai, fake_groq, fake_anthropic
+    fake_openai, fake_groq, fake_anthropic, in_process_workers
 ) -> None:
     """A 200 with no content still bills the prompt (OpenAI's body says so in `usage`): the
     retry that answers is not the only attempt on the ledger."""
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, workers=in_process_workers)
     spends: list[Spend] = []
     fake_openai.script(
         "gpt-4.1", Fault("empty_200"), Reply("second try", prompt_tokens=11, completion_tokens=3)

@@ -15,11 +15,12 @@ from contextlib import aclosing
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import models.worker.pool as worker_module
+import models.worker.process as worker_process
 from models.types import Outcome, Spend, StreamDone, StreamRestart, TextDelta
 from models.worker.ipc import ClientSpec
-from models.worker.pool import EXTRA_WORKER_NICE, WORKER, WorkerSettings
-from models.worker.wire import start_record
+from models.worker.pool import WORKER, WorkerSettings
+from models.worker.process import EXTRA_WORKER_NICE
+from models.worker.wire import WireRecord
 from tests.conftest import make_gateways, make_transport
 from tests.e2e_bot import wait_until
 from tests.fakes.providers import Reply
@@ -231,7 +232,7 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
     retires after its idle spell while the two at rest stay. The next rush forks again, on
     another spare socket; with the spares used up (three here) the extra one is spawned, at
     10 nice steps below the bot while it imports."""
-    monkeypatch.setattr(worker_module, "SPARE_SOCKETS", 3)
+    monkeypatch.setattr(worker_process, "SPARE_SOCKETS", 3)
     await WORKER.aclose()  # from a pool with no worker: which one has a spare is known
     WORKER.configure(
         WorkerSettings(max_workers=3, at_rest=2, scale_calls=1, idle_s=0.5, heartbeat_s=2.0)
@@ -307,8 +308,7 @@ async def test_the_worker_says_when_a_request_really_left(fake_openai) -> None:
     fake_openai.latency = 1.0
     gateway = make_gateways(fake_openai, fake_openai, fake_openai)["openai"]
     gate = _RecordingGate()
-    record = start_record()
-    record.gate = gate
+    record = WireRecord()
     asked_at = time.monotonic()
     response = await WORKER.call(
         "completion",
@@ -321,6 +321,8 @@ async def test_the_worker_says_when_a_request_really_left(fake_openai) -> None:
             "max_retries": 0,
             "timeout": 10,
         },
+        record,
+        gate,
     )
     assert response.choices[0].message.content
     [arrived] = [request.at for request in fake_openai.requests]

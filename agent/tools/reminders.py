@@ -123,7 +123,7 @@ async def run_reminder_tool(
         lines = [f"{len(reminders)} pending reminder(s):"]
         lines += [describe(r) for r in reminders]
         return ReminderResult("\n".join(lines), ok=True)
-    return await _cancel(book, chat_id, args)
+    return await _cancel(book, chat_id, args, user_id)
 
 
 async def _schedule(
@@ -164,13 +164,26 @@ async def _schedule(
     return ReminderResult(content, ok=True, kind="reminder_set", reminder=reminder)
 
 
-async def _cancel(book: ReminderBook, chat_id: int, args: dict[str, Any]) -> ReminderResult:
+async def _cancel(
+    book: ReminderBook, chat_id: int, args: dict[str, Any], user_id: int | None
+) -> ReminderResult:
+    """Cancel one of this chat's reminders for the asker. A reminder another member set is
+    not theirs to cancel (in a group, the ❌ button lets its setter or an admin do it; the
+    tool cannot ask Telegram who is an admin, so it keeps to the asker's own)."""
     raw = args.get("id")
-    if isinstance(raw, str) and raw.strip().isdecimal():
+    if isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdecimal():
         raw = int(raw.strip())
-    if not isinstance(raw, int) or isinstance(raw, bool):
+    if not isinstance(raw, int) or isinstance(raw, bool) or not 0 < raw < 2**63:
         return ReminderResult(
             "error: cancel_reminder needs the reminder's integer 'id' (see list_reminders)",
+            ok=False,
+        )
+    found = await book.get(chat_id, raw)
+    if found is not None and None not in (found.user_id, user_id) and found.user_id != user_id:
+        return ReminderResult(
+            f"error: reminder {raw} was set by {found.user_name or 'another member'}, not by "
+            "the user asking; nothing was cancelled. Only its setter or a group admin can "
+            "cancel it, with the ❌ button of /reminders.",
             ok=False,
         )
     reminder = await book.cancel(chat_id, raw)

@@ -226,6 +226,22 @@ async def unknown_command(update: Update, context: Context) -> None:
     await say(message, t("unknown_command", user_language(update)))
 
 
+async def stray_callback(update: Update, context: Context) -> None:
+    """A press whose data no handler recognises (forged, or a keyboard from an older version):
+    answered with nothing, so the client's spinner stops and no error is logged. Registered
+    last (bot/app.py), so it only sees what every other callback handler turned down."""
+    query = update.callback_query
+    if query is None:
+        return
+    log.info(
+        "callback_unknown", chat_id=update.effective_chat.id if update.effective_chat else None
+    )
+    try:
+        await query.answer()
+    except TelegramError as exc:  # too old to answer: nothing a user waits for
+        log.debug("callback_not_answered", error=str(exc))
+
+
 async def on_error(update: object, context: Context) -> None:
     """Log handler errors with the chat id, and tell the user whether their message was
     stored — never claim it was when it was not. The turn says so: it raises

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import re
 
-from telegram import Message, MessageEntity
+from telegram import (
+    Message,
+    MessageEntity,
+    MessageOriginChannel,
+    MessageOriginChat,
+    MessageOriginHiddenUser,
+    MessageOriginUser,
+)
 
 GROUP_TYPES = ("group", "supergroup")
 
@@ -83,3 +90,50 @@ def quoted_text(message: Message) -> str | None:
     if replied is None or replied.forum_topic_created is not None:
         return None
     return replied.text or replied.caption or None
+
+
+def plain_name(name: str) -> str:
+    """A name as the transcript and the prompt show it: one line, without the brackets, colons
+    and angle brackets their own lines use, at most 64 characters (Telegram names are chosen
+    by their owners and may hold anything)."""
+    return " ".join(re.sub(r"[\[\]:<>]", " ", clean_text(name)).split())[:64]
+
+
+def forward_origin_of(message: Message) -> dict[str, object] | None:
+    """Whose words a forwarded message holds (Bot API 7.0 `forward_origin`), as stored with
+    it: {"type", "name", "date"} ("id" too when Telegram gives one). None when not forwarded.
+
+    The four origins: a user ("Ana (id 101)"), a user who hides their account (only the name
+    they chose), a group writing as itself (anonymous admins) and a channel post; the last two
+    name the chat and, when Telegram gives it, the author's signature."""
+    origin = message.forward_origin
+    if origin is None:
+        return None
+    date = int(origin.date.timestamp())
+    if isinstance(origin, MessageOriginUser):
+        user = origin.sender_user
+        name = plain_name(user.full_name)
+        label = f"{name} (id {user.id})" if name else f"id {user.id}"
+        return {"type": "user", "name": label, "id": user.id, "date": date}
+    if isinstance(origin, MessageOriginHiddenUser):
+        name = plain_name(origin.sender_user_name) or "someone"
+        return {"type": "hidden_user", "name": f"{name} (hidden account)", "date": date}
+    if isinstance(origin, MessageOriginChat | MessageOriginChannel):
+        chat = origin.sender_chat if isinstance(origin, MessageOriginChat) else origin.chat
+        kind = "chat" if isinstance(origin, MessageOriginChat) else "channel"
+        label = f"the {kind} {plain_name(chat.title or '') or chat.id} (id {chat.id})"
+        if origin.author_signature and (signed := plain_name(origin.author_signature)):
+            label += f", signed {signed}"
+        return {"type": kind, "name": label, "id": chat.id, "date": date}
+    return {"type": str(origin.type), "name": "someone else", "date": date}
+
+
+def quotes_others(message: Message) -> bool:
+    """Whether the message quotes (replies to) words that are not its sender's own: another
+    member's, a channel's, or the bot's (whose answer may repeat a web page)."""
+    if quoted_text(message) is None:
+        return False
+    replied = message.reply_to_message
+    if replied is None or message.from_user is None:
+        return True  # a quote of an external chat's message, or no sender to compare
+    return replied.from_user is None or replied.from_user.id != message.from_user.id

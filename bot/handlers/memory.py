@@ -108,7 +108,16 @@ async def forget_command(update: Update, context: Context) -> None:
             ]
         ]
     )
-    await say(message, t("forget_confirm", lang), reply_markup=keyboard)
+    text = t("forget_confirm", lang) + await _reminders_stay(context, message.chat_id, lang)
+    await say(message, text, reply_markup=keyboard)
+
+
+async def _reminders_stay(context: Context, chat_id: int, lang: str | None) -> str:
+    """/forget leaves reminders alone (they are the user's orders, not memory): the prompt and
+    the receipt say how many stay pending and where to cancel them, so no one believes a
+    forgotten chat has nothing left that will speak up."""
+    pending = len(await context.bot_data.services.reminders.book.pending(chat_id))
+    return "\n\n" + t("forget_reminders_stay", lang, count=pending) if pending else ""
 
 
 async def forget_callback(update: Update, context: Context) -> None:
@@ -148,7 +157,7 @@ async def forget_callback(update: Update, context: Context) -> None:
             archived=forgotten.archived,
             jobs=forgotten.jobs,
         )
-        text = t("forget_done", lang)
+        text = t("forget_done", lang) + await _reminders_stay(context, chat_id, lang)
     else:
         text = t("forget_kept", lang)
     await query.answer()
@@ -163,6 +172,12 @@ async def recall_command(update: Update, context: Context) -> None:
     if message is None or not await _admit(update, context):
         return
     lang = user_language(update)
+    user_id = update.effective_user.id if update.effective_user else 0
+    refused = context.bot_data.services.guard.check_rate(user_id)
+    if refused is not None:
+        if refused.reply_key is not None:  # the first refusal of a burst only
+            await say(message, t(refused.reply_key, lang, **refused.reply_values))
+        return
     query = clean_text(" ".join(context.args or [])).strip()
     if not query:
         await say(message, t("recall_usage", lang))

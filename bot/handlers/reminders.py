@@ -22,18 +22,34 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import structlog
-from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
+from telegram import (
+    Bot,
+    CallbackQuery,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    Update,
+)
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 from telegram.ext import CallbackQueryHandler, CommandHandler, filters
 
 from bot.config import Settings
 from bot.handlers.access import admit, say, user_allowed, user_language
+from bot.handlers.chat_admins import is_group
 from bot.handlers.incoming import clean_text
 from bot.services import App, Context, Services
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
-from bot.ui.reminder_texts import button_label, fired_html, fired_text, list_text, local_date
+from bot.ui.keyboards import callback_row_id
+from bot.ui.reminder_texts import (
+    ListPage,
+    button_label,
+    fired_html,
+    fired_text,
+    list_page,
+    local_date,
+)
 from memory.store import Store
 from memory.timezones import to_local, zone
 from reminders.book import Claim, Reminder, ReminderBook, ReminderStats
@@ -42,6 +58,7 @@ from reminders.scheduler import Delivered, DeliveryOutcome, Failed, RetryLater, 
 log = structlog.get_logger("bot.reminders")
 
 CANCEL_PREFIX = "rm:x:"
+PAGE_PREFIX = "rm:p:"
 ZONE_PREFIX = "tz:"
 # Offered as buttons by a bare /timezone: one per region our users come from, at least.
 COMMON_ZONES = (
@@ -220,6 +237,22 @@ async def _admit(update: Update, context: Context, *, addressed: bool = True) ->
     return await admit(update, services.settings, addressed=addressed, refusals=services.refusals)
 
 
+async def _may_set_zone(update: Update, context: Context) -> bool:
+    """A group's time zone sets every member's reminder times: its admins change it. An
+    anonymous admin writes as the group itself (sender_chat), which only admins can."""
+    chat = update.effective_chat
+    if not is_group(chat):
+        return True
+    assert chat is not None
+    message = update.effective_message
+    if update.callback_query is None and message is not None and message.sender_chat is not None:
+        return message.sender_chat.id == chat.id
+    user = update.effective_user
+    if user is None:
+        return False
+    return await context.bot_data.services.chat_admins.is_admin(context.bot, chat.id, user.id)
+
+
 def _zone_keyboard() -> InlineKeyboardMarkup:
     buttons = [InlineKeyboardButton(z, callback_data=f"{ZONE_PREFIX}{z}") for z in COMMON_ZONES]
     return InlineKeyboardMarkup([buttons[i : i + 3] for i in range(0, len(buttons), 3)])
@@ -246,6 +279,9 @@ async def timezone_command(update: Update, context: Context) -> None:
             text = t("timezone_unset", lang)
         await say(message, text, reply_markup=_zone_keyboard())
         return
+    if not await _may_set_zone(update, context):
+        await say(message, t("timezone_admins_only", lang))
+        return
     name = await book.set_chat_zone(message.chat_id, wanted)
     if name is None:
         await say(message, t("timezone_unknown", lang, name=wanted[:64]))
@@ -263,6 +299,9 @@ async def timezone_callback(update: Update, context: Context) -> None:
     if query.message is None:
         await query.answer()
         return
+    if not await _may_set_zone(update, context):
+        await query.answer(t("timezone_admins_only", lang), show_alert=True)
+        return
     name = await book.set_chat_zone(query.message.chat.id, (query.data or "")[len(ZONE_PREFIX) :])
     if name is None:
         await query.answer(t("timezone_unknown", lang, name=(query.data or "")[3:64]))
@@ -276,24 +315,76 @@ async def timezone_callback(update: Update, context: Context) -> None:
         log.debug("timezone_not_edited", error=str(exc))
 
 
-def _list_keyboard(reminders: list[Reminder]) -> InlineKeyboardMarkup | None:
-    if not reminders:
-        return None
+def _list_keyboard(listing: ListPage) -> InlineKeyboardMarkup | None:
+    """A ❌ button per reminder shown and, when there are several pages, a row ◀ n/N ▶ (the
+    middle one shows this page again: a cancel pressed on it reads the page from there)."""
     rows = [
         [InlineKeyboardButton(button_label(r), callback_data=f"{CANCEL_PREFIX}{r.id}")]
-        for r in reminders
+        for r in listing.shown
     ]
-    return InlineKeyboardMarkup(rows)
+    if listing.pages > 1:
+        page = listing.page
+        nav = []
+        if page > 0:
+            nav.append(InlineKeyboardButton("◀", callback_data=f"{PAGE_PREFIX}{page - 1}"))
+        nav.append(
+            InlineKeyboardButton(
+                f"{page + 1}/{listing.pages}", callback_data=f"{PAGE_PREFIX}{page}"
+            )
+        )
+        if page + 1 < listing.pages:
+            nav.append(InlineKeyboardButton("▶", callback_data=f"{PAGE_PREFIX}{page + 1}"))
+        rows.append(nav)
+    return InlineKeyboardMarkup(rows) if rows else None
+
+
+def _page_shown(message: object) -> int:
+    """The page a /reminders message shows: the middle button of its ◀ n/N ▶ row (0 when it
+    has one page only). Read from the message itself, so no state is kept per message."""
+    markup = getattr(message, "reply_markup", None)
+    for row in getattr(markup, "inline_keyboard", ()) or ():
+        for button in row:
+            data = getattr(button, "callback_data", None)
+            text = getattr(button, "text", "")
+            if isinstance(data, str) and "/" in text:
+                page = callback_row_id(data, PAGE_PREFIX)
+                if page is not None:
+                    return page
+    return 0
+
+
+async def _show_page(query: CallbackQuery, pending: list[Reminder], lang: str | None,
+                     page: int) -> None:  # fmt: skip
+    listing = list_page(pending, lang, page)
+    try:
+        await query.edit_message_text(listing.text, reply_markup=_list_keyboard(listing))
+    except TelegramError as exc:  # "message is not modified"
+        log.debug("reminders_not_edited", error=str(exc))
 
 
 async def reminders_command(update: Update, context: Context) -> None:
-    """/reminders: the chat's pending reminders, each with a ❌ button that cancels it."""
+    """/reminders: the chat's pending reminders, each with a ❌ button that cancels it, in
+    pages when they do not fit one message."""
     message = update.effective_message
     if message is None or not await _admit(update, context):
         return
     lang = user_language(update)
     pending = await context.bot_data.services.reminders.book.pending(message.chat_id)
-    await say(message, list_text(pending, lang), reply_markup=_list_keyboard(pending))
+    listing = list_page(pending, lang)
+    await say(message, listing.text, reply_markup=_list_keyboard(listing))
+
+
+async def page_callback(update: Update, context: Context) -> None:
+    """◀ or ▶ (or the page number): the list again, at that page, in the same message."""
+    query = update.callback_query
+    if query is None or not await _admit(update, context, addressed=False):
+        return
+    page = callback_row_id(query.data, PAGE_PREFIX)
+    await query.answer()
+    if query.message is None or page is None:
+        return
+    pending = await context.bot_data.services.reminders.book.pending(query.message.chat.id)
+    await _show_page(query, pending, user_language(update), page)
 
 
 async def cancel_callback(update: Update, context: Context) -> None:
@@ -303,26 +394,34 @@ async def cancel_callback(update: Update, context: Context) -> None:
     if query is None or not await _admit(update, context, addressed=False):
         return
     lang = user_language(update)
-    raw = (query.data or "")[len(CANCEL_PREFIX) :]
-    if query.message is None or not raw.isdecimal() or not raw.isascii():
+    reminder_id = callback_row_id(query.data, CANCEL_PREFIX)
+    if query.message is None or reminder_id is None:
         await query.answer(t("reminder_cancel_gone", lang), show_alert=True)
         return
     chat_id = query.message.chat.id
     book = context.bot_data.services.reminders.book
-    cancelled = await book.cancel(chat_id, int(raw))
+    if is_group(query.message.chat):
+        # In a group: the member who set it, or an admin (bot/handlers/chat_admins.py).
+        reminder = await book.get(chat_id, reminder_id)
+        presser = query.from_user.id
+        if (
+            reminder is not None
+            and reminder.user_id not in (None, presser)
+            and not await context.bot_data.services.chat_admins.is_admin(
+                context.bot, chat_id, presser
+            )
+        ):
+            log.info("reminder_cancel_not_yours", chat_id=chat_id, reminder_id=reminder_id)
+            await query.answer(t("reminder_cancel_not_yours", lang), show_alert=True)
+            return
+    cancelled = await book.cancel(chat_id, reminder_id)
     if cancelled is None:
-        log.info("reminder_cancel_refused", chat_id=chat_id, reminder_id=raw)
+        log.info("reminder_cancel_refused", chat_id=chat_id, reminder_id=reminder_id)
         await query.answer(t("reminder_cancel_gone", lang), show_alert=True)
     else:
         log.info("reminder_cancelled", chat_id=chat_id, reminder_id=cancelled.id, via="button")
         await query.answer(t("reminder_cancel_done", lang, text=cancelled.text[:150]))
-    pending = await book.pending(chat_id)
-    try:
-        await query.edit_message_text(
-            list_text(pending, lang), reply_markup=_list_keyboard(pending)
-        )
-    except TelegramError as exc:  # "message is not modified"
-        log.debug("reminders_not_edited", error=str(exc))
+    await _show_page(query, await book.pending(chat_id), lang, _page_shown(query.message))
 
 
 def register_reminder_handlers(application: App) -> None:
@@ -333,4 +432,5 @@ def register_reminder_handlers(application: App) -> None:
     application.add_handler(CommandHandler("timezone", timezone_command, filters=new_messages))
     application.add_handler(CommandHandler("reminders", reminders_command, filters=new_messages))
     application.add_handler(CallbackQueryHandler(cancel_callback, pattern=f"^{CANCEL_PREFIX}"))
+    application.add_handler(CallbackQueryHandler(page_callback, pattern=f"^{PAGE_PREFIX}"))
     application.add_handler(CallbackQueryHandler(timezone_callback, pattern=f"^{ZONE_PREFIX}"))

@@ -102,13 +102,23 @@ class TurnGuard:
         Media (voice notes, photos, documents) go through exactly these checks before any
         download or model call, so they count and are capped like text.
         """
-        admin = user_id in self.admins
-        if not admin:
-            decision = self.rate.check(user_id)
-            if not decision.allowed:
-                key = "rate_limited" if decision.notify else None
-                return Screened(None, key, {"seconds": math.ceil(decision.retry_after_s)}, parts)
+        refused = self.check_rate(user_id, parts)
+        if refused is not None:
+            return refused
         return await self.check_budget(user_id, parts)
+
+    def check_rate(self, user_id: int, parts: int = 1) -> Screened | None:
+        """The per-user rate limit alone (admins exempt); a refusal, or None to go on. /recall
+        asks it too: a search costs no model call, but each is a full-text query over the
+        archive and an answer of up to several messages, and it shares the chat's budget of
+        messages per minute, so switching to /recall gains no one more."""
+        if user_id in self.admins:
+            return None
+        decision = self.rate.check(user_id)
+        if decision.allowed:
+            return None
+        key = "rate_limited" if decision.notify else None
+        return Screened(None, key, {"seconds": math.ceil(decision.retry_after_s)}, parts)
 
     async def check_budget(self, user_id: int, parts: int = 1) -> Screened | None:
         """The spending caps alone; a refusal, or None to go on. Asked again when the turn's

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
@@ -17,9 +16,15 @@ from telegram.error import TelegramError
 
 from agent.events import AgentDone, Receipt, ToolRound
 from agent.loop import MAX_KEPT_TOOL_CALLS, AgentTurn
-from agent.prompt import with_quote
+from agent.prompt import with_forward, with_quote
 from bot import BotError
-from bot.handlers.incoming import is_group, quoted_text
+from bot.handlers.incoming import (
+    forward_origin_of,
+    is_group,
+    plain_name,
+    quoted_text,
+    quotes_others,
+)
 from bot.handlers.migration import migrate_later
 from bot.ui.i18n import t
 from bot.ui.reminder_texts import reminder_receipt_line
@@ -72,12 +77,27 @@ class TurnRequest:
     speaker: str | None = None
     # The sender's name as Telegram shows it (a reminder set in a group mentions them).
     user_name: str | None = None
+    # A forwarded message: whose words it holds (bot.handlers.incoming.forward_origin_of),
+    # stored with it and shown as theirs, never as the sender's own statement.
+    forward_origin: dict[str, object] | None = None
+    # The message quotes words that are not the sender's own (another member's, the bot's).
+    quotes_others: bool = False
+
+    @property
+    def others_words(self) -> bool:
+        """This turn's message carries words of others: forwarded, or quoting someone else.
+        Such content writes nothing by itself (see AgentTurn.others_words)."""
+        return self.forward_origin is not None or self.quotes_others
 
     def stored_text(self) -> str:
-        """What is stored and sent to the model: the text, framed with its quote if any."""
+        """What is stored and sent to the model: the text (framed as its origin's words if
+        forwarded), framed with its quote if any."""
+        text = self.text
+        if self.forward_origin is not None:
+            text = with_forward(text, str(self.forward_origin.get("name") or "someone else"))
         if self.quoted_text and self.quoted_text.strip():
-            return with_quote(self.text, self.quoted_text)
-        return self.text
+            return with_quote(text, self.quoted_text)
+        return text
 
     def stored_media(self) -> dict[str, object] | None:
         """The JSON stored beside the text: how it came, and who said it in a group."""
@@ -89,7 +109,7 @@ class TurnRequest:
 def speaker_label(user: User) -> str:
     """A group member as the transcript names them: the name they chose (one line, no
     brackets or colons, which the transcript's own lines use) and their id, which is unique."""
-    name = " ".join(re.sub(r"[\[\]:<>]", " ", user.full_name).split())[:64]
+    name = plain_name(user.full_name)
     return f"{name} (id {user.id})" if name else f"id {user.id}"
 
 
@@ -113,6 +133,8 @@ def turn_request_for(
         private=message.chat.type == ChatType.PRIVATE,
         message_thread_id=message.message_thread_id if message.is_topic_message else None,
         quoted_text=quoted_text(message),
+        forward_origin=forward_origin_of(message),
+        quotes_others=quotes_others(message),
         turn_key=f"tg:{bot.id}:{update_id}",
         speaker=speaker_label(message.from_user) if group and message.from_user else None,
         user_name=message.from_user.first_name if message.from_user else None,
@@ -228,6 +250,7 @@ async def run_chat_turn(
                     user_id=request.user_id,
                     key=request.turn_key,
                     media=request.stored_media(),
+                    forward_origin=request.forward_origin,
                 )
                 saved = True  # from here on, an error reply may say the message is saved
                 if started is None:
@@ -301,6 +324,8 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             image_url=request.image_url,
             user_name=request.user_name,
             topic_id=request.message_thread_id,
+            # Read from the stored message too: a resumed turn answers what was stored.
+            others_words=request.others_words or start.message.forward_origin is not None,
         )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.

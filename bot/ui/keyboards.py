@@ -20,6 +20,24 @@ CALLBACK_LIMIT = 64
 CURRENT_MARK = "✅ "
 
 
+# The largest row id SQLite stores (a signed 64-bit integer): a longer number in a button was
+# written by no button of ours, and binding it raised OverflowError in the handler.
+MAX_ROW_ID = 2**63 - 1
+
+
+def callback_row_id(data: str | None, prefix: str) -> int | None:
+    """The row id a button of ours carries after `prefix` (`rm:x:17`), or None for data no
+    button of ours holds: other digits than ASCII ones (`mr:²` passed isdigit() and broke
+    int()), a number past SQLite's range, a sign, a space, nothing at all."""
+    if data is None or not data.startswith(prefix):
+        return None
+    raw = data[len(prefix) :]
+    if not raw or not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+        return None
+    number = int(raw)
+    return number if number <= MAX_ROW_ID else None
+
+
 def model_callback_data(model_id: str) -> str:
     """`m:<id>` when it fits in 64 bytes, else `mh:<12 hex of sha256(id)>`."""
     direct = MODEL_PREFIX + model_id

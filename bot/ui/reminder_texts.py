@@ -8,15 +8,21 @@ not from the process's locale, so "Tue 2 Dec, 09:00" reads right in every langua
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from datetime import datetime
 
 from agent.tools.memory import Receipt
 from bot.ui.i18n import t
+from bot.ui.render import utf16_len
 from memory.timezones import to_local, zone
 from reminders.book import Reminder
 
 FIRED_PREFIX = "⏰"
 BUTTON_TEXT_CHARS = 20
+# A /reminders page: under Telegram's 4,096 UTF-16 units per message, and few enough ❌
+# buttons to find the right one on a phone.
+LIST_PAGE_UNITS = 4000
+LIST_PAGE_REMINDERS = 10
 
 
 def local_date(moment: datetime, lang: str | None) -> str:
@@ -87,12 +93,42 @@ def button_label(reminder: Reminder) -> str:
     return f"❌ {short}"
 
 
-def list_text(reminders: list[Reminder], lang: str | None) -> str:
+@dataclass(frozen=True)
+class ListPage:
+    """One page of /reminders: its text, the reminders it shows (one ❌ button each), which
+    page of how many."""
+
+    text: str
+    shown: list[Reminder]
+    page: int  # from 0
+    pages: int
+
+
+def list_page(reminders: list[Reminder], lang: str | None, page: int = 0) -> ListPage:
+    """Page `page` (clamped) of the chat's pending reminders. A page ends before its text
+    would pass LIST_PAGE_UNITS or hold more than LIST_PAGE_REMINDERS: five reminders of 1,000
+    characters made one message over Telegram's 4,096 units, which Telegram refused, so
+    /reminders showed nothing at all. Numbers run on across pages."""
     if not reminders:
-        return t("reminders_none", lang)
-    lines = [t("reminders_header", lang, count=len(reminders))]
+        return ListPage(t("reminders_none", lang), [], 0, 1)
+    header = t("reminders_header", lang, count=len(reminders))
+    pages: list[list[tuple[Reminder, str]]] = [[]]
+    units = utf16_len(header)
     for number, reminder in enumerate(reminders, 1):
         zone_name = reminder.time_zone if reminder.zone_known else "UTC"
-        when = when_text(reminder, None, lang)
-        lines.append(f"{number}. {when} ({zone_name}) — {reminder.text}")
-    return "\n".join(lines)
+        line = f"{number}. {when_text(reminder, None, lang)} ({zone_name}) — {reminder.text}"
+        size = utf16_len(line) + 1
+        current = pages[-1]
+        if current and (units + size > LIST_PAGE_UNITS or len(current) >= LIST_PAGE_REMINDERS):
+            pages.append([])
+            units = utf16_len(header)
+        pages[-1].append((reminder, line))
+        units += size
+    page = min(max(page, 0), len(pages) - 1)
+    lines = [header, *(line for _, line in pages[page])]
+    return ListPage("\n".join(lines), [r for r, _ in pages[page]], page, len(pages))
+
+
+def list_text(reminders: list[Reminder], lang: str | None) -> str:
+    """The first page of the list (a single page unless the reminders are many or long)."""
+    return list_page(reminders, lang).text

@@ -52,6 +52,10 @@ FINAL_BACKOFF_S = (0.5, 1.0, 2.0)
 MAX_PENALTY_WAITS = 5  # RetryAfter rounds waited out per final piece before giving up
 FIRST_HOLD_INTERVALS = 1.5  # default hold before the first streamed message, in edit intervals
 FIRST_SEND_CHARS = 500  # text this long is shown at once: worth reading before the answer ends
+# "Chat migrated" answers followed per reply. A group becomes a supergroup once; answers that
+# keep moving the chat (back and forth between two ids, from a proxy or a broken server) were
+# followed without end, one request each, by the typing and final-send loops.
+MAX_MIGRATIONS = 2
 
 
 @dataclass
@@ -113,6 +117,7 @@ class StreamingReply:
         self._flusher: asyncio.Task[None] | None = None
         self._typing: asyncio.Task[None] | None = None
         self._done = False
+        self._migrations = 0  # "chat migrated" answers followed so far
         self._ended = False  # the model finished: only the final text is still to come
 
     # ---- public API -------------------------------------------------------------------------
@@ -203,7 +208,8 @@ class StreamingReply:
                     self._chat_id, ChatAction.TYPING, message_thread_id=self._thread_id
                 )
             except ChatMigrated as error:
-                self._migrated(error)
+                if not self._migrated(error):
+                    return
                 continue
             except TelegramError as error:
                 log.info("typing_action_failed", chat_id=self._chat_id, error=str(error))
@@ -225,11 +231,23 @@ class StreamingReply:
                 continue
             await self._step()
 
-    def _migrated(self, error: ChatMigrated) -> None:
+    def _migrated(self, error: ChatMigrated) -> bool:
         """The group became a supergroup: the reply goes on there. Nothing of it can be on
         screen in the old chat (Telegram refuses every request naming it), so the new chat gets
         the whole text, as a new message, without the reply-to (that message id is the old
-        chat's) or a topic (an upgraded group had none)."""
+        chat's) or a topic (an upgraded group had none).
+
+        False, and the reply stops, past MAX_MIGRATIONS moves: the chat has no place to go."""
+        self._migrations += 1
+        if self._migrations > MAX_MIGRATIONS:
+            log.error(
+                "reply_chat_migrated_too_often",
+                chat_id=self._chat_id,
+                new_chat_id=error.new_chat_id,
+                migrations=self._migrations,
+            )
+            self._closing.set()  # the typing and the streamed updates stop
+            return False
         log.warning("reply_chat_migrated", chat_id=self._chat_id, new_chat_id=error.new_chat_id)
         if self._on_migrated is not None:
             self._on_migrated(self._chat_id, error.new_chat_id)
@@ -239,6 +257,7 @@ class StreamingReply:
         self._use_drafts = False
         self._shown.clear()
         self._dirty.set()
+        return True
 
     def _hold_until(self) -> float:
         """Earliest moment the first message (or draft) may appear; -inf once one has."""
@@ -403,7 +422,7 @@ class StreamingReply:
         use_html = piece.html is not None
         failures = 0
         penalties = 0
-        while True:
+        while self._migrations <= MAX_MIGRATIONS:
             await self._wait_allowed(shown)
             text = piece.html if use_html and piece.html is not None else piece.plain
             mode = ParseMode.HTML if use_html else None
@@ -436,7 +455,8 @@ class StreamingReply:
                     log.error("final_text_given_up_flood", chat_id=self._chat_id)
                     return None
             except ChatMigrated as error:
-                self._migrated(error)
+                if not self._migrated(error):
+                    return None
                 shown = None
             except BadRequest as error:
                 if shown is not None and _is_not_modified(error):
@@ -470,6 +490,7 @@ class StreamingReply:
                 if failures >= FINAL_ATTEMPTS:
                     return None
                 await asyncio.sleep(FINAL_BACKOFF_S[min(failures, len(FINAL_BACKOFF_S)) - 1])
+        return None  # the chat kept "migrating": an earlier piece already said so in the log
 
     async def _wait_allowed(self, shown: _Shown | None) -> None:
         """Sleep until the penalty is over and this message (or this chat) may change again."""

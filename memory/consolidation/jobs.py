@@ -55,6 +55,10 @@ Clock = Callable[[], datetime]
 
 # How often one run may find its memory or messages changed under it before it steps back.
 MAX_CONFLICTS_PER_RUN = 3
+# The shortest CONSOLIDATION_RETRY_DELAYS entry the bot accepts (bot/config.py). A delay of 0
+# made a job that fails every time run its whole paid model chain again the moment the last
+# run ended, for as long as it kept failing.
+MIN_RETRY_DELAY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -516,6 +520,8 @@ class ConsolidationWorker:
     ) -> None:
         if not retry_delays:
             raise ValueError("retry_delays must not be empty")
+        if any(delay <= 0 for delay in retry_delays):
+            raise ValueError("retry_delays must be more than 0: a failed job would re-run at once")
         self.store = store
         self.queue = JobQueue(store)
         self.consolidator = consolidator
@@ -661,8 +667,11 @@ class ConsolidationWorker:
                     conflicts += 1
                     log.info("consolidation_commit_conflict", job_id=job.id, conflicts=conflicts)
                     if conflicts >= MAX_CONFLICTS_PER_RUN:
+                        # Not at once: memory that keeps changing under the job would have it
+                        # claimed and run (paid) again the moment it is released.
+                        retry_at = to_iso(self.clock() + timedelta(seconds=self.retry_delays[0]))
                         await self.queue.release(
-                            job, self.now(), retry_at=self.now(), reason="memory kept changing"
+                            job, self.now(), retry_at=retry_at, reason="memory kept changing"
                         )
                         return
                     continue

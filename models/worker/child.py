@@ -5,11 +5,12 @@ closes (the bot stopped, or was killed: the worker never outlives it). Each call
 own task; what the bot must decide from (the HTTP status, headers and error body, the classified
 failure) is sent back with the call's result, so nothing of litellm's crosses but plain data.
 
-The one thing asked of the bot during a call is the send gate: right before the request leaves,
-the request hook (models/worker/wire.py) sends "gate" and waits for "go", so the gateway's pacing in
-the bot spaces the requests as they really leave, after litellm's set-up here.
+Every message either way is one of models/worker/protocol.py. The one thing asked of the bot
+during a call is the send gate: right before the request leaves, the request hook
+(models/worker/wire.py) sends `Gate` and waits for `Go`, so the gateway's pacing in the bot
+spaces the requests as they really leave, after litellm's set-up here.
 
-The bot supervises us: "ready" once litellm is imported, "pong" to each "ping". Our logs go
+The bot supervises us: `Ready` once litellm is imported, `Pong` to each `Ping`. Our logs go
 through the same scrubbing JSON pipeline as the bot's (models/logging_setup.py), with every key
 a call brings registered before the call runs; what litellm or Python print to stdout/stderr goes
 through it too, line by line.
@@ -38,14 +39,29 @@ import structlog
 from models.errors import classify_exception
 from models.logging_setup import configure_logging, install_exception_hooks, redactor
 from models.worker.clients import ClientPool
-from models.worker.ipc import (
-    ClientSpec,
-    WireFields,
-    chunk_data,
+from models.worker.ipc import ClientSpec, WireFields, chunk_data, hidden_headers, response_data
+from models.worker.protocol import (
+    Call,
+    Cancel,
+    Chunk,
+    ClosePool,
+    Done,
+    End,
+    Error,
+    Fork,
+    Gate,
+    Go,
+    Local,
+    Message,
+    Ping,
+    Pong,
+    Prepare,
+    Ready,
+    Result,
+    Stream,
+    Warm,
     encode,
-    hidden_headers,
     read_message,
-    response_data,
 )
 from models.worker.wire import WireRecord, start_record
 
@@ -92,7 +108,7 @@ class _RemoteGate:
     async def before_send(self) -> None:
         go = asyncio.get_running_loop().create_future()
         self._worker.gates[self._call_id] = go
-        self._worker.send(("gate", self._call_id))
+        self._worker.send(Gate(self._call_id))
         try:
             await go
         finally:
@@ -108,7 +124,7 @@ class _Worker:
         self.gates: dict[int, asyncio.Future[None]] = {}
         self._outbox: list[bytes] = []
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: Message) -> None:
         """Queue `message`; what one turn of the loop queued leaves in one write (a system call
         per streamed chunk was 5 % of the worker's loop with 100 streams)."""
         if not self._outbox:
@@ -126,36 +142,31 @@ class _Worker:
         if self._writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
             await self._writer.drain()
 
-    def handle(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "ping":
-            self.send(("pong", message[1]))
-        elif kind == "call":
-            _, call_id, name, kwargs, spec, gated = message
-            redactor().add([spec.key])
-            task = asyncio.create_task(self._call(call_id, name, kwargs, spec, gated))
-            self._tasks[call_id] = task
-            task.add_done_callback(lambda _, i=call_id: self._tasks.pop(i, None))
-        elif kind == "go":
-            go = self.gates.get(message[1])
-            if go is not None and not go.done():
-                go.set_result(None)
-        elif kind == "cancel":
-            task = self._tasks.get(message[1])
-            if task is not None:
-                task.cancel()
-        elif kind == "fork":
-            _, call_id, index = message
-            self._track(call_id, self._fork(index))
-        elif kind == "prepare":
-            _, call_id, specs = message
-            self._track(call_id, self._prepare(specs))
-        elif kind == "warm":
-            _, call_id, names = message
-            self._track(call_id, _warm_litellm(names))
-        elif kind == "close_pool":
-            _, call_id, pool = message
-            self._track(call_id, self._close_pool(pool))
+    def handle(self, message: Message) -> None:
+        match message:
+            case Ping():
+                self.send(Pong())
+            case Call(call_id, name, kwargs, spec, gated):
+                redactor().add([spec.key])
+                task = asyncio.create_task(self._call(call_id, name, kwargs, spec, gated))
+                self._tasks[call_id] = task
+                task.add_done_callback(lambda _, i=call_id: self._tasks.pop(i, None))
+            case Go(call_id):
+                go = self.gates.get(call_id)
+                if go is not None and not go.done():
+                    go.set_result(None)
+            case Cancel(call_id):
+                task = self._tasks.get(call_id)
+                if task is not None:
+                    task.cancel()
+            case Fork(call_id, index):
+                self._track(call_id, self._fork(index))
+            case Prepare(call_id, specs):
+                self._track(call_id, self._prepare(specs))
+            case Warm(call_id, names):
+                self._track(call_id, _warm_litellm(names))
+            case ClosePool(call_id, pool):
+                self._track(call_id, self._close_pool(pool))
 
     def _track(self, call_id: int, work: Any) -> None:
         async def run() -> None:
@@ -163,7 +174,7 @@ class _Worker:
             try:
                 result = await work
             finally:
-                self.send(("done", call_id, result))
+                self.send(Done(call_id, result))
 
         task = asyncio.create_task(run())
         self._tasks[call_id] = task
@@ -227,7 +238,7 @@ class _Worker:
             await self._run_call(call_id, name, kwargs, spec, gated)
         except Exception as exc:  # ours, around litellm's answer (one we could not pickle, ...)
             log.exception("provider_worker_call_failed")
-            self.send(("local", call_id, f"provider worker: {type(exc).__name__}"))
+            self.send(Local(call_id, f"provider worker: {type(exc).__name__}"))
 
     async def _run_call(
         self, call_id: int, name: str, kwargs: dict[str, Any], spec: ClientSpec, gated: bool
@@ -243,16 +254,16 @@ class _Worker:
         except Exception as exc:
             failure = classify_exception(exc, record.status, record.headers, record.error_body)
             log.debug("provider_call_failed", outcome=failure.outcome.value, error=str(exc))
-            self.send(("error", call_id, failure, _wire(record)))
+            self.send(Error(call_id, failure, _wire(record)))
             return
         if not hasattr(response, "__aiter__"):
-            self.send(("result", call_id, response_data(response), _wire(record)))
+            self.send(Result(call_id, *response_data(response), _wire(record)))
             return
-        self.send(("stream", call_id, hidden_headers(response), _wire(record)))
+        self.send(Stream(call_id, hidden_headers(response), _wire(record)))
         failure = None
         try:
             async for chunk in response:
-                self.send(("chunk", call_id, chunk_data(chunk)))
+                self.send(Chunk(call_id, chunk_data(chunk)))
                 if len(self._outbox) > 64:
                     await self.drained()
         except asyncio.CancelledError:
@@ -266,7 +277,7 @@ class _Worker:
                     await close()
                 except Exception:  # closing a broken stream may fail again; nothing to do
                     pass
-        self.send(("end", call_id, failure, _wire(record)))
+        self.send(End(call_id, failure, _wire(record)))
 
     async def aclose(self) -> None:
         for task in list(self._tasks.values()):
@@ -306,7 +317,7 @@ async def serve(sock: socket.socket, spares: dict[int, int] | None = None) -> No
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     worker = _Worker(writer, spares)
     asyncio.get_running_loop().set_exception_handler(_loop_errors)
-    worker.send(("ready", os.getpid()))
+    worker.send(Ready(os.getpid()))
     try:
         while True:
             try:

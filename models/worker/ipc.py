@@ -1,10 +1,9 @@
-"""What crosses between the bot and its provider worker process (models/worker/pool.py).
+"""What crosses between the bot and its provider worker process (models/worker/pool.py), and
+the failures of the crossing. The messages themselves and their framing: models/worker/protocol.py.
 
-Messages are pickles behind a 4-byte length, over a Unix socket pair only the two processes
-hold. A frame is at most `MAX_FRAME` bytes either way: a length beyond it is a broken stream,
-not something to allocate for. A call carries its gateway without keys and only the key it is
-sent with. A streamed chunk crosses as a small tuple, not as litellm's pydantic object: building and
-pickling those would cost the bot the CPU the worker exists to take away. On the bot's side the
+A call carries its gateway without keys and only the key it is sent with. A streamed chunk
+crosses as a small tuple, not as litellm's pydantic object: building and pickling those would
+cost the bot the CPU the worker exists to take away. On the bot's side the
 tuple becomes the few attributes the transport reads (`usage`, `choices[i].delta`), and a whole
 response (non-streamed completion, transcription) becomes plain attribute objects with the same
 names litellm's have.
@@ -12,10 +11,7 @@ names litellm's have.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import pickle
-import struct
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -23,10 +19,6 @@ from typing import Any
 from models import ModelsError
 from models.errors import Classified
 from models.gateways import Gateway
-
-_LENGTH = struct.Struct("!I")
-# A photo crosses as a data URL (~27 MB for Telegram's largest); a few of them fit.
-MAX_FRAME = 256 * 1024 * 1024
 
 # (status, headers, error body) of the last HTTP response the worker saw for one call, and when
 # its request left, on the machine's monotonic clock (time.monotonic(); None: it never did).
@@ -53,30 +45,8 @@ class CallNotEncoded(LocalFailure):
 
 
 class FrameError(ModelsError):
-    """A frame that cannot be a message (its length is beyond MAX_FRAME)."""
-
-
-def encode(message: tuple[Any, ...]) -> bytes:
-    """The frame of `message`. Raises CallNotEncoded when it cannot cross."""
-    try:
-        body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:  # PicklingError, TypeError, RecursionError, ...
-        raise CallNotEncoded(f"call could not be encoded: {type(exc).__name__}") from exc
-    if len(body) > MAX_FRAME:
-        raise CallNotEncoded(f"call too large to send ({len(body)} bytes)")
-    return _LENGTH.pack(len(body)) + body
-
-
-async def read_message(reader: asyncio.StreamReader) -> tuple[Any, ...]:
-    """The next message; IncompleteReadError when the other side has gone, FrameError or any
-    unpickling error when what came is not a message."""
-    size = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))[0]
-    if size > MAX_FRAME:
-        raise FrameError(f"frame of {size} bytes")
-    message = pickle.loads(await reader.readexactly(size))
-    if not isinstance(message, tuple) or len(message) < 2:
-        raise FrameError(f"not a message: {type(message).__name__}")
-    return message
+    """A frame that cannot be a message (its length is beyond protocol.MAX_FRAME, or what it
+    holds is no message of models/worker/protocol.py)."""
 
 
 @dataclass(frozen=True)

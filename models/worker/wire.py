@@ -4,8 +4,10 @@ litellm loses the body of an error sent inside HTTP 200 (`{"code":"Throttling.Ra
 becomes "'ModelResponse' object has no attribute 'service_tier'", a KeyError, or an empty
 "successful" stream). So every request goes through HTTP clients of ours carrying an httpx
 response hook that notes the status, the headers and, for JSON bodies, the body, into a
-`WireRecord` the transport created for that one attempt. The record travels in a ContextVar
-holding a mutable object, so it reaches the hook whatever task or context copy litellm uses.
+`WireRecord`. In the bot the transport creates the record of each attempt and hands it, with
+the pacer's slot as the send gate, to the worker pool as parameters. In the worker process the
+record of each call travels in a ContextVar holding a mutable object, the only way into a hook
+litellm calls, and it reaches the hook whatever task or context copy litellm uses.
 
 Streamed (SSE) bodies are never read here: only JSON bodies, which litellm reads whole anyway.
 """
@@ -56,12 +58,9 @@ class WireRecord:
 _current: ContextVar[WireRecord | None] = ContextVar("mnemobot_wire_record", default=None)
 
 
-def current_record() -> WireRecord | None:
-    """The record of the attempt this code runs for, if any."""
-    return _current.get()
-
-
 def start_record() -> WireRecord:
+    """A record for the call this task makes now, where the HTTP hooks below find it (in the
+    worker process: litellm calls them from its own code, so nothing can pass it to them)."""
     record = WireRecord()
     _current.set(record)
     return record

@@ -465,6 +465,9 @@ class FakeTelegram:
         self._announced_sizes: dict[str, int] = {}
         self._unknown_sizes: set[str] = set()
         self.downloads: list[str] = []  # file_path of every file download served
+        # getChatMember: (chat id, user id) -> status ("creator", "administrator", "member",
+        # "restricted", "left", "kicked"); anyone not listed is a "member".
+        self.member_status: dict[tuple[int, int], str] = {}
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -789,6 +792,60 @@ class FakeTelegram:
             "can_connect_to_business": False,
             "has_main_web_app": False,
         }
+
+    async def _api_getchatmember(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A ChatMember in the Bot API's exact shape for its status: ChatMemberOwner,
+        ChatMemberAdministrator (every can_* field it must carry), ChatMemberMember,
+        ChatMemberLeft (https://core.telegram.org/bots/api#chatmember)."""
+        chat_id, user_id = self._chat_id(params), int(params["user_id"])
+        if chat_id > 0 and chat_id != user_id:
+            raise _ApiError(400, "Bad Request: PARTICIPANT_ID_INVALID")
+        status = self.member_status.get((chat_id, user_id), "member")
+        if chat_id > 0:
+            status = "member"  # a private chat: its user is a member of it
+        user = {"id": user_id, "is_bot": False, "first_name": f"User {user_id}"}
+        member: dict[str, Any] = {"user": user, "status": status}
+        if status == "creator":
+            member["is_anonymous"] = False
+        elif status == "administrator":
+            member.update(
+                can_be_edited=False,
+                is_anonymous=False,
+                can_manage_chat=True,
+                can_delete_messages=True,
+                can_manage_video_chats=True,
+                can_restrict_members=True,
+                can_promote_members=False,
+                can_change_info=True,
+                can_invite_users=True,
+                can_post_stories=False,
+                can_edit_stories=False,
+                can_delete_stories=False,
+                can_pin_messages=True,
+                can_manage_topics=False,
+            )
+        elif status == "restricted":
+            member.update(
+                is_member=True,
+                can_send_messages=True,
+                can_send_audios=True,
+                can_send_documents=True,
+                can_send_photos=True,
+                can_send_videos=True,
+                can_send_video_notes=True,
+                can_send_voice_notes=True,
+                can_send_polls=True,
+                can_send_other_messages=True,
+                can_add_web_page_previews=True,
+                can_change_info=False,
+                can_invite_users=False,
+                can_pin_messages=False,
+                can_manage_topics=False,
+                until_date=0,
+            )
+        elif status == "kicked":
+            member["until_date"] = 0
+        return member
 
     async def _api_getupdates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         if self.webhook_url:

@@ -6,6 +6,7 @@ none (`Download`), and bot/handlers/media/media_limits.py says what to tell the 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ log = structlog.get_logger("bot.media")
 
 # Seconds without progress before a file download gives up.
 DOWNLOAD_TIMEOUT_S = 60.0
+LOCAL_CHUNK_BYTES = 1 << 20  # a local Bot API server's file is read a mebibyte at a time
 
 
 @dataclass(frozen=True)
@@ -43,11 +45,14 @@ async def download(bot: Any, file_id: str, limit: int) -> Download:
             log.info("download_refused", size=telegram_file.file_size, limit=limit)
             return Download(None, too_big=True)
         url = telegram_file.file_path or ""
-        if not url.startswith(("http://", "https://")):  # a local Bot API server's own path
-            data = bytes(await telegram_file.download_as_bytearray())
+        if not url.startswith(("http://", "https://")):
+            # A local Bot API server (--local) answers with a path on this machine, files up
+            # to 2 GB, and may omit the size: read from disk, stopped past the limit, never
+            # whole (PTB's download_as_bytearray would read all of it into memory first).
+            data = await asyncio.to_thread(_read_local, url, limit + 1)
         else:
             data = await _stream(url, limit + 1)
-    except (TelegramError, httpx.HTTPError) as exc:
+    except (TelegramError, httpx.HTTPError, OSError) as exc:
         # httpx errors name the URL, which holds the bot token: only the class is logged.
         log.warning("download_failed", error=type(exc).__name__)
         return Download(None)
@@ -55,6 +60,21 @@ async def download(bot: Any, file_id: str, limit: int) -> Download:
         log.info("download_stopped", limit=limit)
         return Download(None, too_big=True)
     return Download(data)
+
+
+def _read_local(path: str, most: int) -> bytes:
+    """At most `most` bytes of the file at `path`, read in chunks (a file larger than that on
+    disk: only its first `most` bytes are read, which the caller finds too big)."""
+    chunks: list[bytes] = []
+    size = 0
+    with open(path, "rb") as file:
+        while size < most:
+            chunk = file.read(min(LOCAL_CHUNK_BYTES, most - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    return b"".join(chunks)
 
 
 async def _stream(url: str, most: int) -> bytes:

@@ -2,14 +2,13 @@
 
 The intake (bot/handlers/media/media.py) has already refused a photo the chat's model cannot see
 (with buttons to switch to one that can); here, inside the chat's turn, the image is
-downloaded, fitted to what every model of the fallback chain accepts (media/images.py, off the
-loop) and sent as a data URL. The session stores "[photo: caption]" and the file id, never the
-bytes.
+downloaded, fitted to what every model of the fallback chain accepts (media/image_reader.py:
+its header checked here, any decode in a bounded child process) and sent as a data URL. The
+session stores "[photo: caption]" and the file id, never the bytes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from dataclasses import replace
 from typing import Any
@@ -22,7 +21,8 @@ from bot.handlers.media.media_limits import file_limit, refuse_download
 from bot.services import Services
 from bot.turns.turn import TurnRequest, run_chat_turn, send_plain
 from bot.ui.i18n import t
-from media.images import ImageError, ImageLimit, fit_image, limit_for
+from media.image_reader import fit_image_bounded
+from media.images import ImageError, ImageLimit, limit_for
 
 # The name these events have always been logged under (they were part of
 # bot/handlers/media/media.py).
@@ -57,7 +57,7 @@ async def answer_photo(
             return None
         limit = await _image_limit(services, turn.chat_id)
         try:
-            image = await asyncio.to_thread(fit_image, got.data, limit)
+            image = await fit_image_bounded(got.data, limit)
         except ImageError as exc:
             log.info("image_refused", chat_id=turn.chat_id, reason=exc.reason, size=len(got.data))
             await send_plain(bot, turn, t(f"image_{exc.reason}", turn.language))

@@ -48,6 +48,7 @@ from bot.turns.turn import (
     send_plain,
 )
 from bot.ui.i18n import t
+from bot.ui.keyboards import callback_row_id
 from bot.ui.render import utf16_len
 from media.audio import recording_seconds
 from media.documents import trim_to_chars
@@ -328,10 +329,10 @@ async def retry_callback(update: Update, context: Context) -> None:
         return
     lang = user_language(update)
     message = query.message
-    item_id = (query.data or "").removeprefix(RETRY_PREFIX)
+    item_id = callback_row_id(query.data, RETRY_PREFIX)
     user = update.effective_user
     assert user is not None
-    if message is None or not item_id.isdigit() or services.turns.is_running(message.chat.id):
+    if message is None or item_id is None or services.turns.is_running(message.chat.id):
         await query.answer(t("retry_gone", lang), show_alert=True)
         return
     refused = await spend_refusal(services, user.id, lang)
@@ -340,7 +341,7 @@ async def retry_callback(update: Update, context: Context) -> None:
             await query.answer(refused, show_alert=True)
         return
     inbox = services.inbox
-    item = await inbox.claim(int(item_id), message.chat.id)  # a second press finds it claimed
+    item = await inbox.claim(item_id, message.chat.id)  # a second press finds it claimed
     if item is None:
         await query.answer(t("retry_gone", lang), show_alert=True)
         return
