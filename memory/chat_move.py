@@ -42,6 +42,7 @@ MOVED_TABLES = (
     "reminders",
     "reminder_deliveries",
     "web_calls",
+    "pending_writes",
 )
 # Tables keyed by (chat_id, something) whose counts are added together on a merge.
 MERGED_COUNTS = ("archive_terms",)

@@ -4,9 +4,9 @@ What goes: the long-term memory (including facts a chat tool wrote into it, and 
 `memory_edits` log of those writes), every history entry, every consolidation job not yet
 done (pending and running), the archive (the words of consolidated sessions, and their
 counts in `archive_terms` as far as they came from this chat), the stored
-messages of closed sessions not yet consolidated, the current session's messages, and voice
-notes waiting for a transcript (`media_inbox`). What
-stays: the chat's settings (model, language), the usage ledger (tokens and cost, no text) and
+messages of closed sessions not yet consolidated, the current session's messages, voice
+notes waiting for a transcript (`media_inbox`), and writes waiting for a ✅ (`pending_writes`).
+What stays: the chat's settings (model, language), the usage ledger (tokens and cost, no text) and
 the web call counts (`web_calls`: who, which tool, when — what WEB_DAILY_CALLS counts).
 
 Why it cannot come back:
@@ -77,6 +77,8 @@ def forget_chat_in(conn: sqlite3.Connection, chat_id: int, now: str) -> Forgotte
     conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
     # Voice notes waiting for (or failed at) transcription: file ids and captions are content.
     conn.execute("DELETE FROM media_inbox WHERE chat_id = ?", (chat_id,))
+    # Writes waiting for a ✅: their facts are content, and a tap after /forget finds nothing.
+    conn.execute("DELETE FROM pending_writes WHERE chat_id = ?", (chat_id,))
     jobs = _count(
         conn,
         "DELETE FROM consolidation_jobs WHERE chat_id = ? AND state != 'done' RETURNING id",
