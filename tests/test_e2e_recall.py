@@ -63,7 +63,7 @@ async def recall_tool(bot: BotUnderTest, query: str, chat: int = CHAT, **kwargs:
 
 async def term_counts(bot: BotUnderTest) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
     """This chat's archive term counts as recall reads them, and as the FTS5 index counts its
-    tokens (qualified by the chat: migrations/0017_archive_per_chat.sql)."""
+    tokens (qualified by the chat: migrations/0018_archive_per_chat.sql)."""
     kept = await bot.rows(
         "SELECT term, docs AS n FROM archive_terms WHERE chat_id = ? AND term != '' ORDER BY term",
         (CHAT,),

@@ -306,7 +306,7 @@ async def test_the_archive_migration_upgrades_a_database_in_place(tmp_path: Path
 async def test_the_term_counts_migration_counts_the_turns_already_archived(
     tmp_path: Path,
 ) -> None:
-    """0012 counted the archived turns' terms over all chats; 0017 counts them per chat (a
+    """0012 counted the archived turns' terms over all chats; 0018 counts them per chat (a
     group's negative id too) and indexes each chat's terms under its own tokens."""
     before = tmp_path / "migrations"
     before.mkdir()

@@ -57,7 +57,7 @@ async def prepare_archive(messages: Sequence[StoredMessage]) -> list[ArchivedRow
 
 
 def chat_token(chat_id: int, term: str) -> str:
-    """A chat's term as the archive's index holds it (migrations/0017_archive_per_chat.sql:
+    """A chat's term as the archive's index holds it (migrations/0018_archive_per_chat.sql:
     the same text as the view `archive_fts_rows` writes), so a search reads its own chat's
     posting lists only."""
     return f"{chat_id}".replace("-", "n") + CHAT_SEPARATOR + term

@@ -238,7 +238,7 @@ def _archive_candidates(
 ) -> list[_Doc]:
     """This chat's best matching archived turns, with their neighbours.
 
-    The index's tokens are qualified by chat (migrations/0017_archive_per_chat.sql), so the
+    The index's tokens are qualified by chat (migrations/0018_archive_per_chat.sql), so the
     match reads this chat's posting lists only. Its turns are ranked here with this chat's
     rarity, not FTS5's bm25, whose turn count and average length span every chat.
     """

@@ -1,4 +1,4 @@
--- 0017: the archive's index and term counts, per chat. Never edit once landed.
+-- 0018: the archive's index and term counts, per chat. Never edit once landed.
 -- Before, one FTS5 index and one set of term counts (archive_terms) served every chat: a term's
 -- rarity, the longer words a query word begins, and which turns became candidates (the best
 -- matches of all chats, then filtered) all depended on what OTHER chats had said. A user could
