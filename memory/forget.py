@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from memory.db import Database
 from memory.longterm import write_memory
-from memory.recall.archive import delete_archived_in
+from memory.recall.archive import delete_archived_in, scrub_indexes_in
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,18 @@ class Forgotten:
 
 
 async def forget_chat(db: Database, chat_id: int, now: str) -> Forgotten:
-    return await db.run_in_transaction(lambda conn: forget_chat_in(conn, chat_id, now))
+    """/forget, then the forgotten words scrubbed from the full-text indexes (in the same
+    transaction) and from the WAL (after it): nothing of them is left readable in the
+    database's files (issue 23, item 3). Backups made before keep them until they age out."""
+
+    def forget(conn: sqlite3.Connection) -> Forgotten:
+        forgotten = forget_chat_in(conn, chat_id, now)
+        scrub_indexes_in(conn)
+        return forgotten
+
+    forgotten = await db.run_in_transaction(forget)
+    await db.checkpoint()
+    return forgotten
 
 
 def forget_chat_in(conn: sqlite3.Connection, chat_id: int, now: str) -> Forgotten:
