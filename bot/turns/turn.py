@@ -438,6 +438,8 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             completion_tokens=usage.completion_tokens if usage else 0,
             cost_usd=round(usage.cost_usd, 6) if usage else 0.0,
             usage_estimated=usage.estimated if usage else False,
+            untrusted_in_view=done.untrusted if done else None,
+            writes_held=len(held),
         )
 
 
