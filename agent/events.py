@@ -2,7 +2,9 @@
 
 `TextDelta` and `StreamRestart` come straight from the transport: text to show as it is written,
 and "the model failed after showing text, clear it, another model continues". `ToolRound` says
-tools ran (a front end may show activity). `AgentDone` ends every turn that did not raise.
+tools ran (a front end may show activity). `UntrustedContent` says, once per turn and before
+any text written with it in view, that words which are not the user's reached the model (the
+front end turns link previews off). `AgentDone` ends every turn that did not raise.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.tools.memory import Receipt, ToolOutcome
+from memory.pending_writes import PendingWrite
 from models.types import StreamRestart, TextDelta, Usage
 
 
@@ -20,6 +23,12 @@ class ToolRound:
     step: int
     model_id: str
     outcomes: tuple[ToolOutcome, ...]
+
+
+@dataclass(frozen=True)
+class UntrustedContent:
+    """From here on the model writes with untrusted content in view (agent/untrusted.py): a
+    web page or results, a document, a forwarded or quoted message of someone else."""
 
 
 @dataclass(frozen=True)
@@ -41,8 +50,21 @@ class AgentDone:
     # The answer grew past its bounds (MAX_ANSWER_CHARS, or too many or too long tool calls):
     # `text` is what it held up to the bound (stored and billed as such), no tool was run.
     size_limit_reached: bool = False
+    # Untrusted content reached the model in this turn: no link previews for the answer.
+    untrusted: bool = False
+    # Memory and reminder writes held for the asker's ✅ (memory/pending_writes.py), in order.
+    pending: tuple[PendingWrite, ...] = ()
 
 
-AgentEvent = TextDelta | StreamRestart | ToolRound | AgentDone
+AgentEvent = TextDelta | StreamRestart | ToolRound | UntrustedContent | AgentDone
 
-__all__ = ["AgentDone", "AgentEvent", "Receipt", "StreamRestart", "TextDelta", "ToolRound"]
+__all__ = [
+    "AgentDone",
+    "AgentEvent",
+    "PendingWrite",
+    "Receipt",
+    "StreamRestart",
+    "TextDelta",
+    "ToolRound",
+    "UntrustedContent",
+]

@@ -26,10 +26,13 @@ from typing import Any, Protocol
 
 import structlog
 
-from agent.events import AgentDone, AgentEvent, ToolRound
+from agent.events import AgentDone, AgentEvent, ToolRound, UntrustedContent
 from agent.prompt import Framing, build_prompt, reply_reserve, time_text, with_image
+from agent.tools.held import hold
 from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
 from agent.tools.web import WEB_TOOL_NAMES, WebTools
+from agent.untrusted import calls_web, untrusted_in_prompt
+from memory.pending_writes import GATED_TOOLS, PendingWrite, PendingWrites
 from memory.store import SessionClosedError, Store
 from memory.timezones import ChatZone
 from memory.usage import SpendRecorder
@@ -126,6 +129,7 @@ class AgentLoop:
         catalog: Catalog,
         tools: ChatTools,
         web: WebTools | None = None,
+        pending_writes: PendingWrites | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         timeout: float = 60.0,
         max_answer_tokens: int | None = None,
@@ -139,6 +143,9 @@ class AgentLoop:
         self.tools = tools
         # web_search / web_read (agent/tools/web.py); None: no web tools at all.
         self.web = web
+        # Where a write waits for its ✅ when untrusted content reached the model (by default
+        # in the store's own database, made when first needed).
+        self._pending_writes = pending_writes
         self.max_steps = max_steps
         self.timeout = timeout
         # Bounds of one answer: tokens per model request (MAX_ANSWER_TOKENS) and seconds for
@@ -149,6 +156,12 @@ class AgentLoop:
         # the tool calls one answer may hold (`bounds`).
         self.max_answer_chars = max_answer_chars
         self.clock = clock
+
+    @property
+    def pending_writes(self) -> PendingWrites:
+        if self._pending_writes is None:
+            self._pending_writes = PendingWrites(self.store.db, self.store.clock)
+        return self._pending_writes
 
     def offered_tools(self) -> list[dict[str, Any]]:
         """The memory and reminder tools, and the web tools the settings turn on."""
@@ -175,16 +188,28 @@ class AgentLoop:
         )
 
     async def run(
-        self, turn: AgentTurn, *, receipts: list[Receipt] | None = None
+        self,
+        turn: AgentTurn,
+        *,
+        receipts: list[Receipt] | None = None,
+        pending: list[PendingWrite] | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """One turn. `receipts`, when given, gets each memory write's receipt the moment the
         write is done: a caller sees them however the turn ends (an answer, a /cancel, a
-        failure in a later round, a session closed under the turn), not only in AgentDone."""
+        failure in a later round, a session closed under the turn), not only in AgentDone.
+        `pending` gets, the same way, each write held for the asker's ✅: its buttons are shown
+        even when the turn ends badly."""
         # Every model call of the turn reports what it cost as it ends (an answer, a tool
         # round, a model that broke after text, a cancel or a stop); all of it is recorded.
         spending = SpendRecorder(self.store, turn.chat_id, turn.user_id, "chat")
         try:
-            async for event in self._rounds(turn, spending, [] if receipts is None else receipts):
+            rounds = self._rounds(
+                turn,
+                spending,
+                [] if receipts is None else receipts,
+                [] if pending is None else pending,
+            )
+            async for event in rounds:
                 yield event
         finally:
             try:
@@ -193,7 +218,11 @@ class AgentLoop:
                 log.exception("usage_not_recorded", chat_id=turn.chat_id)
 
     async def _rounds(
-        self, turn: AgentTurn, spending: SpendRecorder, receipts: list[Receipt]
+        self,
+        turn: AgentTurn,
+        spending: SpendRecorder,
+        receipts: list[Receipt],
+        pending: list[PendingWrite],
     ) -> AsyncGenerator[AgentEvent, None]:
         framing = Framing()
         loop = asyncio.get_running_loop()
@@ -206,6 +235,8 @@ class AgentLoop:
         steps = 0
         display: list[str] = []  # what the user sees now, across rounds
         shown_rounds: list[str] = []  # the text of each finished round since the last restart
+        untrusted = False  # words that are not the user's reached the model (agent/untrusted.py)
+        untrusted_result = False  # a tool of this turn returned untrusted content
         while True:
             entry = self.catalog.get(model_id)
             offer = self.max_steps > 0 and entry.tools
@@ -221,6 +252,13 @@ class AgentLoop:
                 context_window=self.context_window(model_id),
                 images=1 if turn.image_url is not None else 0,
             )
+            if not untrusted and (
+                turn.others_words
+                or untrusted_result
+                or untrusted_in_prompt(stored.messages, prompt.included_ids)
+            ):
+                untrusted = True
+                yield UntrustedContent()  # before any text written with it in view
             messages = prompt.messages
             if turn.image_url is not None:
                 messages = with_image(messages, turn.image_url)
@@ -322,18 +360,29 @@ class AgentLoop:
                     omitted=prompt.omitted,
                     time_limit_reached=out_of_time,
                     size_limit_reached=too_big,
+                    untrusted=untrusted,
+                    pending=tuple(pending),
                 )
                 return
             outcomes: list[ToolOutcome] = []
+            # A write in the same round as a web call waits too, whichever the model listed
+            # first: the calls of one round are decided together.
+            held = untrusted or calls_web(calls)
             for index, call in enumerate(calls):
                 if index >= MAX_TOOL_CALLS_PER_ROUND or calls_run >= MAX_TOOL_CALLS_PER_TURN:
                     outcomes.append(_not_run(call))
                     continue
                 calls_run += 1
-                outcome = await self._run_tool(turn, call, prompt.included_ids)
+                if held and call.name in GATED_TOOLS:
+                    outcome = await self._hold(turn, call)
+                else:
+                    outcome = await self._run_tool(turn, call, prompt.included_ids)
                 outcomes.append(outcome)
                 if outcome.receipt is not None:
                     receipts.append(outcome.receipt)  # written: shown however the turn ends
+                if outcome.pending is not None:
+                    pending.append(outcome.pending)  # held: its buttons shown however it ends
+                untrusted_result = untrusted_result or outcome.untrusted
             try:
                 await self.store.add_tool_round(
                     turn.chat_id,
@@ -358,6 +407,8 @@ class AgentLoop:
                     attempts=attempts,
                     steps=steps,
                     omitted=prompt.omitted,
+                    untrusted=untrusted,
+                    pending=tuple(pending),
                 )
                 return
             await spending.flush()
@@ -403,6 +454,27 @@ class AgentLoop:
             return ToolOutcome(
                 call.id, call.name, "error: the tool failed inside the bot; nothing changed",
                 ok=False,
+            )  # fmt: skip
+
+    async def _hold(self, turn: AgentTurn, call: ToolCall) -> ToolOutcome:
+        """A memory or reminder write proposed with untrusted content in view: kept for the
+        asker's ✅ (agent/tools/held.py), not carried out."""
+        try:
+            return await hold(
+                self.pending_writes,
+                call,
+                chat_id=turn.chat_id,
+                user_id=turn.user_id,
+                user_name=turn.user_name,
+                topic_id=turn.topic_id,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("agent_write_not_held", chat_id=turn.chat_id, tool=call.name)
+            return ToolOutcome(
+                call.id, call.name, "error: the write could not be kept for confirmation; "
+                "nothing was written", ok=False,
             )  # fmt: skip
 
     async def _store_answer(

@@ -30,10 +30,12 @@ and sending ~3,000 turns through the Bot API fake takes minutes.) Every question
 with an evidence session (the sessions of the question's evidence turns) among the first k hits.
 
 Last, scale: 100,000 archived turns in one chat (LoCoMo's turns over and over, each copy its own
-session), written with the archive's own functions (memory/recall/archive.py: terms, then the insert
-the commit does), and LoCoMo's questions asked of it.
+session), then the same number spread over 1,000 chats (100 each), written with the archive's
+own functions (memory/recall/archive.py: terms, then the insert the commit does), and LoCoMo's
+questions asked of it.
 
-    python benchmarks/memory_recall.py [--sessions 200] [--scale-turns 100000] [--only locomo]
+    python benchmarks/memory_recall.py [--sessions 200] [--scale-turns 100000]
+        [--scale-chats 1 1000] [--only locomo]
 """
 
 from __future__ import annotations
@@ -393,8 +395,12 @@ async def run_locomo() -> list[float]:
     return latencies
 
 
-async def run_scale(total: int) -> None:
-    """The `recall_scale:` line: LoCoMo's questions over `total` archived turns in one chat."""
+async def run_scale(total: int, chats: int = 1) -> None:
+    """A `recall_scale:` line: LoCoMo's questions over `total` archived turns, in one chat or
+    spread evenly over `chats` chats (each chat then holds its share of LoCoMo's turns, in
+    order, as one session; question n is asked in chat n mod `chats`). Rarity and candidates
+    are per chat (issue 23, item 2), so the spread measures a search that must not read the
+    other chats' turns."""
     from memory.recall.archive import archive_in, index_messages
     from memory.store import StoredMessage
 
@@ -403,9 +409,9 @@ async def run_scale(total: int) -> None:
     turns = [(s.at, t) for _, ss, _ in conversations for s in ss for t in s.turns]
     questions = [q["question"] for _, _, qs in conversations for q in qs]
     text_chars = sum(len(text) for _, text in turns)
-    chat = 9000
+    first_chat = 9000
 
-    def write(conn: sqlite3.Connection, batch: list[tuple[datetime, str]]) -> None:
+    def write(conn: sqlite3.Connection, batch: list[tuple[datetime, str]], chat: int) -> None:
         """One copy of the turns, archived as a consolidation commit archives them."""
         cursor = conn.execute(
             "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
@@ -438,38 +444,42 @@ async def run_scale(total: int) -> None:
         try:
             db = stack.db
             started = time.perf_counter()
-            written, copy = 0, 0
+            written, sessions = 0, 0
+            per_chat = -(-total // chats)  # ceiling
             while written < total:
-                copy += 1
-                batch = turns[: total - written]
-
-                await db.run_in_transaction(functools.partial(write, batch=batch))
+                chat = first_chat + sessions % chats
+                take = min(total - written, per_chat if chats > 1 else len(turns))
+                start = written % len(turns)
+                batch = (turns * 2)[start : start + take] if chats > 1 else turns[:take]
+                sessions += 1
+                await db.run_in_transaction(functools.partial(write, batch=batch, chat=chat))
                 written += len(batch)
             size = await asyncio.to_thread(os.path.getsize, Path(tmp) / "scale.sqlite3")
             print(
-                f"recall_scale: wrote {written} archived turns ({copy} copies of LoCoMo) in "
-                f"{time.perf_counter() - started:.1f} s, database {size / 1e6:.1f} MB "
-                f"({size / written:.0f} bytes a turn = KB per 1,000 turns, "
+                f"recall_scale: wrote {written} archived turns in {min(chats, sessions)} chat(s), "
+                f"{sessions} sessions, in {time.perf_counter() - started:.1f} s, database "
+                f"{size / 1e6:.1f} MB ({size / written:.0f} bytes a turn = KB per 1,000 turns, "
                 f"text {text_chars / len(turns):.0f} characters a turn)"
             )
             recall = Recall(db)
-            for question in questions[:5]:
-                await recall.search(chat, question)
+            for n, question in enumerate(questions[:5]):
+                await recall.search(first_chat + n % chats, question)
             latencies = []
-            for question in questions:
+            for n, question in enumerate(questions):
                 t0 = time.perf_counter()
-                await recall.search(chat, question, limit=5)
+                await recall.search(first_chat + n % chats, question, limit=5)
                 latencies.append((time.perf_counter() - t0) * 1000)
         finally:
             await stack.close()
     p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
-    print(f"recall_scale: turns={written} p50_ms={p50:.1f} p99_ms={p99:.1f}")
+    print(f"recall_scale: turns={written} chats={chats} p50_ms={p50:.1f} p99_ms={p99:.1f}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--scale-turns", type=int, default=100_000)
+    parser.add_argument("--scale-chats", type=int, nargs="+", default=[1, 1000])
     parser.add_argument("--only", choices=("recall", "locomo", "scale"), default=None)
     args = parser.parse_args()
     if args.only in (None, "recall"):
@@ -477,7 +487,8 @@ def main() -> int:
     if args.only in (None, "locomo"):
         asyncio.run(run_locomo())
     if args.only in (None, "scale"):
-        asyncio.run(run_scale(args.scale_turns))
+        for chats in args.scale_chats:
+            asyncio.run(run_scale(args.scale_turns, chats))
     return 0
 
 

@@ -14,16 +14,13 @@ an MP3 of the 30 s file's frames repeated. Run: `python benchmarks/voice_length.
 from __future__ import annotations
 
 import asyncio
-import io
 import sys
 import time
 from pathlib import Path
 
-from mutagen.ogg import OggPage
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from media.audio import recording_seconds
+from media.audio import ogg_pages, recording_seconds
 
 MEDIA = Path(__file__).resolve().parents[1] / "tests" / "data"
 VOICE_LIMIT_BYTES = 600 * 128_000 // 8  # MAX_VOICE_SECONDS 600 at a voice note's top bitrate
@@ -33,13 +30,7 @@ FILE_LIMIT_BYTES = 20 * 1024 * 1024  # Telegram's download limit for bots
 def chained_ogg(size: int) -> bytes:
     """Copies of long_voice.ogg, each with a serial number of its own, up to `size` bytes."""
     data = (MEDIA / "long_voice.ogg").read_bytes()
-    stream = io.BytesIO(data)
-    pages = []
-    while True:
-        try:
-            pages.append(OggPage(stream))
-        except Exception:
-            break
+    pages = ogg_pages(data)
     out = bytearray()
     serial = 1
     while len(out) + len(data) <= size:

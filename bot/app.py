@@ -32,6 +32,7 @@ from bot.handlers.chat import register_handlers, stray_callback
 from bot.handlers.memory import register_memory_handlers
 from bot.handlers.migration import migrate_chat, register_migration_handlers
 from bot.handlers.ops import register_operations_handlers, set_admin_commands
+from bot.handlers.pending import register_pending_handlers
 from bot.handlers.reminders import TelegramDelivery, register_reminder_handlers
 from bot.lifecycle import Lifecycle, UpdateTracker
 from bot.runner import run_bot
@@ -397,6 +398,7 @@ def build_application(
     register_operations_handlers(application)
     register_reminder_handlers(application)
     register_migration_handlers(application)
+    register_pending_handlers(application)
     # Last of all: a press no handler above took is answered quietly.
     application.add_handler(CallbackQueryHandler(stray_callback))
     return application

@@ -9,28 +9,16 @@ stdout. It imports nothing of the bot and holds nothing worth keeping.
 
 from __future__ import annotations
 
-import json
-import os
-import resource
 import sys
 
+from media.child_limits import limited_request
 from media.document_reader import answer_line
 from media.documents import DocumentError, extract_text
 from media.page_text import page_text
 
-# Scheduling niceness: on a machine with one or two cores the reader yields to the bot's loop.
-NICENESS = 10
-
 
 def main() -> None:
-    os.nice(NICENESS)
-    stdin = sys.stdin.buffer
-    header = json.loads(stdin.readline())
-    cpu = int(header["cpu_seconds"])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    memory = int(header["memory_bytes"])
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    data = stdin.read()
+    header, data = limited_request()
     try:
         if header.get("task") == "page":
             answer = answer_line(

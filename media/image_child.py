@@ -1,33 +1,23 @@
 """The child process that decodes and scales one image (started by `media/image_reader.py`).
 
-It limits itself first (RLIMIT_CPU, RLIMIT_AS, a lower scheduling priority), as the document
-child does, reads a JSON header line and the image's bytes from stdin, and writes one JSON line
-and then the scaled image's bytes to stdout. An image whose decode needs more memory than the
-limit ends here (MemoryError, or the kernel's kill), never in the bot. It imports only Pillow and
-media/images.py.
+It limits itself first (RLIMIT_CPU, RLIMIT_AS, a lower scheduling priority) through
+media/child_limits.py, as the document child does, reads a JSON header line and the image's bytes
+from stdin, and writes one JSON line and then the scaled image's bytes to stdout. An image whose
+decode needs more memory than the limit ends here (MemoryError, or the kernel's kill), never in
+the bot. It imports only Pillow, media/images.py and media/child_limits.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import resource
 import sys
 
+from media.child_limits import limited_request
 from media.images import ImageError, ImageLimit, fit_image
-
-NICENESS = 10
 
 
 def main() -> None:
-    os.nice(NICENESS)
-    stdin = sys.stdin.buffer
-    header = json.loads(stdin.readline())
-    cpu = int(header["cpu_seconds"])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    memory = int(header["memory_bytes"])
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    data = stdin.read()
+    header, data = limited_request()
     body = b""
     try:
         limit = ImageLimit(max_bytes=int(header["max_bytes"]), max_edge=int(header["max_edge"]))

@@ -42,7 +42,10 @@ MOVED_TABLES = (
     "reminders",
     "reminder_deliveries",
     "web_calls",
+    "pending_writes",
 )
+# Tables keyed by (chat_id, something) whose counts are added together on a merge.
+MERGED_COUNTS = ("archive_terms",)
 # The chats row's columns besides its id and times (a test holds this to the schema).
 CHAT_SETTINGS = ("model_id", "language", "time_zone")
 
@@ -123,6 +126,19 @@ def _move_memory(conn: sqlite3.Connection, old: int, new: int, now: str) -> int:
     return 1
 
 
+def _merge_term_counts(conn: sqlite3.Connection, old: int, new: int) -> int:
+    """The old chat's archive term counts added to the new one's: its archived turns move with
+    it (and are indexed again under the new id by the archive's triggers)."""
+    cursor = conn.execute(
+        "INSERT INTO archive_terms(chat_id, term, docs) "
+        "SELECT ?, term, docs FROM archive_terms WHERE chat_id = ? "
+        "ON CONFLICT(chat_id, term) DO UPDATE SET docs = docs + excluded.docs",
+        (new, old),
+    )
+    conn.execute("DELETE FROM archive_terms WHERE chat_id = ?", (old,))
+    return cursor.rowcount
+
+
 def _close_second_open_session(
     conn: sqlite3.Connection, old: int, new: int, now: str
 ) -> int | None:
@@ -150,6 +166,7 @@ def move_chat_rows(conn: sqlite3.Connection, old: int, new: int, now: str) -> Ch
     moved = {"chats": _move_chat_row(conn, old, new)}
     closed = _close_second_open_session(conn, old, new, now)
     moved["long_term_memory"] = _move_memory(conn, old, new, now)
+    moved["archive_terms"] = _merge_term_counts(conn, old, new)
     for table in MOVED_TABLES:
         cursor = conn.execute(f"UPDATE {table} SET chat_id = ? WHERE chat_id = ?", (new, old))
         moved[table] = cursor.rowcount

@@ -285,6 +285,18 @@ class Database:
         rows = await self.fetchall(sql, params)
         return rows[0] if rows else None
 
+    async def checkpoint(self) -> bool:
+        """Copy the WAL into the database file and truncate it to nothing; False if a reader
+        kept it from finishing (the next checkpoint then does it).
+
+        After a delete that must leave nothing readable (/forget, ARCHIVE_DAYS): the WAL holds
+        every page as it was written, the deleted words too, until a checkpoint overwrites it.
+        TRUNCATE waits (busy_timeout) for readers still on an older snapshot; reads are short.
+        """
+        async with self._lock:
+            busy = await self._conn._execute(_checkpoint, self._conn._conn)
+        return not busy
+
     async def close(self) -> None:
         if self._drainer is not None and not self._drainer.done():
             await asyncio.wait([self._drainer])  # writes already asked for are written first
@@ -301,6 +313,9 @@ async def _connect(path: Path, opened: list[aiosqlite.Connection]) -> aiosqlite.
     opened.append(conn)
     conn.row_factory = sqlite3.Row
     await conn.execute("PRAGMA busy_timeout=10000")
+    # Deleted content is overwritten with zeros, not left in free space for anyone holding the
+    # file to read (/forget, ARCHIVE_DAYS). Set here because builds differ in their default.
+    await conn.execute("PRAGMA secure_delete=ON")
     return conn
 
 
@@ -319,6 +334,13 @@ class _Read:
     def __init__(self, fn: Callable[[sqlite3.Connection], Any], outcome: asyncio.Future[Any]):
         self.fn = fn
         self.outcome = outcome
+
+
+def _checkpoint(conn: sqlite3.Connection) -> bool:
+    """On the writer's thread: PRAGMA wal_checkpoint(TRUNCATE), read to its end (a statement
+    left unread would keep every later COMMIT of the connection from committing)."""
+    [(busy, _, _)] = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    return bool(busy)
 
 
 def _run_reads(

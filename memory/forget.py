@@ -4,9 +4,9 @@ What goes: the long-term memory (including facts a chat tool wrote into it, and 
 `memory_edits` log of those writes), every history entry, every consolidation job not yet
 done (pending and running), the archive (the words of consolidated sessions, and their
 counts in `archive_terms` as far as they came from this chat), the stored
-messages of closed sessions not yet consolidated, the current session's messages, and voice
-notes waiting for a transcript (`media_inbox`). What
-stays: the chat's settings (model, language), the usage ledger (tokens and cost, no text) and
+messages of closed sessions not yet consolidated, the current session's messages, voice
+notes waiting for a transcript (`media_inbox`), and writes waiting for a ✅ (`pending_writes`).
+What stays: the chat's settings (model, language), the usage ledger (tokens and cost, no text) and
 the web call counts (`web_calls`: who, which tool, when — what WEB_DAILY_CALLS counts).
 
 Why it cannot come back:
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from memory.db import Database
 from memory.longterm import write_memory
-from memory.recall.archive import delete_archived_in
+from memory.recall.archive import delete_archived_in, scrub_indexes_in
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,18 @@ class Forgotten:
 
 
 async def forget_chat(db: Database, chat_id: int, now: str) -> Forgotten:
-    return await db.run_in_transaction(lambda conn: forget_chat_in(conn, chat_id, now))
+    """/forget, then the forgotten words scrubbed from the full-text indexes (in the same
+    transaction) and from the WAL (after it): nothing of them is left readable in the
+    database's files (issue 23, item 3). Backups made before keep them until they age out."""
+
+    def forget(conn: sqlite3.Connection) -> Forgotten:
+        forgotten = forget_chat_in(conn, chat_id, now)
+        scrub_indexes_in(conn)
+        return forgotten
+
+    forgotten = await db.run_in_transaction(forget)
+    await db.checkpoint()
+    return forgotten
 
 
 def forget_chat_in(conn: sqlite3.Connection, chat_id: int, now: str) -> Forgotten:
@@ -66,6 +77,8 @@ def forget_chat_in(conn: sqlite3.Connection, chat_id: int, now: str) -> Forgotte
     conn.execute("DELETE FROM memory_edits WHERE chat_id = ?", (chat_id,))
     # Voice notes waiting for (or failed at) transcription: file ids and captions are content.
     conn.execute("DELETE FROM media_inbox WHERE chat_id = ?", (chat_id,))
+    # Writes waiting for a ✅: their facts are content, and a tap after /forget finds nothing.
+    conn.execute("DELETE FROM pending_writes WHERE chat_id = ?", (chat_id,))
     jobs = _count(
         conn,
         "DELETE FROM consolidation_jobs WHERE chat_id = ? AND state != 'done' RETURNING id",

@@ -64,7 +64,7 @@ class StoredMessage:
     model_id: str | None = None
     # How it was sent, if not as text (file id, kind…); in a group, who sent it ("speaker").
     media: dict[str, object] | None = None
-    # A forwarded message: whose words these are ({"type", "name", "date"}, migration 0016).
+    # A forwarded message: whose words these are ({"type", "name", "date"}, migration 0018).
     # The chat prompt and the consolidation transcript show it as theirs, never the sender's.
     forward_origin: dict[str, object] | None = None
 

@@ -12,8 +12,8 @@ import io
 import struct
 
 from mutagen.mp4 import Atoms
-from mutagen.ogg import OggPage
 
+from media.audio import ogg_pages
 from tests.e2e_bot import MEDIA
 
 LONG_VOICE = (MEDIA / "long_voice.ogg").read_bytes()
@@ -29,13 +29,7 @@ def ogg_claiming(data: bytes, seconds: float) -> bytes:
     """The Ogg file with every granule position capped at `seconds` (plus the Opus pre-skip):
     its last page then says the stream ends at `seconds`. Pages are rewritten by mutagen, with
     their checksums, so every parser reads them as valid."""
-    stream = io.BytesIO(data)
-    pages = []
-    while True:
-        try:
-            pages.append(OggPage(stream))
-        except Exception:
-            break
+    pages = ogg_pages(data)
     head = pages[0].packets[0]
     pre_skip = struct.unpack_from("<H", head, 10)[0]
     cap = pre_skip + int(seconds * _OPUS_RATE)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from memory.chat_move import CHAT_SETTINGS, MOVED_TABLES, move_chat
+from memory.chat_move import CHAT_SETTINGS, MERGED_COUNTS, MOVED_TABLES, move_chat
 from memory.db import Database
 from memory.longterm import write_memory
 from memory.store import Store, to_iso, utc_now
@@ -59,7 +59,8 @@ async def rows_of(db: Database, chat_id: int) -> dict[str, int]:
 
 async def test_the_move_covers_every_table_keyed_by_chat_id(db: Database) -> None:
     """A table added by a later migration with a chat_id column must be added to the move."""
-    assert sorted(["chats", "long_term_memory", *MOVED_TABLES]) == await chat_id_columns(db)
+    expected = ["chats", "long_term_memory", *MOVED_TABLES, *MERGED_COUNTS]
+    assert sorted(expected) == await chat_id_columns(db)
 
 
 async def test_every_column_of_a_chat_and_of_its_memory_is_carried(db: Database) -> None:

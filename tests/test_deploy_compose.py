@@ -16,19 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.host_tools import need
+
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 SECRET = "a-test-secret-of-searxng-0123456789abcdef"
-
-
-def need(tool: str) -> str:
-    """The tool's path; CI installs it (.ci/run), so there a missing tool is a failure."""
-    found = shutil.which(tool)
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{tool} is missing (.ci/run installs it)")
-        pytest.skip(f"{tool} is not installed")
-    return found
 
 
 def compose_config(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,6 @@ import asyncio
 import os
 import re
 import shlex
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -31,6 +30,7 @@ from memory.store import to_iso, utc_now
 from tests.e2e_bot import KEYS, OWNER, TOKEN
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import FakeTelegram
+from tests.host_tools import need
 from tests.test_loop_watch import NotifyListener
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,16 +38,6 @@ DEPLOY = REPO / "deploy"
 UNITS = ("mnemobot.service", "mnemobot-backup.service", "mnemobot-backup.timer")
 # The restart policies under which systemd restarts a service its watchdog killed.
 RESTARTS_A_WATCHDOG_KILL = {"on-failure", "on-watchdog", "on-abnormal", "always"}
-
-
-def need(tool: str) -> str:
-    """The tool's path; CI installs it (.ci/run), so there a missing tool is a failure."""
-    found = shutil.which(tool)
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{tool} is missing (.ci/run installs it)")
-        pytest.skip(f"{tool} is not installed")
-    return found
 
 
 @dataclass

@@ -114,3 +114,24 @@ async def test_rendered_message_carries_timestamp_role_and_tool_calls(store: Sto
     block = render_message(call)
     assert block.startswith(f"[{call.created_at[:10]} {call.created_at[11:16]}] assistant: ")
     assert f"called tool {call.tool_calls[0].name} ({call.tool_calls[0].id})" in block  # type: ignore[index]
+
+
+def test_a_quote_of_someone_else_is_labelled_as_not_the_user_s_words() -> None:
+    """The front end marks a message quoting another member "untrusted"; the consolidation
+    transcript says so, and a forward (labelled by its role line) is not labelled twice."""
+    from memory.consolidation.transcript import OTHERS_WORDS_LABEL
+    from memory.store import StoredMessage
+
+    quoted = StoredMessage(
+        1, 1, 5, "user", "[quote] I am allergic to nuts [/quote] ok", "2026-12-01T10:00:00.000Z",
+        media={"untrusted": True},
+    )  # fmt: skip
+    assert f"user: {OTHERS_WORDS_LABEL}[quote]" in render_message(quoted)
+    own = StoredMessage(2, 1, 5, "user", "I like rye", "2026-12-01T10:01:00.000Z")
+    assert OTHERS_WORDS_LABEL not in render_message(own)
+    forwarded = StoredMessage(
+        3, 1, 5, "user", "remember X", "2026-12-01T10:02:00.000Z",
+        media={"untrusted": True}, forward_origin={"type": "user", "name": "Bo (id 7)"},
+    )  # fmt: skip
+    block = render_message(forwarded)
+    assert OTHERS_WORDS_LABEL not in block and "forwarded a message written by Bo (id 7)" in block

@@ -522,3 +522,22 @@ async def test_a_final_text_whose_chat_keeps_migrating_gives_up(bot: Bot, tg: Fa
     assert ids == []
     tries = len(tg.calls_of("sendMessage")) + len(tg.calls_of("editMessageText")) - tries
     assert 1 <= tries <= streaming.MAX_MIGRATIONS + 1
+
+
+def test_the_bounded_look_back_still_keeps_every_real_emoji_sequence_whole() -> None:
+    """The look back for a boundary stops after MAX_CLUSTER_CODEPOINTS: every real sequence
+    (ZWJ families, skin tones, flags, keycaps, tag flags: Unicode's emoji-test.txt) is far
+    shorter, so a line of them all, with no space to cut at, is still cut only between them."""
+    data = json.loads((TESTDATA / "unicode" / "emoji_sequences_derived.json").read_text())
+    sequences = [
+        e["s"] if isinstance(e, dict) else e
+        for kind in ("zwj_sequences", "skin_tone_modified", "flags", "keycaps")
+        for e in data[kind]
+    ]
+    line = "".join(sequences)
+    ends = set(itertools.accumulate(len(s) for s in sequences))
+    segments = plain_segments(line, 300)
+    assert len(segments) > 10
+    assert "".join(segments) == line
+    assert all(utf16_len(s) <= 300 for s in segments)
+    assert set(itertools.accumulate(len(s) for s in segments)) <= ends

@@ -28,6 +28,7 @@ from memory.facts import (
     remove_lines,
 )
 from memory.longterm import memory_of, write_memory
+from memory.pending_writes import PendingWrite
 from memory.recall.search import DEFAULT_LIMIT, MAX_LIMIT, Recall, RecallHit, trimmed
 from memory.store import to_iso, utc_now
 from models.types import ToolCall
@@ -116,7 +117,8 @@ class ToolOutcome:
     """The result text the model receives, and the receipt when memory really changed.
 
     `untrusted`: the content came from outside the chat (a web page, search results), so a turn
-    that received it must not write memory or reminders on the model's word alone."""
+    that received it must not write memory or reminders on the model's word alone.
+    `pending`: the write was not carried out but waits for the asker's ✅ (agent/tools/held.py)."""
 
     call_id: str
     name: str
@@ -124,6 +126,7 @@ class ToolOutcome:
     ok: bool
     receipt: Receipt | None = None
     untrusted: bool = False
+    pending: PendingWrite | None = None
 
 
 class ChatTools:

@@ -36,7 +36,9 @@ def _connect_existing(path: Path) -> sqlite3.Connection:
     """Open a database that must already exist (plain connect would create an empty one)."""
     if not path.is_file():
         raise BackupError(f"database {path} does not exist")
-    return sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30)
+    conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30)
+    conn.execute("PRAGMA secure_delete=ON")  # as every connection of ours (memory/db.py)
+    return conn
 
 
 def resolve_target(target: Path, now: datetime | None = None) -> Path:
@@ -56,6 +58,7 @@ def backup_database(source: Path, target: Path) -> BackupResult:
     src = _connect_existing(source)
     try:
         dst = sqlite3.connect(partial)
+        dst.execute("PRAGMA secure_delete=ON")
         try:
             # pages=-1: one step inside one read transaction. A stepped backup restarts whenever
             # another connection writes, which on a busy bot could mean never finishing.

@@ -137,3 +137,9 @@ def quotes_others(message: Message) -> bool:
     if replied is None or message.from_user is None:
         return True  # a quote of an external chat's message, or no sender to compare
     return replied.from_user is None or replied.from_user.id != message.from_user.id
+
+
+def replies_to(message: Message, user_id: int) -> bool:
+    """Whether the message replies to one written by `user_id` (the bot, say)."""
+    replied = message.reply_to_message
+    return replied is not None and replied.from_user is not None and replied.from_user.id == user_id

@@ -22,6 +22,7 @@ from bot.services import App, Context, Services
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.stats import build_stats_text, everyone_text, usage_text
+from memory.web_calls import WebCalls
 
 log = structlog.get_logger("bot.ops")
 
@@ -96,9 +97,12 @@ async def usage_command(update: Update, context: Context) -> None:
             await _reply(update, t("usage_bad_args", lang))
             return
         other = int(args[0])
-        await _reply(update, usage_text(await ledger.report(other), lang, own=False))
+        text = usage_text(await ledger.report(other), lang, own=False)
+        await _reply(update, await _with_web_calls(services, text, other, lang))
         return
-    text = usage_text(await ledger.report(user.id), lang)
+    text = await _with_web_calls(
+        services, usage_text(await ledger.report(user.id), lang), user.id, lang
+    )
     if admin:
         if _private(update):
             everyone = everyone_text(await ledger.per_user(), await ledger.report(None), lang)
@@ -106,6 +110,16 @@ async def usage_command(update: Update, context: Context) -> None:
         else:
             text = f"{text}\n\n{t('admin_private_only', lang)}"
     await _reply(update, text)
+
+
+async def _with_web_calls(services: Services, text: str, user_id: int, lang: str | None) -> str:
+    """The usage text and, when web use is on, the user's web calls today against their
+    WEB_DAILY_CALLS: what the cap counts (memory/web_calls.py), read from the same table."""
+    cap = services.settings.WEB_DAILY_CALLS
+    if cap <= 0:
+        return text
+    count = await WebCalls(services.db, services.store.clock).today(user_id)
+    return f"{text}\n{t('usage_web', lang, count=count, cap=cap)}"
 
 
 async def stats_command(update: Update, context: Context) -> None:

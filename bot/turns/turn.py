@@ -14,7 +14,7 @@ from telegram import Bot, Message, User
 from telegram.constants import ChatType
 from telegram.error import TelegramError
 
-from agent.events import AgentDone, Receipt, ToolRound
+from agent.events import AgentDone, PendingWrite, Receipt, ToolRound, UntrustedContent
 from agent.loop import MAX_KEPT_TOOL_CALLS, AgentTurn
 from agent.prompt import with_forward, with_quote
 from bot import BotError
@@ -24,9 +24,11 @@ from bot.handlers.incoming import (
     plain_name,
     quoted_text,
     quotes_others,
+    replies_to,
 )
 from bot.handlers.migration import migrate_later
 from bot.ui.i18n import t
+from bot.ui.pending_texts import send_pending
 from bot.ui.reminder_texts import reminder_receipt_line
 from bot.ui.render import utf16_len
 from bot.ui.streaming import StreamingReply
@@ -82,6 +84,8 @@ class TurnRequest:
     forward_origin: dict[str, object] | None = None
     # The message quotes words that are not the sender's own (another member's, the bot's).
     quotes_others: bool = False
+    # ... and they are not the bot's either: kept with the stored message (see stored_media).
+    quotes_people: bool = False
 
     @property
     def others_words(self) -> bool:
@@ -100,10 +104,18 @@ class TurnRequest:
         return text
 
     def stored_media(self) -> dict[str, object] | None:
-        """The JSON stored beside the text: how it came, and who said it in a group."""
-        if self.speaker is None:
-            return self.media
-        return {**(self.media or {}), "speaker": self.speaker}
+        """The JSON stored beside the text: how it came, who said it in a group, and whether
+        it carries someone else's words."""
+        media = dict(self.media or {})
+        if self.speaker is not None:
+            media["speaker"] = self.speaker
+        if self.forward_origin is not None or self.quotes_people:
+            # Kept with it: while it stays in the model's view, later turns' writes wait for a
+            # ✅ too (agent/untrusted.py). Not for a quote of the bot's own answer: what that
+            # answer read from the web stays in view as its tool round, which counts already,
+            # and a group that talks to the bot by replying would otherwise confirm every write.
+            media["untrusted"] = True
+        return media or None
 
 
 def speaker_label(user: User) -> str:
@@ -135,6 +147,7 @@ def turn_request_for(
         quoted_text=quoted_text(message),
         forward_origin=forward_origin_of(message),
         quotes_others=quotes_others(message),
+        quotes_people=quotes_others(message) and not replies_to(message, bot.id),
         turn_key=f"tg:{bot.id}:{update_id}",
         speaker=speaker_label(message.from_user) if group and message.from_user else None,
         user_name=message.from_user.first_name if message.from_user else None,
@@ -309,6 +322,12 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
     done: AgentDone | None = None
     # Filled by the loop as each memory write happens: shown whichever way the turn ends.
     receipts: list[Receipt] = []
+    # Filled the same way with each write held for the asker's ✅: its buttons follow the
+    # answer, however the turn ends.
+    held: list[PendingWrite] = []
+    if request.others_words:
+        # Forwarded or quoted words of someone else: no previews from the very first message.
+        reply.disable_previews()
     outcome = "ok"
     attempts = 0
     restarts = 0
@@ -329,7 +348,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.
-        async with aclosing(agent.run(turn, receipts=receipts)) as events:
+        async with aclosing(agent.run(turn, receipts=receipts, pending=held)) as events:
             async for event in events:
                 if isinstance(event, TextDelta):
                     await reply.append(event.text)
@@ -345,6 +364,10 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
                     )
                 elif isinstance(event, ToolRound):
                     steps = event.step
+                elif isinstance(event, UntrustedContent):
+                    # A page, results, a document or someone else's words are in the model's
+                    # view: nothing it writes from here on may unfurl a link.
+                    reply.disable_previews()
                 elif isinstance(event, AgentDone):
                     done = event
         if done is None:  # the loop always ends with AgentDone; be safe anyway
@@ -391,6 +414,14 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
         if start.memory_notice is not None:
             await _notice_shown(services, request.chat_id, start.memory_notice)
     finally:
+        if held:
+            await send_pending(
+                bot,
+                held,
+                lang,
+                reply_to_message_id=request.reply_to_message_id,
+                message_thread_id=request.message_thread_id,
+            )
         usage = done.usage if done else None
         log.info(
             "turn_finished",
@@ -407,6 +438,8 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             completion_tokens=usage.completion_tokens if usage else 0,
             cost_usd=round(usage.cost_usd, 6) if usage else 0.0,
             usage_estimated=usage.estimated if usage else False,
+            untrusted_in_view=done.untrusted if done else None,
+            writes_held=len(held),
         )
 
 

@@ -13,6 +13,11 @@ the final text wait up to one edit interval for its last edit, so an answer comp
 hold is sent once, formatted, the moment it is complete; a long or slow one starts showing
 after the hold as before. The typing indicator stays on until the first message is shown.
 
+An answer written with untrusted content in view (`disable_previews`) is sent and edited with
+link previews off: a page could otherwise have the model write a link whose preview Telegram's
+servers fetch, with what it read in the URL. sendMessageDraft has no preview setting, so such a
+reply stops drafting and streams into a real message instead.
+
 Telegram's flood control punishes retrying during a penalty by extending it, so a RetryAfter
 is never retried early: intermediate updates are skipped until the penalty ends, the final
 text waits it out and is then sent once. "Message is not modified" is success.
@@ -30,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
-from telegram import Bot, ReplyParameters
+from telegram import Bot, LinkPreviewOptions, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 
@@ -119,6 +124,7 @@ class StreamingReply:
         self._done = False
         self._migrations = 0  # "chat migrated" answers followed so far
         self._ended = False  # the model finished: only the final text is still to come
+        self._previews: LinkPreviewOptions | None = None  # None: Telegram's default
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -131,6 +137,12 @@ class StreamingReply:
     def typing(self) -> bool:
         """Whether "typing…" is still being repeated (it stops at the first text)."""
         return self._typing is not None and not self._typing.done()
+
+    def disable_previews(self) -> None:
+        """From now on every send and edit of this reply, the final text included, shows no
+        link preview; drafts (which cannot say so) are no longer used."""
+        self._previews = LinkPreviewOptions(is_disabled=True)
+        self._use_drafts = False
 
     async def append(self, text_piece: str) -> None:
         """Add streamed text; it appears with the next allowed edit."""
@@ -360,6 +372,7 @@ class StreamingReply:
             text,
             reply_parameters=self._reply_parameters(first=not self._shown),
             message_thread_id=self._thread_id,
+            link_preview_options=self._previews,
         )
         self._last_send_at = time.monotonic()
         self._shown.append(_Shown(message.message_id, text, self._last_send_at))
@@ -368,7 +381,9 @@ class StreamingReply:
     async def _edit_plain(self, shown: _Shown, text: str) -> None:
         shown.changed_at = time.monotonic()  # a failed edit is not retried at once either
         try:
-            await self._bot.edit_message_text(text, self._chat_id, shown.message_id)
+            await self._bot.edit_message_text(
+                text, self._chat_id, shown.message_id, link_preview_options=self._previews
+            )
         except BadRequest as error:
             if _is_not_modified(error):
                 shown.text = text
@@ -432,7 +447,11 @@ class StreamingReply:
                 if shown is not None:
                     shown.changed_at = time.monotonic()
                     await self._bot.edit_message_text(
-                        text, self._chat_id, shown.message_id, parse_mode=mode
+                        text,
+                        self._chat_id,
+                        shown.message_id,
+                        parse_mode=mode,
+                        link_preview_options=self._previews,
                     )
                     shown.changed_at = time.monotonic()
                     shown.text = piece.plain
@@ -444,6 +463,7 @@ class StreamingReply:
                     parse_mode=mode,
                     reply_parameters=self._reply_parameters(first=not self._shown),
                     message_thread_id=self._thread_id,
+                    link_preview_options=self._previews,
                 )
                 self._last_send_at = time.monotonic()
                 self._shown.append(_Shown(message.message_id, piece.plain, self._last_send_at))

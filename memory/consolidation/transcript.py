@@ -64,6 +64,12 @@ _MEDIA_LABELS = {
 TOOL_RESULT_LABEL = "data the bot looked up or wrote, not the user's words"
 
 
+# A message that quotes words which are not its sender's (the front end marks it "untrusted",
+# agent/untrusted.py); the quote's own frame says which part is quoted. A forward is labelled by
+# its role line instead (`forwarded_role`).
+OTHERS_WORDS_LABEL = "[quotes words that are not the user's: only the reply is the user's own] "
+
+
 def continued(text: str) -> str:
     """`text` with every line after the first indented by CONTINUATION: no line of it can
     start at the margin, where only the transcript's own speaker lines start. str.splitlines
@@ -74,8 +80,11 @@ def continued(text: str) -> str:
     return ("\n" + CONTINUATION).join(lines)
 
 
-def media_label(media: dict[str, object] | None) -> str:
-    return _MEDIA_LABELS.get(str((media or {}).get("kind", "")), "")
+def media_label(media: dict[str, object] | None, *, forwarded: bool = False) -> str:
+    label = _MEDIA_LABELS.get(str((media or {}).get("kind", "")), "")
+    if not label and not forwarded and (media or {}).get("untrusted") is True:
+        return OTHERS_WORDS_LABEL
+    return label
 
 
 def one_line(text: str) -> str:
@@ -109,7 +118,8 @@ def render_message(
         role = f"user {speaker}"
     if role.startswith("user") and (origin := message.forwarded_from):
         role = forwarded_role(role, origin)
-    content = media_label(message.media) + message.content
+    content = media_label(message.media, forwarded=message.forward_origin is not None)
+    content += message.content
     lines = [f"[{stamp}] {role}: {continued(trim_middle(content, max_message_chars))}"]
     for call in message.tool_calls or []:
         arguments = continued(trim_middle(call.arguments, max_argument_chars))

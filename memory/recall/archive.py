@@ -13,6 +13,7 @@ off the event loop: a long document's text takes a while to cut into terms.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -32,6 +33,7 @@ log = structlog.get_logger("memory.recall.archive")
 MAX_INDEXED_CHARS = 50_000
 PURGE_EVERY = timedelta(days=1)
 _SEARCHED_ROLES = ("user", "assistant")
+CHAT_SEPARATOR = "\ue000"  # private use: a token character of the index, never in a term
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,17 @@ async def prepare_archive(messages: Sequence[StoredMessage]) -> list[ArchivedRow
     return await asyncio.to_thread(index_messages, messages)
 
 
+def chat_token(chat_id: int, term: str) -> str:
+    """A chat's term as the archive's index holds it (migrations/0018_archive_per_chat.sql:
+    the same text as the view `archive_fts_rows` writes), so a search reads its own chat's
+    posting lists only."""
+    return f"{chat_id}".replace("-", "n") + CHAT_SEPARATOR + term
+
+
 def archive_in(conn: sqlite3.Connection, rows: Sequence[ArchivedRow], now: str) -> None:
     """Insert the rows inside the caller's transaction (the consolidation commit), and count
-    their terms."""
-    _count_terms(conn, (row.terms for row in rows), +1)
+    their terms under the chat they were archived in: the messages' chat as it is now, which a
+    chat move during the consolidation may have changed since they were read."""
     conn.executemany(
         "INSERT INTO archived_messages(id, chat_id, session_id, role, content, tool_calls, "
         "tool_call_id, user_id, model_id, terms, created_at, archived_at) "
@@ -65,39 +74,72 @@ def archive_in(conn: sqlite3.Connection, rows: Sequence[ArchivedRow], now: str) 
         "model_id, ?, created_at, ? FROM messages WHERE id = ?",
         [(row.terms, now, row.message.id) for row in rows],
     )
+    archived = conn.execute(
+        "SELECT chat_id, terms FROM archived_messages "
+        "WHERE id IN (SELECT value FROM json_each(?)) AND terms != ''",
+        (json.dumps([row.message.id for row in rows]),),
+    ).fetchall()
+    _count_terms(conn, [(int(r[0]), str(r[1])) for r in archived], +1)
 
 
 def delete_archived_in(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> int:
     """Delete the archived messages `where` selects inside the caller's transaction (/forget,
-    the purge), and their terms' counts; returns how many went."""
-    cursor = conn.execute(f"DELETE FROM archived_messages WHERE {where} RETURNING terms", params)
-    deleted = [str(row[0]) for row in cursor.fetchall()]
+    the purge), and their terms' counts; returns how many went. The caller then scrubs the
+    indexes (`scrub_indexes_in`) and checkpoints the WAL (`Database.checkpoint`)."""
+    cursor = conn.execute(
+        f"DELETE FROM archived_messages WHERE {where} RETURNING chat_id, terms", params
+    )
+    deleted = [(int(row[0]), str(row[1])) for row in cursor.fetchall()]
     _count_terms(conn, deleted, -1)
     return len(deleted)
 
 
-def _count_terms(conn: sqlite3.Connection, terms_of_rows: Iterable[str], sign: int) -> None:
-    """Add (or take away) the rows to `archive_terms`: one per row holding a term. A term no
-    row holds any more is deleted (a forgotten chat's words leave no trace there)."""
-    counts: Counter[str] = Counter()
-    for terms in terms_of_rows:
-        counts.update(set(terms.split()))
+def scrub_indexes_in(conn: sqlite3.Connection) -> None:
+    """Rewrite the full-text indexes without what was deleted, inside the caller's transaction.
+
+    An FTS5 delete only adds a tombstone: the deleted turn's terms (stems, trigrams) stay
+    readable in the old index segments until a merge rewrites them. 'optimize' merges every
+    segment into one, leaving the deleted terms out; the pages it frees are zeroed, because
+    every connection sets secure_delete (memory/db.py). It rewrites the whole index, once per
+    /forget or daily purge.
+    """
+    for table in ("archive_fts", "history_fts"):
+        conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+
+
+def _count_terms(conn: sqlite3.Connection, rows: Iterable[tuple[int, str]], sign: int) -> None:
+    """Add (or take away) the rows (chat id, terms) to `archive_terms`: per chat, one per row
+    holding a term, and one per row with terms under the empty term (the chat's searched
+    turns). A count that reaches 0 is deleted (a forgotten chat's words leave no trace)."""
+    counts: Counter[tuple[int, str]] = Counter()
+    for chat_id, terms in rows:
+        if terms:
+            counts.update((chat_id, term) for term in {"", *terms.split()})
     conn.executemany(
-        "INSERT INTO archive_terms(term, docs) VALUES (?, ?) "
-        "ON CONFLICT(term) DO UPDATE SET docs = docs + excluded.docs",
-        [(term, sign * n) for term, n in counts.items()],
+        "INSERT INTO archive_terms(chat_id, term, docs) VALUES (?, ?, ?) "
+        "ON CONFLICT(chat_id, term) DO UPDATE SET docs = docs + excluded.docs",
+        [(chat_id, term, sign * n) for (chat_id, term), n in counts.items()],
     )
     if sign < 0:
         conn.executemany(
-            "DELETE FROM archive_terms WHERE term = ? AND docs <= 0", [(t,) for t in counts]
+            "DELETE FROM archive_terms WHERE chat_id = ? AND term = ? AND docs <= 0", list(counts)
         )
 
 
 async def purge_older_than(db: Database, cutoff: str) -> int:
-    """Delete archived messages written before `cutoff` (ISO); returns how many went."""
-    return await db.run_in_transaction(
-        lambda conn: delete_archived_in(conn, "created_at < ?", (cutoff,))
-    )
+    """Delete archived messages written before `cutoff` (ISO); returns how many went. Their
+    words are then gone from the database file and its WAL too (see `scrub_indexes_in`)."""
+
+    def purge(conn: sqlite3.Connection) -> int:
+        removed = delete_archived_in(conn, "created_at < ?", (cutoff,))
+        if removed:
+            scrub_indexes_in(conn)
+        return removed
+
+    removed = await db.run_in_transaction(purge)
+    if removed:
+        await db.checkpoint()
+    return removed
 
 
 @dataclass(frozen=True)

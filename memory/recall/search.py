@@ -10,7 +10,8 @@ its   FTS5 index of terms stemmed at write time; each candidate turn is scored t
 - the history entries consolidation wrote (FTS5 trigram index): a session's summary.
 
 Every candidate is scored with the same BM25 (terms: memory/recall/terms.py; rarity of a term
-from the archive's term counts, `archive_terms`, and the candidates), and a session whose
+from THIS chat's archive term counts, `archive_terms`, and the candidates: nothing another chat
+said changes a search's results or their order, issue 23 item 2), and a session whose
 summary or other turns match lends part of their score to a turn (and its turns to its
 summary), so the words and the gist of a session support each other. At most two hits come
 from one session (the second counting half), so the first results cover different
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memory.db import Database
+from memory.recall.archive import chat_token
 from memory.recall.terms import (
     MAX_PREFIX_WORDS,
     Period,
@@ -57,7 +59,6 @@ MESSAGE_CHARS = 4_000  # of one of them
 MAX_QUERY_CHARS = 1_000  # of a query, analysed (its first MAX_QUERY_TERMS terms are searched)
 MAX_PLAIN_CHARS = 100  # of a query with no term, searched as it is
 PLAIN_ARCHIVE_SCAN = 5_000  # newest archived turns such a query looks through
-_OVERFETCH = 3  # best matches of all chats read per candidate wanted of this one
 _TERMS_READ = 8_000  # characters of a stored turn's terms scored
 # BM25 and fusion parameters (generic, tuned on LoCoMo: see benchmarks/memory_recall.py).
 K1 = 0.6
@@ -67,7 +68,13 @@ SESSION_SHARE = 0.3  # of a session's summary score added to its turns, and back
 SECOND_HIT_FACTOR = 0.5  # a session's second hit counts this much of its score
 DATE_BOOST = 0.5  # a result from the days a query names gains this share of its score
 OTHER_TURNS_SHARE = 0.2  # of a session's two best other turns added to a turn
-MATCH_POSTINGS = 1_500  # archived turns the candidate search may read (see _archive_candidates)
+# A word's rarity is counted in this chat only (issue 23, item 2), against this many more turns
+# that hold none of the query's words: a fixed background, the same for every chat, so in a
+# young or one-topic chat a name in half its turns (a speaker's) still counts for something.
+# LoCoMo R@5: 0.934 without it, 0.936 with 600 (300: 0.936, 1,200: 0.934, 2,200: 0.934,
+# 5,000: 0.933); counted over all chats, as before, it was 0.938.
+BACKGROUND_TURNS = 600
+MATCH_POSTINGS = 800  # postings of this chat a search reads and ranks (see _archive_candidates)
 
 # Control characters (a NUL ends SQLite's parse of an FTS5 phrase: "unterminated string") and
 # lone surrogates (SQLite cannot encode them) are no search terms.
@@ -93,7 +100,7 @@ class RecallHit:
     at: str  # ISO timestamp of the conversation
     text: str
     role: str | None
-    score: float
+    score: float  # what it was ranked by: a session's second hit counts SECOND_HIT_FACTOR
     session_id: int | None = None
     before: tuple[Turn, ...] = ()
     after: tuple[Turn, ...] = ()
@@ -178,10 +185,9 @@ def _search(
         if plain is not None:
             archive, archive_df, archive_n = _archive_containing(conn, chat_id, plain), {}, 0
         else:
-            archive_df, archive_n = _archive_stats(conn, terms)
+            archive_df, archive_n = _archive_stats(conn, chat_id, terms)
             terms = [term.expanded(archive_df) for term in terms]
-            forms = sorted({form for term in terms for form, _ in term.forms})
-            archive = _archive_candidates(conn, chat_id, forms, archive_df)
+            archive = _archive_candidates(conn, chat_id, terms, archive_df, archive_n)
     finally:
         conn.execute("COMMIT")
     sources = _Sources(archive, history, messages, archive_df, archive_n, plain)
@@ -199,36 +205,50 @@ def _search(
 # candidates -------------------------------------------------------------------------------------
 
 
-def _archive_stats(conn: sqlite3.Connection, terms: list[QueryTerm]) -> tuple[dict[str, int], int]:
-    """In how many archived turns each form occurs, the words that begin with a query word
-    among them, and how many turns there are."""
+def _archive_stats(
+    conn: sqlite3.Connection, chat_id: int, terms: list[QueryTerm]
+) -> tuple[dict[str, int], int]:
+    """In how many of this chat's archived turns each form occurs, the words of this chat that
+    begin with a query word, and how many searched turns the chat has. Nothing another chat
+    said changes them (issue 23, item 2)."""
     forms = sorted({form for term in terms for form, _ in term.forms})
     prefixes = sorted({term.prefix for term in terms if term.prefix})
-    sql = f"SELECT term, docs FROM archive_terms WHERE term IN ({','.join('?' * len(forms))})"
+    sql = (
+        "SELECT term, docs FROM archive_terms "
+        f"WHERE chat_id = ? AND term IN ('', {','.join('?' * len(forms))})"
+    )
     for _ in prefixes:
         sql += (
             " UNION SELECT * FROM (SELECT term, docs FROM archive_terms "
-            f"WHERE term > ? AND term < ? LIMIT {MAX_PREFIX_WORDS})"
+            f"WHERE chat_id = ? AND term > ? AND term < ? LIMIT {MAX_PREFIX_WORDS})"
         )
-    ranges = [bound for p in prefixes for bound in (p, p + "\U0010ffff")]
-    # As a subquery, the count is SQLite's quick count of the table's pages (a COUNT(*) that
-    # is itself part of a UNION reads every row: 1.5 ms at 100,000 turns).
-    sql += " UNION ALL SELECT NULL, (SELECT COUNT(*) FROM archived_messages)"
-    rows = conn.execute(sql, [*forms, *ranges]).fetchall()
-    total = next(int(r["docs"]) for r in rows if r["term"] is None)
-    return {r["term"]: int(r["docs"]) for r in rows if r["term"] is not None}, total
+    ranges = [bound for p in prefixes for bound in (chat_id, p, p + "\U0010ffff")]
+    rows = conn.execute(sql, [chat_id, *forms, *ranges]).fetchall()
+    counts = {r["term"]: int(r["docs"]) for r in rows}
+    total = counts.pop("", 0)
+    return counts, total
 
 
 def _archive_candidates(
-    conn: sqlite3.Connection, chat_id: int, forms: list[str], df: dict[str, int]
+    conn: sqlite3.Connection,
+    chat_id: int,
+    terms: list[QueryTerm],
+    df: dict[str, int],
+    total: int,
 ) -> list[_Doc]:
-    """The best matching archived turns (FTS5's own BM25), with their neighbours."""
+    """This chat's best matching archived turns, with their neighbours.
+
+    The index's tokens are qualified by chat (migrations/0018_archive_per_chat.sql), so the
+    match reads this chat's posting lists only. Its turns are ranked here with this chat's
+    rarity, not FTS5's bm25, whose turn count and average length span every chat.
+    """
+    forms = sorted({form for term in terms for form, _ in term.forms})
     present = [f for f in forms if df.get(f)]
     if not present:
         return []
-    # The rarest forms select the candidates, up to MATCH_POSTINGS turns holding them (what
-    # FTS5 reads and ranks grows with that number); a commoner form is only scored. The
-    # rarest form is always searched, so a query of common words finds something.
+    # The rarest forms select the candidates, up to MATCH_POSTINGS turns holding them (what is
+    # read and ranked grows with that number); a commoner form is only scored. The rarest form
+    # is always searched, so a query of common words finds something.
     searched: list[str] = []
     postings = 0
     for form in sorted(present, key=lambda f: df[f]):
@@ -236,29 +256,31 @@ def _archive_candidates(
             break
         searched.append(form)
         postings += df[form]
-    match = " OR ".join(_fts_phrase(f) for f in searched)
-    # The index spans every chat: its best matches first (no lookup per matching turn),
-    # and only when those hold too few of this chat's turns, all of its matches.
-    # Even the rarest form is in very many turns: its newest ones, which FTS5 reads
-    # without ranking them all.
-    order = "bm25(archive_fts)" if postings <= MATCH_POSTINGS else "rowid DESC"
-    best = ARCHIVE_CANDIDATES * _OVERFETCH
-    hits = conn.execute(
-        "SELECT a.id FROM (SELECT rowid AS id FROM archive_fts WHERE archive_fts MATCH ? "
-        f"ORDER BY {order} LIMIT ?) f JOIN archived_messages a ON a.id = f.id "
-        "WHERE a.chat_id = ? LIMIT ?",
-        (match, best, chat_id, ARCHIVE_CANDIDATES),
-    ).fetchall()
-    if len(hits) < ARCHIVE_CANDIDATES and postings > best:
+    match = " OR ".join(_fts_phrase(chat_token(chat_id, f)) for f in searched)
+    if postings > MATCH_POSTINGS:
+        # Even the rarest form is in very many turns: its newest ones, which FTS5 reads
+        # without ranking them all.
         hits = conn.execute(
-            "SELECT a.id FROM archive_fts JOIN archived_messages a "
-            "ON a.id = archive_fts.rowid WHERE archive_fts MATCH ? AND a.chat_id = ? "
-            f"ORDER BY {order} LIMIT ?",
-            (match, chat_id, ARCHIVE_CANDIDATES),
+            "SELECT rowid AS id FROM archive_fts WHERE archive_fts MATCH ? "
+            "ORDER BY rowid DESC LIMIT ?",
+            (match, ARCHIVE_CANDIDATES),
         ).fetchall()
-    if not hits:
+        hit_ids = [int(r["id"]) for r in hits]
+    else:
+        # CROSS JOIN: the match's postings first, each turn looked up by id (joined freely,
+        # SQLite may walk the chat's turns instead and ask the index about each: 1 s a query
+        # at 20,000 turns). The chat condition only double-checks what the tokens ensure.
+        postings = conn.cursor()
+        postings.row_factory = None  # plain tuples: up to MATCH_POSTINGS of them
+        rows = postings.execute(
+            f"SELECT a.id, substr(a.terms, 1, {_TERMS_READ}) FROM archive_fts "
+            "CROSS JOIN archived_messages a ON a.id = archive_fts.rowid "
+            "WHERE archive_fts MATCH ? AND a.chat_id = ?",
+            (match, chat_id),
+        ).fetchall()
+        hit_ids = _best_postings(rows, terms, df, total)
+    if not hit_ids:
         return []
-    hit_ids = [int(r["id"]) for r in hits]
     rows = conn.execute(
         "WITH hit(id, session_id) AS MATERIALIZED ("
         "  SELECT id, session_id FROM archived_messages "
@@ -283,6 +305,47 @@ def _archive_candidates(
         if doc.ref_id not in is_hit:  # only a hit's own links are read (see _search)
             doc.before = doc.after = None
     return [d for d in docs if d.ref_id in is_hit]
+
+
+def _best_postings(
+    rows: list[tuple[int, str]], terms: list[QueryTerm], df: dict[str, int], total: int
+) -> list[int]:
+    """The ids of the ARCHIVE_CANDIDATES turns among `rows` (id, terms) that score best on
+    their own words (BM25 with this chat's rarity; ties to the newer), for `_rank` to score
+    again with their neighbours and the session around them.
+
+    Up to MATCH_POSTINGS rows, so kept lean: per row only the query forms it holds are looked
+    at (a form belongs to the query words it is a form of, at that word's weight for it).
+    """
+    roles: dict[str, list[tuple[int, float]]] = {}
+    for index, term in enumerate(terms):
+        for form, weight in term.forms:
+            if df.get(form):
+                idf = _idf(BACKGROUND_TURNS + total, df[form])
+                roles.setdefault(form, []).append((index, weight * idf))
+    found: list[tuple[int, int, list[str]]] = []
+    length_sum = 0
+    for ref, text in rows:
+        words = text.split()
+        length_sum += len(words)
+        found.append((ref, len(words), [w for w in words if w in roles]))
+    average = (length_sum / len(found) if found else 0.0) or 1.0
+    scored: list[tuple[float, int]] = []
+    for ref, length, held in found:
+        norm = K1 * (1 - B + B * length / average)
+        best: dict[int, float] = {}
+        for form, tf in ((held[0], 1),) if len(held) == 1 else Counter(held).items():
+            gain = tf * (K1 + 1) / (tf + norm)
+            for index, weight in roles[form]:
+                if weight * gain > best.get(index, 0.0):
+                    best[index] = weight * gain
+        scored.append((sum(best.values()), ref))
+    scored.sort(reverse=True)
+    return [ref for _, ref in scored[:ARCHIVE_CANDIDATES]]
+
+
+def _idf(n: int, df: int) -> float:
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 def _archive_containing(conn: sqlite3.Connection, chat_id: int, plain: str) -> list[_Doc]:
@@ -439,9 +502,12 @@ def _rank(
     df = Counter(sources.archive_df)
     for doc in history + message_hits + (archive if plain is not None else []):
         df.update(doc.counts.keys())
-    n = sources.archive_n + len(history) + len(message_hits)
+    # The background goes with an archive (a chat with none ranks its summaries and messages
+    # as before: a background would flatten the rarity of their few words).
+    background = BACKGROUND_TURNS if sources.archive_n else 0
+    n = background + sources.archive_n + len(history) + len(message_hits)
     n += len(archive) if plain is not None else 0
-    idf = {f: math.log(1 + (n - df[f] + 0.5) / (df[f] + 0.5)) for f in forms}
+    idf = {f: _idf(n, df[f]) for f in forms}
 
     def window(doc: _Doc) -> tuple[dict[str, float], float]:
         counts: dict[str, float] = dict(doc.counts)
@@ -537,10 +603,10 @@ def _select(scored: list[_Doc], terms: list[QueryTerm], limit: int) -> list[Reca
             if near is not None:
                 shown.add((near.source, near.ref_id))
     chosen.sort(key=lambda pair: (round(pair[0], 6), pair[1].at), reverse=True)
-    return [_hit(doc, terms) for _, doc in chosen[:limit]]
+    return [_hit(doc, terms, score) for score, doc in chosen[:limit]]
 
 
-def _hit(doc: _Doc, terms: list[QueryTerm]) -> RecallHit:
+def _hit(doc: _Doc, terms: list[QueryTerm], score: float) -> RecallHit:
     size = SNIPPET_CHARS if doc.source == "history" else TURN_SNIPPET_CHARS
 
     def turn(near: _Doc | None) -> tuple[Turn, ...]:
@@ -556,7 +622,7 @@ def _hit(doc: _Doc, terms: list[QueryTerm]) -> RecallHit:
         doc.at,
         _snippet(doc.text, terms, size),
         doc.role,
-        doc.score,
+        score,
         doc.session_id,
         turn(doc.before),
         turn(doc.after),

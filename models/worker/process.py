@@ -310,7 +310,15 @@ class ProviderWorker:
             pid, ours = forked
             self.process = ForkedProcess(pid)
         else:
-            ours = self._spawn()
+            self.started_at = time.monotonic()  # a failed spawn is a young death
+            try:
+                ours = self._spawn()
+            except OSError as error:
+                # EMFILE, ENOMEM, EAGAIN: lost like a worker that died at once, so the pool
+                # backs off (RESTART_BACKOFF_S) and reuses the slot. Left "lost" by itself it
+                # was never replaced: every call appended a new worker and spawned again.
+                self._lose(None, f"spawn failed: {error.strerror or type(error).__name__}")
+                raise WorkerLost(f"provider worker {self.number} did not start") from error
             if self.number > self.pool.settings.at_rest:
                 # An extra worker spawned under load: its import and warm-up (seconds of CPU)
                 # yield the cores to the bot and the busy worker (its own calls too, later: it
@@ -354,11 +362,13 @@ class ProviderWorker:
         pool may run more than one worker it also gets `SPARE_SOCKETS` spare sockets, to serve
         copies of itself on (`fork`): one per rush that needs an extra worker, since an extra
         one retires after a quiet spell and the next rush asks again."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         count = SPARE_SOCKETS if self.pool.settings.max_workers > 1 else 0
-        spares = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(count)]
-        fds = [theirs.fileno()] + [spare[1].fileno() for spare in spares]
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        spares: list[tuple[socket.socket, socket.socket]] = []
         try:
+            for _ in range(count):  # out of descriptors (EMFILE) may strike here too
+                spares.append(socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+            fds = [theirs.fileno()] + [spare[1].fileno() for spare in spares]
             # Not asyncio's subprocess: `reap` polls, so no child watcher is involved (a copy
             # made by `fork` is not our child either). Spawning does not block long.
             self.process = subprocess.Popen(
@@ -373,7 +383,6 @@ class ProviderWorker:
             ours.close()
             for spare in spares:
                 spare[0].close()
-            self.state = "lost"
             raise
         finally:
             theirs.close()
