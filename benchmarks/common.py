@@ -5,7 +5,6 @@ process of its own against the fakes, and the lag of this process's event loop."
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
 import time
@@ -16,6 +15,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from models.tasks import cancel_and_wait
 from tests.fakes.telegram import FakeTelegram
 
 
@@ -147,11 +147,8 @@ class LoopLag:
         self._task = asyncio.create_task(self._watch())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     def max_s(self) -> float:
         return max([0.0, *(late for _, late in self.samples)])

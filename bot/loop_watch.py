@@ -12,12 +12,13 @@ fails past `limit_s`. A thread would keep pinging through a freeze, which is why
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 from collections import deque
 
 import structlog
+
+from models.tasks import cancel_and_wait
 
 log = structlog.get_logger("bot.loop_watch")
 
@@ -88,11 +89,8 @@ class LoopWatch:
         self._task = asyncio.create_task(self._run(), name="loop-watch")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     def lag_s(self) -> float:
         """The worst lag of the window, counting a wake-up that is overdue right now."""
