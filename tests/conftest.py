@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import os
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
@@ -11,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import pytest_timeout
 from telegram import Bot
 
 from models.worker.pool import WORKER, WorkerSettings
@@ -142,3 +145,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
+
+def _dump_stacks_and_tasks(terminal: Any) -> None:
+    """pytest-timeout's dump of the threads' stacks, then every task of the running event
+    loop with the line it waits at: an async test's hang sits in a task (a teardown, a
+    scheduler, a fake's handler), and the main thread's stack shows only the loop's select."""
+    _dump_thread_stacks(terminal)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    for task in asyncio.all_tasks(loop):
+        stack = io.StringIO()
+        task.print_stack(limit=8, file=stack)
+        terminal.sep("~", title=f"Task {task.get_name()}")
+        terminal.write(stack.getvalue())
+
+
+_dump_thread_stacks = pytest_timeout.dump_stacks
+pytest_timeout.dump_stacks = _dump_stacks_and_tasks

@@ -40,7 +40,11 @@ async def test_fifty_users_at_once_are_all_answered_in_fair_turns(tmp_path: Path
     async with bot_under_test(
         tmp_path, ALLOWED_USER_IDS=allowed, USER_MESSAGES_PER_MINUTE=0, CHAT_TIMEOUT=60
     ) as bot:
-        bot.openai.enforce_rate_limit(5.0, burst=1.0)
+        # Burst 2: room for one request that arrives early next to an on-time one. With the
+        # suite under `nice -n 19` beside busy cores, a worker sending on its turn can be held
+        # back just long enough for the next to arrive with it (the pace is 0.9 of the limit:
+        # 22 ms to spare at 5/s); a bot that ignores the pace still meets 429s and fallbacks.
+        bot.openai.enforce_rate_limit(5.0, burst=2.0)
         for n, group in enumerate(GROUPS):
             bot.say(group, f"@{bot.tg.bot_username} group {n}", chat_type="group")
         for user in USERS:

@@ -19,11 +19,21 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
 import litellm
+import pytest
 
 from models import tokens
 from tests.e2e_bot import wait_until
 from tests.memory_sessions import claude_code_session, locomo_conversations, oasst_multilingual
 from tests.testdata_texts import texts_by_folder
+
+
+@pytest.fixture(autouse=True)
+def litellm_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests compare with litellm's own count. The provider worker's module
+    (models/worker/child.py) turns litellm's counter off when it is imported, and a test that
+    imports every module (tests/test_exception_bases.py) imports it into this process too:
+    litellm.token_counter then answers 0 for everything."""
+    monkeypatch.setattr(litellm, "disable_token_counter", False)
 
 
 def test_counts_match_litellm_on_real_multilingual_messages() -> None:

@@ -97,12 +97,11 @@ async def usage_command(update: Update, context: Context) -> None:
             await _reply(update, t("usage_bad_args", lang))
             return
         other = int(args[0])
-        text = usage_text(await ledger.report(other), lang, own=False)
-        await _reply(update, await _with_web_calls(services, text, other, lang))
+        web = await _web_calls(services, other)
+        await _reply(update, usage_text(await ledger.report(other), lang, own=False, web_calls=web))
         return
-    text = await _with_web_calls(
-        services, usage_text(await ledger.report(user.id), lang), user.id, lang
-    )
+    web = await _web_calls(services, user.id)
+    text = usage_text(await ledger.report(user.id), lang, web_calls=web)
     if admin:
         if _private(update):
             everyone = everyone_text(await ledger.per_user(), await ledger.report(None), lang)
@@ -112,14 +111,13 @@ async def usage_command(update: Update, context: Context) -> None:
     await _reply(update, text)
 
 
-async def _with_web_calls(services: Services, text: str, user_id: int, lang: str | None) -> str:
-    """The usage text and, when web use is on, the user's web calls today against their
-    WEB_DAILY_CALLS: what the cap counts (memory/web_calls.py), read from the same table."""
+async def _web_calls(services: Services, user_id: int) -> tuple[int, int] | None:
+    """The user's web calls today and their WEB_DAILY_CALLS, when web use is on: what the cap
+    counts (memory/web_calls.py), read from the same table."""
     cap = services.settings.WEB_DAILY_CALLS
     if cap <= 0:
-        return text
-    count = await WebCalls(services.db, services.store.clock).today(user_id)
-    return f"{text}\n{t('usage_web', lang, count=count, cap=cap)}"
+        return None
+    return await WebCalls(services.db, services.store.clock).today(user_id), cap
 
 
 async def stats_command(update: Update, context: Context) -> None:

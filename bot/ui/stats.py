@@ -51,8 +51,16 @@ def _period_lines(period: PeriodUsage, heading_key: str, lang: str | None) -> li
     return lines
 
 
-def usage_text(report: UsageReport, lang: str | None, *, own: bool = True) -> str:
-    """One user's (or the whole bot's) today and month, by model, consolidation included."""
+def usage_text(
+    report: UsageReport,
+    lang: str | None,
+    *,
+    own: bool = True,
+    web_calls: tuple[int, int] | None = None,
+) -> str:
+    """One user's (or the whole bot's) today and month, by model, consolidation included;
+    `web_calls` (today's count, the daily cap) adds the web line, above the footnotes."""
+    web = [t("usage_web", lang, count=web_calls[0], cap=web_calls[1])] if web_calls else []
     if own:
         title = t("usage_title_self", lang)
     elif report.user_id is None:
@@ -60,10 +68,11 @@ def usage_text(report: UsageReport, lang: str | None, *, own: bool = True) -> st
     else:
         title = t("usage_title_user", lang, user_id=report.user_id)
     if not report.month.lines:
-        return f"{title}\n{t('usage_none', lang)}"
+        return "\n".join([title, t("usage_none", lang), *web])
     lines = [title]
     lines += _period_lines(report.today, "usage_today", lang)
     lines += _period_lines(report.month, "usage_month", lang)
+    lines += web
     lines.append(
         t(
             "usage_memory_note",
