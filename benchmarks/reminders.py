@@ -59,6 +59,7 @@ from memory.db import Database
 from memory.store import to_iso
 from tests.e2e_bot import FakeServers, fake_settings
 from tests.fakes.telegram import FakeTelegram
+from tests.reminder_rows import add_pending
 
 USERS_BASE = 10_000_000  # chat i is the private chat of user USERS_BASE + i
 TELEGRAM_MESSAGES_PER_SECOND = 30
@@ -68,23 +69,15 @@ _TEXT = re.compile(r"r(\d+) ")
 def seed(db_path: Path, chats: int, per_chat: int) -> None:
     """`per_chat` reminders per chat, all due next week or later."""
     conn = sqlite3.connect(db_path)
-    now = to_iso(datetime.now(UTC))
     later = datetime.now(UTC) + timedelta(days=7)
-    rows = []
+    rows: list[tuple[int, str, datetime]] = []
     for chat in range(chats):
         chat_id = USERS_BASE + chat
         for n in range(per_chat):
             at = later + timedelta(seconds=chat * per_chat + n)
-            local = at.replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S")
             text = f"r{len(rows) + 1} water the plants"  # r<reminder id>
-            rows.append((chat_id, chat_id, "Ann", text, "UTC", 1, local, "none", to_iso(at),
-                         "pending", now, now))  # fmt: skip
-    conn.executemany(
-        "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
-        "local_start, repeat, next_at, state, created_at, updated_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        rows,
-    )
+            rows.append((chat_id, text, at))
+    add_pending(conn, rows)
     conn.commit()
     conn.close()
 
@@ -111,18 +104,8 @@ def bring_forward(
 
 def add_burst(db_path: Path, chats: int, at: datetime) -> None:
     conn = sqlite3.connect(db_path)
-    now = to_iso(datetime.now(UTC))
-    local = at.replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S")
     first = conn.execute("SELECT MAX(id) FROM reminders").fetchone()[0] + 1
-    conn.executemany(
-        "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
-        "local_start, repeat, next_at, state, created_at, updated_at) "
-        "VALUES (?, ?, 'Ann', ?, 'UTC', 1, ?, 'none', ?, 'pending', ?, ?)",
-        [
-            (USERS_BASE + c, USERS_BASE + c, f"b{first + c} burst", local, to_iso(at), now, now)
-            for c in range(chats)
-        ],
-    )
+    add_pending(conn, [(USERS_BASE + c, f"b{first + c} burst", at) for c in range(chats)])
     conn.commit()
     conn.close()
 
@@ -225,18 +208,13 @@ _STORM_TEXT = re.compile(r"(s\d+) storm$")
 def add_storm(db_path: Path, at: datetime) -> None:
     """STORM_PER_CHAT one-off reminders in each storm chat, all due at `at`."""
     conn = sqlite3.connect(db_path)
-    now = to_iso(datetime.now(UTC))
-    local = at.replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S")
-    rows = [
-        (chat, chat, f"s{n * len(STORM_CHATS) + c} storm", local, to_iso(at), now, now)
-        for n in range(STORM_PER_CHAT)
-        for c, chat in enumerate(STORM_CHATS)
-    ]
-    conn.executemany(
-        "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
-        "local_start, repeat, next_at, state, created_at, updated_at) "
-        "VALUES (?, ?, 'Ann', ?, 'UTC', 1, ?, 'none', ?, 'pending', ?, ?)",
-        rows,
+    add_pending(
+        conn,
+        [
+            (chat, f"s{n * len(STORM_CHATS) + c} storm", at)
+            for n in range(STORM_PER_CHAT)
+            for c, chat in enumerate(STORM_CHATS)
+        ],
     )
     conn.commit()
     conn.close()

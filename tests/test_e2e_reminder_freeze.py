@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from memory.db import Database
-from memory.store import to_iso
 from tests.e2e_bot import FakeServers, bot_process, query, subprocess_env, wait_until
+from tests.reminder_rows import add_pending
 
 pytestmark = pytest.mark.slow
 
@@ -39,21 +39,15 @@ PENALTY_S = 60  # longer than the first run: no retry falls due before the kill
 async def seed(db_path: Path, due: datetime) -> None:
     """The schema (migrations run by opening), then 100 one-off reminders all due at `due`."""
     await (await Database.open(db_path)).close()
-    now = to_iso(datetime.now(UTC))
-    local = due.replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S")
-    rows = [
-        (chat, chat, "Ann", f"storm{chat}x{n} stretch your legs", "UTC", 1, local, "none",
-         to_iso(due), "pending", now, now)
-        for chat in CHATS
-        for n in range(PER_CHAT)
-    ]  # fmt: skip
     conn = sqlite3.connect(db_path)
     try:
-        conn.executemany(
-            "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
-            "local_start, repeat, next_at, state, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            rows,
+        add_pending(
+            conn,
+            (
+                (chat, f"storm{chat}x{n} stretch your legs", due)
+                for chat in CHATS
+                for n in range(PER_CHAT)
+            ),
         )
         conn.commit()
     finally:

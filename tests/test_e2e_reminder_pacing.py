@@ -12,8 +12,8 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memory.store import to_iso
 from tests.e2e_bot import OWNER, bot_under_test
+from tests.reminder_rows import add_pending
 
 CHAT = OWNER  # a private chat: chat id = user id
 TEXTS = [f"pace{n} drink water" for n in range(5)]
@@ -31,16 +31,9 @@ async def test_a_retry_among_queued_reminders_of_one_chat_earns_no_flood_penalty
         tg.enforce_flood_limits = True
         tg.inject_error("sendMessage", count=1, retry_after=2)
         due = datetime.now(UTC)
-        now = to_iso(datetime.now(UTC))
-        local = due.replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S")
 
         def write(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, "
-                "zone_known, local_start, repeat, next_at, state, created_at, updated_at) "
-                "VALUES (?, ?, 'Ann', ?, 'UTC', 1, ?, 'none', ?, 'pending', ?, ?)",
-                [(CHAT, CHAT, text, local, to_iso(due), now, now) for text in TEXTS],
-            )
+            add_pending(conn, [(CHAT, text, due) for text in TEXTS])
 
         sends_before = len(tg.calls_of("sendMessage"))
         await bot.services.db.run_in_transaction(write)

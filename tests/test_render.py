@@ -25,6 +25,7 @@ from bot.ui.render import (
     utf16_len,
 )
 from models.streamtext import MAX_CLUSTER_CODEPOINTS
+from tests.call_count import count_calls
 from tests.fakes.telegram import EntityParseError, parse_html
 from tests.testdata_texts import endless_cluster
 
@@ -280,18 +281,10 @@ def test_an_endless_grapheme_cluster_is_cut_where_the_piece_is_full(
     """A zalgo answer ("a" + 6000 marks, one cluster) gives 2 full pieces after a bounded look
     back for a boundary. Walking back to the line's start made ~1900 one-character pieces, each
     after its own renders: 22 s of CPU holding the GIL, then ~1900 Telegram messages."""
-    looks = 0
-    real = render.is_grapheme_boundary
-
-    def counted(text: str, index: int) -> bool:
-        nonlocal looks
-        looks += 1
-        return real(text, index)
-
-    monkeypatch.setattr(render, "is_grapheme_boundary", counted)
+    looks = count_calls(monkeypatch, render, "is_grapheme_boundary")
     text = endless_cluster(6000)
     pieces = split(text, TELEGRAM_TEXT_LIMIT)
     assert len(pieces) == 2
     assert "".join(pieces) == text
     assert all(utf16_len(p) <= TELEGRAM_TEXT_LIMIT for p in pieces)
-    assert looks <= 2 * (MAX_CLUSTER_CODEPOINTS + 2)
+    assert looks() <= 2 * (MAX_CLUSTER_CODEPOINTS + 2)

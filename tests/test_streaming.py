@@ -19,6 +19,7 @@ import bot.ui.streaming as streaming
 from bot.ui.render import plain_text, split_for_telegram, utf16_len
 from bot.ui.streaming import StreamingReply, plain_segments
 from models.streamtext import MAX_CLUSTER_CODEPOINTS
+from tests.call_count import count_calls
 from tests.fakes.telegram import NOT_MODIFIED, FakeTelegram
 from tests.testdata_texts import endless_cluster
 
@@ -462,21 +463,13 @@ def test_an_endless_grapheme_cluster_is_cut_where_the_window_ends(
     """A model's zalgo answer ("a" + 6000 marks, one cluster): 2 full segments, each found by a
     bounded look back for a boundary, not ~1900 one-character ones found by a walk back over the
     whole window each (2 s of event-loop CPU per call, twice per flush)."""
-    looks = 0
-    real = streaming.is_grapheme_boundary
-
-    def counted(text: str, index: int) -> bool:
-        nonlocal looks
-        looks += 1
-        return real(text, index)
-
-    monkeypatch.setattr(streaming, "is_grapheme_boundary", counted)
+    looks = count_calls(monkeypatch, streaming, "is_grapheme_boundary")
     text = endless_cluster(6000)
     segments = plain_segments(text, 4096)
     assert len(segments) == 2
     assert "".join(segments) == text
     assert all(utf16_len(s) <= 4096 for s in segments)
-    assert looks <= 2 * (MAX_CLUSTER_CODEPOINTS + 2)
+    assert looks() <= 2 * (MAX_CLUSTER_CODEPOINTS + 2)
 
 
 async def test_a_zalgo_answer_is_two_messages_not_thousands(bot: Bot, tg: FakeTelegram) -> None:
