@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 import structlog
 
-from tests.e2e_bot import TESTDATA, BotUnderTest, bot_under_test
+from tests.e2e_bot import OWNER, TESTDATA, BotUnderTest, bot_under_test
 from tests.fakes.providers import Reply
 from tests.fakes.telegram import BotMessage
 from tests.memory_sessions import SettableClock
@@ -74,6 +74,7 @@ async def rows_under(bot: BotUnderTest, chat_id: int) -> dict[str, int]:
 async def set_up_group(bot: BotUnderTest, group: int) -> None:
     """A group with a time zone, a model, a memory, a fired reminder and a pending one."""
     in_group = {"chat_type": "group"}
+    bot.tg.member_status[(group, OWNER)] = "creator"  # only admins set a group's time zone
     [zone] = await bot.ask(group, "/timezone Europe/Lisbon", **in_group)
     assert zone.text.startswith("Time zone set: Europe/Lisbon.")
     await bot.services.store.set_chat_model(group, "claude-sonnet-4-5")
@@ -173,6 +174,7 @@ async def test_a_reminder_that_meets_chat_migrated_is_sent_to_the_supergroup(
     utc = ZoneInfo("UTC")
     async with bot_under_test(tmp_path, clock=clock) as bot:
         in_group = {"chat_type": "group"}
+        bot.tg.member_status[(old, OWNER)] = "creator"  # only admins set a group's time zone
         await bot.ask(old, "/timezone UTC", **in_group)
         due = in_an_hour(clock, utc)
         schedule(bot, due, "water the office plants")
@@ -204,6 +206,7 @@ async def test_a_reminder_set_in_a_forum_topic_fires_there_or_in_the_chat_once_i
     utc = ZoneInfo("UTC")
     async with bot_under_test(tmp_path, clock=clock) as bot:
         bot.tg.forum_topics[forum] = {7, 9}
+        bot.tg.member_status[(forum, OWNER)] = "creator"  # only admins set a group's time zone
         await bot.ask(forum, "/timezone UTC", topic_id=7, **in_topic)
         standup = in_an_hour(clock, utc)
         schedule(bot, standup, "standup in here")
