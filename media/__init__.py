@@ -15,3 +15,7 @@ class MediaError(Exception):
     ├── DocumentError  media/documents.py  the document cannot be read
     └── ImageError     media/images.py     the image cannot be sent ("not_an_image", "too_big")
     """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -66,10 +66,6 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 class DocumentError(MediaError):
     """The document cannot be read; `reason` is a short key the bot turns into a sentence."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
 
 @dataclass(frozen=True)
 class DocumentText:

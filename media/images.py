@@ -62,10 +62,6 @@ STRICTEST = ImageLimit(
 class ImageError(MediaError):
     """The image cannot be sent; `reason` is "not_an_image" or "too_big"."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
 
 @dataclass(frozen=True)
 class FittedImage:
