@@ -482,14 +482,21 @@ def main() -> int:
     parser.add_argument("--scale-chats", type=int, nargs="+", default=[1, 1000])
     parser.add_argument("--only", choices=("recall", "locomo", "scale"), default=None)
     args = parser.parse_args()
+    asyncio.run(run_parts(args))
+    return 0
+
+
+async def run_parts(args: argparse.Namespace) -> None:
+    """All parts on ONE event loop: the provider worker pool belongs to the loop that first
+    used it (models/worker/pool.py), so a part run by a second `asyncio.run` had its
+    consolidation calls refused and LoCoMo's sessions never became history (R@5 0.711)."""
     if args.only in (None, "recall"):
-        asyncio.run(run(args.sessions))
+        await run(args.sessions)
     if args.only in (None, "locomo"):
-        asyncio.run(run_locomo())
+        await run_locomo()
     if args.only in (None, "scale"):
         for chats in args.scale_chats:
-            asyncio.run(run_scale(args.scale_turns, chats))
-    return 0
+            await run_scale(args.scale_turns, chats)
 
 
 if __name__ == "__main__":

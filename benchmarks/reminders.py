@@ -344,6 +344,15 @@ async def storm(bound_s: float) -> None:
     )
 
 
+async def run_parts(args: argparse.Namespace) -> None:
+    """Both parts on ONE event loop: the provider worker pool belongs to the loop that first
+    used it (models/worker/pool.py)."""
+    if not args.storm:
+        await main(args.chats, args.per_chat, args.spread, args.idle)
+    if not args.no_storm:
+        await storm(args.storm_bound)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chats", type=int, default=1000)
@@ -357,7 +366,4 @@ if __name__ == "__main__":
         "--storm-bound", type=float, default=300.0, help="seconds the storm may take at most"
     )
     args = parser.parse_args()
-    if not args.storm:
-        asyncio.run(main(args.chats, args.per_chat, args.spread, args.idle))
-    if not args.no_storm:
-        asyncio.run(storm(args.storm_bound))
+    asyncio.run(run_parts(args))
