@@ -51,6 +51,9 @@ class FakeSite:
         self.paths: list[tuple[str, str]] = []  # (local address, path) in arrival order
         self.pages: dict[str, tuple[str, bytes]] = {}
         self.headers: dict[str, dict[str, str]] = {}  # page name -> extra response headers
+        # Page name -> an event its answer waits for: a test holds a read in flight, acts, then
+        # lets it complete.
+        self.gates: dict[str, asyncio.Event] = {}
         self.sent_bytes: Counter[str] = Counter()  # route -> bytes written before it ended
         self._runners: list[web.AppRunner] = []
         self.ports: dict[str, int] = {}
@@ -101,6 +104,8 @@ class FakeSite:
 
     async def _page(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
+        if name in self.gates:
+            await self.gates[name].wait()
         content_type, body = self.pages[name]
         response = web.Response(body=body, headers=self.headers.get(name, {}))
         response.headers["Content-Type"] = content_type
