@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 from telegram import Bot
 
+import bot.ui.segments as segmenting
 import bot.ui.streaming as streaming
 from bot.ui.render import plain_text, split_for_telegram, utf16_len
-from bot.ui.streaming import StreamingReply, plain_segments
+from bot.ui.segments import plain_segments
+from bot.ui.streaming import StreamingReply
 from models.streamtext import MAX_CLUSTER_CODEPOINTS
 from tests.call_count import count_calls
 from tests.fakes.telegram import NOT_MODIFIED, FakeTelegram
@@ -463,7 +465,7 @@ def test_an_endless_grapheme_cluster_is_cut_where_the_window_ends(
     """A model's zalgo answer ("a" + 6000 marks, one cluster): 2 full segments, each found by a
     bounded look back for a boundary, not ~1900 one-character ones found by a walk back over the
     whole window each (2 s of event-loop CPU per call, twice per flush)."""
-    looks = count_calls(monkeypatch, streaming, "is_grapheme_boundary")
+    looks = count_calls(monkeypatch, segmenting, "is_grapheme_boundary")
     text = endless_cluster(6000)
     segments = plain_segments(text, 4096)
     assert len(segments) == 2
