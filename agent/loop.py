@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from agent.events import AgentDone, AgentEvent, ToolRound, UntrustedContent
+from agent.events import AgentDone, AgentEvent, ToolRound, ToolsStarting, UntrustedContent
 from agent.prompt import Framing, build_prompt, reply_reserve, time_text, with_image
 from agent.tools.held import hold
 from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
@@ -116,6 +116,15 @@ class AgentTurn:
     # statement and must write nothing by itself: a memory or reminder write asked for in this
     # turn waits for the user's tap (design.md "Untrusted content writes nothing by itself").
     others_words: bool = False
+    # Set by the front end when the user stops the answer while tools run: a tool call that
+    # has started finishes (its effect is whole or absent), the round's later calls are not
+    # run, and the turn ends after the round instead of asking the model again. A stop while
+    # the model streams is a plain cancellation of the turn.
+    stop: asyncio.Event | None = None
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
 
 
 class AgentLoop:
@@ -365,24 +374,36 @@ class AgentLoop:
                 )
                 return
             outcomes: list[ToolOutcome] = []
-            # A write in the same round as a web call waits too, whichever the model listed
-            # first: the calls of one round are decided together.
-            held = untrusted or calls_web(calls)
-            for index, call in enumerate(calls):
-                if index >= MAX_TOOL_CALLS_PER_ROUND or calls_run >= MAX_TOOL_CALLS_PER_TURN:
-                    outcomes.append(_not_run(call))
-                    continue
-                calls_run += 1
-                if held and call.name in GATED_TOOLS:
-                    outcome = await self._hold(turn, call)
-                else:
-                    outcome = await self._run_tool(turn, call, prompt.included_ids)
-                outcomes.append(outcome)
-                if outcome.receipt is not None:
-                    receipts.append(outcome.receipt)  # written: shown however the turn ends
-                if outcome.pending is not None:
-                    pending.append(outcome.pending)  # held: its buttons shown however it ends
-                untrusted_result = untrusted_result or outcome.untrusted
+            try:
+                yield ToolsStarting(steps + 1, tuple(call.name for call in calls))
+                # A write in the same round as a web call waits too, whichever the model listed
+                # first: the calls of one round are decided together.
+                held = untrusted or calls_web(calls)
+                for index, call in enumerate(calls):
+                    if turn.stop_requested:
+                        outcomes.append(_stopped(call))
+                        continue
+                    if index >= MAX_TOOL_CALLS_PER_ROUND or calls_run >= MAX_TOOL_CALLS_PER_TURN:
+                        outcomes.append(_not_run(call))
+                        continue
+                    calls_run += 1
+                    if held and call.name in GATED_TOOLS:
+                        outcome = await self._hold(turn, call)
+                    else:
+                        outcome = await self._run_tool(turn, call, prompt.included_ids)
+                    outcomes.append(outcome)
+                    if outcome.receipt is not None:
+                        receipts.append(outcome.receipt)  # written: shown however the turn ends
+                    if outcome.pending is not None:
+                        pending.append(outcome.pending)  # held: its buttons shown however it ends
+                    untrusted_result = untrusted_result or outcome.untrusted
+            except (asyncio.CancelledError, GeneratorExit):
+                # Cancelled while the tools ran, or closed while the front end showed the
+                # round's text: that text was seen, so it is kept, as a cut stream's is.
+                partial = "".join(round_text)
+                if partial:
+                    await self._store_answer(turn, partial, model_id=result.model_id)
+                raise
             try:
                 await self.store.add_tool_round(
                     turn.chat_id,
@@ -419,7 +440,26 @@ class AgentLoop:
                 step=steps,
                 model=result.model_id,
                 tools=[f"{o.name}:{'ok' if o.ok else 'refused'}" for o in outcomes],
+                stopped=turn.stop_requested,
             )
+            if turn.stop_requested:
+                # Checked with no await before the yield below: a stop that comes later finds
+                # the front end out of the tool phase and cancels the turn itself.
+                yield AgentDone(
+                    text="\n\n".join(part for part in shown_rounds if part),
+                    model_id=result.model_id,
+                    requested_model_id=turn.model_id,
+                    receipts=tuple(receipts),
+                    usage=total,
+                    attempts=attempts,
+                    queued_s=queued_s,
+                    steps=steps,
+                    omitted=prompt.omitted,
+                    untrusted=untrusted,
+                    pending=tuple(pending),
+                    stopped=True,
+                )
+                return
             yield ToolRound(steps, result.model_id, tuple(outcomes))
 
     async def _run_tool(
@@ -503,6 +543,14 @@ class AgentLoop:
                 chat_id=turn.chat_id,
                 session_id=turn.session_id,
             )
+
+
+def _stopped(call: ToolCall) -> ToolOutcome:
+    """The result of a call the user stopped before it ran: nothing was done."""
+    return ToolOutcome(
+        call.id, call.name, "error: not run: the user stopped the answer; nothing changed.",
+        ok=False,
+    )  # fmt: skip
 
 
 def _not_run(call: ToolCall) -> ToolOutcome:
