@@ -28,8 +28,13 @@ Phases, after one chat's sequential turns, for each chat count N:
   bounded below by the CPU every intake needs (litellm's request set-up alone is a few ms per
   request, all under one GIL), so it is printed on its own `burst:` line.
 
+Then, with bots of their own (benchmarks/streaming_modes.py): Telegram calls per turn with
+drafts (private chats' default) and with edits, and the time from a Stop press on a draft to
+the provider seeing its stream closed (`stop_to_cancel_p99_ms`, goal under 300).
+
 Run: .venv/bin/python benchmarks/turn_overhead.py [--turns 10] [--chats 100,300] [--rounds 3]
-The last line is the 100-conversation run:
+     [--streaming-only]
+The overhead summary line is the 100-conversation run:
 overhead: chats=100 intake_p99_ms=N provider_ms=N loop_lag_max_ms=N turns_per_s=N
 """
 
@@ -59,6 +64,7 @@ from benchmarks.common import (  # noqa: E402
     terminate,
     until_polling,
 )
+from benchmarks.streaming_modes import streaming_figures  # noqa: E402
 from tests.fakes.providers import FakeProvider, Reply  # noqa: E402
 from tests.fakes.telegram import Call, FakeTelegram  # noqa: E402
 
@@ -509,6 +515,11 @@ if __name__ == "__main__":
         "--chats", default="100,300", help="concurrent chats per phase, comma-separated"
     )
     parser.add_argument("--rounds", type=int, default=3, help="turns per conversation")
+    parser.add_argument(
+        "--streaming-only", action="store_true", help="only drafts against edits, and Stop"
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.chats.split(",") if n.strip()]
-    asyncio.run(main(args.turns, counts, args.rounds))
+    if not args.streaming_only:
+        asyncio.run(main(args.turns, counts, args.rounds))
+    asyncio.run(streaming_figures())

@@ -82,6 +82,26 @@ async def test_text_past_one_message_goes_out_as_real_messages_while_drafting(
     assert tg.current_drafts(CHAT) == {}
 
 
+async def test_a_final_text_shorter_than_the_stream_is_still_sent_not_edited_in(
+    bot: Bot, tg: FakeTelegram
+) -> None:
+    """Markup makes the streamed plain text longer than the formatted answer: the stream
+    needed a real message and a draft, the answer fits one message. Editing that message
+    would leave the draft on screen, repeating the answer's end; it is sent instead."""
+    _private(tg)
+    reply = StreamingReply(bot, CHAT, edit_interval=0.05, use_drafts=True)
+    await reply.start()
+    answer = "**bold** " * 500  # 4,500 characters streamed, 2,500 formatted
+    await _stream(reply, answer, chunk=500, pause=0.03)
+    await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)) and bool(tg.current_drafts(CHAT)))
+    reply.ended()
+    await reply.finish(answer)
+    [message] = tg.bot_messages(CHAT)
+    assert message.text == ("bold " * 500).strip()
+    assert tg.current_drafts(CHAT) == {}
+    assert tg.calls_of("sendMessage")[-1].params["parse_mode"] == "HTML"
+
+
 async def test_a_seal_makes_the_round_a_real_message_and_starts_a_new_draft(
     bot: Bot, tg: FakeTelegram
 ) -> None:
