@@ -404,6 +404,7 @@ class AgentLoop:
                 if partial:
                     await self._store_answer(turn, partial, model_id=result.model_id)
                 raise
+            closed = False
             try:
                 await self.store.add_tool_round(
                     turn.chat_id,
@@ -418,33 +419,21 @@ class AgentLoop:
                 # /new or /forget closed the session under this turn (see _store_answer): it
                 # ends here, with what was shown; the model is not asked again.
                 log.warning("tool_round_not_stored_session_closed", chat_id=turn.chat_id)
-                await spending.flush()
-                yield AgentDone(
-                    text="\n\n".join(part for part in shown_rounds if part),
-                    model_id=result.model_id,
-                    requested_model_id=turn.model_id,
-                    receipts=tuple(receipts),
-                    usage=total,
-                    attempts=attempts,
-                    steps=steps,
-                    omitted=prompt.omitted,
-                    untrusted=untrusted,
-                    pending=tuple(pending),
-                )
-                return
+                closed = True
             await spending.flush()
-            steps += 1
-            log.info(
-                "agent_tool_round",
-                chat_id=turn.chat_id,
-                step=steps,
-                model=result.model_id,
-                tools=[f"{o.name}:{'ok' if o.ok else 'refused'}" for o in outcomes],
-                stopped=turn.stop_requested,
-            )
-            if turn.stop_requested:
-                # Checked with no await before the yield below: a stop that comes later finds
-                # the front end out of the tool phase and cancels the turn itself.
+            if not closed:
+                steps += 1
+                log.info(
+                    "agent_tool_round",
+                    chat_id=turn.chat_id,
+                    step=steps,
+                    model=result.model_id,
+                    tools=[f"{o.name}:{'ok' if o.ok else 'refused'}" for o in outcomes],
+                    stopped=turn.stop_requested,
+                )
+            # A stop is checked with no await before the yields below: one that comes later
+            # finds the front end out of the tool phase, and it cancels the turn itself.
+            if closed or turn.stop_requested:
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part),
                     model_id=result.model_id,
@@ -457,7 +446,7 @@ class AgentLoop:
                     omitted=prompt.omitted,
                     untrusted=untrusted,
                     pending=tuple(pending),
-                    stopped=True,
+                    stopped=not closed,
                 )
                 return
             yield ToolRound(steps, result.model_id, tuple(outcomes))

@@ -18,13 +18,12 @@ Prints `streaming: …` per mode and `stop: … stop_to_cancel_p99_ms=N` (goal: 
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import bot_settings, percentile, terminate, until_polling
+from benchmarks.common import bot_environment, percentile, terminate, until_polling
 from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram
 
@@ -40,20 +39,16 @@ async def _bot(
     tg: FakeTelegram, openai: FakeProvider, database: Path, **values: str
 ) -> asyncio.subprocess.Process:
     """`python -m bot` against the fakes; its calls are counted from its start."""
-    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
-    env.update(
-        bot_settings(
-            repo=REPO,
-            token=TOKEN,
-            telegram=tg,
-            users=[USER],
-            openai_key=KEY,
-            openai_base_url=openai.base_url,
-            database=database,
-        ),
-        LOG_LEVEL="WARNING",
-        **values,
+    env = bot_environment(
+        repo=REPO,
+        token=TOKEN,
+        telegram=tg,
+        users=[USER],
+        openai_key=KEY,
+        openai_base_url=openai.base_url,
+        database=database,
     )
+    env.update(LOG_LEVEL="WARNING", **values)
     tg.calls.clear()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot", cwd=database.parent, env=env,

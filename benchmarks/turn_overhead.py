@@ -59,7 +59,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.common import (  # noqa: E402
     LoopLag,
-    bot_settings,
+    bot_environment,
     percentile,
     terminate,
     until_polling,
@@ -415,17 +415,16 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
         openai.enforce_rate_limit(PROVIDER_RPS, burst=PROVIDER_RPS, tokens_per_minute=1e9)
         workdir = Path(tempfile.mkdtemp(prefix="mnemobot-bench-"))
         probe_file = workdir / "probe.txt"
-        env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
+        env = bot_environment(
+            repo=REPO,
+            token=TOKEN,
+            telegram=tg,
+            users=[OWNER],
+            openai_key=KEY,
+            openai_base_url=openai.base_url,
+            database=workdir / "bench.sqlite3",
+        )
         env.update(
-            bot_settings(
-                repo=REPO,
-                token=TOKEN,
-                telegram=tg,
-                users=[OWNER],
-                openai_key=KEY,
-                openai_base_url=openai.base_url,
-                database=workdir / "bench.sqlite3",
-            ),
             OPENAI_RPS="10000",  # measure the bot, not our own per-gateway request budget
             LOG_LEVEL="WARNING",
         )

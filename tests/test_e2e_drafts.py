@@ -10,7 +10,6 @@ rate-limited draft, a restart — the chat gets its answer once, as real message
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 
 from bot.ui.i18n import t
@@ -28,6 +27,7 @@ from tests.e2e_bot import (
 )
 from tests.fakes.providers import Reply, ToolCallReply
 from tests.fakes.web import FakeSite
+from tests.streamed_text import content
 from tests.test_shutdown_replay import Served
 
 CHAT = OWNER  # a private chat's id is its user's
@@ -35,10 +35,6 @@ MARKDOWN = TESTDATA / "tg-markdown" / "telegramify-markdown"
 # Every chunk different: litellm ends a stream that repeats one chunk 100 times by itself.
 LONG_ANSWER = "".join(f"word{i:03d} " for i in range(400))  # 400 chunks 20 ms apart: 8 s
 STOPPED = t("reply_cancelled")
-
-
-def _content(text: str) -> str:
-    return re.sub(r"\s+", "", text)
 
 
 def _sends(bot: BotUnderTest, chat_id: int, since: int = 0) -> list[str]:
@@ -247,7 +243,7 @@ async def test_an_answer_past_4096_characters_continues_in_real_messages(tmp_pat
         assert all(utf16_len(m.text) <= 4096 for m in messages)
         assert all(utf16_len(d["parsed_text"]) <= 4096 for d in bot.tg.drafts(CHAT))
         expected = "".join(plain_text(piece) for piece in split_for_telegram(markdown))
-        assert _content("".join(m.text for m in messages)) == _content(expected)
+        assert content("".join(m.text for m in messages)) == content(expected)
         assert bot.tg.current_drafts(CHAT) == {}
 
 

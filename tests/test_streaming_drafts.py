@@ -4,32 +4,32 @@ one real message every draft ends in."""
 
 from __future__ import annotations
 
-import asyncio
-import re
-
 from telegram import Bot
 
 from bot.ui.render import utf16_len
 from bot.ui.streaming import StreamingReply
-from tests.fakes.telegram import DRAFT_PEER_INVALID, FakeTelegram
+from tests.fakes.telegram import FakeTelegram
+from tests.streamed_text import content, stream_into
 
 CHAT = 4343
 FAST = 0.1
 
 
-async def _stream(reply: StreamingReply, text: str, *, chunk: int, pause: float) -> None:
-    for start in range(0, len(text), chunk):
-        await reply.append(text[start : start + chunk])
-        await asyncio.sleep(pause)
-
-
-def _content(text: str) -> str:
-    return re.sub(r"\s+", "", text)
-
-
 def _private(tg: FakeTelegram, chat_id: int = CHAT) -> None:
     """The chat is a private one, as Telegram knows it from the user's message."""
     tg.push(tg.make_text_update(chat_id, chat_id, "hi"))
+
+
+async def _drafting(
+    bot: Bot, tg: FakeTelegram, text: str, *, chunk: int, pause: float
+) -> StreamingReply:
+    """A reply in a private chat that has streamed `text` and shows it as a draft."""
+    _private(tg)
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST, use_drafts=True)
+    await reply.start()
+    await stream_into(reply, text, chunk=chunk, pause=pause)
+    await tg.wait_for(lambda: bool(tg.current_drafts(CHAT)))
+    return reply
 
 
 async def test_drafts_offer_a_stop_button_and_end_in_one_sent_message(
@@ -39,7 +39,7 @@ async def test_drafts_offer_a_stop_button_and_end_in_one_sent_message(
     reply = StreamingReply(bot, CHAT, edit_interval=FAST, use_drafts=True)
     await reply.start()
     answer = "A drafted answer, growing word by word. " * 6
-    await _stream(reply, answer, chunk=15, pause=0.02)
+    await stream_into(reply, answer, chunk=15, pause=0.02)
     await tg.wait_for(lambda: len(tg.drafts(CHAT)) >= 2)
     draft_ids = {d["draft_id"] for d in tg.drafts(CHAT)}
     assert len(draft_ids) == 1
@@ -65,7 +65,7 @@ async def test_text_past_one_message_goes_out_as_real_messages_while_drafting(
     reply = StreamingReply(bot, CHAT, edit_interval=0.05, use_drafts=True)
     await reply.start()
     answer = "".join(f"Sentence number {i:04d} of a long drafted answer.\n" for i in range(260))
-    await _stream(reply, answer, chunk=400, pause=0.03)
+    await stream_into(reply, answer, chunk=400, pause=0.03)
     # Full segments became real messages while the model was still writing; the draft holds
     # only the text after them.
     await tg.wait_for(lambda: len(tg.bot_messages(CHAT)) >= 2)
@@ -75,7 +75,7 @@ async def test_text_past_one_message_goes_out_as_real_messages_while_drafting(
     reply.ended()
     await reply.finish(answer)
     messages = tg.bot_messages(CHAT)
-    assert _content("".join(m.text for m in messages)) == _content(answer)
+    assert content("".join(m.text for m in messages)) == content(answer)
     assert all(utf16_len(m.text) <= 4096 for m in messages)
     # The last piece was sent after the last draft, so no draft repeats the end.
     assert tg.calls_of("sendMessage")[-1].at > tg.drafts(CHAT)[-1]["at"]
@@ -92,7 +92,7 @@ async def test_a_final_text_shorter_than_the_stream_is_still_sent_not_edited_in(
     reply = StreamingReply(bot, CHAT, edit_interval=0.05, use_drafts=True)
     await reply.start()
     answer = "**bold** " * 500  # 4,500 characters streamed, 2,500 formatted
-    await _stream(reply, answer, chunk=500, pause=0.03)
+    await stream_into(reply, answer, chunk=500, pause=0.03)
     await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)) and bool(tg.current_drafts(CHAT)))
     reply.ended()
     await reply.finish(answer)
@@ -109,7 +109,7 @@ async def test_a_seal_makes_the_round_a_real_message_and_starts_a_new_draft(
     reply = StreamingReply(bot, CHAT, edit_interval=FAST, use_drafts=True)
     await reply.start()
     first = "Let me look that up for **you** first, one moment please."
-    await _stream(reply, first, chunk=10, pause=0.03)
+    await stream_into(reply, first, chunk=10, pause=0.03)
     await tg.wait_for(lambda: bool(tg.current_drafts(CHAT)))
     [first_draft] = tg.current_drafts(CHAT)
     ids = await reply.seal()
@@ -119,7 +119,7 @@ async def test_a_seal_makes_the_round_a_real_message_and_starts_a_new_draft(
     assert [e["type"] for e in sealed.entities] == ["bold"]  # finished text: formatted
     assert tg.current_drafts(CHAT) == {}
     second = "\n\nFound it: the library opens at nine."
-    await _stream(reply, second, chunk=10, pause=0.03)
+    await stream_into(reply, second, chunk=10, pause=0.03)
     await tg.wait_for(lambda: bool(tg.current_drafts(CHAT)))
     [second_draft] = tg.current_drafts(CHAT)
     assert second_draft != first_draft
@@ -136,11 +136,7 @@ async def test_a_seal_makes_the_round_a_real_message_and_starts_a_new_draft(
 async def test_a_stop_right_after_a_seal_notes_it_under_the_sealed_text(
     bot: Bot, tg: FakeTelegram
 ) -> None:
-    _private(tg)
-    reply = StreamingReply(bot, CHAT, edit_interval=FAST, use_drafts=True)
-    await reply.start()
-    await _stream(reply, "Reading the page now.", chunk=7, pause=0.03)
-    await tg.wait_for(lambda: bool(tg.current_drafts(CHAT)))
+    reply = await _drafting(bot, tg, "Reading the page now.", chunk=7, pause=0.03)
     await reply.seal()
     await reply.cancelled("(stopped)")
     [message] = tg.bot_messages(CHAT)
@@ -149,11 +145,8 @@ async def test_a_stop_right_after_a_seal_notes_it_under_the_sealed_text(
 
 
 async def test_a_cancel_while_a_draft_shows_sends_the_text_once(bot: Bot, tg: FakeTelegram) -> None:
-    _private(tg)
-    reply = StreamingReply(bot, CHAT, edit_interval=FAST, use_drafts=True)
-    await reply.start()
-    await _stream(reply, "partial words of an answer that was stopped", chunk=6, pause=0.03)
-    await tg.wait_for(lambda: bool(tg.current_drafts(CHAT)))
+    partial = "partial words of an answer that was stopped"
+    reply = await _drafting(bot, tg, partial, chunk=6, pause=0.03)
     await reply.cancelled("(stopped)")
     [message] = tg.bot_messages(CHAT)
     assert message.text == "partial words of an answer that was stopped\n\n(stopped)"
@@ -164,17 +157,13 @@ async def test_a_cancel_while_a_draft_shows_sends_the_text_once(bot: Bot, tg: Fa
 async def test_a_draft_refused_mid_answer_falls_back_to_edits_without_a_duplicate(
     bot: Bot, tg: FakeTelegram
 ) -> None:
-    _private(tg)
-    reply = StreamingReply(bot, CHAT, edit_interval=FAST, use_drafts=True)
-    await reply.start()
-    await _stream(reply, "first words ", chunk=6, pause=0.03)
-    await tg.wait_for(lambda: bool(tg.current_drafts(CHAT)))
+    reply = await _drafting(bot, tg, "first words ", chunk=6, pause=0.03)
     tg.inject_error("sendMessageDraft", description="Bad Request: TEXTDRAFT_ID_INVALID")
-    await _stream(reply, "and the rest of the answer " * 4, chunk=9, pause=0.03)
+    await stream_into(reply, "and the rest of the answer " * 4, chunk=9, pause=0.03)
     await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)))  # it streams as a real message now
     assert tg.current_drafts(CHAT) == {}  # which hid the draft
     drafts_after = len(tg.calls_of("sendMessageDraft"))
-    await _stream(reply, "more ", chunk=5, pause=0.03)
+    await stream_into(reply, "more ", chunk=5, pause=0.03)
     full = "first words " + "and the rest of the answer " * 4 + "more "
     reply.ended()
     await reply.finish(full)
@@ -190,7 +179,7 @@ async def test_a_429_on_a_draft_is_waited_out_then_drafting_goes_on(
     await reply.start()
     tg.inject_error("sendMessageDraft", retry_after=1)
     answer = "a draft that met a flood wait " * 8
-    await _stream(reply, answer, chunk=12, pause=0.05)
+    await stream_into(reply, answer, chunk=12, pause=0.05)
     await tg.wait_for(lambda: bool(tg.current_drafts(CHAT)))
     refused, *accepted = tg.calls_of("sendMessageDraft")
     assert not refused.ok and accepted and all(c.ok for c in accepted)
@@ -199,15 +188,3 @@ async def test_a_429_on_a_draft_is_waited_out_then_drafting_goes_on(
     await reply.finish(answer)
     assert [m.text for m in tg.bot_messages(CHAT)] == [answer.strip()]
     assert not tg.calls_of("editMessageText")
-
-
-async def test_a_group_refuses_drafts_with_telegrams_error(bot: Bot, tg: FakeTelegram) -> None:
-    group = -100321
-    reply = StreamingReply(bot, group, edit_interval=FAST, use_drafts=True)
-    await reply.start()
-    await _stream(reply, "group answer " * 10, chunk=13, pause=0.03)
-    await tg.wait_for(lambda: bool(tg.calls_of("editMessageText")))
-    await reply.finish("group answer " * 10)
-    [draft] = tg.calls_of("sendMessageDraft")
-    assert draft.error == DRAFT_PEER_INVALID and draft.params["can_stop"] is True
-    assert [m.text for m in tg.bot_messages(group)] == [("group answer " * 10).strip()]
