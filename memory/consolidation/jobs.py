@@ -44,7 +44,7 @@ from memory.longterm import (
     memory_of,
     write_memory,
 )
-from memory.recall.archive import ArchivedRow, archive_in, prepare_archive
+from memory.recall.archive import ArchivedRow, archive_in, index_pending, prepare_archive
 from memory.store import Store, StoredMessage, from_iso, to_iso, utc_now
 from memory.usage import SpendRecorder
 from models.types import Spend
@@ -217,9 +217,12 @@ class JobQueue:
         outcome = await self.db.run_in_transaction(
             lambda conn: self._commit_in(
                 conn, job, memory, chunk, result, spends, archived, memory_max_chars, now
-            )
+            ),
+            background=True,
         )
         spending.written(len(spends))
+        if outcome is CommitResult.COMMITTED:
+            await index_pending(self.db)
         return outcome
 
     def _commit_in(
@@ -554,6 +557,9 @@ class ConsolidationWorker:
         reset = await self.queue.reset_interrupted(self.now())
         if reset:
             log.info("consolidation_jobs_resumed", count=reset)
+        indexed = await index_pending(self.store.db)  # a crash came between commit and index
+        if indexed:
+            log.info("archive_rows_indexed_at_start", count=indexed)
         self._stopping = False
         self._loop_task = asyncio.create_task(self._loop(), name="consolidation-worker")
 
