@@ -88,9 +88,7 @@ async def test_a_consolidated_word_is_found_as_soon_as_the_job_is_done(tmp_path:
         assert await worker.run_due() == 1
 
         hits = await Recall(db).search(7, "Quillabamba")
-        assert [h.text for h in hits if h.source == "archive"] == [
-            "my cousin lives in Quillabamba"
-        ]
+        assert [h.text for h in hits if h.source == "archive"] == ["my cousin lives in Quillabamba"]
         waiting = await db.fetchall("SELECT id FROM archived_messages WHERE indexed = 0")
         assert waiting == []
         kept, indexed = await counts_and_index(db, 7)
