@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import structlog
 
-from benchmarks.common import percentile
 import memory.consolidation.jobs as consolidation_jobs
+from benchmarks.common import percentile
 from memory.consolidation.consolidation import Consolidation, Consolidator
 from memory.consolidation.transcript import Chunk
 from memory.longterm import LongTermMemory
