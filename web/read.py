@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from media.document_reader import read_document, read_page
+from media.document_reader import Share, read_document, read_page
 from media.documents import DocumentError
 from web.addresses import Allowance
 from web.errors import EmptyText, WebError
@@ -48,6 +48,7 @@ _REASONS = {
     "too_complex": "it was too complex to take apart in time",
     "no_text_layer": "the PDF has no text layer (a scan)",
     "unreadable_pdf": "the PDF is broken",
+    "busy": "every page reader of the bot stayed busy; try again in a minute",
 }
 
 
@@ -106,6 +107,7 @@ async def extract(
                 mime_type="application/pdf",
                 token_budget=PDF_TOKEN_BUDGET,
                 timeout=timeout,
+                share=Share.PAGES,
             )
             title, text, extractor = "", document.text, "pdf"
         else:
