@@ -48,11 +48,16 @@ async def site() -> AsyncIterator[FakeSite]:
 
 
 def tools(
-    db: Database, *, search_url: str | None = None, daily: int = 100, clock: Clock | None = None
+    db: Database,
+    *,
+    search_url: str | None = None,
+    daily: int = 100,
+    clock: Clock | None = None,
+    allow: str = "127.0.0.1",
 ) -> WebTools:
     settings = WebSettings(
         search_url=search_url,
-        allowance=parse_allowance("127.0.0.1"),
+        allowance=parse_allowance(allow),
         read_max_chars=15_000,
         daily_calls=daily,
     )
@@ -132,6 +137,28 @@ async def test_a_search_through_the_tool(db: Database) -> None:
         web = tools(db, search_url=searx.base_url)
         refused = await web.run(CHAT, USER, call("web_search", query="other"))
         assert not refused.ok and "search.formats" in refused.content
+
+
+async def test_the_search_backend_serves_searches_only(db: Database, site: FakeSite) -> None:
+    """The backend's host is reached by web_search with nothing in WEB_ALLOW_PRIVATE, and
+    never by web_read, even with its address listed there; pages on that address, at another
+    port, are read as WEB_ALLOW_PRIVATE allows."""
+    async with FakeSearx() as searx:
+        searx.results = [searx_result("https://example.org/p", "Porto weather", "Sunny")]
+        unlisted = tools(db, search_url=searx.base_url, allow="")
+        found = await unlisted.run(CHAT, USER, call("web_search", query="porto"))
+        assert found.ok and "Porto weather" in found.content
+        web = tools(db, search_url=searx.base_url)
+        for url in (
+            f"{searx.base_url}/search?q=porto&format=json",
+            site.url(f"/redirect?to={searx.base_url}/search?q=x%26format=json"),
+            searx.base_url.replace("127.0.0.1", "0x7f000001") + "/search?q=y&format=json",
+        ):
+            read = await web.run(CHAT, USER, call("web_read", url=url))
+            assert not read.ok and "search backend" in read.content, read.content
+        assert [q["q"] for q in searx.queries] == ["porto"]
+        page = await web.run(CHAT, USER, call("web_read", url=site.url("/article")))
+        assert page.ok
 
 
 async def test_a_turn_reads_a_page_and_answers_from_it(tmp_path: Path, site: FakeSite) -> None:

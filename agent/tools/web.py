@@ -31,7 +31,13 @@ from web.addresses import Allowance
 from web.errors import WebError
 from web.fetch import READ_TIMEOUT_SECONDS
 from web.read import page_block, read_url
-from web.search import MAX_RESULTS, SEARCH_TIMEOUT_SECONDS, format_results, search
+from web.search import (
+    MAX_RESULTS,
+    SEARCH_TIMEOUT_SECONDS,
+    backend_origin,
+    format_results,
+    search,
+)
 
 log = structlog.get_logger("agent.tools.web")
 
@@ -95,8 +101,8 @@ WEB_TOOL_NAMES = frozenset({"web_search", "web_read"})
 class WebSettings:
     """The owner's web settings (bot/config.py's WEB_*)."""
 
-    search_url: str | None
-    allowance: Allowance
+    search_url: str | None  # its host is reached by web_search only, never by web_read
+    allowance: Allowance  # WEB_ALLOW_PRIVATE: private hosts pages may be read from
     read_max_chars: int
     daily_calls: int  # 0: web use off
     # The whole fetch of one page or search (DNS, connections, redirects, body).
@@ -180,6 +186,7 @@ class WebTools:
             allowance=self.settings.allowance,
             max_chars=self.settings.read_max_chars,
             timeout=self.settings.read_timeout,
+            refused=backend_origin(self.settings.search_url),
         )
         return page_block(page)
 
@@ -189,7 +196,6 @@ class WebTools:
             query,
             limit,
             base_url=self.settings.search_url,
-            allowance=self.settings.allowance,
             timeout=min(self.settings.read_timeout, SEARCH_TIMEOUT_SECONDS),
         )
         return f"Search results for {' '.join(query.split())!r}:\n\n{format_results(results)}"
