@@ -183,6 +183,29 @@ async def test_a_turn_reads_a_page_and_answers_from_it(tmp_path: Path, site: Fak
         assert site.requests["127.0.0.1"] == 2  # the redirect and the article
 
 
+async def test_a_long_page_reaches_a_long_context_model_whole(
+    tmp_path: Path, site: FakeSite
+) -> None:
+    """WEB_READ_MAX_CHARS=100000 starts, and a page of 90,000 characters reaches the model
+    whole, not trimmed to the prompt's default bound for tool results."""
+    lines = [
+        f"Paragraph {n}: the harbour opens at {n % 24:02d}:00 on weekdays." for n in range(1600)
+    ]
+    text = "\n\n".join(lines)[:90_000]
+    site.pages["long"] = ("text/plain; charset=utf-8", text.encode())
+    async with bot_under_test(
+        tmp_path, WEB_ALLOW_PRIVATE="127.0.0.1", WEB_READ_MAX_CHARS="100000"
+    ) as bot:
+        bot.openai.script(
+            "gpt-5", ToolCallReply("web_read", {"url": site.url("/page/long")}), Reply("Read.")
+        )
+        bot.say(OWNER, f"read {site.url('/page/long')}")
+        await bot.wait(lambda: "Read." in bot.texts(OWNER), timeout=60)
+        [result] = [r for r in bot.openai.requests if r.model == "gpt-5"][-1].tool_results()
+        assert text.strip() in result["content"]
+        assert "cut here" not in result["content"]
+
+
 async def test_a_page_that_trickles_holds_only_its_own_chat(tmp_path: Path, site: FakeSite) -> None:
     """Real PTB and real litellm: while the owner's turn reads a page that sends a byte every
     0.2 s, a friend's message in another chat is answered; the read then ends at its
