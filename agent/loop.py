@@ -27,7 +27,15 @@ from typing import Any, Protocol
 import structlog
 
 from agent.events import AgentDone, AgentEvent, ToolRound, UntrustedContent
-from agent.prompt import Framing, build_prompt, reply_reserve, time_text, with_image
+from agent.prompt import (
+    MAX_TOOL_RESULT_CHARS,
+    WEB_RESULT_OVERHEAD_CHARS,
+    Framing,
+    build_prompt,
+    reply_reserve,
+    time_text,
+    with_image,
+)
 from agent.tools.egress import Origin, link_origins, user_origins, web_family
 from agent.tools.held import HeldCalls, InView, write_family
 from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
@@ -181,6 +189,14 @@ class AgentLoop:
         """The memory and reminder tools, and the web tools the settings turn on."""
         return [*CHAT_TOOLS, *(self.web.schemas() if self.web is not None else [])]
 
+    def tool_result_chars(self) -> int:
+        """The longest tool result a prompt carries whole: a web_read result at the owner's
+        WEB_READ_MAX_CHARS fits (it is cut to that already), whatever that is set to."""
+        if self.web is None:
+            return MAX_TOOL_RESULT_CHARS
+        wanted = self.web.settings.read_max_chars + WEB_RESULT_OVERHEAD_CHARS
+        return max(MAX_TOOL_RESULT_CHARS, wanted)
+
     def context_window(self, model_id: str) -> int:
         """The smallest window of the model's fallback chain: a fallback may have to take
         the same prompt."""
@@ -266,6 +282,7 @@ class AgentLoop:
                 tools=tools,
                 context_window=self.context_window(model_id),
                 images=1 if turn.image_url is not None else 0,
+                tool_result_chars=self.tool_result_chars(),
             )
             if not untrusted and (
                 turn.others_words

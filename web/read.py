@@ -27,6 +27,7 @@ from web.fetch import (
     MAX_PDF_BYTES,
     READ_TIMEOUT_SECONDS,
     Fetched,
+    Origin,
     Resolver,
     fetch,
     guarded_client,
@@ -77,10 +78,14 @@ async def read_url(
     timeout: float = READ_TIMEOUT_SECONDS,  # noqa: ASYNC109 - the fetch's own deadline
     extract_timeout: float = EXTRACT_TIMEOUT_SECONDS,
     max_bytes: int = MAX_PAGE_BYTES,
+    refused: frozenset[Origin] = frozenset(),
 ) -> PageRead:
-    """The main text of `url` (see the module docstring); raises WebError."""
+    """The main text of `url` (see the module docstring); raises WebError. `refused`: origins
+    never read, at the first URL or any redirect (the search backend's)."""
     tls = await loaded_tls()
-    client, _ = guarded_client(allowance, resolver=resolver, timeout=timeout, tls=tls)
+    client, _ = guarded_client(
+        allowance, resolver=resolver, timeout=timeout, tls=tls, refused=refused
+    )
     async with client:
         fetched = await fetch(
             with_scheme(url),

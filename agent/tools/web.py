@@ -32,7 +32,13 @@ from web.addresses import Allowance
 from web.errors import WebError
 from web.fetch import READ_TIMEOUT_SECONDS
 from web.read import page_block, read_url
-from web.search import MAX_RESULTS, SEARCH_TIMEOUT_SECONDS, format_results, search
+from web.search import (
+    MAX_RESULTS,
+    SEARCH_TIMEOUT_SECONDS,
+    backend_origin,
+    format_results,
+    search,
+)
 
 log = structlog.get_logger("agent.tools.web")
 
@@ -98,8 +104,8 @@ _Entry = tuple[str, tuple[str, ...]]
 class WebSettings:
     """The owner's web settings (bot/config.py's WEB_*)."""
 
-    search_url: str | None
-    allowance: Allowance
+    search_url: str | None  # its host is reached by web_search only, never by web_read
+    allowance: Allowance  # WEB_ALLOW_PRIVATE: private hosts pages may be read from
     read_max_chars: int
     daily_calls: int  # 0: web use off
     # The whole fetch of one page or search (DNS, connections, redirects, body).
@@ -184,6 +190,7 @@ class WebTools:
             allowance=self.settings.allowance,
             max_chars=self.settings.read_max_chars,
             timeout=self.settings.read_timeout,
+            refused=backend_origin(self.settings.search_url),
         )
         return page_block(page)
 
@@ -193,7 +200,6 @@ class WebTools:
             query,
             limit,
             base_url=self.settings.search_url,
-            allowance=self.settings.allowance,
             timeout=min(self.settings.read_timeout, SEARCH_TIMEOUT_SECONDS),
         )
         text = f"Search results for {' '.join(query.split())!r}:\n\n{format_results(results)}"
