@@ -70,7 +70,7 @@ def archive_in(conn: sqlite3.Connection, rows: Sequence[ArchivedRow], now: str) 
     """Insert the rows inside the caller's transaction (the consolidation commit), waiting to
     be indexed (`index_pending_in`): the words are kept in this transaction, the index and the
     term counts follow in short ones of their own, so a user's write never waits behind them
-    (migrations/0019_archive_index_later.sql)."""
+    (migrations/0020_archive_index_later.sql)."""
     conn.executemany(
         "INSERT INTO archived_messages(id, chat_id, session_id, role, content, tool_calls, "
         "tool_call_id, user_id, model_id, terms, created_at, archived_at, indexed) "
