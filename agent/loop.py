@@ -32,6 +32,7 @@ from agent.tools.held import hold
 from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
 from agent.tools.web import WEB_TOOL_NAMES, WebTools
 from agent.untrusted import calls_web, untrusted_in_prompt
+from memory.messages import ToolResult
 from memory.pending_writes import GATED_TOOLS, PendingWrite, PendingWrites
 from memory.store import SessionClosedError, Store
 from memory.timezones import ChatZone
@@ -383,13 +384,24 @@ class AgentLoop:
                 if outcome.pending is not None:
                     pending.append(outcome.pending)  # held: its buttons shown however it ends
                 untrusted_result = untrusted_result or outcome.untrusted
+                # A write the model listed after a call that brought untrusted words back (a
+                # recall of a document) waits as well.
+                held = held or outcome.untrusted
             try:
                 await self.store.add_tool_round(
                     turn.chat_id,
                     turn.session_id,
                     text=text,
                     calls=list(calls),
-                    results=[(o.call_id, o.content) for o in outcomes],
+                    results=[
+                        ToolResult(
+                            o.call_id,
+                            o.content,
+                            o.stored_provenance(),
+                            o.pending.id if o.pending is not None else None,
+                        )
+                        for o in outcomes
+                    ],
                     model_id=result.model_id,
                     usage=result.usage,
                 )

@@ -2,9 +2,11 @@
 
 A summary keeps the gist of a session, not the name of the book or the city of the cousin, so
 the words themselves are kept: the consolidation commit moves its messages here in the same
-transaction that saves the history entry (memory/consolidation/jobs.py). They never return to a
-prompt; `recall` searches them (memory/recall/search.py). `/forget` deletes them with everything
-else (memory/forget.py), `ARCHIVE_DAYS` deletes those older than that many days, daily.
+transaction that saves the history entry (memory/consolidation/jobs.py). They keep where words
+that are not the user's came from (`provenance`), so recall brings such words back framed as
+what they are, never as the user's. They never return to a prompt; `recall` searches them
+(memory/recall/search.py). `/forget` deletes them with everything else (memory/forget.py),
+`ARCHIVE_DAYS` deletes those older than that many days, daily.
 
 Search terms are computed in Python (SQLite cannot stem) before the commit's transaction and
 off the event loop: a long document's text takes a while to cut into terms.
@@ -69,9 +71,9 @@ def archive_in(conn: sqlite3.Connection, rows: Sequence[ArchivedRow], now: str) 
     chat move during the consolidation may have changed since they were read."""
     conn.executemany(
         "INSERT INTO archived_messages(id, chat_id, session_id, role, content, tool_calls, "
-        "tool_call_id, user_id, model_id, terms, created_at, archived_at) "
+        "tool_call_id, user_id, model_id, terms, created_at, archived_at, provenance) "
         "SELECT id, chat_id, session_id, role, content, tool_calls, tool_call_id, user_id, "
-        "model_id, ?, created_at, ? FROM messages WHERE id = ?",
+        "model_id, ?, created_at, ?, provenance FROM messages WHERE id = ?",
         [(row.terms, now, row.message.id) for row in rows],
     )
     archived = conn.execute(
