@@ -30,12 +30,13 @@ KINDS = frozenset({WEB_SEARCH, WEB_READ, DOCUMENT, AUDIO, PHOTO, FORWARD, QUOTE,
 # A source is a name chosen by someone else (a file name, a forward's origin, a host): one line,
 # bounded, so a stub stays one short line whatever it names.
 MAX_SOURCE_CHARS = 80
+_PUNCTUATION = str.maketrans({"[": "(", "]": ")", "<": "(", ">": ")", '"': "'"})
 
 
 def one_line_source(text: str) -> str:
-    """`text` as a stub may name it: one line, no brackets or double quotes (the stub's own
-    punctuation), at most MAX_SOURCE_CHARS."""
-    line = " ".join(text.split()).translate(str.maketrans({"[": "(", "]": ")", '"': "'"}))
+    """`text` as a stub may name it: one line, no brackets, angle brackets or double quotes
+    (the stub's own punctuation, and no tag of any kind), at most MAX_SOURCE_CHARS."""
+    line = " ".join(text.split()).translate(_PUNCTUATION)
     if len(line) > MAX_SOURCE_CHARS:
         line = line[: MAX_SOURCE_CHARS - 1] + "…"
     return line or "unknown"
