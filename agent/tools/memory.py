@@ -121,7 +121,9 @@ class ToolOutcome:
     `untrusted`: the content came from outside the chat (a web page, search results, a recall of
     such words), so a turn that received it must not write memory or reminders on the model's
     word alone; `provenance` says what it is, stored with the result (`stored_provenance`).
-    `pending`: the write was not carried out but waits for the asker's ✅ (agent/tools/held.py)."""
+    `pending`: the call was not carried out but waits for the asker's ✅ (agent/tools/held.py).
+    `links`: the URLs the result offers for a read (a search's results): a read of one of them
+    may run at once later in the turn (agent/tools/egress.py)."""
 
     call_id: str
     name: str
@@ -131,6 +133,7 @@ class ToolOutcome:
     untrusted: bool = False
     pending: PendingWrite | None = None
     provenance: Provenance | None = None
+    links: tuple[str, ...] = ()
 
     def stored_provenance(self) -> Provenance | None:
         """What the stored result records: its own provenance, or for an untrusted result
