@@ -462,6 +462,7 @@ class AgentLoop:
         try:
             return await hold(
                 self.pending_writes,
+                self.tools,
                 call,
                 chat_id=turn.chat_id,
                 user_id=turn.user_id,

@@ -7,7 +7,9 @@ counts; another member's is refused with a short alert and changes nothing. ✅ 
 call the model made, through the same tool (agent/tools/held.py), and the message is edited to
 the receipt or to the tool's refusal; ❌ edits it to say it was dropped; a press after
 PENDING_TTL says it expired. The callback data carries only the row's id: the row itself says
-whose it is, what it does and whether it still waits.
+whose it is, what it does and whether it still waits. A ✅ is checked and carried out in one
+transaction (`keep_held`), so a /forget racing it either ran first (the press finds nothing) or
+after (it forgets what the press wrote).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from telegram import Update
 from telegram.error import TelegramError
 from telegram.ext import CallbackQueryHandler
 
-from agent.tools.held import run_held
+from agent.tools.held import keep_held
 from bot.handlers.access import admit, user_language
 from bot.services import App, Context
 from bot.turns.turn import receipt_line
@@ -32,7 +34,7 @@ from bot.ui.pending_texts import (
     ttl_hours,
     write_line,
 )
-from memory.pending_writes import Claim
+from memory.pending_writes import Claim, Kept
 
 log = structlog.get_logger("bot.pending")
 
@@ -58,7 +60,11 @@ async def pending_callback(update: Update, context: Context) -> None:
         await query.answer(t("pending_gone", lang), show_alert=True)
         return
     pending = services.agent.pending_writes
-    tapped = await pending.tap(int(raw), message.chat.id, query.from_user.id, keep=keep)
+    chat_id, user_id = message.chat.id, query.from_user.id
+    if keep:
+        tapped = await keep_held(services.agent.tools, pending, int(raw), chat_id, user_id)
+    else:
+        tapped = await pending.tap(int(raw), chat_id, user_id, keep=False)
     write = tapped.write
     if tapped.claim is Claim.NOT_ASKER:
         await query.answer(t("pending_not_yours", lang), show_alert=True)
@@ -80,8 +86,8 @@ async def pending_callback(update: Update, context: Context) -> None:
         await query.answer()
         await _edit(query, f"{t('pending_dropped', lang)}\n{line}")
         return
-    outcome = await run_held(services.agent.tools, write)
-    await pending.finish(write.id, ok=outcome.receipt is not None)
+    outcome = tapped.result if isinstance(tapped, Kept) else None
+    assert outcome is not None  # a ✅ that claimed the write ran it
     log.info("pending_write_kept", chat_id=write.chat_id, tool=write.tool, done=outcome.ok)
     await query.answer()
     if outcome.receipt is not None:

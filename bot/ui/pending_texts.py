@@ -1,7 +1,9 @@
 """The message that shows a memory or reminder write held for the asker's ✅ (design, "Web").
 
 One message per held write (memory/pending_writes.py), sent after the answer: what exactly would
-be written, from the stored call (never the model's words about it), with ✅ keep and ❌ drop.
+be written, from the stored call and what it would do as of then (the memory lines a
+`forget_fact` removes, the time and text of the reminder a `cancel_reminder` cancels; never the
+model's words about it), with ✅ keep and ❌ drop.
 The buttons carry only the row's id; bot/handlers/pending.py handles the presses.
 """
 
@@ -16,8 +18,10 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, LinkPrevie
 from telegram.error import TelegramError
 
 from bot.ui.i18n import t
+from bot.ui.reminder_texts import local_date
 from memory.facts import MAX_FACT_CHARS
 from memory.pending_writes import PENDING_TTL, PendingWrite
+from reminders.rules import parse_local
 
 log = structlog.get_logger("bot.pending")
 
@@ -45,7 +49,10 @@ def write_line(write: PendingWrite, lang: str | None) -> str:
     args: dict[str, Any] = json.loads(write.arguments)
     if write.tool == "remember":
         return t("pending_remember", lang, fact=short(args.get("fact", "")))
+    shown: dict[str, Any] | None = json.loads(write.preview) if write.preview else None
     if write.tool == "forget_fact":
+        if shown is not None:  # the exact lines a ✅ removes
+            return t("pending_forget_lines", lang, lines="\n".join(shown["lines"]))
         return t("pending_forget", lang, fact=short(args.get("fact", "")))
     if write.tool == "schedule_reminder":
         repeat = str(args.get("repeat") or "none")
@@ -56,6 +63,13 @@ def write_line(write: PendingWrite, lang: str | None) -> str:
             repeat=repeat,
             text=short(args.get("text", "")),
         )
+    if shown is not None:  # the reminder a ✅ cancels, at its local time
+        when = local_date(parse_local(shown["local"]), lang)
+        if shown["repeat"] != "none":
+            when += ", " + t(f"repeat_{shown['repeat']}", lang)
+        zone = shown["time_zone"] or "UTC"
+        return t("pending_cancel_reminder_at", lang, when=when, zone=zone,
+                 text=short(shown["text"]))  # fmt: skip
     return t("pending_cancel_reminder", lang, id=short(args.get("id", "")))
 
 
