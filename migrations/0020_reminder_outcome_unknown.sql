@@ -1,4 +1,4 @@
--- 0019: a reminder send whose answer was lost after it may have reached Telegram (a 502 or 504,
+-- 0020: a reminder send whose answer was lost after it may have reached Telegram (a 502 or 504,
 -- a read timeout) is recorded as 'unknown' and not sent again: a retry gave the chat the same
 -- reminder twice whenever the first had landed. SQLite cannot widen a CHECK in place, so the
 -- table is rebuilt with the same columns and indexes. Never edit once landed.

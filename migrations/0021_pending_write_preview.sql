@@ -1,4 +1,4 @@
--- 0020: what the ✅ question of a held write showed, so that the tap carries out exactly that.
+-- 0021: what the ✅ question of a held write showed, so that the tap carries out exactly that.
 -- `preview` (JSON): for forget_fact the memory lines that would be removed, for cancel_reminder
 -- the reminder's time and text. `memory_version`: for forget_fact, the version of the
 -- long-term memory those lines were read from; a ✅ after the memory changed so that they are
