@@ -410,12 +410,17 @@ class AgentLoop:
                     else ()
                 ),
             )
+            after = view
             for index, call in enumerate(calls):
                 if index >= MAX_TOOL_CALLS_PER_ROUND or calls_run >= MAX_TOOL_CALLS_PER_TURN:
                     outcomes.append(_not_run(call))
                     continue
                 calls_run += 1
-                if self.held.must_wait(call, view):
+                # A web read is decided on the round's view (its calls are decided together);
+                # anything else listed after a call that brought untrusted words back (a
+                # recall of a document) waits as well.
+                seen = view if call.name in WEB_TOOL_NAMES else after
+                if self.held.must_wait(call, seen):
                     outcome = await self._hold(turn, call)
                 else:
                     outcome = await self._run_tool(turn, call, prompt.included_ids)
@@ -426,10 +431,8 @@ class AgentLoop:
                 if outcome.pending is not None:
                     pending.append(outcome.pending)  # held: its buttons shown however it ends
                 untrusted_result = untrusted_result or outcome.untrusted
-                if outcome.untrusted and not view.untrusted:
-                    # A call the model listed after one that brought untrusted words back (a
-                    # recall of a document) waits as well.
-                    view = dataclasses.replace(view, untrusted=True)
+                if outcome.untrusted:
+                    after = dataclasses.replace(after, untrusted=True)
             try:
                 await self.store.add_tool_round(
                     turn.chat_id,
