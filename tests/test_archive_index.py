@@ -1,5 +1,5 @@
 """The archive's index follows the consolidation commit in transactions of its own
-(migrations/0020_archive_index_later.sql): the words are kept by the commit, the index and the
+(migrations/0023_archive_index_later.sql): the words are kept by the commit, the index and the
 per-chat term counts come right after, and a crash in between indexes each row once at the
 next start. Real SQLite files, the real worker and search; the model is the scripted stand-in
 of test_jobs.py.

@@ -285,7 +285,7 @@ class JobQueue:
         conn.execute(
             "INSERT INTO history_entries(chat_id, session_id, job_id, entry, model_id, "
             "first_message_id, last_message_id, first_message_at, last_message_at, "
-            "message_count, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "message_count, created_at, untrusted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 job.chat_id,
                 job.session_id,
@@ -298,6 +298,8 @@ class JobQueue:
                 last.created_at,
                 len(ids),
                 now,
+                # Written from a chunk holding untrusted parts: recall frames it as such.
+                int(any(m.provenance is not None for m in chunk.messages)),
             ),
         )
         # Out of the session and every prompt, into the archive: still searchable.

@@ -2,9 +2,11 @@
 
 A summary keeps the gist of a session, not the name of the book or the city of the cousin, so
 the words themselves are kept: the consolidation commit moves its messages here in the same
-transaction that saves the history entry (memory/consolidation/jobs.py). They never return to a
-prompt; `recall` searches them (memory/recall/search.py). `/forget` deletes them with everything
-else (memory/forget.py), `ARCHIVE_DAYS` deletes those older than that many days, daily.
+transaction that saves the history entry (memory/consolidation/jobs.py). They keep where words
+that are not the user's came from (`provenance`), so recall brings such words back framed as
+what they are, never as the user's. They never return to a prompt; `recall` searches them
+(memory/recall/search.py). `/forget` deletes them with everything else (memory/forget.py),
+`ARCHIVE_DAYS` deletes those older than that many days, daily.
 
 Search terms are computed in Python (SQLite cannot stem) before the commit's transaction and
 off the event loop: a long document's text takes a while to cut into terms.
@@ -70,12 +72,12 @@ def archive_in(conn: sqlite3.Connection, rows: Sequence[ArchivedRow], now: str) 
     """Insert the rows inside the caller's transaction (the consolidation commit), waiting to
     be indexed (`index_pending_in`): the words are kept in this transaction, the index and the
     term counts follow in short ones of their own, so a user's write never waits behind them
-    (migrations/0020_archive_index_later.sql)."""
+    (migrations/0023_archive_index_later.sql)."""
     conn.executemany(
         "INSERT INTO archived_messages(id, chat_id, session_id, role, content, tool_calls, "
-        "tool_call_id, user_id, model_id, terms, created_at, archived_at, indexed) "
+        "tool_call_id, user_id, model_id, terms, created_at, archived_at, provenance, indexed) "
         "SELECT id, chat_id, session_id, role, content, tool_calls, tool_call_id, user_id, "
-        "model_id, ?, created_at, ?, 0 FROM messages WHERE id = ?",
+        "model_id, ?, created_at, ?, provenance, 0 FROM messages WHERE id = ?",
         [(row.terms, now, row.message.id) for row in rows],
     )
 

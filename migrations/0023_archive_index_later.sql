@@ -1,4 +1,4 @@
--- 0020: the archive's search index is written after the consolidation commit, in small
+-- 0023: the archive's search index is written after the consolidation commit, in small
 -- transactions of its own. Never edit once landed; add a new numbered file.
 --
 -- The commit that saves a session's memory and history entry also moves its messages into
