@@ -102,7 +102,8 @@ async def test_stop_mid_answer_ends_the_model_call_and_sends_the_partial_text_on
         calls = len(bot.tg.calls)
         late = bot.tg.push_stop(CHAT, pressed)
         [nothing] = await bot.ask(CHAT, "/cancel")
-        assert confirmed(bot.tg, late) and nothing.text == t("nothing_to_cancel")
+        await bot.wait(lambda: confirmed(bot.tg, late))
+        assert nothing.text == t("nothing_to_cancel")
         assert _sends(bot, CHAT, since=calls) == [t("nothing_to_cancel")]
 
 
@@ -144,7 +145,8 @@ async def test_stop_after_the_end_does_nothing(tmp_path: Path) -> None:
         await bot.wait(lambda: confirmed(bot.tg, raced))
         after = bot.tg.push_stop(CHAT, draft_id)
         [ack] = await bot.ask(CHAT, "/cancel")  # handled after the Stop: the bot is idle
-        assert confirmed(bot.tg, after) and ack.text == t("nothing_to_cancel")
+        await bot.wait(lambda: confirmed(bot.tg, after))
+        assert ack.text == t("nothing_to_cancel")
         assert bot.texts(CHAT) == [answer.strip(), t("nothing_to_cancel")]
         assert bot.openai.streams_cut == 0
 
