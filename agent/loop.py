@@ -360,7 +360,7 @@ class AgentLoop:
                 if text.strip():  # an empty answer is not stored: providers refuse it later
                     # The answer and what its attempts cost, in one transaction: one wait for
                     # the writer, and never one without the other.
-                    pending = spending.pending()
+                    spends = spending.pending()
                     try:
                         await self.store.add_answer(
                             turn.chat_id,
@@ -369,9 +369,9 @@ class AgentLoop:
                             model_id=result.model_id,
                             usage=result.usage,
                             session_id=turn.session_id,
-                            spends=[(s.model_id, s.usage) for s in pending],
+                            spends=[(s.model_id, s.usage) for s in spends],
                         )
-                        spending.written(len(pending))
+                        spending.written(len(spends))
                     except SessionClosedError:
                         # See _store_answer; the spend is recorded by the flush below.
                         log.warning(
@@ -383,17 +383,13 @@ class AgentLoop:
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part) or text,
                     model_id=result.model_id,
-                    requested_model_id=turn.model_id,
-                    receipts=tuple(receipts),
                     usage=total,
                     attempts=attempts,
                     queued_s=queued_s,
                     steps=steps,
-                    omitted=prompt.omitted,
                     time_limit_reached=out_of_time,
                     size_limit_reached=too_big,
                     untrusted=untrusted,
-                    pending=tuple(pending),
                 )
                 return
             outcomes: list[ToolOutcome] = []
@@ -442,14 +438,11 @@ class AgentLoop:
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part),
                     model_id=result.model_id,
-                    requested_model_id=turn.model_id,
-                    receipts=tuple(receipts),
                     usage=total,
                     attempts=attempts,
+                    queued_s=queued_s,
                     steps=steps,
-                    omitted=prompt.omitted,
                     untrusted=untrusted,
-                    pending=tuple(pending),
                 )
                 return
             await spending.flush()
