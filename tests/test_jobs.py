@@ -17,13 +17,9 @@ from typing import Any
 import pytest
 
 from memory.consolidation.consolidation import Consolidator
-from memory.consolidation.jobs import (
-    MAX_CONFLICTS_PER_RUN,
-    ConsolidationWorker,
-    JobQueue,
-    consolidation_stats,
-    retry_delay,
-)
+from memory.consolidation.jobs import JobQueue, retry_delay
+from memory.consolidation.stats import consolidation_stats
+from memory.consolidation.worker import MAX_CONFLICTS_PER_RUN, ConsolidationWorker
 from memory.db import Database
 from memory.forget import forget_chat
 from memory.longterm import MemoryRepository, write_memory
