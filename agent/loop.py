@@ -18,7 +18,7 @@ the current round.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Hashable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,6 +45,7 @@ from memory.pending_writes import PendingWrite, PendingWrites
 from memory.store import SessionClosedError, Store
 from memory.timezones import ChatZone
 from memory.usage import SpendRecorder
+from models.calls import CallOptions
 from models.catalog import Catalog
 from models.types import (
     SIZE_LIMIT,
@@ -52,7 +53,6 @@ from models.types import (
     AnswerBounds,
     ChatResult,
     Message,
-    SpendCallback,
     StreamDone,
     StreamEvent,
     StreamRestart,
@@ -87,18 +87,7 @@ class StreamingClient(Protocol):
     """The transport method the loop needs (models.transport.Transport has it)."""
 
     def stream(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        timeout: float,
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        user_key: Hashable | None = None,
-        on_spend: SpendCallback | None = None,
-        max_tokens: int | None = None,
-        deadline: float | None = None,
-        bounds: AnswerBounds | None = None,
+        self, model_id: str, messages: list[Message], options: CallOptions
     ) -> AsyncGenerator[StreamEvent, None]: ...
 
 
@@ -299,9 +288,7 @@ class AgentLoop:
             result: ChatResult | None = None
             answering = model_id
             try:
-                stream = self.transport.stream(
-                    model_id,
-                    messages,
+                options = CallOptions(
                     timeout=self.timeout,
                     tools=tools,
                     tool_choice="none" if tools and last_round else None,
@@ -313,6 +300,7 @@ class AgentLoop:
                     deadline=deadline,
                     bounds=self.bounds(sum(len(piece) for piece in display)),
                 )
+                stream = self.transport.stream(model_id, messages, options)
                 # aclosing: when we are closed at a yield, the transport's stream is closed
                 # right away too (its request ends now, not at garbage collection), and it
                 # reports what the cut-off attempt cost.

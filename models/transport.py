@@ -21,14 +21,21 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from models.calls import Answer, Call, CompletionCall, StreamCall, TranscriptionCall
+from models.calls import (
+    Answer,
+    Call,
+    CallOptions,
+    CompletionCall,
+    StreamCall,
+    TranscriptionCall,
+)
 from models.catalog import Catalog
 from models.errors import (
     Classified,
@@ -38,13 +45,10 @@ from models.errors import (
 )
 from models.gateways import Gateway
 from models.policy.attempt_policy import AttemptPolicy, CallPlan, Clock, Sleep, Slot
-from models.policy.pacing import Priority
 from models.types import (
-    AnswerBounds,
     ChatResult,
     Message,
     Outcome,
-    SpendCallback,
     StreamEvent,
     StreamRestart,
     TextDelta,
@@ -139,53 +143,17 @@ class Transport:
     # --- public API ---------------------------------------------------------------------------
 
     async def complete(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        walk_chain: bool = True,
-        max_tokens: int | None = None,
-        user_key: Hashable | None = None,
-        priority: Priority = Priority.CHAT,
-        on_spend: SpendCallback | None = None,
+        self, model_id: str, messages: list[Message], options: CallOptions
     ) -> ChatResult:
         """One answer (text and/or tool calls). `on_spend` hears every billable attempt as it
         ends (see `Spend`): the answer's usage, and an estimate when a cancellation cut off
         a request in flight. `user_key` (e.g. the Telegram user id) is who waits in the
-        gateways' fair queues; `priority` puts background work behind chat."""
-        call = CompletionCall(
-            model_id,
-            messages,
-            tools=tools,
-            tool_choice=tool_choice,
-            max_tokens=max_tokens,
-            on_spend=on_spend,
-            timeout=timeout,
-            walk_chain=walk_chain,
-            user_key=user_key,
-            priority=priority,
-            pool=self._pool,
-        )
+        gateways' fair queues; `priority` puts background work behind chat (`CallOptions`)."""
+        call = CompletionCall(model_id, messages, options, pool=self._pool)
         return await _answer(self._attempts(call), ChatResult)
 
     def stream(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        timeout: float,
-        walk_chain: bool = True,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        user_key: Hashable | None = None,
-        priority: Priority = Priority.CHAT,
-        on_spend: SpendCallback | None = None,
-        deadline: float | None = None,
-        bounds: AnswerBounds | None = None,
+        self, model_id: str, messages: list[Message], options: CallOptions
     ) -> AsyncIterator[StreamEvent]:
         """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
 
@@ -213,36 +181,18 @@ class Transport:
         call's arguments) is closed, billed ("cut") and ends with `finish_reason` SIZE_LIMIT,
         the text up to the bound, and no tool calls.
         """
-        call = StreamCall(
-            model_id,
-            messages,
-            deadline=deadline,
-            bounds=bounds,
-            tools=tools,
-            tool_choice=tool_choice,
-            max_tokens=max_tokens,
-            on_spend=on_spend,
-            timeout=timeout,
-            walk_chain=walk_chain,
-            user_key=user_key,
-            priority=priority,
-            pool=self._pool,
-        )
+        call = StreamCall(model_id, messages, options, pool=self._pool)
         return self._attempts(call)
 
     async def transcribe(
         self,
         model_id: str,
         audio: bytes,
+        options: CallOptions,
         *,
         filename: str,
         mime_type: str,
         duration_s: float,
-        timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
-        walk_chain: bool = True,
-        user_key: Hashable | None = None,
-        priority: Priority = Priority.CHAT,
-        on_spend: SpendCallback | None = None,
     ) -> Transcription:
         """Speech to text through `litellm.atranscription`, with the same retry, fallback, key,
         bucket and breaker rules as chat (the same `CallPlan`).
@@ -263,14 +213,10 @@ class Transport:
         call = TranscriptionCall(
             model_id,
             audio,
+            options,
             filename=filename,
             mime_type=mime_type,
             duration_s=duration_s,
-            on_spend=on_spend,
-            timeout=timeout,
-            walk_chain=walk_chain,
-            user_key=user_key,
-            priority=priority,
             pool=self._pool,
         )
         return await _answer(self._attempts(call), Transcription)
@@ -324,11 +270,11 @@ class Transport:
         plan = CallPlan(
             self.policy,
             call.model_id,
-            call.walk_chain,
             call.messages,
-            call.timeout,
-            call.user_key,
-            call.priority,
+            walk_chain=call.walk_chain,
+            timeout=call.timeout,
+            user_key=call.user_key,
+            priority=call.priority,
         )
         progress = _Progress()
         while (slot := await plan.next_slot()) is not None:
