@@ -18,6 +18,7 @@ from memory.consolidation.jobs import CommitResult, Job, JobQueue, chunk_owner
 from memory.consolidation.transcript import DEFAULT_MAX_MESSAGE_CHARS, Chunk, chunk_messages
 from memory.db import Database
 from memory.longterm import LongTermMemory, memory_of
+from memory.recall.archive import index_pending
 from memory.store import Store, from_iso, to_iso, utc_now
 from memory.usage import SpendRecorder
 
@@ -83,6 +84,9 @@ class ConsolidationWorker:
         reset = await self.queue.reset_interrupted(self.now())
         if reset:
             log.info("consolidation_jobs_resumed", count=reset)
+        indexed = await index_pending(self.store.db)  # a crash came between commit and index
+        if indexed:
+            log.info("archive_rows_indexed_at_start", count=indexed)
         self._stopping = False
         self._loop_task = asyncio.create_task(self._loop(), name="consolidation-worker")
 
