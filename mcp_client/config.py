@@ -56,6 +56,8 @@ REFUSED_ENV_KEYS = frozenset(
     }
 )
 REFUSED_ENV_PREFIXES = ("LD_", "DYLD_")
+# Tool names are built from it (`<server>_<tool>`) and the ledger keys calls by `<server>/<tool>`.
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SERVER_FIELDS = frozenset(
@@ -187,8 +189,12 @@ class _Where:
 def _server(
     name: str, entry: object, where: _Where, environ: Mapping[str, str]
 ) -> ServerConfig | None:
-    if not name.strip() or len(name) > 64:
-        raise where.error(None, "a server's name must be 1 to 64 characters")
+    if not _SERVER_NAME.match(name):
+        raise where.error(
+            None,
+            "a server's name is 1 to 64 letters, digits, '_', '-' or '.', starting with "
+            "a letter or digit",
+        )
     if not isinstance(entry, dict):
         raise where.error(None, "must be an object")
     unknown = sorted(set(entry) - _SERVER_FIELDS)

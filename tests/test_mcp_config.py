@@ -86,6 +86,7 @@ def test_the_design_example_loads_with_its_variables_filled(tmp_path: Path) -> N
             "server 'notes', field 'headers.X': ${MISSING_TOKEN} is not set",
         ),
         ({"a": {"command": "x", "env": {"TZ": 5}}}, "field 'env.TZ': must be a string"),
+        ({"a/b": {"command": "x"}}, "server 'a/b': a server's name is 1 to 64 letters"),
     ],
 )
 def test_a_bad_server_stops_start_up_with_one_line_naming_it(

@@ -95,11 +95,14 @@ async def test_a_read_only_call_is_answered_by_one_long_lived_process(
     assert result.text.startswith("Untrusted result of the tool 'lookup'")
     assert await server_pid(hub) == first  # the same process: a session, not a spawn per call
     assert hub.connections["ours"].restarts == 0
-    rows = await db.fetchall("SELECT server, tool, outcome FROM mcp_calls ORDER BY id")
+    rows = await db.fetchall(
+        "SELECT model_id, purpose, outcome, cost_usd, duration_ms >= 0 AS timed, user_id"
+        " FROM usage ORDER BY id"
+    )
     assert [tuple(r) for r in rows] == [
-        ("ours", "pid", "ok"),
-        ("ours", "lookup", "ok"),
-        ("ours", "pid", "ok"),
+        ("ours/pid", "mcp", "ok", 0.0, 1, USER),
+        ("ours/lookup", "mcp", "ok", 0.0, 1, USER),
+        ("ours/pid", "mcp", "ok", 0.0, 1, USER),
     ]
 
 
