@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RANKS: tuple[tuple[str, ...], ...] = (
     ("bot",),
     ("agent",),
-    ("web",),
+    ("web", "mcp_client"),
     ("reminders", "media"),
     ("memory",),
     ("models",),

@@ -144,3 +144,13 @@ def test_a_disabled_server_is_left_out_and_filters_apply() -> None:
     [server] = config.servers
     assert server.name == "on" and server.admins_only
     assert server.offers("ls") and not server.offers("rm")
+
+
+def test_the_readme_example_loads_and_its_time_server_is_the_real_one() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Your own tools (MCP)", 1)[1]
+    example = section.split("```json\n", 1)[1].split("```", 1)[0]
+    config = parse_config(json.loads(example), "README", ENV)
+    time, notes = config.servers
+    assert time.args[:2] == ("-m", "mcp_server_time") and time.timeout == 20
+    assert dict(notes.headers) == {"Authorization": "Bearer tok-123"} and notes.admins_only
