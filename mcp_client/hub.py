@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +118,7 @@ class McpHub:
         self.warnings: list[str] = []  # tools left out, shown in /mcp and logged once
         self._offer: tuple[McpTool, ...] = ()
         self._by_name: dict[str, McpTool] = {}
+        self._reserved: frozenset[str] = frozenset()
 
     # lifecycle -----------------------------------------------------------------------------
 
@@ -148,6 +150,11 @@ class McpHub:
 
     # the offer -----------------------------------------------------------------------------
 
+    def reserve(self, names: Iterable[str]) -> None:
+        """The names of the bot's own tools: no MCP tool is offered under one of them."""
+        self._reserved = frozenset(names)
+        self._rebuild()
+
     def tools(self, *, admin: bool) -> list[McpTool]:
         """The MCP tools to offer one asker: admins-only servers' tools only to admins."""
         return [tool for tool in self._offer if admin or not tool.admins_only]
@@ -160,7 +167,7 @@ class McpHub:
         for connection in self.connections.values():
             server = connection.config
             listed.extend((server, t) for t in connection.tools if server.offers(t.name))
-        names = model_names((server.name, t.name) for server, t in listed)
+        names = model_names(((server.name, t.name) for server, t in listed), self._reserved)
         offer: list[McpTool] = []
         warnings: list[str] = []
         for server, listed_tool in listed:

@@ -28,9 +28,13 @@ def _suffix(server: str, tool: str) -> str:
     return f"_{digest[: _SUFFIX_CHARS - 1]}"
 
 
-def model_names(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
-    """(server, tool) → the name offered. Names that would be cut or would collide get a short
-    hash of their (server, tool) pair, so they differ and stay stable."""
+def model_names(
+    pairs: Iterable[tuple[str, str]], reserved: Iterable[str] = ()
+) -> dict[tuple[str, str], str]:
+    """(server, tool) → the name offered. Names that would be cut, would collide with each
+    other or would take a `reserved` name (the bot's own tools: `web_read` of a server named
+    "web") get a short hash of their (server, tool) pair, so they differ and stay stable."""
+    taken = {name.lower() for name in reserved}
     unique = list(dict.fromkeys(pairs))
     groups: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for pair in unique:
@@ -39,7 +43,7 @@ def model_names(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
     for members in groups.values():
         for pair in members:
             base = reduce_name(*pair)
-            if len(members) == 1 and len(base) <= MAX_NAME_CHARS:
+            if len(members) == 1 and len(base) <= MAX_NAME_CHARS and base.lower() not in taken:
                 names[pair] = base
             else:
                 names[pair] = base[: MAX_NAME_CHARS - _SUFFIX_CHARS] + _suffix(*pair)

@@ -199,3 +199,9 @@ async def test_every_tool_a_real_server_lists_is_offered_clean(server: str) -> N
         assert all_problems(tool.schema()) == [], tool.name
     trip = json.dumps(hub.tool("ours_plan_trip").parameters)  # type: ignore[union-attr]
     assert '"stops": {"items": {' in trip and '"city"' in trip
+
+
+def test_no_mcp_tool_takes_the_name_of_one_of_the_bots_own() -> None:
+    names = model_names([("web", "read"), ("web", "fetch")], reserved=["web_read", "recall"])
+    assert names[("web", "fetch")] == "web_fetch"
+    assert names[("web", "read")].startswith("web_read_") and names[("web", "read")] != "web_read"
