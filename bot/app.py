@@ -24,6 +24,7 @@ from telegram.ext import AIORateLimiter, ApplicationBuilder, CallbackQueryHandle
 from telegram.request import HTTPXRequest
 
 from agent.loop import AgentLoop
+from agent.tools.mcp import McpTools
 from agent.tools.memory import ChatTools
 from agent.tools.web import WebSettings, WebTools
 from bot.config import (
@@ -311,6 +312,7 @@ async def open_services(
             db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock, reminders=book
         ),
         web=WebTools(web_settings(settings), WebCalls(db, store.clock)),
+        mcp=McpTools(mcp, settings.ADMIN_USER_IDS) if mcp is not None else None,
         max_steps=settings.AGENT_MAX_STEPS,
         timeout=settings.CHAT_TIMEOUT,
         max_answer_tokens=settings.MAX_ANSWER_TOKENS,
