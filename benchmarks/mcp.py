@@ -29,11 +29,11 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
-from benchmarks.common import LoopLag, percentile
-from mcp_client.hub import McpHub
-from memory.db import Database
-from memory.mcp_calls import McpCalls
-from tests.mcp_stack import BOT_ENV, config, ours_entry, time_entry, until
+from benchmarks.common import LoopLag, percentile  # noqa: E402
+from mcp_client.hub import McpHub  # noqa: E402
+from memory.db import Database  # noqa: E402
+from memory.mcp_calls import McpCalls  # noqa: E402
+from tests.mcp_stack import BOT_ENV, config, ours_entry, time_entry, until  # noqa: E402
 
 CALLS = 300
 CONCURRENT = 20

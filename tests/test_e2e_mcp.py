@@ -27,9 +27,9 @@ from tests.e2e_bot import (
     wait_until,
 )
 from tests.fakes.providers import RecordedRequest, Reply, Respond, ToolCallReply
-from tests.fakes.telegram import BotMessage
 from tests.mcp_stack import OURS, alive, children_of, kill_quietly, ours_entry, time_entry
 from tests.provider_tool_rules import NAME, anthropic_problems, openai_problems
+from tests.test_e2e_web import press, question
 
 CHAT = OWNER
 SECRET_IN_BOT_ENV = "bot-env-secret-0042"
@@ -69,17 +69,6 @@ def last_result() -> Respond:
         return Reply("Here: " + (results[-1]["content"] if results else "nothing"))
 
     return Respond(answer)
-
-
-def question(bot: BotUnderTest, chat_id: int) -> BotMessage:
-    [asking] = [m for m in bot.messages(chat_id) if m.button_data()]
-    return asking
-
-
-async def press(bot: BotUnderTest, chat_id: int, user_id: int, data: str, message_id: int) -> None:
-    before = len(bot.tg.calls_of("answerCallbackQuery"))
-    bot.tg.push(bot.tg.make_callback_update(chat_id, user_id, data, message_id=message_id))
-    await bot.wait(lambda: len(bot.tg.calls_of("answerCallbackQuery")) > before)
 
 
 async def test_offered_names_are_valid_and_unique_and_a_read_only_call_is_answered(
