@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from bot.ui.i18n import t
+from tests.consolidation_stack import good_call
 from tests.e2e_bot import (
     FRIEND,
     OWNER,
@@ -255,3 +256,34 @@ async def test_no_server_outlives_the_bot_process(tmp_path: Path, stop: str) -> 
                 await wait_until(lambda: not alive(server), "the server's end", limit_s=15)
             finally:
                 kill_quietly(server)
+
+
+async def test_an_mcp_result_holds_later_writes_and_the_memory_writer_sees_a_stub(
+    tmp_path: Path,
+) -> None:
+    async with mcp_bot(tmp_path, tmp_path / "notes.txt") as bot:
+        bot.openai.script(
+            "gpt-5",
+            ToolCallReply("ours_lookup", {"query": "Ana Lima"}),
+            Reply("Yes, she is a member."),
+            # The next turn, with the result in view: a write the model asks for waits.
+            ToolCallReply("remember", {"fact": "Ana Lima joined in 2019"}),
+            Reply("Shall I keep that?"),
+        )
+        await bot.ask(CHAT, "is Ana Lima a member?")
+        [row] = await bot.rows(
+            "SELECT json_extract(provenance, '$.kind') AS kind,"
+            " json_extract(provenance, '$.source') AS source FROM messages WHERE role = 'tool'"
+        )
+        assert row == {"kind": "mcp", "source": "ours_lookup"}
+        await bot.ask(CHAT, "remember when she joined")
+        await bot.wait(lambda: any(m.button_data() for m in bot.messages(CHAT)))
+        assert await bot.rows("SELECT content FROM long_term_memory") == []
+
+        bot.groq.script("llama-3.3-70b-versatile", good_call())
+        await bot.ask(CHAT, "/new")
+        await bot.consolidations_settled(CHAT)
+        [request] = [r for r in bot.groq.requests if not r.stream and not r.is_transcription]
+        whole = json.dumps(request.body, ensure_ascii=False)
+        assert "[result of ours_lookup (MCP):" in whole and "not shown]" in whole
+        assert "member since 2019" not in whole  # the server's words never reach it

@@ -1,4 +1,4 @@
--- 0020: calls of the operator's MCP tools in the usage ledger. Never edit once landed; add a
+-- 0024: calls of the operator's MCP tools in the usage ledger. Never edit once landed; add a
 -- new numbered file.
 -- Each call is one usage row (purpose 'mcp', model_id '<server>/<tool>', no tokens, no cost),
 -- written when the call starts with outcome 'running' (so calls in flight count against
