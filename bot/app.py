@@ -63,7 +63,7 @@ from mcp_client.config import McpConfig, McpConfigError, load_config
 from mcp_client.hub import McpHub
 from media.inbox import MediaInbox
 from memory.consolidation.consolidation import Consolidator
-from memory.consolidation.jobs import ConsolidationWorker
+from memory.consolidation.worker import ConsolidationWorker
 from memory.db import Database
 from memory.longterm import MemoryRepository
 from memory.mcp_calls import McpCalls

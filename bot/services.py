@@ -26,7 +26,7 @@ from bot.turns.limits import TurnGuard
 from mcp_client.config import McpConfig
 from mcp_client.hub import McpHub
 from media.inbox import MediaInbox
-from memory.consolidation.jobs import ConsolidationWorker
+from memory.consolidation.worker import ConsolidationWorker
 from memory.db import Database
 from memory.longterm import MemoryRepository
 from memory.recall.archive import ArchivePurger
