@@ -24,6 +24,7 @@ from telegram.ext import AIORateLimiter, ApplicationBuilder, CallbackQueryHandle
 from telegram.request import HTTPXRequest
 
 from agent.loop import AgentLoop
+from agent.task_run import TaskRunner
 from agent.tools.memory import ChatTools
 from agent.tools.web import WebSettings, WebTools
 from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys, provider_workers
@@ -34,6 +35,7 @@ from bot.handlers.migration import migrate_chat, register_migration_handlers
 from bot.handlers.ops import register_operations_handlers, set_admin_commands
 from bot.handlers.pending import register_pending_handlers
 from bot.handlers.reminders import TelegramDelivery, register_reminder_handlers
+from bot.handlers.tasks import TaskDelivery, register_task_handlers
 from bot.lifecycle import Lifecycle, UpdateTracker
 from bot.runner import run_bot
 from bot.services import (
@@ -44,6 +46,7 @@ from bot.services import (
     ProviderWarmUp,
     ReminderFeature,
     Services,
+    TaskFeature,
     available_models,
 )
 from bot.turns.chat_turns import ChatTurns
@@ -62,8 +65,9 @@ from models.catalog import Catalog, CatalogError, declared_gateways, load_catalo
 from models.gateways import Gateway
 from models.logging_setup import redactor
 from models.worker.sockets import transport
-from reminders.book import ReminderBook
+from reminders.book import TASK, ReminderBook
 from reminders.scheduler import ReminderScheduler
+from reminders.task_runs import TaskRuns
 from web.addresses import parse_allowance
 
 log = structlog.get_logger("bot.app")
@@ -186,6 +190,9 @@ def secrets_of(settings: Settings) -> list[str]:
 
 # PTB's own pool size for the Bot API; more idle connections kept than httpx's 20, so a burst of
 # replies does not close and reopen (TLS handshake included) all but 20 after every wave.
+# Task runs under way at once, bot-wide: each is a model turn (seconds to minutes), and the
+# rest wait their turn in the book, claimed as runs finish.
+TASK_RUNS_AT_ONCE = 4
 TELEGRAM_LIMITS = httpx.Limits(
     max_connections=256, max_keepalive_connections=64, keepalive_expiry=30.0
 )
@@ -237,6 +244,7 @@ async def open_services(
 
     def reminders_changed() -> None:
         scheduler.notify()
+        task_scheduler.notify()
 
     store = Store(
         db,
@@ -263,7 +271,9 @@ async def open_services(
     memory = MemoryFeature(
         MemoryRepository(db), worker, ArchivePurger(db, settings.ARCHIVE_DAYS, store.clock)
     )
-    book = ReminderBook(db, store.clock, on_change=reminders_changed)
+    book = ReminderBook(
+        db, store.clock, on_change=reminders_changed, tasks_per_chat=settings.TASKS_PER_CHAT
+    )
     agent = AgentLoop(
         store=store,
         transport=transport,
@@ -304,11 +314,34 @@ async def open_services(
         # A later part of a split message is kept with its first part if a stop holds it.
         on_part_joined=tracker.join_current_to,
     )
-    # A graceful stop releases the waiting split-message groups, and the scheduler claims
+    runs = TaskRuns(book)
+    task_delivery = TaskDelivery(
+        bot=bot,
+        settings=settings,
+        store=store,
+        book=book,
+        runs=runs,
+        runner=TaskRunner(agent, seconds=settings.TASK_MAX_SECONDS),
+        guard=guard,
+        pending=agent.pending_writes,
+        chat_model=lambda chat_id: services.chat_model(chat_id),
+        pace=delivery._pace,
+        clock=book.clock,
+    )
+    # A cancelled task's run under way stops at once (no answer; its spend is recorded).
+    book.on_cancel.append(task_delivery.stop)
+    # Task runs are model turns: a few at a time, behind every chat turn in the gateways'
+    # queues (background priority), on a scheduler of their own so no ⏰ waits for them.
+    task_scheduler = ReminderScheduler(
+        book, store, task_delivery, clock=book.clock, concurrency=TASK_RUNS_AT_ONCE, kind=TASK
+    )
+    # A graceful stop releases the waiting split-message groups, and the schedulers claim
     # nothing new while replies finish (a claim cut off by the stop is sent after the next
     # start).
-    lifecycle = Lifecycle(tracker, db, on_closing=(guard.joiner.flush, scheduler.pause))
-    return Services(
+    lifecycle = Lifecycle(
+        tracker, db, on_closing=(guard.joiner.flush, scheduler.pause, task_scheduler.pause)
+    )
+    services = Services(
         settings=settings,
         catalog=prepared.catalog,
         gateways=prepared.gateways,
@@ -319,6 +352,7 @@ async def open_services(
         agent=agent,
         memory=memory,
         reminders=ReminderFeature(book, scheduler),
+        tasks=TaskFeature(runs, task_scheduler),
         inbox=MediaInbox(db),
         ledger=ledger,
         guard=guard,
@@ -329,6 +363,7 @@ async def open_services(
         warm_up=ProviderWarmUp(transport),
         edit_interval=edit_interval,
     )
+    return services
 
 
 def build_application(
@@ -365,6 +400,7 @@ def build_application(
         await services.memory.purger.start()
         await set_admin_commands(application.bot, settings.ADMIN_USER_IDS)
         await services.reminders.scheduler.start()
+        await services.tasks.scheduler.start()
         await register_commands(application)
         log.info(
             "bot_started",
@@ -397,6 +433,7 @@ def build_application(
     register_memory_handlers(application)
     register_operations_handlers(application)
     register_reminder_handlers(application)
+    register_task_handlers(application)
     register_migration_handlers(application)
     register_pending_handlers(application)
     # Last of all: a press no handler above took is answered quietly.

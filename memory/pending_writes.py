@@ -89,6 +89,17 @@ class PendingWrites:
 
         return await self.db.run_in_transaction(insert)
 
+    async def by_ids(self, ids: list[int]) -> list[PendingWrite]:
+        """The writes with these ids still waiting, in order (a task's run proposed them)."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = await self.db.fetchall(
+            f"SELECT * FROM pending_writes WHERE id IN ({marks}) AND state = 'pending' ORDER BY id",
+            ids,
+        )
+        return [_write(row) for row in rows]
+
     async def tap(self, write_id: int, chat_id: int, user_id: int, *, keep: bool) -> Tapped:
         """A tap on ✅ (keep) or ❌ by `user_id` in `chat_id`. Only the asker settles it; ❌
         drops it at once, ✅ claims it (state running) for the caller to run and `finish`."""

@@ -32,6 +32,11 @@ from reminders.rules import (
 
 MAX_PENDING_PER_CHAT = 50
 MAX_TEXT_CHARS = 1000
+DEFAULT_TASKS_PER_CHAT = 10  # TASKS_PER_CHAT
+REMINDER = "reminder"
+TASK = "task"
+KINDS = (REMINDER, TASK)
+PAUSED = "paused"  # a task's stop_reason after failed runs in a row; it can be resumed
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,20 @@ class Reminder:
     state: str
     # The forum topic it was set in (migration 0013); None: the chat itself.
     topic_id: int | None = None
+    # "reminder": a message at its time; "task": a model turn at its time (migration 0019).
+    kind: str = "reminder"
+    # A task's failed runs in a row; three pause a repeating one (reminders/task_runs.py).
+    failures: int = 0
+    # Why it stopped (blocked, chat_not_found, not_allowed; "paused" for a task).
+    stop_reason: str | None = None
+
+    @property
+    def is_task(self) -> bool:
+        return self.kind == TASK
+
+    @property
+    def paused(self) -> bool:
+        return self.state == "stopped" and self.stop_reason == PAUSED
 
 
 @dataclass(frozen=True)
@@ -74,7 +93,34 @@ class ScheduleRefused(RemindersError, ValueError):
     """A reminder that is not stored; str(self) tells the model what to do instead."""
 
 
-def _reminder(row: sqlite3.Row) -> Reminder:
+def _refuse_past_cap(conn: sqlite3.Connection, chat_id: int, kind: str, tasks: int) -> None:
+    """ScheduleRefused when the chat has as many of `kind` as it may: 50 pending reminders, or
+    TASKS_PER_CHAT active tasks (paused ones count: a tap resumes them)."""
+    if kind == TASK:
+        (active,) = conn.execute(
+            "SELECT COUNT(*) FROM reminders WHERE chat_id = ? AND kind = 'task' AND (state = "
+            "'pending' OR (state = 'stopped' AND stop_reason = ?))",
+            (chat_id, PAUSED),
+        ).fetchone()
+        if active >= tasks:
+            raise ScheduleRefused(
+                f"this chat already has {active} scheduled tasks, the limit; nothing was "
+                "scheduled. Tell the user to cancel one (/reminders) first."
+            )
+        return
+    (pending,) = conn.execute(
+        "SELECT COUNT(*) FROM reminders WHERE chat_id = ? AND state = 'pending' "
+        "AND kind = 'reminder'",
+        (chat_id,),
+    ).fetchone()
+    if pending >= MAX_PENDING_PER_CHAT:
+        raise ScheduleRefused(
+            f"this chat already has {pending} pending reminders, the limit; nothing "
+            "was scheduled. Tell the user to cancel some (/reminders) first."
+        )
+
+
+def reminder_of_row(row: sqlite3.Row) -> Reminder:
     return Reminder(
         id=int(row["id"]),
         chat_id=int(row["chat_id"]),
@@ -88,6 +134,9 @@ def _reminder(row: sqlite3.Row) -> Reminder:
         next_at=from_iso(row["next_at"]) if row["next_at"] else None,
         state=row["state"],
         topic_id=row["topic_id"],
+        kind=row["kind"],
+        failures=int(row["failures"]),
+        stop_reason=row["stop_reason"],
     )
 
 
@@ -100,11 +149,15 @@ class ReminderBook:
         clock: Callable[[], datetime] = utc_now,
         *,
         on_change: Callable[[], None] | None = None,
+        tasks_per_chat: int = DEFAULT_TASKS_PER_CHAT,
     ) -> None:
         self.db = db
         self.clock = clock
-        # Told after a reminder was made or cancelled (the scheduler's wake-up).
+        # Told after a reminder was made or cancelled (the schedulers' wake-up).
         self.on_change = on_change
+        self.tasks_per_chat = tasks_per_chat
+        # Told the id of each reminder or task cancelled: a task's run under way stops.
+        self.on_cancel: list[Callable[[int], None]] = []
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -146,17 +199,26 @@ class ReminderBook:
         user_id: int | None = None,
         user_name: str | None = None,
         topic_id: int | None = None,
+        kind: str = REMINDER,
     ) -> Reminder:
-        """Store a reminder, sent back into `topic_id` (the forum topic it was set in) when it
-        fires; ScheduleRefused (with what to do) for past times, more than a year ahead, an
-        unknown rule, or the chat's 50 pending reminders."""
+        """Store a reminder (or, `kind` "task", a task whose text is the instruction), sent
+        back into `topic_id` (the forum topic it was set in) when it fires; ScheduleRefused
+        (with what to do) for past times, more than a year ahead, an unknown rule, or the
+        chat's 50 pending reminders (TASKS_PER_CHAT active tasks)."""
+        if kind not in KINDS:
+            raise ValueError(kind)
+        noun = "task" if kind == TASK else "text"
         if repeat not in REPEATS:
             raise ScheduleRefused(f"'repeat' must be one of {', '.join(REPEATS)}")
         cleaned = " ".join(text.split())
         if not cleaned:
-            raise ScheduleRefused("'text' is empty: say what to remind the user of")
+            raise ScheduleRefused(
+                f"'{noun}' is empty: say what to remind the user of"
+                if kind == REMINDER
+                else "'task' is empty: say what to do"
+            )
         if len(cleaned) > MAX_TEXT_CHARS:
-            raise ScheduleRefused(f"'text' is over {MAX_TEXT_CHARS} characters; shorten it")
+            raise ScheduleRefused(f"'{noun}' is over {MAX_TEXT_CHARS} characters; shorten it")
         chat_zone = await self.chat_zone(chat_id)
         tz = zone(chat_zone.name)
         now = self.clock()
@@ -168,22 +230,15 @@ class ReminderBook:
         stamp = to_iso(now)
 
         def write(conn: sqlite3.Connection) -> int:
-            (pending,) = conn.execute(
-                "SELECT COUNT(*) FROM reminders WHERE chat_id = ? AND state = 'pending'",
-                (chat_id,),
-            ).fetchone()
-            if pending >= MAX_PENDING_PER_CHAT:
-                raise ScheduleRefused(
-                    f"this chat already has {pending} pending reminders, the limit; nothing "
-                    "was scheduled. Tell the user to cancel some (/reminders) first."
-                )
+            _refuse_past_cap(conn, chat_id, kind, self.tasks_per_chat)
             cursor = conn.execute(
                 "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
-                "local_start, repeat, next_at, state, created_at, updated_at, topic_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+                "local_start, repeat, next_at, state, created_at, updated_at, topic_id, kind) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
                 (
                     chat_id, user_id, user_name, cleaned, chat_zone.name, int(chat_zone.known),
                     format_local(parsed.local), repeat, to_iso(first), stamp, stamp, topic_id,
+                    kind,
                 ),
             )  # fmt: skip
             assert cursor.lastrowid is not None
@@ -199,14 +254,18 @@ class ReminderBook:
         row = await self.db.fetchone(
             "SELECT * FROM reminders WHERE id = ? AND chat_id = ?", (reminder_id, chat_id)
         )
-        return _reminder(row) if row is not None else None
+        return reminder_of_row(row) if row is not None else None
 
     async def pending(self, chat_id: int) -> list[Reminder]:
+        """The chat's pending reminders and tasks, next first, then its paused tasks (which
+        /reminders lists too: they can be resumed or cancelled)."""
         rows = await self.db.fetchall(
-            "SELECT * FROM reminders WHERE chat_id = ? AND state = 'pending' ORDER BY next_at, id",
-            (chat_id,),
+            "SELECT * FROM reminders WHERE chat_id = ? AND (state = 'pending' OR (state = "
+            "'stopped' AND stop_reason = ? AND kind = ?)) "
+            "ORDER BY state = 'stopped', next_at, id",
+            (chat_id, PAUSED, TASK),
         )
-        return [_reminder(r) for r in rows]
+        return [reminder_of_row(r) for r in rows]
 
     async def cancel(self, chat_id: int, reminder_id: int) -> Reminder | None:
         """Cancel one of THIS chat's pending reminders; None if it has no such reminder."""
@@ -215,8 +274,9 @@ class ReminderBook:
         def write(conn: sqlite3.Connection) -> sqlite3.Row | None:
             row: sqlite3.Row | None = conn.execute(
                 "UPDATE reminders SET state = 'cancelled', updated_at = ? "
-                "WHERE id = ? AND chat_id = ? AND state = 'pending' RETURNING *",
-                (now, reminder_id, chat_id),
+                "WHERE id = ? AND chat_id = ? AND (state = 'pending' OR (state = 'stopped' "
+                "AND stop_reason = ? AND kind = ?)) RETURNING *",
+                (now, reminder_id, chat_id, PAUSED, TASK),
             ).fetchone()
             return row
 
@@ -224,31 +284,34 @@ class ReminderBook:
         if row is None:
             return None
         self._changed()
-        return _reminder(row)
+        for listener in self.on_cancel:
+            listener(reminder_id)
+        return reminder_of_row(row)
 
     # the scheduler's side ----------------------------------------------------------------------
 
-    async def next_due(self) -> datetime | None:
+    async def next_due(self, kind: str = REMINDER) -> datetime | None:
         row = await self.db.fetchone(
-            "SELECT MIN(next_at) AS next_at FROM reminders WHERE state = 'pending'"
+            "SELECT MIN(next_at) AS next_at FROM reminders WHERE state = 'pending' AND kind = ?",
+            (kind,),
         )
         return from_iso(row["next_at"]) if row is not None and row["next_at"] else None
 
-    async def claim_due(self, now: datetime, limit: int) -> list[Claim]:
-        """Claim up to `limit` occurrences due by `now`, oldest first, in ONE transaction: each
-        gets its delivery row and its reminder moves on to its first occurrence after `now`
-        (a one-off one is done). Nothing is sent yet."""
+    async def claim_due(self, now: datetime, limit: int, kind: str = REMINDER) -> list[Claim]:
+        """Claim up to `limit` occurrences of `kind` due by `now`, oldest first, in ONE
+        transaction: each gets its delivery row and its reminder moves on to its first
+        occurrence after `now` (a one-off one is done). Nothing is sent yet."""
         stamp = to_iso(now)
 
         def write(conn: sqlite3.Connection) -> list[Claim]:
             rows = conn.execute(
-                "SELECT * FROM reminders WHERE state = 'pending' AND next_at <= ? "
+                "SELECT * FROM reminders WHERE state = 'pending' AND kind = ? AND next_at <= ? "
                 "ORDER BY next_at, id LIMIT ?",
-                (stamp, limit),
+                (kind, stamp, limit),
             ).fetchall()
             claims = []
             for row in rows:
-                reminder = _reminder(row)
+                reminder = reminder_of_row(row)
                 assert reminder.next_at is not None
                 following = None
                 if reminder.repeat != "none":
@@ -276,14 +339,18 @@ class ReminderBook:
 
         return await self.db.run_in_transaction(write)
 
-    async def unfinished(self) -> list[Claim]:
-        """Occurrences claimed by an earlier run whose send has no outcome (a crash between
-        claim and mark): the scheduler sends them again at start."""
+    async def unfinished(self, kind: str = REMINDER) -> list[Claim]:
+        """Occurrences of `kind` claimed by an earlier run whose send has no outcome (a crash
+        between claim and mark): the scheduler sends them again at start."""
         rows = await self.db.fetchall(
             "SELECT d.id AS delivery_id, d.due_at AS due_at, r.* FROM reminder_deliveries d "
-            "JOIN reminders r ON r.id = d.reminder_id WHERE d.outcome IS NULL ORDER BY d.id"
+            "JOIN reminders r ON r.id = d.reminder_id WHERE d.outcome IS NULL AND r.kind = ? "
+            "ORDER BY d.id",
+            (kind,),
         )
-        return [Claim(int(r["delivery_id"]), _reminder(r), from_iso(r["due_at"])) for r in rows]
+        return [
+            Claim(int(r["delivery_id"]), reminder_of_row(r), from_iso(r["due_at"])) for r in rows
+        ]
 
     async def drop_if_withdrawn(self, claim: Claim) -> bool:
         """Before a retry: if the reminder was cancelled (or its chat stopped) since this
@@ -327,6 +394,17 @@ class ReminderBook:
             )
         )
 
+    async def settle(self, claim: Claim, outcome: str) -> None:
+        """Close this occurrence's delivery row without a message of the scheduler's."""
+        now = to_iso(self.clock())
+        await self.db.run_in_transaction(
+            lambda conn: conn.execute(
+                "UPDATE reminder_deliveries SET outcome = ?, finished_at = ? "
+                "WHERE id = ? AND outcome IS NULL",
+                (outcome, now, claim.delivery_id),
+            )
+        )
+
     async def stop_chat(self, claim: Claim, reason: str) -> int:
         """The chat can no longer be written to (blocked the bot, deleted, the setter no longer
         allowed): this occurrence and every pending reminder of the chat stop. Returns how many
@@ -367,13 +445,18 @@ class ReminderBook:
         day_end = to_iso(now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(1))
         row = await self.db.fetchone(
             "SELECT "
-            "(SELECT COUNT(*) FROM reminders WHERE state = 'pending') AS pending, "
-            "(SELECT COUNT(*) FROM reminders WHERE state = 'stopped') AS stopped, "
-            "(SELECT COUNT(DISTINCT chat_id) FROM reminders WHERE state = 'stopped') AS chats, "
+            "(SELECT COUNT(*) FROM reminders WHERE state = 'pending' AND kind = 'reminder') "
+            " AS pending, "
+            "(SELECT COUNT(*) FROM reminders WHERE state = 'stopped' AND kind = 'reminder') "
+            " AS stopped, "
+            "(SELECT COUNT(DISTINCT chat_id) FROM reminders WHERE state = 'stopped' "
+            " AND kind = 'reminder') AS chats, "
             "(SELECT COUNT(*) FROM reminder_deliveries WHERE outcome IS NULL) AS in_flight, "
-            "(SELECT COUNT(*) FROM reminder_deliveries WHERE outcome = 'sent' "
+            "(SELECT COUNT(*) FROM reminder_deliveries d JOIN reminders r ON r.id = "
+            " d.reminder_id WHERE outcome = 'sent' AND r.kind = 'reminder' "
             " AND finished_at >= ? AND finished_at < ?) AS sent, "
-            "(SELECT COUNT(*) FROM reminder_deliveries WHERE outcome = 'sent' AND late = 1 "
+            "(SELECT COUNT(*) FROM reminder_deliveries d JOIN reminders r ON r.id = "
+            " d.reminder_id WHERE outcome = 'sent' AND late = 1 AND r.kind = 'reminder' "
             " AND finished_at >= ? AND finished_at < ?) AS late",
             (day_start, day_end, day_start, day_end),
         )

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from memory.store import Store, to_iso, utc_now
-from reminders.book import Claim, ReminderBook
+from reminders.book import REMINDER, Claim, ReminderBook
 
 log = structlog.get_logger("reminders.scheduler")
 
@@ -50,6 +50,11 @@ class Delivered:
     # Where it went when that is no longer the reminder's chat (the chat moved to a new id
     # on the way, memory/chat_move.py): the session message is stored there.
     chat_id: int | None = None
+    # Stored with the session message (a task's answer says it is one, and whether words
+    # that are not the user's reached its run).
+    media: dict[str, object] | None = None
+    # Written in the same transaction as the mark (a task run's final state).
+    also: Callable[[sqlite3.Connection, str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,15 @@ class Failed:
     reason: str
 
 
-DeliveryOutcome = Delivered | Stopped | RetryLater | Failed
+@dataclass(frozen=True)
+class Settled:
+    """The occurrence is over and needs no message of the scheduler's (a task that had
+    nothing to report, or was cancelled while it ran): its delivery row is closed as is."""
+
+    outcome: str = "sent"  # the delivery row's outcome: 'sent' or 'stopped'
+
+
+DeliveryOutcome = Delivered | Stopped | RetryLater | Failed | Settled
 Deliver = Callable[[Claim, bool], Awaitable[DeliveryOutcome]]
 # How a pass waits: until the wake event is set or `timeout` seconds have passed. A parameter
 # so that a test can see every wait the scheduler asks for and stand in for the time passing.
@@ -94,8 +107,12 @@ class ReminderScheduler:
         late_after: timedelta = LATE_AFTER,
         retry_delays: tuple[float, ...] = RETRY_DELAYS_S,
         wait: Wait = wait_for_wake,
+        kind: str = REMINDER,
     ) -> None:
         self.book = book
+        # Which of the book's kinds this scheduler claims: reminders and tasks have one each,
+        # so a task's model turn never holds a slot a ⏰ message is waiting for.
+        self.kind = kind
         self.store = store
         self.deliver = deliver
         self.clock = clock
@@ -120,11 +137,11 @@ class ReminderScheduler:
     async def start(self) -> None:
         self.started_at = self.clock()
         book = self.book
-        unfinished = await book.unfinished()
+        unfinished = await book.unfinished(self.kind)
         if unfinished:
             log.warning("reminders_resent_after_crash", count=len(unfinished))
         self._retries.extend((self.started_at, 0, claim) for claim in unfinished)
-        self._task = asyncio.create_task(self._run(), name="reminder-scheduler")
+        self._task = asyncio.create_task(self._run(), name=f"{self.kind}-scheduler")
 
     def pause(self) -> None:
         """Claim nothing more (the bot is stopping); sends on their way go on. `stop` ends it."""
@@ -177,7 +194,7 @@ class ReminderScheduler:
         free -= len(ready)
         started = len(ready)
         if free > 0:
-            for claim in await self.book.claim_due(now, free):
+            for claim in await self.book.claim_due(now, free, self.kind):
                 self._send(claim, 0)
                 started += 1
         return started
@@ -192,7 +209,7 @@ class ReminderScheduler:
             return MAX_SLEEP_S
         now = self.clock()
         moments = [when for when, _, _ in self._retries]
-        next_due = await self.book.next_due()
+        next_due = await self.book.next_due(self.kind)
         if next_due is not None:
             moments.append(next_due)
         if not moments:
@@ -220,10 +237,12 @@ class ReminderScheduler:
 
         def write(conn: sqlite3.Connection) -> int | None:
             self.book.mark_sent(conn, claim, sent.message_id, late=late, now=now)
+            if sent.also is not None:
+                sent.also(conn, now)
             chat_id = sent.chat_id if sent.chat_id is not None else claim.reminder.chat_id
             _, window_job = store._insert_message(
                 conn, now, chat_id, "assistant", sent.text,
-                None, None, None, None, None, None, None,
+                None, None, None, None, None, None, sent.media,
             )  # fmt: skip
             return window_job
 
@@ -264,6 +283,8 @@ class ReminderScheduler:
         elif isinstance(outcome, Failed):
             await self.book.mark_failed(claim)
             log.error("reminder_not_sent", reminder_id=reminder.id, reason=outcome.reason)
+        elif isinstance(outcome, Settled):
+            await self.book.settle(claim, outcome.outcome)
         else:
             delay = self.retry_delays[min(attempts, len(self.retry_delays) - 1)]
             if outcome.after_s is not None:
