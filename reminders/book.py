@@ -25,6 +25,7 @@ from reminders.rules import (
     WhenError,
     first_occurrence,
     format_local,
+    latest_occurrence,
     next_occurrence,
     parse_local,
     parse_when,
@@ -313,6 +314,14 @@ class ReminderBook:
             for row in rows:
                 reminder = reminder_of_row(row)
                 assert reminder.next_at is not None
+                due_at = reminder.next_at
+                if kind == TASK:
+                    # A task missed several times (the bot was down) runs once, for the
+                    # latest of those times: how late it is decides whether it still runs.
+                    latest = latest_occurrence(
+                        reminder.local_start, zone(reminder.time_zone), reminder.repeat, now
+                    )
+                    due_at = max(due_at, latest) if latest is not None else due_at
                 following = None
                 if reminder.repeat != "none":
                     following = next_occurrence(
@@ -331,10 +340,10 @@ class ReminderBook:
                     "INSERT INTO reminder_deliveries(reminder_id, chat_id, due_at, claimed_at) "
                     "VALUES (?, ?, ?, ?) ON CONFLICT(reminder_id, due_at) DO NOTHING "
                     "RETURNING id",
-                    (reminder.id, reminder.chat_id, row["next_at"], stamp),
+                    (reminder.id, reminder.chat_id, to_iso(due_at), stamp),
                 ).fetchone()
                 if delivered is not None:  # else: this occurrence was claimed before
-                    claims.append(Claim(int(delivered["id"]), reminder, reminder.next_at))
+                    claims.append(Claim(int(delivered["id"]), reminder, due_at))
             return claims
 
         return await self.db.run_in_transaction(write)

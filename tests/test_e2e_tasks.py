@@ -224,6 +224,147 @@ async def test_a_failing_task_is_told_and_paused_after_three(tmp_path: Path) -> 
         assert task["failures"] == 0 and datetime.fromisoformat(task["next_at"]) > clock.now
 
 
+async def test_due_while_down_runs_once_after_the_start_and_too_late_is_skipped(
+    tmp_path: Path,
+) -> None:
+    clock = SettableClock(datetime.now(UTC))
+    async with task_bot(tmp_path, clock) as (bot, _):
+        when = in_an_hour(clock, LISBON)
+        await set_task(bot, when, "the weather in Lisbon", repeat="daily")
+        await bot.stop()
+        # Down for three days and an hour: three occurrences passed; the latest an hour ago.
+        clock.advance(3 * 86400 + 3600)
+        bot.openai.script("gpt-5", Reply("Sunny, 21 degrees."))
+        await bot.start()
+        await settled(bot)
+        assert [m.text for m in task_messages(bot, "the weather in Lisbon")] == [
+            "🗓 the weather in Lisbon\n\nSunny, 21 degrees."
+        ]
+        assert len(run_requests(bot)) == 1
+        [delivered] = await bot.rows("SELECT due_at FROM reminder_deliveries")
+        latest = when.replace(tzinfo=LISBON) + timedelta(days=3)
+        assert datetime.fromisoformat(delivered["due_at"]) == latest.astimezone(UTC)
+        [task] = await bot.rows("SELECT state, next_at FROM reminders")
+        assert task["state"] == "pending"
+        assert datetime.fromisoformat(task["next_at"]) == (latest + timedelta(days=1)).astimezone(
+            UTC
+        )
+
+        # Down again, past the next time by more than TASK_MAX_LATE_HOURS (3): one line, no run.
+        await bot.stop()
+        clock.advance(86400 + 4 * 3600)
+        await bot.start()
+        await settled(bot, 2)
+        *_, skipped = [m.text for m in task_messages(bot, "the weather in Lisbon")]
+        assert skipped.startswith("🗓 Skipped “the weather in Lisbon”: it was due ")
+        assert "more than 3 h ago" in skipped and "Next run: " in skipped
+        assert len(run_requests(bot)) == 1
+        assert await run_states(bot) == ["delivered", "skipped_late"]
+
+
+async def test_cancelled_before_its_run_never_runs(tmp_path: Path) -> None:
+    clock = SettableClock(datetime.now(UTC))
+    async with task_bot(tmp_path, clock) as (bot, _):
+        when = in_an_hour(clock, LISBON)
+        await set_task(bot, when, "the weather in Lisbon", repeat="daily")
+        [listing] = await bot.ask(CHAT, "/reminders")
+        [[button]] = listing.reply_markup["inline_keyboard"]
+        assert button["text"] == "❌ 🗓 the weather in Lisbo…"  # the start of its text
+        assert "🗓" in listing.text.splitlines()[1] and "the weather in Lisbon" in listing.text
+        bot.tg.push(bot.tg.make_callback_update(CHAT, OWNER, button["callback_data"],
+                                                message_id=listing.message_id))  # fmt: skip
+        await bot.wait(lambda: bool(bot.tg.calls_of("answerCallbackQuery")))
+        await wait_until_async(lambda: _state_is(bot, "cancelled"))
+        # A restart does not bring it back, and its time passes without a run.
+        await bot.restart()
+        due(bot, clock, when)
+        witness = in_an_hour(clock, LISBON)
+        await set_task(bot, witness, "a witness task")
+        bot.openai.script("gpt-5", Reply("Witnessed."))
+        due(bot, clock, witness)
+        await settled(bot)
+        assert [m.text for m in task_messages(bot, "a witness task")] == [
+            "🗓 a witness task\n\nWitnessed."
+        ]
+        assert task_messages(bot, "the weather in Lisbon") == []
+        assert len(run_requests(bot)) == 1
+        rows = await bot.rows("SELECT kind, state FROM reminders ORDER BY id")
+        assert [r["state"] for r in rows] == ["cancelled", "done"]
+
+
+async def test_cancelled_during_its_run_sends_no_answer_and_its_cost_is_recorded(
+    tmp_path: Path,
+) -> None:
+    clock = SettableClock(datetime.now(UTC))
+    async with task_bot(tmp_path, clock) as (bot, _):
+        when = in_an_hour(clock, LISBON)
+        await set_task(bot, when, "the weather in Lisbon", repeat="daily")
+        [listing] = await bot.ask(CHAT, "/reminders")
+        [[button]] = listing.reply_markup["inline_keyboard"]
+        # The run's model streams slowly: the ❌ comes while it writes.
+        bot.openai.script("gpt-5", Reply("Sunny " * 200, chunk_delay=0.2))
+        due(bot, clock, when)
+        await bot.wait(lambda: bool(run_requests(bot)))
+        bot.tg.push(bot.tg.make_callback_update(CHAT, OWNER, button["callback_data"],
+                                                message_id=listing.message_id))  # fmt: skip
+        await settled(bot)
+        assert await run_states(bot) == ["cancelled"]
+        [delivered] = await bot.rows("SELECT outcome FROM reminder_deliveries")
+        assert delivered["outcome"] == "stopped"
+        assert task_messages(bot, "the weather in Lisbon") == []
+        spent = await bot.rows("SELECT cost_usd, estimated FROM usage WHERE purpose = 'task'")
+        assert len(spent) == 1 and spent[0]["cost_usd"] > 0
+        [task] = await bot.rows("SELECT state FROM reminders")
+        assert task["state"] == "cancelled"
+
+
+async def test_over_budget_the_run_is_skipped_with_a_line_and_the_next_stays(
+    tmp_path: Path,
+) -> None:
+    clock = SettableClock(datetime.now(UTC))
+    async with task_bot(tmp_path, clock, USER_DAILY_BUDGET_USD="0.001") as (bot, _):
+        when = in_an_hour(clock, LISBON)
+        await set_task(bot, when, "the weather in Lisbon", repeat="daily")
+        # Setting it cost more than the budget (two chat requests): today's is spent.
+        [spent] = await bot.rows("SELECT SUM(cost_usd) AS usd FROM usage")
+        assert spent["usd"] > 0.001
+        due(bot, clock, when)
+        await settled(bot)
+        [line] = [m.text for m in task_messages(bot, "the weather in Lisbon")]
+        assert line.startswith("🗓 Skipped “the weather in Lisbon”: the spending budget of ")
+        assert "Next run: " in line
+        assert run_requests(bot) == []
+        assert await run_states(bot) == ["skipped_budget"]
+        [task] = await bot.rows("SELECT state, next_at FROM reminders")
+        assert task["state"] == "pending"
+        assert datetime.fromisoformat(task["next_at"]) > clock.now
+
+
+async def test_a_daily_task_keeps_its_local_time_across_a_dst_change(tmp_path: Path) -> None:
+    """08:30 in Lisbon on Saturday 27 March 2027 (WET, UTC+0) and on Sunday 28 March (WEST,
+    UTC+1, since 01:00 UTC that night): 08:30 UTC, then 07:30 UTC, each run once."""
+    clock = SettableClock(datetime(2027, 3, 27, 6, 0, tzinfo=UTC))
+    async with task_bot(tmp_path, clock) as (bot, _):
+        when = datetime(2027, 3, 27, 8, 30)
+        await set_task(bot, when, "my first meeting", repeat="daily")
+        for day, reply in enumerate(("Stand-up at 9.", "Nothing before 10.")):
+            bot.openai.script("gpt-5", Reply(reply))
+            due(bot, clock, when + timedelta(days=day))
+            await settled(bot, day + 1)
+        rows = await bot.rows("SELECT due_at FROM reminder_deliveries ORDER BY id")
+        assert [datetime.fromisoformat(r["due_at"]) for r in rows] == [
+            datetime(2027, 3, 27, 8, 30, tzinfo=UTC),
+            datetime(2027, 3, 28, 7, 30, tzinfo=UTC),
+        ]
+        assert [m.text for m in task_messages(bot, "my first meeting")] == [
+            "🗓 my first meeting\n\nStand-up at 9.",
+            "🗓 my first meeting\n\nNothing before 10.",
+        ]
+        assert len(run_requests(bot)) == 2
+        [task] = await bot.rows("SELECT next_at FROM reminders")
+        assert datetime.fromisoformat(task["next_at"]) == datetime(2027, 3, 29, 7, 30, tzinfo=UTC)
+
+
 async def _state_is(bot: BotUnderTest, state: str) -> bool:
     rows = await bot.rows("SELECT state FROM reminders")
     return [r["state"] for r in rows] == [state]
