@@ -192,7 +192,7 @@ def secrets_of(settings: Settings) -> list[str]:
 # replies does not close and reopen (TLS handshake included) all but 20 after every wave.
 # Task runs under way at once, bot-wide: each is a model turn (seconds to minutes), and the
 # rest wait their turn in the book, claimed as runs finish.
-TASK_RUNS_AT_ONCE = 4
+TASK_RUNS_AT_ONCE = 8
 TELEGRAM_LIMITS = httpx.Limits(
     max_connections=256, max_keepalive_connections=64, keepalive_expiry=30.0
 )
