@@ -1,10 +1,12 @@
-"""Memory and reminder writes that wait for the asker's ✅ (design brief, "Web").
+"""Tool calls that wait for the asker's ✅ (design brief, "Web", "MCP").
 
 A model that read untrusted content (a web page, search results, a document, a forwarded or
-quoted message of someone else) may have been told by that content to write the memory. Such a
-write is not carried out: it is kept here, the bot shows it with ✅ and ❌, and only the asker's
-✅ runs it, exactly as the model asked. The rows live in the database, so a restart between the
-answer and the tap loses nothing.
+quoted message of someone else) may have been told by that content to write the memory or to
+send what it knows somewhere. Such a call is not carried out: it is kept here, the bot shows it
+with ✅ and ❌, and only the asker's ✅ runs it, exactly as the model asked. The rows live in the
+database, so a restart between the answer and the tap loses nothing. Which tools may wait is the
+agent's to decide (agent/tools/held.py registers each family); this table only checks that the
+name is a tool name.
 
 A row moves once, in one transaction each: pending → running (the asker's ✅ claimed it) →
 kept or failed (what the tool said); pending → dropped (❌) or expired (a tap after
@@ -13,6 +15,7 @@ PENDING_TTL). Two taps at once cannot both run it: only one finds it pending.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,7 +28,12 @@ from memory.usage import Clock
 # How long a proposed write waits for its tap. A day: long enough to see it the next morning,
 # short enough that an old proposal is not kept by a tap on a message scrolled far away.
 PENDING_TTL = timedelta(hours=24)
-GATED_TOOLS = frozenset({"remember", "forget_fact", "schedule_reminder", "cancel_reminder"})
+# The memory and reminder writes: held whenever untrusted content is in view.
+GATED_TOOLS = frozenset(
+    {"remember", "forget_fact", "schedule_reminder", "schedule_task", "cancel_reminder"}
+)
+# What a held call's tool may be named: what a provider accepts as a function name.
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class Claim(StrEnum):
@@ -73,8 +81,8 @@ class PendingWrites:
         user_name: str | None = None,
         topic_id: int | None = None,
     ) -> PendingWrite:
-        """Keep one proposed write; it waits PENDING_TTL for its tap."""
-        if tool not in GATED_TOOLS:
+        """Keep one proposed call; it waits PENDING_TTL for its tap."""
+        if not TOOL_NAME.fullmatch(tool):
             raise ValueError(tool)
         now = self.clock()
         created, expires = to_iso(now), to_iso(now + PENDING_TTL)
@@ -132,6 +140,15 @@ class PendingWrites:
             _settle(conn, write_id, "kept" if ok else "failed", now)
 
         await self.db.run_in_transaction(settle)
+
+    async def counts_since(self, since: datetime) -> dict[tuple[str, str], int]:
+        """Held calls proposed since `since`, by (tool, state now): what /stats shows of them."""
+        rows = await self.db.fetchall(
+            "SELECT tool, state, COUNT(*) AS n FROM pending_writes WHERE created_at >= ? "
+            "GROUP BY tool, state",
+            (to_iso(since),),
+        )
+        return {(str(row["tool"]), str(row["state"])): int(row["n"]) for row in rows}
 
 
 def _settle(conn: sqlite3.Connection, write_id: int, state: str, now: datetime) -> None:

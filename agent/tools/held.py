@@ -1,23 +1,38 @@
-"""A memory or reminder write held for the asker's ✅ instead of carried out (design, "Web").
+"""Tool calls held for the asker's ✅ instead of carried out (design brief, "Web", "MCP").
 
-The agent loop sends a write here when untrusted content reached the model (agent/untrusted.py).
-The call is checked the way the tool would check its shape, so a call the tool would refuse
-anyway is refused now (the model can correct it) rather than shown to the user as a button
-that can only fail; a well-formed one is kept in `pending_writes` exactly as the model made it,
-and on ✅ the front end runs that same call through `ChatTools` (`run_held`). What the model
-reads says nothing was written and why, so it does not tell the user it was.
+Some calls must not run on the model's word alone: a memory or reminder write asked for with
+untrusted content in view (agent/untrusted.py), a web call that would carry words out of the
+bot after such content (agent/tools/egress.py), and next an MCP tool with effects. Each family
+registers once with `HeldCalls.register` (a `HeldFamily`): which tools it covers, when one of
+its calls waits, how its arguments are checked before it is kept, what the model is told, how
+the ✅ message names it, how it runs on ✅, and whether its result then joins the session.
+Everything else (the row in `pending_writes`, the ✅ / ❌ message, who may press, expiry, the
+one run) is shared.
+
+A call is checked the way its tool would check its shape, so a call the tool would refuse
+anyway is refused now (the model can correct it) rather than shown to the user as a button that
+can only fail; a well-formed one is kept exactly as the model made it, and on ✅ that same call
+runs through the same tool. What the model reads says nothing was done and why, so it does not
+tell the user it was.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+import structlog
 
 from agent.tools.memory import ChatTools, ToolOutcome
 from memory.facts import MAX_FACT_CHARS, clean_fact
-from memory.pending_writes import PendingWrite, PendingWrites
+from memory.pending_writes import GATED_TOOLS, PendingWrite, PendingWrites
+from memory.store import SessionClosedError, Store
 from models.types import ToolCall
 from reminders.rules import REPEATS
+
+log = structlog.get_logger("agent.held")
 
 HELD_NOTE = (
     "not done yet: this conversation holds content that is not the user's own words (a web "
@@ -26,23 +41,182 @@ HELD_NOTE = (
     "nothing is written unless they press ✅. Do not say it was saved or done; say it waits "
     "for their ✅."
 )
+# Characters of a result shown to the user under the ✅ message once a held call ran.
+SHOWN_RESULT_CHARS = 300
+
+# A locale key of the ✅ message's line and the values it names (bot/ui/pending_texts.py).
+Description = tuple[str, dict[str, object]]
 
 
-# Writes that cannot wait for a tap yet (no row kind for them): with untrusted content in
-# view they are refused, and the model tells the user to ask again in their own words.
-REFUSED_WHEN_HELD = frozenset({"schedule_task"})
+@dataclass(frozen=True)
+class InView:
+    """What a round has in view when its calls are decided (agent/loop.py)."""
+
+    # Words that are not the user's reached the model (agent/untrusted.py).
+    untrusted: bool
+    # Another call of the same round reads outside content: its result is not in view yet, but
+    # the calls of one round are decided together.
+    reads_outside: bool
+    # Where a web read may go at once: (scheme, host, port) of the links in the user's own
+    # messages and of this turn's search results. Only filled when a read is asked for.
+    origins: frozenset[tuple[str, str, int]] = frozenset()
 
 
-def refused_when_held(call: ToolCall) -> ToolOutcome:
-    return ToolOutcome(
-        call.id,
-        call.name,
-        "not done: this conversation holds content that is not the user's own words (a web "
-        "page, search results, a document, or a forwarded or quoted message), and a task "
-        "cannot be scheduled from it. Nothing was scheduled; tell the user to ask for the task "
-        "again in a message of their own.",
-        ok=False,
-    )
+@dataclass(frozen=True)
+class HeldFamily:
+    """One family of tools whose calls may wait for a ✅; `HeldCalls.register` adds it."""
+
+    name: str
+    covers: Callable[[str], bool]  # the tool names of the family
+    waits: Callable[[str, dict[str, Any], InView], bool]  # must this call wait now?
+    check: Callable[[str, dict[str, Any]], str | None]  # why its tool would refuse it, or None
+    note: str  # the model's result for a held call
+    run: Callable[[PendingWrite], Awaitable[ToolOutcome]]  # the call itself, on ✅
+    describe: Callable[[str, dict[str, Any]], Description]  # the ✅ message's line
+    # The result of a call run on ✅ is stored in the chat's session as that tool's result (with
+    # the call), so the next turn sees it; a write's receipt is all a write needs.
+    keeps_result: bool = False
+    # What the user is shown of such a result under the ✅ message, briefly.
+    shown: Callable[[ToolOutcome], str] = field(default=lambda o: o.content)
+    # The prefix of the ✅ message's locale keys: `<texts>_question`, `_keep`, `_drop`,
+    # `_dropped`, `_expired` (a write says "nothing was written", a web call "nothing was sent").
+    texts: str = "pending"
+
+
+@dataclass(frozen=True)
+class HeldRun:
+    """A held call run on ✅: what its tool said, and what the user is shown of it."""
+
+    outcome: ToolOutcome
+    done: bool  # the row is settled kept (else failed)
+    shown: str | None  # a brief view of the result, for families that keep it; else None
+
+
+class HeldCalls:
+    """The registered families, and the one way a call is held, named and run."""
+
+    def __init__(self, pending: PendingWrites, store: Store) -> None:
+        self.pending = pending
+        self.store = store
+        self._families: list[HeldFamily] = []
+
+    def register(self, family: HeldFamily) -> None:
+        if any(known.name == family.name for known in self._families):
+            raise ValueError(f"held family {family.name!r} is registered already")
+        self._families.append(family)
+
+    def family_of(self, tool: str) -> HeldFamily | None:
+        return next((family for family in self._families if family.covers(tool)), None)
+
+    def must_wait(self, call: ToolCall, view: InView) -> bool:
+        """Whether this call waits for a ✅ instead of running now. A call whose arguments are
+        not a JSON object is decided as if it had none (its tool or `hold` refuses it)."""
+        family = self.family_of(call.name)
+        return family is not None and family.waits(call.name, _arguments(call) or {}, view)
+
+    async def hold(
+        self,
+        call: ToolCall,
+        *,
+        chat_id: int,
+        user_id: int | None,
+        user_name: str | None,
+        topic_id: int | None,
+    ) -> ToolOutcome:
+        """Keep the call for the asker's ✅; the model is told it waits."""
+        family = self.family_of(call.name)
+        if family is None:
+            raise ValueError(call.name)
+        try:
+            args = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            return _refused(call, family, f"arguments are not valid JSON ({exc.msg})")
+        if not isinstance(args, dict):
+            return _refused(call, family, "arguments must be a JSON object")
+        problem = family.check(call.name, args)
+        if problem is not None:
+            return _refused(call, family, problem)
+        write = await self.pending.add(
+            chat_id,
+            user_id=user_id,
+            tool=call.name,
+            arguments=json.dumps(args, ensure_ascii=False),
+            user_name=user_name,
+            topic_id=topic_id,
+        )
+        log.info("tool_call_held", chat_id=chat_id, family=family.name, tool=call.name)
+        return ToolOutcome(call.id, call.name, family.note, ok=True, pending=write)
+
+    def texts(self, write: PendingWrite) -> str:
+        """The prefix of the locale keys of this call's ✅ message (`HeldFamily.texts`)."""
+        family = self.family_of(write.tool)
+        return family.texts if family is not None else "pending"
+
+    def describe(self, write: PendingWrite) -> Description:
+        """The ✅ message's line for this held call, from the stored call (never the model's
+        words about it)."""
+        family = self.family_of(write.tool)
+        if family is None:
+            return "pending_unknown", {"tool": write.tool}
+        return family.describe(write.tool, json.loads(write.arguments))
+
+    async def run(self, write: PendingWrite) -> HeldRun:
+        """The held call, carried out now that its asker pressed ✅ (the row is claimed), and
+        the row settled. A family that keeps results stores this one in the chat's open session
+        as the tool's result, so the next turn reads it like any other."""
+        family = self.family_of(write.tool)
+        call = held_call(write)
+        if family is None:
+            outcome = ToolOutcome(call.id, call.name, "error: this tool is not available", ok=False)
+            await self.pending.finish(write.id, ok=False)
+            return HeldRun(outcome, False, None)
+        outcome = await family.run(write)
+        done = outcome.ok if family.keeps_result else outcome.receipt is not None
+        await self.pending.finish(write.id, ok=done)
+        if not family.keeps_result:
+            return HeldRun(outcome, done, None)
+        await self._keep(write, call, outcome)
+        return HeldRun(outcome, done, family.shown(outcome)[:SHOWN_RESULT_CHARS])
+
+    async def _keep(self, write: PendingWrite, call: ToolCall, outcome: ToolOutcome) -> None:
+        """The call and its result as a tool round of the chat's open session. A session that
+        closes in between (a /new at that moment) is retried once in the next one."""
+        for _ in range(2):
+            session_id = await self.store.active_session(write.chat_id)
+            try:
+                await self.store.add_tool_round(
+                    write.chat_id,
+                    session_id,
+                    text="",
+                    calls=[call],
+                    results=[(call.id, outcome.content)],
+                    model_id=None,
+                )
+                return
+            except SessionClosedError:
+                continue
+        log.warning("held_result_not_stored", chat_id=write.chat_id, tool=write.tool)
+
+
+def held_call(write: PendingWrite) -> ToolCall:
+    """The stored call, as its tool runs it on ✅."""
+    return ToolCall(id=f"held-{write.id}", name=write.tool, arguments=write.arguments)
+
+
+def _arguments(call: ToolCall) -> dict[str, Any] | None:
+    try:
+        args = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError:
+        return None
+    return args if isinstance(args, dict) else None
+
+
+def _refused(call: ToolCall, family: HeldFamily, problem: str) -> ToolOutcome:
+    log.info("held_call_refused", family=family.name, tool=call.name)
+    return ToolOutcome(call.id, call.name, f"error: {problem}; nothing was done", ok=False)
+
+
+# the memory and reminder writes ----------------------------------------------------------
 
 
 def shape_error(name: str, args: dict[str, Any]) -> str | None:
@@ -54,10 +228,11 @@ def shape_error(name: str, args: dict[str, Any]) -> str | None:
         if name == "remember" and len(clean_fact(raw)) > MAX_FACT_CHARS:
             return f"keep one fact under {MAX_FACT_CHARS} characters and call again"
         return None
-    if name == "schedule_reminder":
-        when, text, repeat = args.get("when"), args.get("text"), args.get("repeat") or "none"
+    if name in ("schedule_reminder", "schedule_task"):
+        field = "task" if name == "schedule_task" else "text"
+        when, text, repeat = args.get("when"), args.get(field), args.get("repeat") or "none"
         if not isinstance(when, str) or not isinstance(text, str) or not text.strip():
-            return "schedule_reminder needs 'when' (ISO 8601 date-time) and 'text' as strings"
+            return f"{name} needs 'when' (ISO 8601 date-time) and '{field}' as strings"
         if not isinstance(repeat, str) or repeat.strip().lower() not in REPEATS:
             return f"'repeat' must be one of {', '.join(REPEATS)}"
         return None
@@ -69,45 +244,47 @@ def shape_error(name: str, args: dict[str, Any]) -> str | None:
     return None
 
 
-async def hold(
-    pending: PendingWrites,
-    call: ToolCall,
-    *,
-    chat_id: int,
-    user_id: int | None,
-    user_name: str | None,
-    topic_id: int | None,
-) -> ToolOutcome:
-    """Keep the write for the asker's ✅; the model is told it waits."""
-    try:
-        args = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError as exc:
-        return ToolOutcome(call.id, call.name, f"error: arguments are not valid JSON ({exc.msg})",
-                           ok=False)  # fmt: skip
-    if not isinstance(args, dict):
-        return ToolOutcome(call.id, call.name, "error: arguments must be a JSON object", ok=False)
-    problem = shape_error(call.name, args)
-    if problem is not None:
-        return ToolOutcome(call.id, call.name, f"error: {problem}; nothing was written", ok=False)
-    write = await pending.add(
-        chat_id,
-        user_id=user_id,
-        tool=call.name,
-        arguments=json.dumps(args, ensure_ascii=False),
-        user_name=user_name,
-        topic_id=topic_id,
-    )
-    return ToolOutcome(call.id, call.name, HELD_NOTE, ok=True, pending=write)
-
-
 async def run_held(tools: ChatTools, write: PendingWrite) -> ToolOutcome:
     """The held write, carried out now that its asker pressed ✅: the same call, the same tool,
     the same checks as if it had run in the turn."""
-    call = ToolCall(id=f"held-{write.id}", name=write.tool, arguments=write.arguments)
     return await tools.run(
         write.chat_id,
-        call,
+        held_call(write),
         user_id=write.user_id,
         user_name=write.user_name,
         topic_id=write.topic_id,
+    )
+
+
+def _write_line(name: str, args: dict[str, Any]) -> Description:
+    if name == "remember":
+        return "pending_remember", {"fact": args.get("fact", "")}
+    if name == "forget_fact":
+        return "pending_forget", {"fact": args.get("fact", "")}
+    if name == "schedule_reminder":
+        repeat = str(args.get("repeat") or "none")
+        fields = {"when": args.get("when", ""), "repeat": repeat, "text": args.get("text", "")}
+        return "pending_reminder", fields
+    if name == "schedule_task":
+        repeat = str(args.get("repeat") or "none")
+        fields = {"when": args.get("when", ""), "repeat": repeat, "text": args.get("task", "")}
+        return "pending_task", fields
+    return "pending_cancel_reminder", {"id": args.get("id", "")}
+
+
+def write_family(tools: ChatTools) -> HeldFamily:
+    """Memory and reminder writes: held whenever untrusted content is in view, or read in the
+    same round, whichever the model listed first."""
+
+    async def run(write: PendingWrite) -> ToolOutcome:
+        return await run_held(tools, write)
+
+    return HeldFamily(
+        name="write",
+        covers=GATED_TOOLS.__contains__,
+        waits=lambda _name, _args, view: view.untrusted or view.reads_outside,
+        check=shape_error,
+        note=HELD_NOTE,
+        run=run,
+        describe=_write_line,
     )

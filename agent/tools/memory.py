@@ -118,7 +118,9 @@ class ToolOutcome:
 
     `untrusted`: the content came from outside the chat (a web page, search results), so a turn
     that received it must not write memory or reminders on the model's word alone.
-    `pending`: the write was not carried out but waits for the asker's ✅ (agent/tools/held.py)."""
+    `pending`: the call was not carried out but waits for the asker's ✅ (agent/tools/held.py).
+    `links`: the URLs the result offers for a read (a search's results): a read of one of them
+    may run at once later in the turn (agent/tools/egress.py)."""
 
     call_id: str
     name: str
@@ -127,6 +129,7 @@ class ToolOutcome:
     receipt: Receipt | None = None
     untrusted: bool = False
     pending: PendingWrite | None = None
+    links: tuple[str, ...] = ()
 
 
 class ChatTools:

@@ -322,7 +322,8 @@ class TaskDelivery:
             return RetryLater()
         if run.held:
             writes = await self.pending.by_ids(list(run.held))
-            await send_pending(self.bot, writes, lang, reply_to_message_id=message_id,
+            await send_pending(self.bot, writes, lang, self.runner.agent.held,
+                               reply_to_message_id=message_id,
                                message_thread_id=task.topic_id)  # fmt: skip
         media: dict[str, object] = {"kind": "task", "task_id": task.id}
         if run.untrusted:

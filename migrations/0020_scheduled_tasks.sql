@@ -1,4 +1,4 @@
--- 0019: scheduled tasks. Never edit once landed; add a new numbered file.
+-- 0020: scheduled tasks. Never edit once landed; add a new numbered file.
 -- A task is a reminder whose payload is a model turn: it lives in `reminders` (its kind says
 -- which), with the same zone, local start, repeat rule, claim and delivery row, so the
 -- scheduler's durable claim/deliver cycle and its idempotency key (reminder, occurrence) serve
@@ -37,32 +37,5 @@ CREATE TABLE task_runs (
 );
 CREATE INDEX task_runs_by_task ON task_runs(task_id, delivery_id);
 CREATE INDEX task_runs_by_time ON task_runs(started_at);
-
--- Usage gains the 'task' purpose: a scheduled task's model calls, billed to who set it and
--- named as such in /usage. SQLite cannot change a CHECK constraint in place: the table is
--- rebuilt with its indexes.
-CREATE TABLE usage_new (
-    id                  INTEGER PRIMARY KEY AUTOINCREMENT,
-    chat_id             INTEGER NOT NULL,
-    user_id             INTEGER,
-    model_id            TEXT NOT NULL,
-    purpose             TEXT NOT NULL
-                        CHECK (purpose IN ('chat', 'consolidation', 'transcription', 'task')),
-    prompt_tokens       INTEGER NOT NULL,
-    completion_tokens   INTEGER NOT NULL,
-    cost_usd            REAL NOT NULL,
-    created_at          TEXT NOT NULL,
-    audio_seconds       REAL NOT NULL DEFAULT 0,
-    estimated           INTEGER NOT NULL DEFAULT 0
-);
-INSERT INTO usage_new(id, chat_id, user_id, model_id, purpose, prompt_tokens,
-                      completion_tokens, cost_usd, created_at, audio_seconds, estimated)
-    SELECT id, chat_id, user_id, model_id, purpose, prompt_tokens, completion_tokens,
-           cost_usd, created_at, audio_seconds, estimated FROM usage;
-DROP TABLE usage;
-ALTER TABLE usage_new RENAME TO usage;
-CREATE INDEX usage_by_chat ON usage(chat_id, created_at);
-CREATE INDEX usage_by_user ON usage(user_id, created_at);
-CREATE INDEX usage_by_time ON usage(created_at);
-CREATE INDEX usage_spend_by_time ON usage(created_at, cost_usd);
-CREATE INDEX usage_spend_by_user ON usage(user_id, created_at, cost_usd);
+-- Their spend goes to the usage ledger with purpose 'task' (checked in code: memory/store.py
+-- USAGE_PURPOSES), billed to who set the task.
