@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import re
@@ -117,6 +118,10 @@ async def main(tasks: int, task_chats: int, talkers: int, latency: float, base_s
             # A first reply in each chat (the provider worker's start, litellm's import, each
             # chat's first rows): part of neither phase.
             await asyncio.gather(*(bot.ask(c, "hello", user_id=c) for c in talk.chats))
+            # As `python -m bot` does once started (bot/runner.py, _freeze_heap): what start-up
+            # left stays out of every later full collection.
+            gc.collect()
+            gc.freeze()
 
             talk.start()
             base_start = time.monotonic()
