@@ -18,6 +18,7 @@ the current round.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator, Callable, Hashable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from agent.tools.held import HeldCalls, InView, write_family
 from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
 from agent.tools.web import WEB_TOOL_NAMES, WebTools
 from agent.untrusted import calls_web, untrusted_in_prompt
+from memory.messages import ToolResult
 from memory.pending_writes import GATED_TOOLS, PendingWrite, PendingWrites
 from memory.store import SessionClosedError, Store
 from memory.timezones import ChatZone
@@ -423,14 +425,19 @@ class AgentLoop:
                     else ()
                 ),
             )
+            after = view
             for index, call in enumerate(calls):
                 if index >= MAX_TOOL_CALLS_PER_ROUND or calls_run >= MAX_TOOL_CALLS_PER_TURN:
                     outcomes.append(_not_run(call))
                     continue
                 calls_run += 1
+                # A web read is decided on the round's view (its calls are decided together);
+                # anything else listed after a call that brought untrusted words back (a
+                # recall of a document) waits as well.
+                seen = view if call.name in WEB_TOOL_NAMES else after
                 if task is not None and call.name not in task.tools:
                     outcome = _not_offered(call)
-                elif self.held.must_wait(call, view) or (
+                elif self.held.must_wait(call, seen) or (
                     # In a task's run every write waits: nobody asked for it just now.
                     task is not None and call.name in GATED_TOOLS
                 ):
@@ -444,9 +451,19 @@ class AgentLoop:
                 if outcome.pending is not None:
                     pending.append(outcome.pending)  # held: its buttons shown however it ends
                 untrusted_result = untrusted_result or outcome.untrusted
+                if outcome.untrusted:
+                    after = dataclasses.replace(after, untrusted=True)
             try:
+                results = [
+                    ToolResult(
+                        o.call_id,
+                        o.content,
+                        o.stored_provenance(),
+                        o.pending.id if o.pending is not None else None,
+                    )
+                    for o in outcomes
+                ]
                 if task is not None:
-                    results = [(o.call_id, o.content) for o in outcomes]
                     task.add_tool_round(text, list(calls), results, result.model_id)
                 else:
                     await self.store.add_tool_round(
@@ -454,7 +471,7 @@ class AgentLoop:
                         turn.session_id,
                         text=text,
                         calls=list(calls),
-                        results=[(o.call_id, o.content) for o in outcomes],
+                        results=results,
                         model_id=result.model_id,
                         usage=result.usage,
                     )

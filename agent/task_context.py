@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from memory.db import Database
 from memory.longterm import memory_of
+from memory.messages import ToolResult
 from memory.store import RoundContext, StoredMessage, to_iso, utc_now
 from models.types import ToolCall
 
@@ -56,8 +57,18 @@ class TaskContext:
         return RoundContext(list(self.messages), memory)
 
     def add_tool_round(
-        self, text: str, calls: list[ToolCall], results: list[tuple[str, str]], model_id: str
+        self, text: str, calls: list[ToolCall], results: list[ToolResult], model_id: str
     ) -> None:
+        """A round's calls and results, each with where its words came from (so a page read
+        in one round holds the writes of the next, as in a chat turn)."""
         self.messages.append(self._message("assistant", text, tool_calls=calls, model_id=model_id))
-        for call_id, content in results:
-            self.messages.append(self._message("tool", content, tool_call_id=call_id))
+        for result in results:
+            self.messages.append(
+                self._message(
+                    "tool",
+                    result.content,
+                    tool_call_id=result.call_id,
+                    provenance=result.provenance,
+                    pending_write_id=result.pending_write_id,
+                )
+            )

@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Required, TypedDict, Unpack
 
 from memory.db import Database
 from memory.store import from_iso, to_iso, utc_now
@@ -90,6 +91,18 @@ class ReminderStats:
     in_flight: int
 
 
+class NewReminder(TypedDict, total=False):
+    """What `schedule` takes besides the chat: `when` and `text` always."""
+
+    when: Required[str]
+    text: Required[str]
+    repeat: str
+    user_id: int | None
+    user_name: str | None
+    topic_id: int | None
+    kind: str
+
+
 class ScheduleRefused(RemindersError, ValueError):
     """A reminder that is not stored; str(self) tells the model what to do instead."""
 
@@ -160,9 +173,15 @@ class ReminderBook:
         # Told the id of each reminder or task cancelled: a task's run under way stops.
         self.on_cancel: list[Callable[[int], None]] = []
 
-    def _changed(self) -> None:
+    def changed(self) -> None:
+        """Wake the schedulers: a reminder was made or cancelled (after that write's commit)."""
         if self.on_change is not None:
             self.on_change()
+
+    def cancelled(self, reminder_id: int) -> None:
+        """A task (or reminder) was cancelled, after that write's commit: a run under way stops."""
+        for listener in self.on_cancel:
+            listener(reminder_id)
 
     # time zone -------------------------------------------------------------------------------
 
@@ -190,8 +209,19 @@ class ReminderBook:
 
     # making, listing, cancelling ---------------------------------------------------------------
 
-    async def schedule(
+    async def schedule(self, chat_id: int, **fields: Unpack[NewReminder]) -> Reminder:
+        """Store a reminder, sent back into `topic_id` (the forum topic it was set in) when it
+        fires; ScheduleRefused (with what to do) for past times, more than a year ahead, an
+        unknown rule, or the chat's 50 pending reminders."""
+        reminder = await self.db.run_in_transaction(
+            lambda conn: self.schedule_in(conn, chat_id, **fields)
+        )
+        self.changed()
+        return reminder
+
+    def schedule_in(
         self,
+        conn: sqlite3.Connection,
         chat_id: int,
         *,
         when: str,
@@ -202,10 +232,12 @@ class ReminderBook:
         topic_id: int | None = None,
         kind: str = REMINDER,
     ) -> Reminder:
-        """Store a reminder (or, `kind` "task", a task whose text is the instruction), sent
-        back into `topic_id` (the forum topic it was set in) when it fires; ScheduleRefused
-        (with what to do) for past times, more than a year ahead, an unknown rule, or the
-        chat's 50 pending reminders (TASKS_PER_CHAT active tasks)."""
+        """Store a reminder (or, `kind` "task", a task whose text is the instruction) inside
+        the caller's transaction (a held write kept by its ✅ runs in the transaction that
+        settles it); the caller calls `changed()` after the commit. Sent back into `topic_id`
+        (the forum topic it was set in) when it fires; ScheduleRefused (with what to do) for
+        past times, more than a year ahead, an unknown rule, or the chat's 50 pending
+        reminders (TASKS_PER_CHAT active tasks)."""
         if kind not in KINDS:
             raise ValueError(kind)
         noun = "task" if kind == TASK else "text"
@@ -220,7 +252,8 @@ class ReminderBook:
             )
         if len(cleaned) > MAX_TEXT_CHARS:
             raise ScheduleRefused(f"'{noun}' is over {MAX_TEXT_CHARS} characters; shorten it")
-        chat_zone = await self.chat_zone(chat_id)
+        row = conn.execute("SELECT time_zone FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
+        chat_zone = chat_zone_of(row["time_zone"] if row is not None else None)
         tz = zone(chat_zone.name)
         now = self.clock()
         try:
@@ -229,27 +262,17 @@ class ReminderBook:
             raise ScheduleRefused(str(exc)) from None
         first = first_occurrence(parsed.local, tz, repeat)
         stamp = to_iso(now)
-
-        def write(conn: sqlite3.Connection) -> int:
-            _refuse_past_cap(conn, chat_id, kind, self.tasks_per_chat)
-            cursor = conn.execute(
-                "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
-                "local_start, repeat, next_at, state, created_at, updated_at, topic_id, kind) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
-                (
-                    chat_id, user_id, user_name, cleaned, chat_zone.name, int(chat_zone.known),
-                    format_local(parsed.local), repeat, to_iso(first), stamp, stamp, topic_id,
-                    kind,
-                ),
-            )  # fmt: skip
-            assert cursor.lastrowid is not None
-            return cursor.lastrowid
-
-        reminder_id = await self.db.run_in_transaction(write)
-        self._changed()
-        reminder = await self.get(chat_id, reminder_id)
-        assert reminder is not None
-        return reminder
+        _refuse_past_cap(conn, chat_id, kind, self.tasks_per_chat)
+        stored = conn.execute(
+            "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
+            "local_start, repeat, next_at, state, created_at, updated_at, topic_id, kind) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) RETURNING *",
+            (
+                chat_id, user_id, user_name, cleaned, chat_zone.name, int(chat_zone.known),
+                format_local(parsed.local), repeat, to_iso(first), stamp, stamp, topic_id, kind,
+            ),
+        ).fetchone()  # fmt: skip
+        return reminder_of_row(stored)
 
     async def get(self, chat_id: int, reminder_id: int) -> Reminder | None:
         row = await self.db.fetchone(
@@ -268,26 +291,41 @@ class ReminderBook:
         )
         return [reminder_of_row(r) for r in rows]
 
+    def get_in(self, conn: sqlite3.Connection, chat_id: int, reminder_id: int) -> Reminder | None:
+        row = conn.execute(
+            "SELECT * FROM reminders WHERE id = ? AND chat_id = ?", (reminder_id, chat_id)
+        ).fetchone()
+        return reminder_of_row(row) if row is not None else None
+
     async def cancel(self, chat_id: int, reminder_id: int) -> Reminder | None:
         """Cancel one of THIS chat's pending reminders; None if it has no such reminder."""
-        now = to_iso(self.clock())
+        reminder = await self.db.run_in_transaction(
+            lambda conn: self.cancel_in(conn, chat_id, reminder_id)
+        )
+        if reminder is not None:
+            self.changed()
+            self.cancelled(reminder.id)
+        return reminder
 
-        def write(conn: sqlite3.Connection) -> sqlite3.Row | None:
-            row: sqlite3.Row | None = conn.execute(
-                "UPDATE reminders SET state = 'cancelled', updated_at = ? "
-                "WHERE id = ? AND chat_id = ? AND (state = 'pending' OR (state = 'stopped' "
-                "AND stop_reason = ? AND kind = ?)) RETURNING *",
-                (now, reminder_id, chat_id, PAUSED, TASK),
-            ).fetchone()
-            return row
+    def cancel_in(
+        self, conn: sqlite3.Connection, chat_id: int, reminder_id: int
+    ) -> Reminder | None:
+        """`cancel` inside the caller's transaction; the caller calls `changed()` after it
+        (and `cancelled()` for a task, whose run under way stops).
 
-        row = await self.db.run_in_transaction(write)
-        if row is None:
-            return None
-        self._changed()
-        for listener in self.on_cancel:
-            listener(reminder_id)
-        return reminder_of_row(row)
+        A one-off reminder is done once claimed, but until a send of it is known to have
+        landed it still waits to be delivered (a send retried after a 5xx or a flood penalty):
+        it can be cancelled too, and the retry then finds it withdrawn and sends nothing. So
+        can a one-off task whose run is under way, and a paused task."""
+        row: sqlite3.Row | None = conn.execute(
+            "UPDATE reminders SET state = 'cancelled', updated_at = ? "
+            "WHERE id = ? AND chat_id = ? AND (state = 'pending' OR (state = 'done' AND EXISTS "
+            "(SELECT 1 FROM reminder_deliveries d WHERE d.reminder_id = reminders.id "
+            "AND d.outcome IS NULL)) OR (state = 'stopped' AND stop_reason = ? AND kind = ?)) "
+            "RETURNING *",
+            (to_iso(self.clock()), reminder_id, chat_id, PAUSED, TASK),
+        ).fetchone()
+        return reminder_of_row(row) if row is not None else None
 
     # the scheduler's side ----------------------------------------------------------------------
 
@@ -395,11 +433,18 @@ class ReminderBook:
 
     async def mark_failed(self, claim: Claim) -> None:
         """This occurrence could not be sent (a message Telegram refuses); the reminder stays."""
+        await self._finish(claim, "failed")
+
+    async def mark_unknown(self, claim: Claim) -> None:
+        """This occurrence's send may have landed (its answer was lost): it is not sent again."""
+        await self._finish(claim, "unknown")
+
+    async def _finish(self, claim: Claim, outcome: str) -> None:
         now = to_iso(self.clock())
         await self.db.run_in_transaction(
             lambda conn: conn.execute(
-                "UPDATE reminder_deliveries SET outcome = 'failed', finished_at = ? WHERE id = ?",
-                (now, claim.delivery_id),
+                "UPDATE reminder_deliveries SET outcome = ?, finished_at = ? WHERE id = ?",
+                (outcome, now, claim.delivery_id),
             )
         )
 
@@ -446,7 +491,7 @@ class ReminderBook:
             return cursor.rowcount
 
         stopped = await self.db.run_in_transaction(write)
-        self._changed()
+        self.changed()
         return stopped
 
     async def stats(self, now: datetime) -> ReminderStats:

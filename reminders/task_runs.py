@@ -221,7 +221,7 @@ class TaskRuns:
 
         counted = await self.db.run_in_transaction(write)
         if counted.paused:
-            self.book._changed()
+            self.book.changed()
         return counted
 
     async def resume(self, chat_id: int, task_id: int) -> Reminder | None:
@@ -250,7 +250,7 @@ class TaskRuns:
 
         resumed = await self.db.run_in_transaction(write)
         if resumed is not None:
-            self.book._changed()
+            self.book.changed()
         return resumed
 
     async def active_count(self, chat_id: int) -> int:

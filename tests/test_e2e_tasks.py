@@ -153,11 +153,13 @@ async def test_a_task_that_reads_a_page_is_answered_once_and_its_injected_rememb
         assert await memory_of(bot, CHAT) == "- Ann bakes bread on Sundays"
 
         # The chat keeps the answer as the bot's words, never the task as the user's.
-        rows = await bot.rows("SELECT role, content, media FROM messages ORDER BY id")
+        rows = await bot.rows("SELECT role, content, media, provenance FROM messages ORDER BY id")
         assert not [r for r in rows if r["content"].startswith("[Scheduled task.")]
         assert rows[-1]["role"] == "assistant" and rows[-1]["content"] == message.text
-        assert json.loads(rows[-1]["media"]) == {"kind": "task", "task_id": 1,
-                                                 "untrusted": True}  # fmt: skip
+        assert json.loads(rows[-1]["media"]) == {"kind": "task", "task_id": 1}
+        # It read a page: untrusted, so later writes wait while it is in view, and the memory
+        # writer is shown a stub of it.
+        assert json.loads(rows[-1]["provenance"])["kind"] == "task"
         # Billed to the setter as a task.
         spent = await bot.rows("SELECT purpose, user_id FROM usage WHERE purpose = 'task'")
         assert len(spent) == 3 and {r["user_id"] for r in spent} == {OWNER}

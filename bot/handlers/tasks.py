@@ -63,6 +63,8 @@ from bot.ui.task_texts import (
     skipped_late_line,
 )
 from memory.pending_writes import PendingWrites
+from memory.provenance import TASK as TASK_PROVENANCE
+from memory.provenance import Provenance
 from memory.store import Store
 from memory.timezones import chat_zone_of
 from models.catalog import ModelEntry
@@ -326,14 +328,16 @@ class TaskDelivery:
                                reply_to_message_id=message_id,
                                message_thread_id=task.topic_id)  # fmt: skip
         media: dict[str, object] = {"kind": "task", "task_id": task.id}
-        if run.untrusted:
-            media["untrusted"] = True
+        # A run that read a page: while its answer is in view, later writes wait for a tap, and
+        # the memory writer sees a stub instead of it.
+        source = Provenance(TASK_PROVENANCE, task.text, chars=len(message.plain))
+        provenance = source if run.untrusted else None
 
         def also(conn: sqlite3.Connection, now: str) -> None:
             finish_in(conn, claim.delivery_id, "delivered", now, message_id=message_id)
 
         log.info("task_delivered", task_id=task.id, chat_id=task.chat_id, message_id=message_id)
-        return Delivered(message_id, message.plain, media=media, also=also)
+        return Delivered(message_id, message.plain, media=media, provenance=provenance, also=also)
 
     async def _edit(
         self,
