@@ -31,6 +31,16 @@ def untrusted_in_prompt(messages: Iterable[StoredMessage], included: frozenset[i
     return any(m.id in included and untrusted_message(m) for m in messages)
 
 
+def own_words(messages: Iterable[StoredMessage], included: frozenset[int]) -> list[str]:
+    """The texts of the user's own messages the prompt includes: what a link must appear in
+    for a web read to go there at once with untrusted content in view (agent/tools/egress.py)."""
+    return [
+        m.content
+        for m in messages
+        if m.id in included and m.role == "user" and not untrusted_message(m)
+    ]
+
+
 def calls_web(calls: Iterable[ToolCall]) -> bool:
     """Whether a round's calls read the web: a write in the same round waits too, whatever
     the order the model listed them in."""

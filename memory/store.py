@@ -33,6 +33,10 @@ Clock = Callable[[], datetime]
 # Turn keys older than this are pruned: a front end re-delivers an input within hours (Telegram
 # keeps an unconfirmed update for 24 h), never a week later.
 TURN_KEY_RETENTION = timedelta(days=7)
+# What a usage row may be for: model calls of a chat turn, of the background memory work and of
+# transcription, and web calls (model_id names the tool: no tokens, no cost, counted against
+# WEB_DAILY_CALLS). Checked here rather than by the table, so a new kind needs no rebuild.
+USAGE_PURPOSES = frozenset({"chat", "consolidation", "transcription", "web"})
 
 
 class SessionClosedError(MemoryLayerError):
@@ -492,7 +496,7 @@ class Store:
         text: str,
         calls: list[ToolCall],
         results: Sequence[ToolResult],
-        model_id: str,
+        model_id: str | None,
         usage: Usage | None = None,
     ) -> list[StoredMessage]:
         """Store one tool round of a chat turn in ONE transaction: the assistant message that
@@ -592,6 +596,8 @@ class Store:
         now: str,
     ) -> None:
         """One usage row, inside the caller's `Database.run_in_transaction` body."""
+        if purpose not in USAGE_PURPOSES:
+            raise ValueError(f"unknown usage purpose {purpose!r}")
         conn.execute(
             "INSERT INTO usage(chat_id, user_id, model_id, purpose, prompt_tokens, "
             "completion_tokens, cost_usd, created_at, estimated, audio_seconds) "

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agent.tools.reminders import REMINDER_TOOL_NAMES, REMINDER_TOOLS, run_reminder_tool
+from agent.tools.reminders import (
+    REMINDER_TOOL_NAMES,
+    REMINDER_TOOLS,
+    ReminderResult,
+    run_reminder_tool,
+)
 from memory.db import Database
 from memory.facts import (
     MAX_FACT_CHARS,
@@ -28,7 +33,7 @@ from memory.facts import (
     remove_lines,
 )
 from memory.framing import Framing
-from memory.longterm import memory_of, write_memory
+from memory.longterm import LongTermMemory, memory_of, write_memory
 from memory.pending_writes import PendingWrite
 from memory.provenance import RECALL, Provenance, label, tool_provenance
 from memory.recall.search import DEFAULT_LIMIT, MAX_LIMIT, Recall, RecallHit, trimmed
@@ -121,7 +126,9 @@ class ToolOutcome:
     `untrusted`: the content came from outside the chat (a web page, search results, a recall of
     such words), so a turn that received it must not write memory or reminders on the model's
     word alone; `provenance` says what it is, stored with the result (`stored_provenance`).
-    `pending`: the write was not carried out but waits for the asker's ✅ (agent/tools/held.py)."""
+    `pending`: the call was not carried out but waits for the asker's ✅ (agent/tools/held.py).
+    `links`: the URLs the result offers for a read (a search's results): a read of one of them
+    may run at once later in the turn (agent/tools/egress.py)."""
 
     call_id: str
     name: str
@@ -131,6 +138,7 @@ class ToolOutcome:
     untrusted: bool = False
     pending: PendingWrite | None = None
     provenance: Provenance | None = None
+    links: tuple[str, ...] = ()
 
     def stored_provenance(self) -> Provenance | None:
         """What the stored result records: its own provenance, or for an untrusted result
@@ -221,6 +229,15 @@ class ChatTools:
     # remember ---------------------------------------------------------------------------------
 
     async def _remember(self, chat_id: int, call: ToolCall, args: dict[str, Any]) -> ToolOutcome:
+        now = to_iso(self.clock())
+        return await self.db.run_in_transaction(
+            lambda conn: self.remember_in(conn, chat_id, call, args, now)
+        )
+
+    def remember_in(
+        self, conn: sqlite3.Connection, chat_id: int, call: ToolCall, args: dict[str, Any], now: str
+    ) -> ToolOutcome:
+        """`remember`, inside the caller's transaction."""
         raw = args.get("fact")
         if not isinstance(raw, str) or not clean_fact(raw):
             return self._error(call, "remember needs a non-empty string 'fact'")
@@ -232,32 +249,21 @@ class ChatTools:
                 "characters (split it or shorten it) and call again",
             )
         line = fact_line(fact)
-        now = to_iso(self.clock())
-
-        def write(conn: sqlite3.Connection) -> ToolOutcome | None:
-            """None once written; otherwise the outcome that says why nothing was."""
-            _ensure_chat(conn, chat_id, now)
-            memory = memory_of(conn, chat_id)
-            if contains(memory.content, line):
-                return ToolOutcome(
-                    call.id, call.name, "already in memory: nothing changed", ok=True
-                )
-            body = memory.content.rstrip("\n")
-            content = f"{body}\n{line}" if body else line
-            if len(content) > self.memory_max_chars:
-                return self._error(
-                    call,
-                    f"not saved: the memory would be {len(content)} characters, over its limit "
-                    f"of {self.memory_max_chars}. Ask the user which saved facts to drop, use "
-                    "forget_fact on outdated ones, or save a shorter fact.",
-                )
-            version = write_memory(conn, chat_id, content, over_budget=False, now=now)
-            _record_edit(conn, chat_id, version, "remember", fact, [line], now)
-            return None
-
-        refused = await self.db.run_in_transaction(write)
-        if refused is not None:
-            return refused
+        _ensure_chat(conn, chat_id, now)
+        memory = memory_of(conn, chat_id)
+        if contains(memory.content, line):
+            return ToolOutcome(call.id, call.name, "already in memory: nothing changed", ok=True)
+        body = memory.content.rstrip("\n")
+        content = f"{body}\n{line}" if body else line
+        if len(content) > self.memory_max_chars:
+            return self._error(
+                call,
+                f"not saved: the memory would be {len(content)} characters, over its limit "
+                f"of {self.memory_max_chars}. Ask the user which saved facts to drop, use "
+                "forget_fact on outdated ones, or save a shorter fact.",
+            )
+        version = write_memory(conn, chat_id, content, over_budget=False, now=now)
+        _record_edit(conn, chat_id, version, "remember", fact, [line], now)
         return ToolOutcome(
             call.id,
             call.name,
@@ -281,53 +287,74 @@ class ChatTools:
             self.reminders, chat_id, call.name, args,
             user_id=user_id, user_name=user_name, topic_id=topic_id,
         )  # fmt: skip
-        receipt = None
-        if result.kind is not None and result.reminder is not None:
-            receipt = Receipt(result.kind, result.reminder.text, reminder=result.reminder)
-        return ToolOutcome(call.id, call.name, result.content, ok=result.ok, receipt=receipt)
+        return reminder_outcome(call, result)
+
+    async def memory(self, chat_id: int) -> LongTermMemory:
+        return await self.db.read(lambda conn: memory_of(conn, chat_id))
 
     # forget_fact ------------------------------------------------------------------------------
 
     async def _forget(self, chat_id: int, call: ToolCall, args: dict[str, Any]) -> ToolOutcome:
+        now = to_iso(self.clock())
+        return await self.db.run_in_transaction(
+            lambda conn: self.forget_in(conn, chat_id, call, args, now)
+        )
+
+    def forget_lines(
+        self, call: ToolCall, args: dict[str, Any], memory: str
+    ) -> ToolOutcome | list[str]:
+        """The memory lines `forget_fact` would remove from `memory`; or the outcome that says
+        why it would remove none."""
         raw = args.get("fact")
         if not isinstance(raw, str) or len(clean_fact(raw)) < 3:
             return self._error(call, "forget_fact needs the fact to remove as a string 'fact'")
-        fact = clean_fact(raw)[:MAX_FACT_CHARS]
-        now = to_iso(self.clock())
-
-        def write(conn: sqlite3.Connection) -> ToolOutcome | list[str]:
-            """The lines removed; or the outcome that says why none were."""
-            memory = memory_of(conn, chat_id)
-            lines = matching_lines(memory.content, fact)
-            if not lines:
-                return self._error(
-                    call,
-                    "no memory line states this; nothing was removed. Compare with the "
-                    "long-term memory in your instructions and call again with the line's "
-                    "own words, or tell the user it was not saved.",
-                )
-            if len(lines) > MAX_LINES_PER_FORGET:
-                listed = "\n".join(lines)
-                return self._error(
-                    call,
-                    f"{len(lines)} lines match, too many to remove at once; nothing was "
-                    f"removed. Call again with the exact line to remove. Matching lines:\n"
-                    f"{listed}",
-                )
-            content = remove_lines(memory.content, lines)
-            version = write_memory(
-                conn,
-                chat_id,
-                content,
-                over_budget=len(content) > self.memory_max_chars,
-                now=now,
+        lines = matching_lines(memory, clean_fact(raw)[:MAX_FACT_CHARS])
+        if not lines:
+            return self._error(
+                call,
+                "no memory line states this; nothing was removed. Compare with the "
+                "long-term memory in your instructions and call again with the line's "
+                "own words, or tell the user it was not saved.",
             )
-            _record_edit(conn, chat_id, version, "forget", fact, lines, now)
-            return lines
+        if len(lines) > MAX_LINES_PER_FORGET:
+            listed = "\n".join(lines)
+            return self._error(
+                call,
+                f"{len(lines)} lines match, too many to remove at once; nothing was "
+                f"removed. Call again with the exact line to remove. Matching lines:\n"
+                f"{listed}",
+            )
+        return lines
 
-        lines = await self.db.run_in_transaction(write)
+    def forget_in(
+        self,
+        conn: sqlite3.Connection,
+        chat_id: int,
+        call: ToolCall,
+        args: dict[str, Any],
+        now: str,
+        *,
+        shown: Shown | None = None,
+    ) -> ToolOutcome:
+        """`forget_fact`, inside the caller's transaction. With `shown` (what the user was
+        asked to confirm), it removes exactly those lines or nothing: a memory that changed
+        since so that other lines would go (a /forget, a consolidation) refuses it."""
+        memory = memory_of(conn, chat_id)
+        lines = self.forget_lines(call, args, memory.content)
         if isinstance(lines, ToolOutcome):
             return lines
+        if shown is not None and memory.version != shown.version and lines != shown.lines:
+            return self._error(
+                call,
+                "the memory changed after you were asked, so these are no longer the lines "
+                "that would be removed; nothing was removed",
+            )
+        fact = clean_fact(str(args["fact"]))[:MAX_FACT_CHARS]
+        content = remove_lines(memory.content, lines)
+        version = write_memory(
+            conn, chat_id, content, over_budget=len(content) > self.memory_max_chars, now=now
+        )
+        _record_edit(conn, chat_id, version, "forget", fact, lines, now)
         removed = "\n".join(lines)
         return ToolOutcome(
             call.id,
@@ -336,6 +363,22 @@ class ChatTools:
             ok=True,
             receipt=Receipt("forgotten", "; ".join(_unbullet(line) for line in lines)),
         )
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The memory lines a held `forget_fact` showed the user, and the memory's version then."""
+
+    lines: list[str]
+    version: int
+
+
+def reminder_outcome(call: ToolCall, result: ReminderResult) -> ToolOutcome:
+    """A reminder tool's result as the model and the front end see it."""
+    receipt = None
+    if result.kind is not None and result.reminder is not None:
+        receipt = Receipt(result.kind, result.reminder.text, reminder=result.reminder)
+    return ToolOutcome(call.id, call.name, result.content, ok=result.ok, receipt=receipt)
 
 
 def _unbullet(line: str) -> str:

@@ -440,6 +440,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
                 bot,
                 held,
                 lang,
+                agent.held,
                 reply_to_message_id=request.reply_to_message_id,
                 message_thread_id=request.message_thread_id,
             )

@@ -60,6 +60,7 @@ _DOCUMENT_ERRORS = {
     "binary": "document_binary",
     "empty": "document_empty",
     "too_complex": "document_too_complex",
+    "busy": "document_busy",
 }
 
 

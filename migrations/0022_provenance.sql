@@ -1,4 +1,4 @@
--- 0019: where words that are not the user's came from, kept as data. Never edit once landed;
+-- 0022: where words that are not the user's came from, kept as data. Never edit once landed;
 -- add a new numbered file.
 --
 -- `provenance` (messages and archived_messages): NULL for the user's own words (a typed
