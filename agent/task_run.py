@@ -102,16 +102,17 @@ class TaskRunner:
         agent: AgentLoop,
         *,
         seconds: float = DEFAULT_TASK_SECONDS,
-        extra_tools: Callable[[], Iterable[str]] | None = None,
+        extra_tools: Callable[[int | None], Iterable[str]] | None = None,
     ) -> None:
         self.agent = agent
         self.seconds = seconds
-        # Names of the operator's read-only tools offered to a run (MCP), asked at each run.
+        # Names of the operator's tools a run may use for its user (the MCP tools that run
+        # without a tap), asked at each run: servers come and go.
         self.extra_tools = extra_tools
 
-    def tool_names(self) -> frozenset[str]:
+    def tool_names(self, user_id: int | None) -> frozenset[str]:
         web = {t["function"]["name"] for t in (self.agent.web.schemas() if self.agent.web else [])}
-        extra = set(self.extra_tools()) if self.extra_tools is not None else set()
+        extra = set(self.extra_tools(user_id)) if self.extra_tools is not None else set()
         return TASK_TOOLS | web | extra
 
     async def run(self, request: TaskRequest) -> TaskAnswer:
@@ -124,7 +125,7 @@ class TaskRunner:
             request.chat_id,
             request.user_id,
             task_message(request.text, repeat=request.repeat, user_name=request.user_name),
-            tools=self.tool_names(),
+            tools=self.tool_names(request.user_id),
             seconds=self.seconds,
         )
         turn = AgentTurn(

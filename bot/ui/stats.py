@@ -15,7 +15,7 @@ from typing import Any
 
 from bot.ui.i18n import t
 from bot.ui.money import money
-from memory.consolidation.jobs import ConsolidationStats, consolidation_stats
+from memory.consolidation.stats import ConsolidationStats, consolidation_stats
 from memory.db import Database
 from memory.pending_writes import PendingWrites
 from memory.store import Clock, from_iso, to_iso, utc_now
@@ -31,6 +31,7 @@ _PURPOSE_KEYS = {
     "transcription": "usage_purpose_transcription",
     "task": "usage_purpose_task",
     "web": "usage_purpose_web",
+    "mcp": "usage_purpose_mcp",
 }
 
 

@@ -1,4 +1,4 @@
--- 0024: scheduled tasks. Never edit once landed; add a new numbered file.
+-- 0025: scheduled tasks. Never edit once landed; add a new numbered file.
 -- A task is a reminder whose payload is a model turn: it lives in `reminders` (its kind says
 -- which), with the same zone, local start, repeat rule, claim and delivery row, so the
 -- scheduler's durable claim/deliver cycle and its idempotency key (reminder, occurrence) serve
