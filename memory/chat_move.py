@@ -41,6 +41,7 @@ MOVED_TABLES = (
     "archived_messages",
     "reminders",
     "reminder_deliveries",
+    "task_runs",
     "pending_writes",
 )
 # Tables keyed by (chat_id, something) whose counts are added together on a merge.
