@@ -25,11 +25,11 @@ from datetime import datetime
 from typing import Any
 
 from memory.consolidation.transcript import trim_middle
-from memory.framing import Framing
 from memory.store import StoredMessage
 from memory.timezones import ChatZone, to_local, zone
 from models.tokens import IMAGE_TOKENS_BOUND, estimate_message, estimate_messages, estimate_tokens
 from models.types import Message
+from primitives.framing import Framing, fresh_mark
 
 SYSTEM_PROMPT = (
     "You are mnemobot, a helpful assistant chatting with a user on Telegram. "
@@ -322,18 +322,9 @@ def _token() -> str:
     return f"quote-{secrets.token_hex(6)}"
 
 
-def _fresh_mark(token: Callable[[], str], *framed: str) -> str:
-    """A marker from `token` that occurs in none of `framed`: the frame's closing line can then
-    not be forged by the text inside it (quotes and forwards alike)."""
-    mark = token()
-    while any(mark in text for text in framed):
-        mark = token()
-    return mark
-
-
 def with_quote(text: str, quoted: str, *, token: Callable[[], str] = _token) -> str:
     """`text` (the user's reply) preceded by `quoted`, framed as described above."""
-    mark = _fresh_mark(token, quoted, text)
+    mark = fresh_mark(token, quoted, text)
     intro = QUOTE_INTRO.format(mark=mark)
     return f"{intro}\n{mark}\n{quoted}\n{mark}\n{text}"
 
@@ -357,6 +348,6 @@ def _forward_token() -> str:
 
 def with_forward(text: str, origin: str, *, token: Callable[[], str] = _forward_token) -> str:
     """`text` (a forwarded message's text or caption) framed as `origin`'s words."""
-    mark = _fresh_mark(token, text, origin)
+    mark = fresh_mark(token, text, origin)
     intro = FORWARD_INTRO.format(origin=origin, mark=mark)
     return f"{intro}\n{mark}\n{text}\n{mark}"

@@ -6,8 +6,10 @@ Import direction: `bot → agent → web → reminders, media → memory → mod
 not import each other.
 """
 
+from primitives import MnemobotError
 
-class MediaError(Exception):
+
+class MediaError(MnemobotError):
     """Base of the media layer's errors: a file that cannot be made readable for a model;
     `reason` is a short key the bot turns into a sentence.
 

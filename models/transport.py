@@ -50,7 +50,7 @@ from models.types import (
     Usage,
 )
 from models.worker.interface import ProviderWorkers
-from models.worker.ipc import ClientSpec, LocalFailure, ProviderFailure
+from models.worker.ipc import ClientSpec, LocalError, ProviderCallError
 from models.worker.pool import WORKER
 from models.worker.wire import WireRecord
 
@@ -354,7 +354,7 @@ class Transport:
                 response: Any = None
                 failure: Classified | None = None
                 out_of_time = False
-                local: LocalFailure | None = None
+                local: LocalError | None = None
                 if not await self._worker_ready(plan, slot):
                     continue
                 wire = WireRecord()  # what the provider answered, filled in by the worker
@@ -385,7 +385,7 @@ class Transport:
                     # the provider billed the prompt and what it sent so far.
                     call.bill_cancelled(slot)
                     raise
-                except LocalFailure as exc:
+                except LocalError as exc:
                     local = exc
                 except Exception as exc:  # classified below; nothing escapes unclassified
                     out_of_time = (
@@ -443,7 +443,7 @@ class Transport:
         (reported to the plan as a local failure)."""
         try:
             await self.workers.wait_ready()
-        except LocalFailure as exc:
+        except LocalError as exc:
             plan.report_local(slot, exc)
             return False
         return True
@@ -453,7 +453,7 @@ class Transport:
 
 
 def _classify_failure(exc: BaseException, wire: WireRecord) -> Classified:
-    if isinstance(exc, ProviderFailure):  # classified in the worker, beside the exception
+    if isinstance(exc, ProviderCallError):  # classified in the worker, beside the exception
         return exc.classified
     return classify_exception(exc, wire.status, wire.headers, wire.error_body)
 

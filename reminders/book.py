@@ -70,7 +70,7 @@ class ReminderStats:
     in_flight: int
 
 
-class ScheduleRefused(RemindersError, ValueError):
+class ScheduleRefusedError(RemindersError, ValueError):
     """A reminder that is not stored; str(self) tells the model what to do instead."""
 
 
@@ -148,22 +148,22 @@ class ReminderBook:
         topic_id: int | None = None,
     ) -> Reminder:
         """Store a reminder, sent back into `topic_id` (the forum topic it was set in) when it
-        fires; ScheduleRefused (with what to do) for past times, more than a year ahead, an
+        fires; ScheduleRefusedError (with what to do) for past times, more than a year ahead, an
         unknown rule, or the chat's 50 pending reminders."""
         if repeat not in REPEATS:
-            raise ScheduleRefused(f"'repeat' must be one of {', '.join(REPEATS)}")
+            raise ScheduleRefusedError(f"'repeat' must be one of {', '.join(REPEATS)}")
         cleaned = " ".join(text.split())
         if not cleaned:
-            raise ScheduleRefused("'text' is empty: say what to remind the user of")
+            raise ScheduleRefusedError("'text' is empty: say what to remind the user of")
         if len(cleaned) > MAX_TEXT_CHARS:
-            raise ScheduleRefused(f"'text' is over {MAX_TEXT_CHARS} characters; shorten it")
+            raise ScheduleRefusedError(f"'text' is over {MAX_TEXT_CHARS} characters; shorten it")
         chat_zone = await self.chat_zone(chat_id)
         tz = zone(chat_zone.name)
         now = self.clock()
         try:
             parsed = parse_when(when, tz, now)
         except WhenError as exc:
-            raise ScheduleRefused(str(exc)) from None
+            raise ScheduleRefusedError(str(exc)) from None
         first = first_occurrence(parsed.local, tz, repeat)
         stamp = to_iso(now)
 
@@ -173,7 +173,7 @@ class ReminderBook:
                 (chat_id,),
             ).fetchone()
             if pending >= MAX_PENDING_PER_CHAT:
-                raise ScheduleRefused(
+                raise ScheduleRefusedError(
                     f"this chat already has {pending} pending reminders, the limit; nothing "
                     "was scheduled. Tell the user to cancel some (/reminders) first."
                 )

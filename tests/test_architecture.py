@@ -2,9 +2,11 @@
 
 Every `import` counts: at the top, inside functions, and under `if TYPE_CHECKING:` — a cycle
 that only type checkers follow is still a cycle a reader has to untangle, and a lazy import is
-how the last ones were hidden. The layers are `bot → agent → web → reminders, media → memory →
-models`: a module may import its own layer and the ones below, never above; reminders and media
-share one rank and do not import each other; Telegram stays in `bot/`.
+how the last ones were hidden. The layers are `bot → agent → web, mcp_client → reminders, media →
+memory → models → primitives`: a module may import its own layer and the ones below, never
+above; packages of one rank (web and mcp_client; reminders and media) do not import each other
+(web reads pages in media's reader children, so it stands a rank above media); Telegram stays
+in `bot/`; `primitives` (the shared building blocks) imports none of ours.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 RANKS: tuple[tuple[str, ...], ...] = (
     ("bot",),
     ("agent",),
-    ("web",),
+    ("web", "mcp_client"),
     ("reminders", "media"),
     ("memory",),
     ("models",),
+    ("primitives",),
 )
 LAYERS = tuple(name for rank in RANKS for name in rank)
 RANK = {name: len(RANKS) - i for i, rank in enumerate(RANKS) for name in rank}
@@ -186,6 +189,10 @@ def test_layer_check_flags_upward_and_telegram_imports(tmp_path: Path) -> None:
             "agent/z.py": "def f():\n    from telegram import Bot\n",
             "media/a.py": "from reminders.book import ReminderBook\n",
             "reminders/b.py": "from agent.prompt import time_text\n",
+            "web/c.py": "from mcp_client.client import McpClient\n",
+            "primitives/d.py": "from models.types import Usage\n",
+            "primitives/ok.py": "import asyncio\nfrom primitives.clock import Clock\n",
+            "mcp_client/ok.py": "from memory.db import Database\nfrom primitives import x\n",
             "reminders/ok.py": "from memory.timezones import zone\n",
             "media/ok.py": "from memory.db import Database\n",
             "agent/ok.py": "from memory.store import Store\nfrom models.types import Usage\n",
@@ -198,7 +205,9 @@ def test_layer_check_flags_upward_and_telegram_imports(tmp_path: Path) -> None:
         "media/a.py",
         "memory/y.py",
         "models/x.py",
+        "primitives/d.py",
         "reminders/b.py",
+        "web/c.py",
     ]
 
 

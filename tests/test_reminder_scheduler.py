@@ -14,7 +14,7 @@ import pytest
 
 from memory.db import Database
 from memory.store import Store, utc_now
-from reminders.book import Claim, ReminderBook, ScheduleRefused
+from reminders.book import Claim, ReminderBook, ScheduleRefusedError
 from reminders.scheduler import (
     RETRY_DELAYS_S,
     Deliver,
@@ -184,7 +184,7 @@ async def test_cancelled_reminders_never_fire_and_refusals_explain(db: Database)
     assert (await book.cancel(CHAT, made.id)) is not None
     for n in range(50):
         await book.schedule(CHAT, when=f"2026-12-02T08:{n:02d}", text=f"r{n}")
-    with pytest.raises(ScheduleRefused, match="50 pending reminders"):
+    with pytest.raises(ScheduleRefusedError, match="50 pending reminders"):
         await book.schedule(CHAT, when="2026-12-03T08:00", text="one too many")
     clock.now += timedelta(minutes=2)
     assert await book.claim_due(clock(), 10) == []

@@ -14,7 +14,7 @@ from tests.fakes.loopback import loopback_server
 from tests.fakes.web import FakeSearx, searx_result
 from tests.searx_engine import real_searx, require_searx
 from web.addresses import parse_allowance
-from web.errors import BlockedAddress, SearchFailure
+from web.errors import BlockedAddressError, SearchError
 from web.search import format_results, search
 
 LOOPBACK = parse_allowance("127.0.0.1")
@@ -47,7 +47,7 @@ async def test_results_come_back_as_title_url_and_snippet(searx: FakeSearx) -> N
 
 async def test_json_off_is_one_line_saying_what_to_change(searx: FakeSearx) -> None:
     searx.formats = ["html"]
-    with pytest.raises(SearchFailure) as caught:
+    with pytest.raises(SearchError) as caught:
         await _search(searx.base_url)
     line = str(caught.value)
     assert "\n" not in line and "403" in line and "search.formats" in line and "json" in line
@@ -55,7 +55,7 @@ async def test_json_off_is_one_line_saying_what_to_change(searx: FakeSearx) -> N
 
 async def test_the_limiter_is_one_line_too(searx: FakeSearx) -> None:
     searx.status = 429
-    with pytest.raises(SearchFailure) as caught:
+    with pytest.raises(SearchError) as caught:
         await _search(searx.base_url)
     assert "429" in str(caught.value) and "limiter" in str(caught.value)
 
@@ -64,14 +64,14 @@ async def test_an_empty_search_is_an_error_naming_the_engines_that_failed(
     searx: FakeSearx,
 ) -> None:
     searx.unresponsive = [["duckduckgo", "timeout"], ["brave", "CAPTCHA"]]
-    with pytest.raises(SearchFailure) as caught:
+    with pytest.raises(SearchError) as caught:
         await _search(searx.base_url)
     assert "found nothing" in str(caught.value)
     assert "duckduckgo: timeout" in str(caught.value) and "brave: CAPTCHA" in str(caught.value)
 
 
 async def test_the_backend_obeys_the_address_rules(searx: FakeSearx) -> None:
-    with pytest.raises(BlockedAddress):
+    with pytest.raises(BlockedAddressError):
         await _search(searx.base_url, allowance=parse_allowance(""))
     assert searx.queries == []
 
@@ -114,6 +114,6 @@ async def test_the_real_engine_finding_nothing_is_an_error(tmp_path: Path) -> No
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     async with real_searx(f"http://127.0.0.1:{port}/api", tmp_path) as base:
-        with pytest.raises(SearchFailure) as caught:
+        with pytest.raises(SearchError) as caught:
             await _search(base)
     assert "found nothing" in str(caught.value) and "loopback" in str(caught.value)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory.timezones import to_local, zone
-from reminders.book import Reminder, ReminderBook, ScheduleRefused
+from reminders.book import Reminder, ReminderBook, ScheduleRefusedError
 from reminders.rules import REPEATS
 
 SCHEDULE_REMINDER_TOOL: dict[str, Any] = {
@@ -153,7 +153,7 @@ async def _schedule(
             user_name=user_name,
             topic_id=topic_id,
         )
-    except ScheduleRefused as exc:
+    except ScheduleRefusedError as exc:
         return ReminderResult(f"error: not scheduled: {exc}", ok=False)
     content = f"scheduled: {describe(reminder)}"
     if not reminder.zone_known:

@@ -29,7 +29,7 @@ import structlog
 
 from memory.consolidation.consolidation import (
     Consolidation,
-    ConsolidationFailed,
+    ConsolidationError,
     Consolidator,
     ModelAttempt,
     summarise_attempts,
@@ -325,7 +325,7 @@ class JobQueue:
     async def record_failure(
         self,
         job: Job,
-        failure: ConsolidationFailed,
+        failure: ConsolidationError,
         chunk: Chunk,
         spending: SpendRecorder,
         *,
@@ -690,7 +690,7 @@ class ConsolidationWorker:
             result = await self.consolidator.consolidate(
                 memory, chunk, chat_id=job.chat_id, job_id=job.id, on_spend=spending.add
             )
-        except ConsolidationFailed as failure:
+        except ConsolidationError as failure:
             failed_runs, delay = await self.queue.record_failure(
                 job, failure, chunk, spending, delays=self.retry_delays, now=self.clock()
             )

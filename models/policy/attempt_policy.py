@@ -37,7 +37,7 @@ from models.policy.pacing import GatewayPacer, Priority, Ticket
 from models.policy.ratelimits import exhausted_until_reset, read_windows, refusal_windows
 from models.tokens import estimate_messages
 from models.types import NO_KEY, Attempt, Message, Outcome, TransportError
-from models.worker.ipc import LocalFailure
+from models.worker.ipc import LocalError
 
 log = structlog.get_logger(__name__)
 
@@ -491,7 +491,7 @@ class CallPlan:
             state.keys.rest_until(slot.key_index, self.policy.clock() + delay, entry.wire_name)
         self.pending_delay = delay
 
-    def report_local(self, slot: Slot, error: LocalFailure) -> None:
+    def report_local(self, slot: Slot, error: LocalError) -> None:
         """An attempt lost to our own failure: no breaker, key or retry budget hears of it;
         the same model is tried again (another worker), a few times; no fallback, which
         would fail the same way and bill another provider."""

@@ -12,8 +12,8 @@ fallbacks stay in the bot (models/transport.py, models/policy/attempt_policy.py)
 
 The bot depends on a worker for every answer, so the pool supervises them:
 - a worker that stops answering (no message for `heartbeat_s`, pings every quarter of it), dies,
-  or sends a frame that cannot be read is killed and its calls fail with `WorkerLost`, which the
-  transport retries on another worker and never blames on a provider;
+  or sends a frame that cannot be read is killed and its calls fail with `WorkerLostError`,
+  which the transport retries on another worker and never blames on a provider;
 - a replacement starts after a backoff that grows while workers keep dying young, and is warmed
   up (clients built, litellm's first-request loading done) before it takes calls;
 - a worker over `max_rss_mb` takes no new calls, and stops once its calls are done;
@@ -47,7 +47,7 @@ from typing import Any
 
 import structlog
 
-from models.worker.ipc import ClientSpec, WorkerLost
+from models.worker.ipc import ClientSpec, WorkerLostError
 from models.worker.process import STOP_GRACE_S, ProviderWorker
 from models.worker.protocol import ClosePool, Prepare, Warm
 from models.worker.settings import WorkerSettings
@@ -137,7 +137,7 @@ class WorkerPool:
                 try:
                     async with asyncio.timeout(STOP_GRACE_S):
                         await worker.request(ClosePool, pool)
-                except (TimeoutError, WorkerLost):
+                except (TimeoutError, WorkerLostError):
                     pass
 
     async def aclose(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from models.worker.ipc import ClientSpec, WorkerLost
+from models.worker.ipc import ClientSpec, WorkerLostError
 from models.worker.proc import ForkedProcess, cpu_seconds, reap, rss_mib
 from models.worker.protocol import (
     Call,
@@ -169,7 +169,7 @@ class ProviderWorker:
         if self.usable:
             return
         if self.state in ("stopped", "lost"):
-            raise WorkerLost(f"provider worker {self.number} {self.state}")
+            raise WorkerLostError(f"provider worker {self.number} {self.state}")
         if self._starting is None:
             self._starting = asyncio.get_running_loop().create_task(self._start())
         await asyncio.shield(self._starting)
@@ -179,8 +179,8 @@ class ProviderWorker:
     ) -> Any:
         """litellm's `acompletion` ("completion") or `atranscription` ("transcription") here.
         `wire` gets the HTTP fields; `gate` (the slot) is passed right before the request
-        leaves and told when it left. A provider's failure is raised as ProviderFailure,
-        classified; ours as WorkerLost or CallNotEncoded; a stream comes back as a
+        leaves and told when it left. A provider's failure is raised as ProviderCallError,
+        classified; ours as WorkerLostError or CallNotEncodedError; a stream comes back as a
         RemoteStream."""
         call_id = self.calls.next_id()
         first = asyncio.get_running_loop().create_future()
@@ -189,7 +189,7 @@ class ProviderWorker:
         frame = encode(Call(call_id, name, kwargs, client, call.gate is not None))
         link = self._link
         if not self.usable or link is None:
-            raise WorkerLost(f"provider worker {self.number} {self.state}")
+            raise WorkerLostError(f"provider worker {self.number} {self.state}")
         self.calls.add(call_id, call)
         self.last_busy = time.monotonic()
         try:
@@ -203,7 +203,7 @@ class ProviderWorker:
             self._lose(link, f"write failed: {type(exc).__name__}")
             if first.done() and first.exception() is not None:
                 raise first.exception() from None  # type: ignore[misc]
-            raise WorkerLost(f"provider worker {self.number} lost") from exc
+            raise WorkerLostError(f"provider worker {self.number} lost") from exc
 
     async def request(self, kind: type[Housekeeping], arg: Any) -> Any:
         """A housekeeping request (prepare clients, warm up, close a pool, fork), answered
@@ -231,7 +231,7 @@ class ProviderWorker:
         try:
             async with asyncio.timeout(self.pool.settings.start_timeout_s):
                 pid = await self.request(Fork, index)
-        except (TimeoutError, WorkerLost):
+        except (TimeoutError, WorkerLostError):
             pid = None
         if not isinstance(pid, int):
             spare.close()
@@ -245,7 +245,7 @@ class ProviderWorker:
         self.state = "stopped"
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
-        self._detach(WorkerLost(f"provider worker {self.number} stopped"))
+        self._detach(WorkerLostError(f"provider worker {self.number} stopped"))
         self._close_sockets()
         if self.process is not None:
             await reap(self.process, STOP_GRACE_S)
@@ -318,7 +318,7 @@ class ProviderWorker:
                 # backs off (RESTART_BACKOFF_S) and reuses the slot. Left "lost" by itself it
                 # was never replaced: every call appended a new worker and spawned again.
                 self._lose(None, f"spawn failed: {error.strerror or type(error).__name__}")
-                raise WorkerLost(f"provider worker {self.number} did not start") from error
+                raise WorkerLostError(f"provider worker {self.number} did not start") from error
             if self.number > self.pool.settings.at_rest:
                 # An extra worker spawned under load: its import and warm-up (seconds of CPU)
                 # yield the cores to the bot and the busy worker (its own calls too, later: it
@@ -346,16 +346,16 @@ class ProviderWorker:
                     # intake p99 204–320 ms unwarmed, 36–136 ms warmed, 3 runs each).
                     await self.request(Warm, names)
                     self.warmed = list(names)
-        except (TimeoutError, WorkerLost, ConnectionError) as exc:
+        except (TimeoutError, WorkerLostError, ConnectionError) as exc:
             if self.state == "starting":
                 self._lose(self._link, f"start failed: {type(exc).__name__}")
-            raise WorkerLost(f"provider worker {self.number} did not start") from exc
+            raise WorkerLostError(f"provider worker {self.number} did not start") from exc
         if self.state == "starting":
             self.state = "ready"
             self.last_heard = asyncio.get_running_loop().time()
             log.info("provider_worker_ready", number=self.number, pid=self.process.pid)
         elif self.state in ("stopped", "lost"):
-            raise WorkerLost(f"provider worker {self.number} {self.state}")
+            raise WorkerLostError(f"provider worker {self.number} {self.state}")
 
     def _spawn(self) -> socket.socket:
         """A new process (it imports litellm: seconds of CPU); our end of its socket. When the
@@ -439,7 +439,7 @@ class ProviderWorker:
         )
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
-        self._detach(WorkerLost(f"provider worker lost ({reason})"))
+        self._detach(WorkerLostError(f"provider worker lost ({reason})"))
         self._close_sockets()
         self.pool.lost(self)
         if self.process is not None:

@@ -22,7 +22,7 @@ from bot.turns.turn import TurnRequest, run_chat_turn, send_plain
 from bot.ui.i18n import t
 from media.document_reader import read_document
 from media.documents import DocumentError
-from memory.framing import Framing
+from primitives.framing import Framing
 
 # The name these events have always been logged under (they were part of
 # bot/handlers/media/media.py).

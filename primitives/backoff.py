@@ -1,0 +1,40 @@
+"""A back-off schedule: how long to wait after the n-th failure in a row.
+
+One indexing rule for every schedule (reminder sends, consolidation jobs, worker restarts, the
+final message of a reply, provider retries): the first failure waits the first delay, and past
+the end the last delay repeats. Counting failures from 1 everywhere is what keeps the callers
+from drifting into `delays[n]` against `delays[n - 1]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Backoff:
+    delays: tuple[float, ...]
+
+    def __init__(self, delays: Iterable[float]) -> None:
+        values = tuple(float(delay) for delay in delays)
+        if not values:
+            raise ValueError("a back-off needs at least one delay")
+        if any(delay < 0 for delay in values):
+            raise ValueError("back-off delays must not be negative")
+        object.__setattr__(self, "delays", values)
+
+    def after(self, failures: int) -> float:
+        """Seconds to wait after `failures` failures in a row (1 or more)."""
+        if failures < 1:
+            raise ValueError("a back-off is asked after a failure: failures counts from 1")
+        return self.delays[min(failures, len(self.delays)) - 1]
+
+    @property
+    def first(self) -> float:
+        """The shortest wait a caller may offer (the floor under a wait a peer asks for)."""
+        return self.delays[0]
+
+    def __len__(self) -> int:
+        """How many distinct steps: a caller that gives up after them compares with this."""
+        return len(self.delays)
