@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from models.tasks import cancel_and_wait
+from primitives.tasks import stop_task
 from tests.fakes.telegram import FakeTelegram
 
 
@@ -147,7 +147,7 @@ class LoopLag:
         self._task = asyncio.create_task(self._watch())
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
+        await stop_task(self._task)
         self._task = None
 
     def max_s(self) -> float:

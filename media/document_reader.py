@@ -18,20 +18,18 @@ import asyncio
 import json
 import math
 import os
-import sys
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import structlog
 
 from media.documents import DocumentError, DocumentText
 from media.page_text import PageText
+from primitives.interpreter import child_env, python_command
 
 log = structlog.get_logger("media.document_reader")
 
-_ROOT = str(Path(__file__).resolve().parents[1])
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from media.document_child import main; main()"
+_BOOT = "from media.document_child import main; main()"
 # Address space a reader may map: pypdf's objects for a 10 MB PDF stay far below this, and
 # the interpreter with pypdf imported maps ~60 MB.
 MEMORY_LIMIT_BYTES = 1024 * 1024 * 1024
@@ -113,14 +111,13 @@ async def in_child(
     child is killed and reaped on timeout or cancellation. `child`: the module whose main()
     runs in it (images have their own, media/image_child.py); every kind shares the
     MAX_READERS slots, so documents, pages and images together never run more children."""
-    boot = _BOOT.replace("media.document_child", child)
     async with _slot():
         process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-c", boot, _ROOT),
+            *python_command(_BOOT.replace("media.document_child", child)),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            env={name: os.environ[name] for name in CHILD_ENV if name in os.environ},
+            env=child_env({name: os.environ[name] for name in CHILD_ENV if name in os.environ}),
         )
         try:
             async with asyncio.timeout(timeout):

@@ -211,7 +211,7 @@ class Database:
                         raise asyncio.CancelledError
         finally:
             for write in [*batch, *self._pending]:
-                write.outcome.cancel()
+                write.outcome.cancel()  # a caller's outcome future: it sees its write cancelled
             self._pending.clear()
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
@@ -273,7 +273,7 @@ class Database:
             for read in batch:
                 if not read.outcome.done():
                     if cancelled:
-                        read.outcome.cancel()
+                        read.outcome.cancel()  # a caller's outcome future, as for writes
                     else:
                         read.outcome.set_exception(error)
             raise
@@ -364,7 +364,7 @@ def _deliver(batch: list[_Write], call: asyncio.Future[list[tuple[bool, Any]]]) 
         if write.outcome.done():
             continue
         if call.cancelled():
-            write.outcome.cancel()
+            write.outcome.cancel()  # the caller's outcome future takes the batch's cancellation
         elif failed:
             write.outcome.set_exception(call.exception())  # type: ignore[arg-type]
         else:
@@ -447,4 +447,4 @@ def _cancel_at_next_await() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
-        task.cancel()
+        task.cancel()  # ourselves again: the cancellation deferred until the write is in

@@ -9,17 +9,18 @@ new ones are written, so the table stays a few rows per user.
 from __future__ import annotations
 
 import sqlite3
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from memory.db import Database
-from memory.store import to_iso, utc_now
-from memory.usage import Clock, day_start
+from memory.store import to_iso
+from memory.usage import day_start
+from primitives.clock import Clock, utc_now
 
 KINDS = ("read", "search")
 
 
 class WebCalls:
-    def __init__(self, db: Database, clock: Clock = utc_now) -> None:
+    def __init__(self, db: Database, clock: Clock[datetime] = utc_now) -> None:
         self.db = db
         self.clock = clock
 

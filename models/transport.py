@@ -35,7 +35,7 @@ from models.errors import (
     evidence_from_wire,
 )
 from models.gateways import Gateway
-from models.policy.attempt_policy import AttemptPolicy, CallPlan, Clock, Sleep, Slot
+from models.policy.attempt_policy import AttemptPolicy, CallPlan, Sleep, Slot
 from models.policy.pacing import Priority
 from models.types import (
     AnswerBounds,
@@ -53,6 +53,7 @@ from models.worker.interface import ProviderWorkers
 from models.worker.ipc import ClientSpec, LocalError, ProviderCallError
 from models.worker.pool import WORKER
 from models.worker.wire import WireRecord
+from primitives.clock import Clock
 
 log = structlog.get_logger(__name__)
 
@@ -106,7 +107,7 @@ class Transport:
         timeout_grace: float = 5.0,
         max_in_flight: int | None = None,
         sleep: Sleep = asyncio.sleep,
-        clock: Clock = time.monotonic,
+        clock: Clock[float] = time.monotonic,
         workers: ProviderWorkers | None = None,
     ) -> None:
         self.catalog = catalog

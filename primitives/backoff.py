@@ -18,8 +18,6 @@ class Backoff:
 
     def __init__(self, delays: Iterable[float]) -> None:
         values = tuple(float(delay) for delay in delays)
-        if not values:
-            raise ValueError("a back-off needs at least one delay")
         if any(delay < 0 for delay in values):
             raise ValueError("back-off delays must not be negative")
         object.__setattr__(self, "delays", values)
@@ -28,13 +26,16 @@ class Backoff:
         """Seconds to wait after `failures` failures in a row (1 or more)."""
         if failures < 1:
             raise ValueError("a back-off is asked after a failure: failures counts from 1")
+        if not self.delays:
+            raise ValueError("an empty back-off has no wait: its caller does not retry")
         return self.delays[min(failures, len(self.delays)) - 1]
 
     @property
     def first(self) -> float:
-        """The shortest wait a caller may offer (the floor under a wait a peer asks for)."""
-        return self.delays[0]
+        """The wait after one failure (the floor under a wait a peer asks for)."""
+        return self.after(1)
 
     def __len__(self) -> int:
-        """How many distinct steps: a caller that gives up after them compares with this."""
+        """How many steps: a caller that retries only so often (the provider transport, where
+        an empty back-off means no retry) compares its count with this."""
         return len(self.delays)

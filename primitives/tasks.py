@@ -18,29 +18,38 @@ from typing import Any
 
 
 async def stop_tasks(
-    tasks: Iterable[asyncio.Future[Any]], *, grace: float = 0.0, patience: float | None = None
+    tasks: Iterable[asyncio.Future[Any]],
+    *,
+    grace: float = 0.0,
+    patience: float | None = None,
+    reason: str | None = None,
 ) -> set[asyncio.Future[Any]]:
-    """Wait up to `grace` seconds for `tasks` to end, cancel those still running, and wait for
-    them to end (at most `patience` seconds, None: as long as it takes). Returns the tasks that
-    had to be cancelled. The tasks' own outcomes are left to whoever handles them."""
+    """Wait up to `grace` seconds for `tasks` to end, cancel those still running (`reason`: the
+    message their CancelledError carries), and wait for them to end (at most `patience`
+    seconds, None: as long as it takes). Returns the tasks that had to be cancelled. The tasks'
+    own outcomes are left to whoever handles them."""
     running = {task for task in tasks if not task.done()}
     if running and grace > 0:
         _, running = await asyncio.wait(running, timeout=grace)
     for task in running:
-        task.cancel()
+        task.cancel(reason)
     if running:
         await asyncio.wait(running, timeout=patience)
     return running
 
 
 async def stop_task(
-    task: asyncio.Future[Any] | None, *, grace: float = 0.0, patience: float | None = None
+    task: asyncio.Future[Any] | None,
+    *,
+    grace: float = 0.0,
+    patience: float | None = None,
+    reason: str | None = None,
 ) -> None:
     """`stop_tasks` for one task (None: nothing to stop). Once it has ended, an exception it
     ended with (other than its cancellation) is raised here, so a background loop that broke
     does not go unnoticed at its stop."""
     if task is None:
         return
-    await stop_tasks([task], grace=grace, patience=patience)
+    await stop_tasks([task], grace=grace, patience=patience, reason=reason)
     if task.done() and not task.cancelled() and task.exception() is not None:
         raise task.exception()  # type: ignore[misc]

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from memory.db import Database
-from memory.store import from_iso, to_iso, utc_now
+from memory.store import from_iso, to_iso
 from memory.timezones import ChatZone, canonical_zone, chat_zone_of, zone
+from primitives.clock import Clock, utc_now
 from reminders import RemindersError
 from reminders.rules import (
     REPEATS,
@@ -97,7 +98,7 @@ class ReminderBook:
     def __init__(
         self,
         db: Database,
-        clock: Callable[[], datetime] = utc_now,
+        clock: Clock[datetime] = utc_now,
         *,
         on_change: Callable[[], None] | None = None,
     ) -> None:

@@ -6,8 +6,9 @@ import asyncio
 import io
 import os
 
-os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-os.environ["LITELLM_OFFLINE_MODE"] = "true"
+from primitives.litellm_env import LITELLM_FLAGS
+
+os.environ.update(LITELLM_FLAGS)
 
 from collections.abc import AsyncIterator
 from typing import Any

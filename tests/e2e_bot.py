@@ -27,6 +27,7 @@ from typing import Any
 from bot.app import build_application, prepare, running
 from bot.config import Settings, load_settings
 from bot.services import MemoryFeature, Prepared, ReminderFeature, Services
+from primitives.litellm_env import LITELLM_FLAGS
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 
@@ -405,8 +406,7 @@ def subprocess_env(
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     env |= {
         "PYTHONPATH": str(REPO),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_OFFLINE_MODE": "true",
+        **LITELLM_FLAGS,
         "ALLOWED_USER_IDS": str(user),
         "DATABASE_PATH": str(db_path),
         "LOG_FORMAT": "json",

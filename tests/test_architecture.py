@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from primitives.litellm_env import LITELLM_FLAGS
+
 ROOT = Path(__file__).resolve().parent.parent
 # Highest first: each layer may import itself and what comes after it. Packages in one tuple
 # share a rank: neither may import the other.
@@ -305,7 +307,7 @@ def test_the_bot_process_does_not_load_litellm_while_it_answers() -> None:
     """A fresh interpreter runs the bot against the fakes: a turn with a tool round, /new and
     its consolidation. Whatever the bot loaded on the way (an import inside a function, one
     made by a library) is in sys.modules; litellm and the SDK must not be."""
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "true"}
+    env = {**os.environ, **LITELLM_FLAGS}
     done = subprocess.run(
         [sys.executable, "-c", TURN_IN_A_FRESH_PROCESS],
         cwd=ROOT,

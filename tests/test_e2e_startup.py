@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from primitives.litellm_env import LITELLM_FLAGS
 from tests.e2e_bot import KEYS, OWNER, TOKEN
 from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram
@@ -26,8 +27,7 @@ def _clean_env(**values: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in Settings.model_fields}
     env.update(
         PYTHONPATH=str(REPO),
-        LITELLM_LOCAL_MODEL_COST_MAP="True",
-        LITELLM_OFFLINE_MODE="true",
+        **LITELLM_FLAGS,
         **values,
     )
     return env

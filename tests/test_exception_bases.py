@@ -71,4 +71,3 @@ def test_the_six_bases_derive_from_the_one_root_and_its_tree_names_them() -> Non
 def test_every_exception_we_define_is_named_with_the_error_suffix(package: str) -> None:
     names = [c.__name__ for c in exception_classes(package)]
     assert [name for name in names if not name.endswith("Error")] == []
-

@@ -22,7 +22,6 @@ from memory.consolidation.jobs import (
     ConsolidationWorker,
     JobQueue,
     consolidation_stats,
-    retry_delay,
 )
 from memory.db import Database
 from memory.forget import forget_chat
@@ -261,10 +260,6 @@ async def test_every_model_failing_keeps_messages_and_follows_the_retry_schedule
         "SELECT outcome, COUNT(*) AS n FROM consolidation_attempts GROUP BY outcome"
     )
     assert {r["outcome"]: r["n"] for r in outcomes} == {"unavailable": 15, "saved": 1}
-
-
-def test_retry_delay_uses_the_nth_delay_then_repeats_the_last() -> None:
-    assert [retry_delay([1, 5, 9], n) for n in (1, 2, 3, 4, 10)] == [1, 5, 9, 9, 9]
 
 
 async def test_two_quick_news_run_in_order_each_from_the_previous_memory(

@@ -17,6 +17,7 @@ from memory.export import export_chat
 from memory.forget import forget_chat
 from memory.longterm import MemoryRepository, write_memory
 from memory.recall.search import MAX_LIMIT, Recall
+from primitives.litellm_env import LITELLM_FLAGS
 from tests.memory_sessions import SessionMessage, oasst_messages, telegram_message
 
 REPO = Path(__file__).resolve().parents[1]
@@ -212,7 +213,7 @@ async def test_export_writes_memory_and_history_files(
 
 async def test_export_command_line(repo: MemoryRepository, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TELEGRAM_")}
-    env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "true"}
+    env |= LITELLM_FLAGS
     out = tmp_path / "cli"
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

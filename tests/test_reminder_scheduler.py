@@ -432,6 +432,11 @@ async def test_the_back_off_grows_with_each_failed_attempt(db: Database) -> None
     assert await retried_at(db, [RetryLater(None)] * 3) == [0.0, 1.0, 3.0, 8.0]
 
 
+async def test_past_the_last_step_the_back_off_repeats_it(db: Database) -> None:
+    """Five server errors with a 1, 2, 5 s back-off: the fourth and fifth wait 5 s again."""
+    assert await retried_at(db, [RetryLater(None)] * 5) == [0.0, 1.0, 3.0, 8.0, 13.0, 18.0]
+
+
 async def test_a_retry_after_from_flood_control_is_honoured(db: Database) -> None:
     """Flood control says 42 s: the next attempt is 42 s later, not the back-off's 1 s; the
     server error after it takes the back-off's second step (2 s)."""

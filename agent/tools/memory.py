@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,8 +30,9 @@ from memory.facts import (
 from memory.longterm import memory_of, write_memory
 from memory.pending_writes import PendingWrite
 from memory.recall.search import DEFAULT_LIMIT, MAX_LIMIT, Recall, RecallHit, trimmed
-from memory.store import to_iso, utc_now
+from memory.store import to_iso
 from models.types import ToolCall
+from primitives.clock import Clock, utc_now
 from reminders.book import Reminder, ReminderBook
 
 # A forget_fact whose words match more lines than this is too vague to act on.
@@ -137,7 +138,7 @@ class ChatTools:
         db: Database,
         *,
         memory_max_chars: int,
-        clock: Callable[[], datetime] = utc_now,
+        clock: Clock[datetime] = utc_now,
         reminders: ReminderBook | None = None,
     ) -> None:
         self.db = db

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ import structlog
 from agent.tools.memory import ToolOutcome
 from memory.web_calls import WebCalls
 from models.types import ToolCall
+from primitives.clock import Clock
 from web.addresses import Allowance
 from web.errors import WebError
 from web.fetch import READ_TIMEOUT_SECONDS
@@ -111,7 +111,7 @@ class WebTools:
         settings: WebSettings,
         calls: WebCalls,
         *,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Clock[float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.calls = calls

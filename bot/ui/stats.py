@@ -17,8 +17,9 @@ from bot.ui.i18n import t
 from bot.ui.money import money
 from memory.consolidation.jobs import ConsolidationStats, consolidation_stats
 from memory.db import Database
-from memory.store import Clock, from_iso, to_iso, utc_now
+from memory.store import from_iso, to_iso
 from memory.usage import PeriodUsage, UsageLedger, UsageReport, UserTotal
+from primitives.clock import Clock, utc_now
 
 
 def tokens(count: int) -> str:
@@ -252,7 +253,7 @@ async def build_stats_text(
     transport_status: Mapping[str, Any],
     lang: str | None,
     *,
-    clock: Clock = utc_now,
+    clock: Clock[datetime] = utc_now,
     outcomes_days: int = 7,
     turns_in_flight: int | None = None,
 ) -> str:

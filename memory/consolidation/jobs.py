@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -45,13 +45,16 @@ from memory.longterm import (
     write_memory,
 )
 from memory.recall.archive import ArchivedRow, archive_in, prepare_archive
-from memory.store import Store, StoredMessage, from_iso, to_iso, utc_now
+from memory.store import Store, StoredMessage, from_iso, to_iso
 from memory.usage import SpendRecorder
 from models.types import Spend
+from primitives.backoff import Backoff
+from primitives.clock import Clock, utc_now
+from primitives.tasks import stop_tasks
+from primitives.waits import wait_or_timeout
 
 log = structlog.get_logger("memory.consolidation.jobs")
 
-Clock = Callable[[], datetime]
 
 # How often one run may find its memory or messages changed under it before it steps back.
 MAX_CONFLICTS_PER_RUN = 3
@@ -103,11 +106,6 @@ class CommitResult(StrEnum):
     COMMITTED = "committed"
     CONFLICT = "conflict"  # memory version moved or messages vanished: run again from fresh
     NOT_OURS = "not_ours"  # the job is no longer running under our claim
-
-
-def retry_delay(delays: Sequence[float], failed_runs: int) -> float:
-    """Failed run n waits the n-th delay; the last delay repeats."""
-    return float(delays[min(failed_runs, len(delays)) - 1])
 
 
 class JobQueue:
@@ -329,7 +327,7 @@ class JobQueue:
         chunk: Chunk,
         spending: SpendRecorder,
         *,
-        delays: Sequence[float],
+        backoff: Backoff,
         now: datetime,
     ) -> tuple[int, float]:
         """Every model failed: keep the messages, schedule the next whole-chain run (and
@@ -347,7 +345,7 @@ class JobQueue:
                 _insert_spent(conn, job, chunk, spends, self.store, stamp)
                 return job.attempts, 0.0
             failed_runs = int(row["attempts"]) + 1
-            delay = retry_delay(delays, failed_runs)
+            delay = backoff.after(failed_runs)
             conn.execute(
                 "UPDATE consolidation_jobs SET state = 'pending', attempts = ?, "
                 "next_attempt_at = ?, last_error = ?, started_at = NULL, updated_at = ? "
@@ -515,7 +513,7 @@ class ConsolidationWorker:
         concurrency: int = 2,
         memory_max_chars: int = 6000,
         max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
-        clock: Clock = utc_now,
+        clock: Clock[datetime] = utc_now,
         idle_poll_seconds: float = 30.0,
     ) -> None:
         if not retry_delays:
@@ -525,7 +523,7 @@ class ConsolidationWorker:
         self.store = store
         self.queue = JobQueue(store)
         self.consolidator = consolidator
-        self.retry_delays = list(retry_delays)
+        self.backoff = Backoff(retry_delays)
         self.concurrency = concurrency
         self.memory_max_chars = memory_max_chars
         self.max_message_chars = max_message_chars
@@ -565,14 +563,9 @@ class ConsolidationWorker:
         if self._loop_task is not None:
             await self._loop_task
             self._loop_task = None
-        tasks = list(self._running.values())
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=grace)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
-                log.info("consolidation_jobs_left_to_resume", count=len(pending))
+        cut = await stop_tasks(self._running.values(), grace=grace)
+        if cut:
+            log.info("consolidation_jobs_left_to_resume", count=len(cut))
 
     @property
     def busy(self) -> int:
@@ -592,10 +585,7 @@ class ConsolidationWorker:
             self.last_idle_s = idle
             if self.passes == 1:
                 log.info("consolidation_worker_ready", launched=len(launched))
-            try:
-                await asyncio.wait_for(self._wake.wait(), idle)
-            except TimeoutError:
-                pass
+            await wait_or_timeout(self._wake, timeout=idle)
 
     async def _idle_seconds(self) -> float:
         """Sleep until the next job is due; when every slot is busy, until a job finishes."""
@@ -669,7 +659,7 @@ class ConsolidationWorker:
                     if conflicts >= MAX_CONFLICTS_PER_RUN:
                         # Not at once: memory that keeps changing under the job would have it
                         # claimed and run (paid) again the moment it is released.
-                        retry_at = to_iso(self.clock() + timedelta(seconds=self.retry_delays[0]))
+                        retry_at = to_iso(self.clock() + timedelta(seconds=self.backoff.first))
                         await self.queue.release(
                             job, self.now(), retry_at=retry_at, reason="memory kept changing"
                         )
@@ -678,7 +668,7 @@ class ConsolidationWorker:
         except Exception:
             # A bug must not spin: step back for the first retry delay, messages untouched.
             log.exception("consolidation_job_crashed", job_id=job.id)
-            retry_at = to_iso(self.clock() + timedelta(seconds=self.retry_delays[0]))
+            retry_at = to_iso(self.clock() + timedelta(seconds=self.backoff.first))
             await self.queue.release(job, self.now(), retry_at=retry_at, reason="internal error")
 
     async def _consolidate_chunk(
@@ -692,7 +682,7 @@ class ConsolidationWorker:
             )
         except ConsolidationError as failure:
             failed_runs, delay = await self.queue.record_failure(
-                job, failure, chunk, spending, delays=self.retry_delays, now=self.clock()
+                job, failure, chunk, spending, backoff=self.backoff, now=self.clock()
             )
             log.warning(
                 "consolidation_job_failed",

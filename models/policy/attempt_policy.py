@@ -38,11 +38,12 @@ from models.policy.ratelimits import exhausted_until_reset, read_windows, refusa
 from models.tokens import estimate_messages
 from models.types import NO_KEY, Attempt, Message, Outcome, TransportError
 from models.worker.ipc import LocalError
+from primitives.backoff import Backoff
+from primitives.clock import Clock
 
 log = structlog.get_logger(__name__)
 
 Sleep = Callable[[float], Awaitable[Any]]
-Clock = Callable[[], float]
 
 # Attempts a call may retry after local failures (a worker lost under it) before it gives up.
 _LOCAL_RETRIES = 3
@@ -77,10 +78,10 @@ class AttemptPolicy:
         retry_budget_per_second: float,
         max_in_flight: int | None,
         sleep: Sleep = asyncio.sleep,
-        clock: Clock = time.monotonic,
+        clock: Clock[float] = time.monotonic,
     ) -> None:
         self.catalog = catalog
-        self.backoff = tuple(backoff)
+        self.backoff = Backoff(backoff)
         self.retry_after_cap = retry_after_cap
         self.breaker_threshold = breaker_threshold
         self.breaker_cooldown = breaker_cooldown
@@ -479,7 +480,7 @@ class CallPlan:
             log.info("retry_budget_empty", model=entry.id, gateway=entry.gateway)
             self._advance()
             return
-        delay = self.policy.backoff[self.retries]
+        delay = self.policy.backoff.after(self.retries + 1)
         self.retries += 1
         if other_key:
             delay = 0.0  # another key carries the load right away

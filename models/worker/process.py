@@ -10,9 +10,7 @@ import contextlib
 import os
 import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
@@ -35,11 +33,11 @@ from models.worker.protocol import (
 from models.worker.remote import CallsInFlight, PendingCall
 from models.worker.settings import WorkerSettings
 from models.worker.wire import SendGate, WireRecord
+from primitives.interpreter import child_env, python_command
 
 log = structlog.get_logger(__name__)
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from models.worker.child import main; main()"
+_BOOT = "from models.worker.child import main; main()"
 STOP_GRACE_S = 5.0  # a stopped worker's time to leave before it is killed
 EXTRA_WORKER_NICE = 10  # an extra worker's nice steps below the bot's (see `_start`)
 # Copies one spawned worker can make (`fork`): an extra worker retires after a quiet spell, and
@@ -244,7 +242,7 @@ class ProviderWorker:
             return
         self.state = "stopped"
         if self._starting is not None and not self._starting.done():
-            self._starting.cancel()
+            self._starting.cancel()  # not awaited: what the start spawned is reaped just below
         self._detach(WorkerLostError(f"provider worker {self.number} stopped"))
         self._close_sockets()
         if self.process is not None:
@@ -315,7 +313,7 @@ class ProviderWorker:
                 ours = self._spawn()
             except OSError as error:
                 # EMFILE, ENOMEM, EAGAIN: lost like a worker that died at once, so the pool
-                # backs off (RESTART_BACKOFF_S) and reuses the slot. Left "lost" by itself it
+                # backs off (RESTART_BACKOFF) and reuses the slot. Left "lost" by itself it
                 # was never replaced: every call appended a new worker and spawned again.
                 self._lose(None, f"spawn failed: {error.strerror or type(error).__name__}")
                 raise WorkerLostError(f"provider worker {self.number} did not start") from error
@@ -372,12 +370,12 @@ class ProviderWorker:
             # Not asyncio's subprocess: `reap` polls, so no child watcher is involved (a copy
             # made by `fork` is not our child either). Spawning does not block long.
             self.process = subprocess.Popen(
-                (sys.executable, "-c", _BOOT, _ROOT, *map(str, fds)),
+                [*python_command(_BOOT), *map(str, fds)],
                 pass_fds=fds,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=self.pool.stderr,
-                env=worker_environment(os.environ),
+                env=child_env(worker_environment(os.environ)),
             )
         except BaseException:
             ours.close()
@@ -419,7 +417,7 @@ class ProviderWorker:
             self._ready.exception()  # retrieved: nobody may be waiting
         if link is not None:
             if link.task is not None and link.task is not asyncio.current_task():
-                link.task.cancel()
+                link.task.cancel()  # synchronous here: the reader's own end closes nothing more
             link.close()
 
     def _lose(self, link: _Link | None, reason: str) -> None:

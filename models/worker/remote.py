@@ -80,7 +80,7 @@ class PendingCall:
 
     def fail(self, error: BaseException) -> None:
         if self.gate_wait is not None:
-            self.gate_wait.cancel()
+            self.gate_wait.cancel()  # its Go is moot for a failed call; nothing awaits it
         if self.stream is not None:
             self.stream.finish(error)
         elif not self.first.done():
@@ -168,7 +168,7 @@ class CallsInFlight:
         call = self._calls.pop(call_id, None)
         if call is not None:
             if call.gate_wait is not None:
-                call.gate_wait.cancel()
+                call.gate_wait.cancel()  # no Go for a call the worker is told to stop
             self._send(Cancel(call_id))
 
     def fail_all(self, error: BaseException | None) -> None:
