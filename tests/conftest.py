@@ -109,19 +109,6 @@ async def transport(fake_openai, fake_groq, fake_anthropic):
     await t.aclose()
 
 
-class FakeClock:
-    """A monotonic clock tests move by hand, for cool-downs and buckets without real waiting."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture(autouse=True)
 async def one_provider_worker_between_tests() -> AsyncIterator[None]:
     """The provider worker pool is one per process, on the run's one loop. A test that

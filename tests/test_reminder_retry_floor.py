@@ -15,16 +15,9 @@ from memory.db import Database
 from memory.store import Store
 from reminders.book import Claim, ReminderBook
 from reminders.scheduler import Delivered, DeliveryOutcome, ReminderScheduler, RetryLater
+from tests.clocks import SettableClock
 
 CHAT = 7
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture
@@ -35,7 +28,7 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
 
 
 async def test_a_retry_after_of_zero_waits_the_first_retry_delay(db: Database) -> None:
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     await book.schedule(CHAT, when="2026-12-01T08:00:30", text="water the plants")
     clock.now += timedelta(minutes=1)

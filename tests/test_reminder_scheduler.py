@@ -24,17 +24,10 @@ from reminders.scheduler import (
     RetryLater,
     Stopped,
 )
+from tests.clocks import SettableClock
 
 CHAT = 7
 OTHER = 8
-
-
-@dataclass
-class Clock:
-    now: datetime
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @dataclass
@@ -71,7 +64,9 @@ async def until(predicate: object, timeout: float = 10.0) -> None:  # noqa: ASYN
         await asyncio.sleep(0.01)
 
 
-async def run_once(db: Database, book: ReminderBook, clock: Clock, recorder: Recorder) -> None:
+async def run_once(
+    db: Database, book: ReminderBook, clock: SettableClock[datetime], recorder: Recorder
+) -> None:
     """Start a scheduler, wait until it made its first attempt and has nothing in flight."""
     scheduler = ReminderScheduler(book, Store(db, clock), recorder, clock=clock)
     await scheduler.start()
@@ -85,7 +80,7 @@ async def run_once(db: Database, book: ReminderBook, clock: Clock, recorder: Rec
 async def test_a_missed_daily_reminder_is_sent_once_late_then_moves_to_its_next_time(
     db: Database,
 ) -> None:
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     await book.set_chat_zone(CHAT, "Europe/Lisbon")
     made = await book.schedule(CHAT, when="2026-12-01T09:00", text="stretch", repeat="daily")
@@ -115,7 +110,7 @@ async def test_a_missed_daily_reminder_is_sent_once_late_then_moves_to_its_next_
 async def test_a_crash_between_send_and_mark_sends_again_after_restart(db: Database) -> None:
     """At least once: the claim without an outcome is sent again by the next run, and marked
     then; the reminder itself was moved on by the claim, so nothing else repeats."""
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     made = await book.schedule(CHAT, when="2026-12-01T08:00:30", text="pills")
     first = Recorder(hang_after_send=True)
@@ -140,7 +135,7 @@ async def test_a_crash_between_send_and_mark_sends_again_after_restart(db: Datab
 
 
 async def test_a_blocked_chat_stops_its_reminders_and_no_one_elses(db: Database) -> None:
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     await book.schedule(CHAT, when="2026-12-01T08:01", text="first")
     await book.schedule(CHAT, when="2026-12-02T08:01", text="later", repeat="weekly")
@@ -159,7 +154,7 @@ async def test_a_blocked_chat_stops_its_reminders_and_no_one_elses(db: Database)
 
 
 async def test_flood_control_and_server_errors_are_retried_until_sent(db: Database) -> None:
-    clock = Clock(utc_now())
+    clock = SettableClock(utc_now())
     book = ReminderBook(db, clock)
     await book.schedule(CHAT, when=(clock.now + timedelta(minutes=1)).isoformat(), text="x")
     clock.now += timedelta(minutes=2)
@@ -177,7 +172,7 @@ async def test_flood_control_and_server_errors_are_retried_until_sent(db: Databa
 
 
 async def test_cancelled_reminders_never_fire_and_refusals_explain(db: Database) -> None:
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     made = await book.schedule(CHAT, when="2026-12-01T08:01", text="gone")
     assert await book.cancel(OTHER, made.id) is None  # another chat cannot
@@ -195,7 +190,7 @@ async def test_a_retry_is_dropped_when_the_reminder_was_cancelled_meanwhile(
 ) -> None:
     """A send that met a 5xx waits for its retry; the user cancels the (daily) reminder in
     that wait. The retry finds the cancellation and sends nothing; the claim is closed."""
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     made = await book.schedule(CHAT, when="2026-12-01T08:01", text="stretch", repeat="daily")
     recorder = Recorder(script=[RetryLater(60.0)])
@@ -223,16 +218,17 @@ async def test_a_retry_is_dropped_when_the_reminder_was_cancelled_meanwhile(
     assert [tuple(r) for r in rows] == [("stopped", None)]
 
 
-@dataclass
-class WatchedClock(Clock):
+class WatchedClock(SettableClock[datetime]):
     """A clock that notices a loop that never yields. A ticker task calls `tick()` whenever it
     gets a turn; a thousand reads of the clock with no tick between them mean its reader came
     round a thousand times without giving any other task a turn. The read then raises, which
     the scheduler logs and answers with a 5 s pause, so a spinning loop ends and the test can
     report it instead of hanging with it."""
 
-    reads_since_tick: int = 0
-    spun: bool = False
+    def __init__(self, now: datetime) -> None:
+        super().__init__(now)
+        self.reads_since_tick = 0
+        self.spun = False
 
     def tick(self) -> None:
         self.reads_since_tick = 0
@@ -303,7 +299,7 @@ class VirtualTime:
     wait is for the wake event only (a `notify`, the stop) and `idle` is set: every pass the
     scheduler made up to then is in `waits`, and no real second went by."""
 
-    clock: Clock
+    clock: SettableClock[datetime]
     until: datetime
     waits: list[float] = field(default_factory=list)
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -328,7 +324,7 @@ class VirtualTime:
 def virtual_scheduler(
     db: Database,
     book: ReminderBook,
-    clock: Clock,
+    clock: SettableClock[datetime],
     deliver: Deliver,
     *,
     until: datetime,
@@ -356,7 +352,7 @@ async def test_it_wakes_only_for_a_due_time_or_a_notify(db: Database) -> None:
     time; a new reminder wakes it through `notify`, and it then waits exactly until that one
     is due. Each is sent at its due time to the second, never early."""
     start = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
-    clock = Clock(start)
+    clock = SettableClock(start)
     book = ReminderBook(db, clock)
     first = await book.schedule(CHAT, when="2026-12-01T08:16:40", text="first")
     recorder = Recorder()
@@ -396,7 +392,7 @@ class StampedScript:
     """A Deliver that answers from a script (then Delivered) and records the clock at each
     attempt."""
 
-    clock: Clock
+    clock: SettableClock[datetime]
     script: list[DeliveryOutcome]
     at: list[datetime] = field(default_factory=list)
 
@@ -410,7 +406,7 @@ class StampedScript:
 async def retried_at(db: Database, script: list[DeliveryOutcome]) -> list[float]:
     """Seconds after the due time of each attempt at one reminder, with back-off 1, 2, 5 s."""
     due = datetime(2026, 12, 1, 8, 0, 30, tzinfo=UTC)
-    clock = Clock(due - timedelta(seconds=30))
+    clock = SettableClock(due - timedelta(seconds=30))
     book = ReminderBook(db, clock)
     await book.schedule(CHAT, when="2026-12-01T08:00:30", text="stand up")
     deliver = StampedScript(clock, script)
@@ -449,7 +445,7 @@ async def test_a_reminder_that_fell_due_seconds_before_the_start_is_sent_once_la
     """Due 10 s before the bot started: within the 60 s of "on time", but it fell due while
     the bot was down, so it is marked late (the user must know it is not fresh) — and sent
     once, also after an hour of the scheduler running."""
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     made = await book.schedule(CHAT, when="2026-12-01T08:01:00", text="pills")
     clock.now = datetime(2026, 12, 1, 8, 1, 10, tzinfo=UTC)  # the start, 10 s after
@@ -470,7 +466,7 @@ async def test_a_reminder_that_fell_due_seconds_before_the_start_is_sent_once_la
 async def test_no_more_sends_at_once_than_the_concurrency(db: Database) -> None:
     """Five reminders due at once and two send slots: two go out, and each finished send lets
     the next one start, never a third beside them; meanwhile the scheduler just waits."""
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     for n in range(5):
         await book.schedule(CHAT + n, when="2026-12-01T08:00:30", text=f"r{n}")
