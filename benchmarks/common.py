@@ -121,7 +121,7 @@ async def terminate(process: asyncio.subprocess.Process, grace_s: float = 60) ->
     """SIGTERM, then SIGKILL if it is not gone after `grace_s`; its stderr when piped."""
     process.send_signal(signal.SIGTERM)
     try:
-        _, stderr = await asyncio.wait_for(process.communicate(), grace_s)
+        _, stderr = await asyncio.wait_for(process.communicate(), grace_s)  # bounded: then killed
     except TimeoutError:
         process.kill()
         _, stderr = await process.communicate()

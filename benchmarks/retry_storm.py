@@ -230,7 +230,7 @@ async def run_policy(
     async def one() -> None:
         started = time.monotonic()
         try:
-            ok = await asyncio.wait_for(call(), timeout=GIVE_UP_S)
+            ok = await asyncio.wait_for(call(), timeout=GIVE_UP_S)  # a client giving up
         except TimeoutError:
             ok = False
         results.append(Outcome(ok, time.monotonic() - started))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from primitives.litellm_env import LITELLM_FLAGS
 from tests.e2e_bot import OWNER, bot_under_test
+from tests.waits import within
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,7 +31,7 @@ async def backup(database: Path, folder: Path) -> str:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    out, err = await within(proc.communicate(), 120)
     assert proc.returncode == 0, err.decode()
     return out.decode()
 

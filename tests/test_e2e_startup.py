@@ -16,6 +16,7 @@ from primitives.litellm_env import LITELLM_FLAGS
 from tests.e2e_bot import KEYS, OWNER, TOKEN
 from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram
+from tests.waits import within
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,7 +44,7 @@ async def _run_bot(cwd: Path, env: dict[str, str], timeout: float = 60.0) -> tup
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    _, stderr = await within(process.communicate(), timeout)
     return await process.wait(), stderr.decode("utf-8", errors="replace")
 
 
@@ -155,7 +156,7 @@ async def test_the_real_process_answers_and_stops_cleanly(tmp_path: Path) -> Non
                 timeout=30,
             )
             process.send_signal(signal.SIGTERM)
-            _, stderr_bytes = await asyncio.wait_for(process.communicate(), 60)
+            _, stderr_bytes = await within(process.communicate(), 60)
         finally:
             if process.returncode is None:
                 process.kill()

@@ -19,6 +19,7 @@ from memory.longterm import MemoryRepository, write_memory
 from memory.recall.search import MAX_LIMIT, Recall
 from primitives.litellm_env import LITELLM_FLAGS
 from tests.memory_sessions import SessionMessage, oasst_messages, telegram_message
+from tests.waits import within
 
 REPO = Path(__file__).resolve().parents[1]
 NOW = "2026-03-01T09:00:00.000Z"
@@ -223,7 +224,7 @@ async def test_export_command_line(repo: MemoryRepository, tmp_path: Path) -> No
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    _, stderr = await within(proc.communicate(), 60)
     assert proc.returncode == 0, stderr.decode()
     assert (out / "HISTORY.md").read_text("utf-8") == "".join(f"{e}\n\n" for e in OTHER_CHAT)
     assert (out / "MEMORY.md").read_text("utf-8") == "- memory of chat 2\n"

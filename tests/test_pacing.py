@@ -16,7 +16,9 @@ import pytest
 
 from models.policy.pacing import GatewayPacer, Priority, Ticket
 from models.policy.ratelimits import DAY, MINUTE, read_windows
+from primitives.tasks import stop_tasks
 from tests.clocks import SettableClock
+from tests.waits import within
 
 
 def _pacer(
@@ -111,7 +113,7 @@ async def test_unknown_limits_let_one_probe_go_and_the_rest_wait_for_its_answer(
         },
     )
     pacer.settle(probe, window)
-    ticket = await asyncio.wait_for(second, 5)
+    ticket = await within(second, 5)
     assert ticket is not None
     assert pacer.status()["models"]["m"]["pace_per_s"] == pytest.approx(9.0)  # 0.9 x 600/min
 
@@ -202,8 +204,7 @@ async def test_without_a_request_limit_a_slow_start_opens_one_more_per_answer() 
     await loop_turns()
     assert sum(t.done() for t in waiting) == 3  # window 1, the third in flight
     assert pacer.status()["models"]["m"]["slow_start_window"] == 1.0
-    for task in waiting:
-        task.cancel()
+    await stop_tasks(waiting)
 
 
 def test_openai_headers_go_durations_and_per_minute_limits() -> None:

@@ -122,7 +122,7 @@ async def test_the_callers_own_cancellation_is_never_swallowed() -> None:
     await asyncio.sleep(0)
     stopping = asyncio.create_task(stop_task(task))
     await asyncio.sleep(0)
-    stopping.cancel()
+    stopping.cancel()  # the stop itself cancelled: the case tested
     # Bounded: a stop that swallowed it would wait on, for the task that holds on.
     await asyncio.wait([stopping], timeout=30)
     release.set()
@@ -161,7 +161,7 @@ async def test_wait_or_timeout_answers_false_on_the_timeout_and_leaves_no_waiter
     await asyncio.sleep(0)  # the cancelled waiter's last step
     assert len(asyncio.all_tasks()) == before
     assert not watched.done()  # only watched, never cancelled: it is the caller's
-    watched.cancel()
+    watched.cancel()  # the caller's future, cancelled by the caller
 
 
 async def test_wait_or_timeout_sees_what_is_ready_already_even_with_no_time() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from memory.db import Database
 from memory.store import Store, utc_now
+from primitives.tasks import stop_task
 from reminders.book import Claim, ReminderBook, ScheduleRefusedError
 from reminders.scheduler import (
     RETRY_DELAYS_S,
@@ -25,6 +26,7 @@ from reminders.scheduler import (
     Stopped,
 )
 from tests.clocks import SettableClock
+from tests.waits import within
 
 CHAT = 7
 OTHER = 8
@@ -118,7 +120,7 @@ async def test_a_crash_between_send_and_mark_sends_again_after_restart(db: Datab
     await scheduler.start()
     clock.now += timedelta(seconds=31)
     scheduler.notify()
-    await asyncio.wait_for(first.sent.wait(), 10)
+    await within(first.sent.wait(), 10)
     await scheduler.stop(grace=0.05)  # the "crash": the send happened, the mark did not
     [open_claim] = await db.fetchall("SELECT outcome FROM reminder_deliveries")
     assert open_claim["outcome"] is None
@@ -283,7 +285,7 @@ async def test_with_every_slot_busy_and_a_retry_due_the_loop_still_yields(db: Da
         await until(lambda: len(attempts) == 4 and scheduler.in_flight == 0)
         assert attempts[3] == "retried"
     finally:
-        ticking.cancel()
+        await stop_task(ticking)
         await scheduler.stop()
     assert not clock.spun
     rows = await db.fetchall("SELECT outcome FROM reminder_deliveries ORDER BY id")
@@ -311,7 +313,7 @@ class VirtualTime:
         if wake.is_set():
             return
         if self.scheduler.in_flight:
-            await asyncio.wait_for(wake.wait(), 10)  # the send's end wakes it
+            await within(wake.wait(), 10)  # the send's end wakes it
             return
         if self.clock.now + timedelta(seconds=timeout) > self.until:
             self.idle.set()
@@ -362,7 +364,7 @@ async def test_it_wakes_only_for_a_due_time_or_a_notify(db: Database) -> None:
     book.on_change = scheduler.notify
     await scheduler.start()
     try:
-        await asyncio.wait_for(time.idle.wait(), 10)
+        await within(time.idle.wait(), 10)
         # 300 + 300 + 300 + 100 s: the due time. Then one wait the send's end cuts short,
         # and the longest waits up to the test's horizon (08:21:40, then 08:26:40 > 08:25).
         assert time.waits == [300.0, 300.0, 300.0, 100.0, 300.0, 300.0, 300.0]
@@ -376,7 +378,7 @@ async def test_it_wakes_only_for_a_due_time_or_a_notify(db: Database) -> None:
         waits_before = len(time.waits)
         second = await book.schedule(CHAT, when="2026-12-01T08:22:30", text="second")
         await until(lambda: len(recorder.attempts) == 2)
-        await asyncio.wait_for(time.idle.wait(), 10)
+        await within(time.idle.wait(), 10)
         # The notify ended the idle wait; the next is exactly the 50 s to the new due time,
         # then the send's end and the longest waits up to 08:57:30 (+300 s > 09:00).
         assert time.waits[waits_before:] == [50.0] + [300.0] * 9
@@ -415,7 +417,7 @@ async def retried_at(db: Database, script: list[DeliveryOutcome]) -> list[float]
     )
     await scheduler.start()
     try:
-        await asyncio.wait_for(time.idle.wait(), 10)
+        await within(time.idle.wait(), 10)
     finally:
         await scheduler.stop()
     [row] = await db.fetchall("SELECT outcome FROM reminder_deliveries")
@@ -455,7 +457,7 @@ async def test_a_reminder_that_fell_due_seconds_before_the_start_is_sent_once_la
     )
     await scheduler.start()
     try:
-        await asyncio.wait_for(time.idle.wait(), 10)
+        await within(time.idle.wait(), 10)
     finally:
         await scheduler.stop()
     assert recorder.attempts == [(made.id, datetime(2026, 12, 1, 8, 1, tzinfo=UTC), True)]

@@ -38,7 +38,7 @@ async def test_complete_reports_the_answer_and_a_cancelled_request(
     fake_openai.script("gpt-4.1", Fault("hang"))
     call = asyncio.create_task(t.complete("gpt-4.1", HI, timeout=30, on_spend=spends.append))
     await wait_until(lambda: len(fake_openai.requests) == 2, "the request to reach the provider")
-    call.cancel()
+    call.cancel()  # the caller gives up: what is tested is the spend of a cut attempt
     with pytest.raises(asyncio.CancelledError):
         await call
     cancelled = spends[-1]
