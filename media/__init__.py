@@ -2,8 +2,8 @@
 reader children (documents and pages: document_child; images: image_child), and the inbox of
 files waiting for a turn. No Telegram here.
 
-Import direction: `bot → agent → web → reminders, media → memory → models`; media and reminders do
-not import each other.
+Import direction: `bot → agent → web, mcp_client → reminders, media → memory → models →
+primitives`; media and reminders do not import each other.
 """
 
 from primitives import MnemobotError

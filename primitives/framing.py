@@ -56,3 +56,25 @@ def fresh_mark(token: Callable[[], str], *framed: str) -> str:
     while any(mark in text for text in framed):
         mark = token()
     return mark
+
+
+def mark_token(prefix: str) -> Callable[[], str]:
+    """Random marks named for what they frame (`quote-3f9c…`), so a reader of the stored text
+    sees which frame a line closes."""
+    return lambda: f"{prefix}-{secrets.token_hex(6)}"
+
+
+def marker_frame(
+    intro: Callable[[str], str],
+    framed: str,
+    *,
+    token: Callable[[], str],
+    also: tuple[str, ...] = (),
+    after: str | None = None,
+) -> str:
+    """`intro(mark)`, then `framed` between two lines that read a fresh mark, then `after` (the
+    user's own words that follow, if any). The mark occurs in none of `framed`, `after` and
+    `also` (other text the intro shows, such as a name)."""
+    mark = fresh_mark(token, framed, *also, *(() if after is None else (after,)))
+    framed_part = f"{intro(mark)}\n{mark}\n{framed}\n{mark}"
+    return framed_part if after is None else f"{framed_part}\n{after}"

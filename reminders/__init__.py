@@ -1,7 +1,7 @@
 """Reminders: when one falls due (rules), the book of reminders in the database, the scheduler.
 
-Import direction: `bot → agent → web → reminders, media → memory → models`; reminders and media do
-not import each other.
+Import direction: `bot → agent → web, mcp_client → reminders, media → memory → models →
+primitives`; reminders and media do not import each other.
 """
 
 from primitives import MnemobotError
