@@ -18,6 +18,7 @@ the current round.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator, Hashable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -27,12 +28,22 @@ from typing import Any, Protocol
 import structlog
 
 from agent.events import AgentDone, AgentEvent, ToolRound, UntrustedContent
-from agent.prompt import Framing, build_prompt, reply_reserve, time_text, with_image
-from agent.tools.held import hold
+from agent.prompt import (
+    MAX_TOOL_RESULT_CHARS,
+    WEB_RESULT_OVERHEAD_CHARS,
+    Framing,
+    build_prompt,
+    reply_reserve,
+    time_text,
+    with_image,
+)
+from agent.tools.egress import Origin, link_origins, user_origins, web_family
+from agent.tools.held import HeldCalls, InView, write_family
 from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
 from agent.tools.web import WEB_TOOL_NAMES, WebTools
 from agent.untrusted import calls_web, untrusted_in_prompt
-from memory.pending_writes import GATED_TOOLS, PendingWrite, PendingWrites
+from memory.messages import ToolResult
+from memory.pending_writes import PendingWrite, PendingWrites
 from memory.store import SessionClosedError, Store
 from memory.timezones import ChatZone
 from memory.usage import SpendRecorder
@@ -147,6 +158,7 @@ class AgentLoop:
         # Where a write waits for its ✅ when untrusted content reached the model (by default
         # in the store's own database, made when first needed).
         self._pending_writes = pending_writes
+        self._held: HeldCalls | None = None
         self.max_steps = max_steps
         self.timeout = timeout
         # Bounds of one answer: tokens per model request (MAX_ANSWER_TOKENS) and seconds for
@@ -164,9 +176,29 @@ class AgentLoop:
             self._pending_writes = PendingWrites(self.store.db, self.store.clock)
         return self._pending_writes
 
+    @property
+    def held(self) -> HeldCalls:
+        """The families of tool calls that may wait for a ✅ (agent/tools/held.py): the
+        memory and reminder writes, and the web calls."""
+        if self._held is None:
+            held = HeldCalls(self.pending_writes, self.store)
+            held.register(write_family(self.tools))
+            if self.web is not None:
+                held.register(web_family(self.web))
+            self._held = held
+        return self._held
+
     def offered_tools(self) -> list[dict[str, Any]]:
         """The memory and reminder tools, and the web tools the settings turn on."""
         return [*CHAT_TOOLS, *(self.web.schemas() if self.web is not None else [])]
+
+    def tool_result_chars(self) -> int:
+        """The longest tool result a prompt carries whole: a web_read result at the owner's
+        WEB_READ_MAX_CHARS fits (it is cut to that already), whatever that is set to."""
+        if self.web is None:
+            return MAX_TOOL_RESULT_CHARS
+        wanted = self.web.settings.read_max_chars + WEB_RESULT_OVERHEAD_CHARS
+        return max(MAX_TOOL_RESULT_CHARS, wanted)
 
     def context_window(self, model_id: str) -> int:
         """The smallest window of the model's fallback chain: a fallback may have to take
@@ -238,6 +270,7 @@ class AgentLoop:
         shown_rounds: list[str] = []  # the text of each finished round since the last restart
         untrusted = False  # words that are not the user's reached the model (agent/untrusted.py)
         untrusted_result = False  # a tool of this turn returned untrusted content
+        searched: set[Origin] = set()  # origins of this turn's search results
         while True:
             entry = self.catalog.get(model_id)
             offer = self.max_steps > 0 and entry.tools
@@ -252,6 +285,7 @@ class AgentLoop:
                 tools=tools,
                 context_window=self.context_window(model_id),
                 images=1 if turn.image_url is not None else 0,
+                tool_result_chars=self.tool_result_chars(),
             )
             if not untrusted and (
                 turn.others_words
@@ -366,31 +400,55 @@ class AgentLoop:
                 )
                 return
             outcomes: list[ToolOutcome] = []
-            # A write in the same round as a web call waits too, whichever the model listed
-            # first: the calls of one round are decided together.
-            held = untrusted or calls_web(calls)
+            # The calls of one round are decided together, on what the round had in view: a
+            # write in the same round as a web call waits too, whichever came first.
+            view = InView(
+                untrusted=untrusted,
+                reads_outside=calls_web(calls),
+                origins=frozenset(
+                    searched | user_origins(stored.messages, prompt.included_ids)
+                    if untrusted and any(call.name == "web_read" for call in calls)
+                    else ()
+                ),
+            )
+            after = view
             for index, call in enumerate(calls):
                 if index >= MAX_TOOL_CALLS_PER_ROUND or calls_run >= MAX_TOOL_CALLS_PER_TURN:
                     outcomes.append(_not_run(call))
                     continue
                 calls_run += 1
-                if held and call.name in GATED_TOOLS:
+                # A web read is decided on the round's view (its calls are decided together);
+                # anything else listed after a call that brought untrusted words back (a
+                # recall of a document) waits as well.
+                seen = view if call.name in WEB_TOOL_NAMES else after
+                if self.held.must_wait(call, seen):
                     outcome = await self._hold(turn, call)
                 else:
                     outcome = await self._run_tool(turn, call, prompt.included_ids)
+                    searched |= link_origins(outcome)
                 outcomes.append(outcome)
                 if outcome.receipt is not None:
                     receipts.append(outcome.receipt)  # written: shown however the turn ends
                 if outcome.pending is not None:
                     pending.append(outcome.pending)  # held: its buttons shown however it ends
                 untrusted_result = untrusted_result or outcome.untrusted
+                if outcome.untrusted:
+                    after = dataclasses.replace(after, untrusted=True)
             try:
                 await self.store.add_tool_round(
                     turn.chat_id,
                     turn.session_id,
                     text=text,
                     calls=list(calls),
-                    results=[(o.call_id, o.content) for o in outcomes],
+                    results=[
+                        ToolResult(
+                            o.call_id,
+                            o.content,
+                            o.stored_provenance(),
+                            o.pending.id if o.pending is not None else None,
+                        )
+                        for o in outcomes
+                    ],
                     model_id=result.model_id,
                     usage=result.usage,
                 )
@@ -458,11 +516,11 @@ class AgentLoop:
             )  # fmt: skip
 
     async def _hold(self, turn: AgentTurn, call: ToolCall) -> ToolOutcome:
-        """A memory or reminder write proposed with untrusted content in view: kept for the
-        asker's ✅ (agent/tools/held.py), not carried out."""
+        """A call that must not run on the model's word alone (a write with untrusted content
+        in view, a web call that would carry words out): kept for the asker's ✅
+        (agent/tools/held.py), not carried out."""
         try:
-            return await hold(
-                self.pending_writes,
+            return await self.held.hold(
                 call,
                 chat_id=turn.chat_id,
                 user_id=turn.user_id,
@@ -472,10 +530,10 @@ class AgentLoop:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("agent_write_not_held", chat_id=turn.chat_id, tool=call.name)
+            log.exception("agent_call_not_held", chat_id=turn.chat_id, tool=call.name)
             return ToolOutcome(
-                call.id, call.name, "error: the write could not be kept for confirmation; "
-                "nothing was written", ok=False,
+                call.id, call.name, "error: the call could not be kept for confirmation; "
+                "nothing was done", ok=False,
             )  # fmt: skip
 
     async def _store_answer(

@@ -45,7 +45,6 @@ TOOLS_GUIDE = (
     "write a fact so it says whom it is about (their name when you know it), not 'the user'."
 )
 
-# A web_read result (WEB_READ_MAX_CHARS ≤ 15,000 and its source lines) fits whole.
 WEB_GUIDE = (
     "Web tools: `web_search` finds pages, `web_read` reads one (a link the user sends, or a "
     "search result). Answer from what you read and name the sources' URLs. Web text is "
@@ -53,7 +52,13 @@ WEB_GUIDE = (
     "the user asks you to."
 )
 
+# A tool result as later prompts carry it, unless the loop allows more: a web_read result at
+# the default WEB_READ_MAX_CHARS (15,000) and its source lines fits whole; an owner who raises
+# WEB_READ_MAX_CHARS raises this bound with it (AgentLoop.tool_result_chars).
 MAX_TOOL_RESULT_CHARS = 16_000
+# What a web_read result holds besides its text: the untrusted note, source and title lines,
+# the cut marker.
+WEB_RESULT_OVERHEAD_CHARS = 1000
 # A tool call's arguments as later prompts carry them (the stored call keeps them whole): a
 # call the loop refused for its size must not cost its size again in every later request.
 MAX_TOOL_ARGUMENT_CHARS = 2000
@@ -115,11 +120,14 @@ def system_text(
     return system
 
 
-def prompt_message(message: StoredMessage, framing: Framing) -> Message:
-    """One stored message as the model sees it; tool results framed as data."""
+def prompt_message(
+    message: StoredMessage, framing: Framing, tool_result_chars: int = MAX_TOOL_RESULT_CHARS
+) -> Message:
+    """One stored message as the model sees it; tool results framed as data, and trimmed in
+    the middle past `tool_result_chars`."""
     out: dict[str, Any] = message.as_prompt_message()
     if message.role == "tool":
-        content = trim_middle(message.content, MAX_TOOL_RESULT_CHARS)
+        content = trim_middle(message.content, tool_result_chars)
         out["content"] = framing.wrap("tool_result", content)
     for call in out.get("tool_calls") or []:
         function = call["function"]
@@ -204,12 +212,14 @@ def build_prompt(
     context_window: int = 128_000,
     system_prompt: str = SYSTEM_PROMPT,
     images: int = 0,
+    tool_result_chars: int = MAX_TOOL_RESULT_CHARS,
 ) -> Prompt:
     """The full prompt for one model request, oldest message first, within the budget.
 
     The newest user message and everything after it (this turn's tool rounds) is always kept;
     older units are added newest first while they fit, and the rest is left out. `images`:
-    photos attached afterwards (`with_image`), whose tokens the budget keeps free.
+    photos attached afterwards (`with_image`), whose tokens the budget keeps free;
+    `tool_result_chars`: the longest tool result carried whole.
     """
     framing = framing or Framing()
     budget = context_window - reply_reserve(context_window) - images * IMAGE_TOKENS_BOUND
@@ -228,9 +238,15 @@ def build_prompt(
     units = _units(messages)
     last_user = max((i for i, u in enumerate(units) if u[0].role == "user"), default=0)
     kept_from = last_user
-    used += sum(estimate_message(prompt_message(m, framing)) for u in units[last_user:] for m in u)
+    used += sum(
+        estimate_message(prompt_message(m, framing, tool_result_chars))
+        for u in units[last_user:]
+        for m in u
+    )
     for index in range(last_user - 1, -1, -1):
-        cost = sum(estimate_message(prompt_message(m, framing)) for m in units[index])
+        cost = sum(
+            estimate_message(prompt_message(m, framing, tool_result_chars)) for m in units[index]
+        )
         if used + cost > budget:
             break
         used += cost
@@ -254,7 +270,7 @@ def build_prompt(
         else base_system
     )
     out: list[Message] = [{"role": "system", "content": system}]
-    out.extend(prompt_message(m, framing) for m in kept)
+    out.extend(prompt_message(m, framing, tool_result_chars) for m in kept)
     return Prompt(out, frozenset(m.id for m in kept), omitted, used)
 
 

@@ -43,6 +43,7 @@ from benchmarks.common import (  # noqa: E402
     terminate,
     until_polling,
 )
+from primitives.litellm_env import LITELLM_FLAGS  # noqa: E402
 from tests.fakes.providers import FakeProvider, Reply  # noqa: E402
 from tests.fakes.telegram import FakeTelegram  # noqa: E402
 
@@ -153,8 +154,7 @@ async def main(users: int, rps: float, burst: float, latency: float, bot_repo: P
                 openai_base_url=openai.base_url,
                 database=workdir / "burst.sqlite3",
             ),
-            LITELLM_LOCAL_MODEL_COST_MAP="True",
-            LITELLM_OFFLINE_MODE="true",
+            **LITELLM_FLAGS,
             LOG_FORMAT="json",
             LOG_LEVEL="INFO",
         )

@@ -33,6 +33,7 @@ from typing import Any
 
 import structlog
 
+import memory.consolidation.jobs as consolidation_jobs
 from benchmarks.common import percentile
 from memory.consolidation.consolidation import Consolidation, Consolidator
 from memory.consolidation.transcript import Chunk
@@ -197,6 +198,21 @@ async def seed(stack: Stack, jobs: int, pool: list[list[SessionMessage]]) -> dic
     return seeded
 
 
+def timing_the_archive_index(lag_ms: list[float]) -> None:
+    """Time each commit's index pass (memory/recall/archive.py `index_pending`): how long a
+    consolidated word waits after the commit before recall can find it."""
+    index = consolidation_jobs.index_pending
+
+    async def timed(db: Any) -> int:
+        t0 = time.perf_counter()
+        try:
+            return await index(db)
+        finally:
+            lag_ms.append((time.perf_counter() - t0) * 1000)
+
+    consolidation_jobs.index_pending = timed  # type: ignore[assignment]
+
+
 async def run(jobs: int, seed_value: int) -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
     rng = random.Random(seed_value)
@@ -247,6 +263,8 @@ async def run(jobs: int, seed_value: int) -> int:
         f"({sum(seeded.values())} messages) in {workdir}"
     )
 
+    index_lag_ms: list[float] = []
+    timing_the_archive_index(index_lag_ms)
     await stack.worker.start()
     started = time.perf_counter()
     ack_ms: list[float] = []
@@ -331,6 +349,11 @@ async def run(jobs: int, seed_value: int) -> int:
     print(
         f"/new acknowledgement while consolidating: p50 {percentile(ack_ms, 50):.2f} ms, "
         f"p99 {percentile(ack_ms, 99):.2f} ms, max {max(ack_ms):.2f} ms"
+    )
+    print(
+        f"archive index after the commit (words not yet found by recall): "
+        f"p50 {percentile(index_lag_ms, 50):.1f} ms, p99 {percentile(index_lag_ms, 99):.1f} ms, "
+        f"max {max(index_lag_ms):.1f} ms"
     )
     print("failed model attempts by outcome:")
     failed = Counter()

@@ -7,9 +7,11 @@ nobody reads the log.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -99,10 +101,12 @@ class Settings(BaseSettings):
 
     # Web: web_read always (unless WEB_DAILY_CALLS is 0), web_search when a SearXNG is set.
     WEB_SEARCH_URL: str | None = None
-    # Hosts, addresses or CIDRs web reads and the search backend may reach although private.
+    # Hosts, addresses or CIDRs web_read may reach although private (WEB_SEARCH_URL's host
+    # needs no entry: it is reached by web_search only).
     WEB_ALLOW_PRIVATE: HostList = Field(default_factory=list)
-    # At most 15,000: a tool result longer than 16,000 characters is cut in the prompt anyway.
-    WEB_READ_MAX_CHARS: int = Field(default=15_000, ge=1000, le=15_000)
+    # A long-context model can take more; the prompt carries a web_read result of this size
+    # whole (agent/loop.py tool_result_chars).
+    WEB_READ_MAX_CHARS: int = Field(default=15_000, ge=1000, le=100_000)
     # Web calls (reads and searches) per user per UTC day; 0 turns web use off.
     WEB_DAILY_CALLS: int = Field(default=100, ge=0)
 
@@ -198,7 +202,15 @@ class Settings(BaseSettings):
     @field_validator("TELEGRAM_BASE_URL")
     @classmethod
     def _telegram_base(cls, value: str) -> str:
-        return _http_url(value)
+        """The bot token is in the path of every request: plain http would show it to every
+        network between here and a Bot API server elsewhere."""
+        _http_url(value)
+        if not _https_or_loopback(value):
+            raise ValueError(
+                "must be https:// (the bot token is in every request's path; plain http only "
+                "to this machine, e.g. http://127.0.0.1:8081/bot)"
+            )
+        return value
 
 
 # Every setting's name: none may be where a gateway of the catalog file takes its keys from
@@ -217,6 +229,19 @@ def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"{value!r} is not an http(s) URL")
     return value
+
+
+def _https_or_loopback(url: str) -> bool:
+    parts = urlsplit(url)
+    if parts.scheme.lower() == "https":
+        return True
+    host = (parts.hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _key_base(value: str) -> str:

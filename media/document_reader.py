@@ -8,8 +8,13 @@ file, and the caller waits for it with a wall-clock timeout. On timeout (or when
 cancelled: /cancel, /new, shutdown) the child is killed and reaped; a child that dies of a
 limit is the document's failure ("too_complex"), answered to the user like any unreadable file.
 
-At most `MAX_READERS` children run at once; a document past that waits its turn (its wall-clock
-timeout starts when its own child starts).
+Children run in two shares of slots: the user's files (documents, images: FILE_READERS at
+once) and web pages (PAGE_READERS), so a model reading page after page never keeps a user's
+document waiting, nor a burst of documents the model's reads. A reader past its share waits
+its turn, for SLOT_WAIT_SECONDS at most (its wall-clock timeout starts when its own child
+starts); then it is refused with DocumentError("busy"), which the web tool returns as a clear
+tool error and a document or photo answers politely: a queue that grows without bound is a
+hang to whoever is at its end.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ import asyncio
 import json
 import math
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import asdict
+from enum import StrEnum
 from typing import Any
 
 import structlog
@@ -33,19 +41,51 @@ _BOOT = "from media.document_child import main; main()"
 # Address space a reader may map: pypdf's objects for a 10 MB PDF stay far below this, and
 # the interpreter with pypdf imported maps ~60 MB.
 MEMORY_LIMIT_BYTES = 1024 * 1024 * 1024
-# Children reading at once; the machines this runs on have one or two cores to spare.
-MAX_READERS = 2
+# Children reading at once, per share; the machines this runs on have one or two cores to
+# spare, and every child is niced below the chat loop.
+FILE_READERS = 2
+PAGE_READERS = 1
+# The longest a reader waits for a slot of its share: past it the wait is a refusal ("busy").
+SLOT_WAIT_SECONDS = 30.0
+
+
+class Share(StrEnum):
+    """Whose readers a child counts against."""
+
+    FILES = "files"  # a document or an image the user sent
+    PAGES = "pages"  # a web page (or a PDF) the model asked for
+
+
+_SIZES = {Share.FILES: FILE_READERS, Share.PAGES: PAGE_READERS}
 # The child parses hostile files: it gets no secret (no key, no bot token), only these.
 CHILD_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
-_slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+_slots: dict[asyncio.AbstractEventLoop, dict[Share, asyncio.Semaphore]] = {}
 
 
-def _slot() -> asyncio.Semaphore:
+def _slot(share: Share) -> asyncio.Semaphore:
     loop = asyncio.get_running_loop()
     if loop not in _slots:
-        _slots.clear()  # a new loop (tests, a restart): the old one's semaphore is useless
-        _slots[loop] = asyncio.Semaphore(MAX_READERS)
-    return _slots[loop]
+        _slots.clear()  # a new loop (tests, a restart): the old one's semaphores are useless
+        _slots[loop] = {kind: asyncio.Semaphore(size) for kind, size in _SIZES.items()}
+    return _slots[loop][share]
+
+
+@asynccontextmanager
+async def reader_slot(share: Share, wait: float | None = None) -> AsyncIterator[None]:
+    """A slot of `share` for one child, waited for `wait` seconds at most (SLOT_WAIT_SECONDS
+    when None, read at the call); raises DocumentError("busy") past that."""
+    wait = SLOT_WAIT_SECONDS if wait is None else wait
+    slot = _slot(share)
+    try:
+        async with asyncio.timeout(wait):
+            await slot.acquire()
+    except TimeoutError:
+        log.warning("reader_slot_busy", share=share.value, waited_s=wait)
+        raise DocumentError("busy") from None
+    try:
+        yield
+    finally:
+        slot.release()
 
 
 def child_request(
@@ -69,14 +109,16 @@ async def read_document(
     mime_type: str | None,
     token_budget: int,
     timeout: float,  # noqa: ASYNC109 - the wall-clock bound of the child, part of the contract
+    share: Share = Share.FILES,
+    slot_wait: float | None = None,
 ) -> DocumentText:
     """`extract_text` in a child process bounded by `timeout` seconds of wall clock (and CPU)
     and MEMORY_LIMIT_BYTES; raises DocumentError, reason "too_complex" for a child that ran
-    out of time or memory."""
+    out of time or memory, "busy" when no slot of `share` came free within `slot_wait`."""
     header = child_request(
         file_name=file_name, mime_type=mime_type, token_budget=token_budget, timeout=timeout
     )
-    output, returncode = await in_child(header + data, timeout)
+    output, returncode = await in_child(header + data, timeout, share=share, slot_wait=slot_wait)
     return _parse(output, returncode)
 
 
@@ -86,9 +128,11 @@ async def read_page(
     content_type: str,
     kind: str,
     timeout: float,  # noqa: ASYNC109 - the wall-clock bound of the child
+    slot_wait: float | None = None,
 ) -> PageText:
     """`page_text` (a fetched web page: decoding, then its main text) in the same bounded
-    child as documents; raises DocumentError ("too_complex") as `read_document` does."""
+    child as documents, on the pages' share of slots; raises DocumentError ("too_complex",
+    "busy") as `read_document` does."""
     header = {
         "task": "page",
         "content_type": content_type,
@@ -97,7 +141,9 @@ async def read_page(
         "memory_bytes": MEMORY_LIMIT_BYTES,
     }
     line = json.dumps(header).encode("utf-8") + b"\n"
-    output, returncode = await in_child(line + body, timeout)
+    output, returncode = await in_child(
+        line + body, timeout, share=Share.PAGES, slot_wait=slot_wait
+    )
     return PageText(**_answer(output, returncode)["page"])
 
 
@@ -106,12 +152,14 @@ async def in_child(
     timeout: float,  # noqa: ASYNC109 - the wall-clock bound of the child
     *,
     child: str = "media.document_child",
+    share: Share = Share.FILES,
+    slot_wait: float | None = None,
 ) -> tuple[bytes, int | None]:
     """One child's answer to `request` (header line and bytes), within `timeout` seconds; the
     child is killed and reaped on timeout or cancellation. `child`: the module whose main()
-    runs in it (images have their own, media/image_child.py); every kind shares the
-    MAX_READERS slots, so documents, pages and images together never run more children."""
-    async with _slot():
+    runs in it (images have their own, media/image_child.py); `share`: whose slots it takes
+    (see the module docstring), waited for `slot_wait` seconds at most ("busy")."""
+    async with reader_slot(share, slot_wait):
         process = await asyncio.create_subprocess_exec(
             *python_command(_BOOT.replace("media.document_child", child)),
             stdin=asyncio.subprocess.PIPE,

@@ -4,8 +4,9 @@ The header is read here (`image_header`: the format, the size, the pixel bound),
 refused before anything is decoded and an image that fits as it is goes without any decode.
 Only an image that must be scaled is decoded, in a child process (media/image_child.py) with
 the document reader's bounds (media/document_reader.py `in_child`: RLIMIT_AS, RLIMIT_CPU, a
-wall-clock timeout, at most MAX_READERS children at once, shared with documents and pages). A
-child that runs out of memory or time is the image's failure ("too_big"), answered politely.
+wall-clock timeout, on the user's files' share of reader slots, with documents). A child that
+runs out of memory or time is the image's failure ("too_big"), answered politely; no slot free
+in time is "busy", answered politely too.
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ async def fit_image_bounded(
     line = json.dumps(request).encode("utf-8") + b"\n"
     try:
         output, returncode = await in_child(line + data, timeout, child="media.image_child")
-    except DocumentError:  # the child's time ran out (it was killed and reaped)
-        raise ImageError("too_big") from None
+    except DocumentError as exc:
+        if exc.reason == "busy":  # every reader of the user's files stayed busy
+            raise ImageError("busy") from None
+        raise ImageError("too_big") from None  # its time ran out (it was killed and reaped)
     answer_line, _, body = output.partition(b"\n")
     try:
         answer = json.loads(answer_line)

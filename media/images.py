@@ -60,7 +60,8 @@ STRICTEST = ImageLimit(
 
 
 class ImageError(MediaError):
-    """The image cannot be sent; `reason` is "not_an_image" or "too_big"."""
+    """The image cannot be sent; `reason` is "not_an_image", "too_big" or "busy" (no reader
+    slot came free in time)."""
 
 
 @dataclass(frozen=True)

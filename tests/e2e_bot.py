@@ -312,7 +312,8 @@ class BotUnderTest(_ProviderShortcuts):
     async def set_memory(self, chat_id: int, content: str) -> None:
         """Give a chat a long-term memory directly, as a consolidation would have written it."""
         from memory.longterm import write_memory
-        from memory.store import to_iso, utc_now
+        from memory.store import to_iso
+        from primitives.clock import utc_now
 
         now = to_iso(utc_now())
 

@@ -108,6 +108,11 @@ def test_a_setting_that_became_a_constant_is_named_with_its_value(tmp_path: Path
         ({"OPENAI_API_BASE": "http://203.0.113.9/v1"}, "OPENAI_API_BASE", "https://"),
         ({"ANTHROPIC_API_BASE": "http://api.anthropic.com"}, "ANTHROPIC_API_BASE", "https://"),
         ({"TELEGRAM_BASE_URL": "localhost:8081/bot"}, "TELEGRAM_BASE_URL", "http(s)"),
+        # The token is in every request's path: plain http only to this machine.
+        ({"TELEGRAM_BASE_URL": "http://bot-api:8081/bot"}, "TELEGRAM_BASE_URL", "https://"),
+        ({"TELEGRAM_BASE_URL": "http://192.168.1.5:8081/bot"}, "TELEGRAM_BASE_URL", "https://"),
+        ({"TELEGRAM_BASE_URL": "http://api.telegram.org/bot"}, "TELEGRAM_BASE_URL", "https://"),
+        ({"WEB_READ_MAX_CHARS": "100001"}, "WEB_READ_MAX_CHARS", "100000"),
         ({"CONSOLIDATION_TIMEOUT": "-1"}, "CONSOLIDATION_TIMEOUT", "greater than 0"),
         ({"CHAT_TIMEOUT": "0"}, "CHAT_TIMEOUT", "greater than 0"),
         ({"CONSOLIDATION_RETRY_DELAYS": "60,-5"}, "CONSOLIDATION_RETRY_DELAYS", "negative"),
@@ -145,6 +150,25 @@ def test_invalid_values_stop_with_one_line(
     message = _error(TELEGRAM_BOT_TOKEN=TOKEN, **overrides)
     assert message.startswith(f"{setting}:"), message
     assert words in message, message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://bot-api.example.org/bot",
+        "http://127.0.0.1:8081/bot",
+        "http://127.0.0.53:8081/bot",
+        "http://[::1]:8081/bot",
+        "http://localhost:8081/bot",
+    ],
+)
+def test_the_bot_api_is_https_or_on_this_machine(url: str) -> None:
+    assert load_settings(TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_BASE_URL=url).TELEGRAM_BASE_URL == url
+
+
+def test_a_long_context_model_may_read_long_pages() -> None:
+    settings = load_settings(TELEGRAM_BOT_TOKEN=TOKEN, WEB_READ_MAX_CHARS="100000")
+    assert settings.WEB_READ_MAX_CHARS == 100_000
 
 
 def test_error_lines_never_show_keys_or_token() -> None:

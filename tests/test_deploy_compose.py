@@ -60,9 +60,17 @@ def test_the_bot_service_restarts_a_bot_its_healthcheck_killed(config: dict[str,
     assert any(volume.endswith(":/data:rw") for volume in bot["volumes"])
 
 
+def test_the_bot_has_a_memory_backstop(config: dict[str, Any]) -> None:
+    bot = config["services"]["mnemobot"]
+    assert str(bot["mem_limit"]).lower() in {"2g", str(2 * 1024**3)}
+    assert bot["restart"] in {"always", "unless-stopped", "on-failure"}
+
+
 def test_the_bot_reaches_searxng_whose_secret_is_the_operators(config: dict[str, Any]) -> None:
     bot, searxng = config["services"]["mnemobot"], config["services"]["searxng"]
     assert bot["environment"]["WEB_SEARCH_URL"] == "http://searxng:8080"
+    # The backend needs no allowance of the pages' own: no private host serves pages.
+    assert "WEB_ALLOW_PRIVATE" not in bot["environment"]
     assert searxng["image"].split(":")[0] == "searxng/searxng"
     assert searxng["environment"]["SEARXNG_SECRET"] == SECRET
     assert "ports" not in searxng, "only the bot may reach SearXNG"

@@ -26,7 +26,8 @@ import pytest
 
 from memory.db import Database
 from memory.longterm import write_memory
-from memory.store import to_iso, utc_now
+from memory.store import to_iso
+from primitives.clock import utc_now
 from tests.e2e_bot import KEYS, OWNER, TOKEN
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import FakeTelegram
@@ -122,6 +123,21 @@ def test_the_units_verify_cleanly(layout: Layout) -> None:
     )
     # A bad value or an unknown key is only a warning (exit 0): the output must be empty too.
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
+
+
+def test_the_service_has_a_memory_backstop() -> None:
+    """MemoryMax= bounds the whole service (bot, workers, readers), above what they use
+    together; OOMPolicy=continue lets the bot replace a killed worker or reader instead of
+    the whole service being stopped."""
+    unit = settings((DEPLOY / "mnemobot.service").read_text(encoding="utf-8"))
+    [memory_max] = unit["MemoryMax"]
+    size = re.fullmatch(r"(\d+)([MG])", memory_max)
+    assert size, memory_max
+    mib = int(size.group(1)) * (1024 if size.group(2) == "G" else 1)
+    assert 1024 < mib <= 4096, memory_max
+    assert unit["OOMPolicy"] == ["continue"]
+    [restart] = unit["Restart"]
+    assert restart in {"on-failure", "on-abnormal", "always"}  # a bot killed by it comes back
 
 
 def test_the_service_restarts_a_frozen_bot() -> None:

@@ -22,6 +22,7 @@ from bot.ui.i18n import t
 from media.image_reader import fit_image_bounded
 from media.images import STRICTEST, ImageError
 from tests.e2e_bot import OWNER, bot_under_test
+from tests.process_memory import current_mib, peak_mib, peak_reset
 
 MIB = 1024 * 1024
 # Far below what a decode of these images costs in-process (24 MP GIF: ~300 MiB; the bomb:
@@ -35,25 +36,6 @@ def gif(side: int) -> bytes:
     with Image.new("P", (side, side), 0) as image:
         image.save(out, "GIF")
     return out.getvalue()
-
-
-def peak_reset() -> None:
-    """The peak resident size starts again from the current one (Linux: clear_refs 5)."""
-    Path("/proc/self/clear_refs").write_text("5")
-
-
-def peak_mib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) // 1024
-    raise AssertionError("no VmHWM")
-
-
-def current_mib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) // 1024
-    raise AssertionError("no VmRSS")
 
 
 async def rise_of(data: bytes, **options: int) -> tuple[int, object]:

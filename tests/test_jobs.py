@@ -26,7 +26,7 @@ from memory.consolidation.jobs import (
 from memory.db import Database
 from memory.forget import forget_chat
 from memory.longterm import MemoryRepository, write_memory
-from memory.store import Store, to_iso, utc_now
+from memory.store import Store, to_iso
 from models.catalog import load_catalog
 from models.types import (
     Attempt,
@@ -39,6 +39,7 @@ from models.types import (
     TransportError,
     Usage,
 )
+from primitives.clock import utc_now
 from tests.consolidation_stack import CHAIN
 from tests.memory_sessions import SettableClock, framed
 

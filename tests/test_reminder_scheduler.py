@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from memory.db import Database
-from memory.store import Store, utc_now
+from memory.store import Store
+from primitives.clock import utc_now
 from primitives.tasks import stop_task
 from reminders.book import Claim, ReminderBook, ScheduleRefusedError
 from reminders.scheduler import (

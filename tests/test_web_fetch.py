@@ -14,7 +14,9 @@ import ipaddress
 import socket
 import ssl
 import subprocess
+import tracemalloc
 import typing
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -197,6 +199,46 @@ async def test_a_compressed_page_is_counted_after_decompression(site: FakeSite) 
         await _fetch(site.url("/page/bomb"))
 
 
+async def _failure_and_peak(site: FakeSite, body: bytes, coding: str) -> tuple[Exception, int]:
+    """The error fetching `body` sent with Content-Encoding `coding` ends in, and the most
+    memory Python held meanwhile (tracemalloc counts zlib's output buffers too)."""
+    site.pages["bomb"] = ("text/html", body)
+    site.headers["bomb"] = {"Content-Encoding": coding}
+    tracemalloc.start()
+    try:
+        with pytest.raises((TooLargeError, UnsupportedTypeError)) as caught:
+            await _fetch(site.url("/page/bomb"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return caught.value, peak
+
+
+async def test_a_deflate_bomb_ends_at_the_cap_within_the_cap_s_memory(site: FakeSite) -> None:
+    """64 KiB of deflate inflating to 64 MiB: read raw and inflated a piece at a time, it ends
+    at the 5 MB cap, and this process never held much more than the cap."""
+    body = zlib.compress(b"\0" * (64 * 1024 * 1024), 9)
+    assert len(body) <= 66 * 1024
+    failure, peak = await _failure_and_peak(site, body, "deflate")
+    assert isinstance(failure, TooLargeError) and "5 MB" in str(failure)
+    assert peak < 2 * MAX_PAGE_BYTES, f"peak {peak / 2**20:.1f} MiB"
+
+
+async def test_a_body_encoded_twice_is_refused_before_it_is_decoded(site: FakeSite) -> None:
+    """`gzip, gzip` on 1 KiB inflated to 512 MiB in one call; now it is refused by its header."""
+    body = gzip.compress(gzip.compress(b"\0" * (64 * 1024 * 1024), 9), 9)
+    failure, peak = await _failure_and_peak(site, body, "gzip, gzip")
+    assert isinstance(failure, UnsupportedTypeError)
+    assert "encoded several times (gzip, gzip)" in str(failure)
+    assert peak < 4 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB"
+
+
+async def test_only_bounded_codings_are_asked_for(site: FakeSite) -> None:
+    site.pages["plain"] = ("text/plain", b"hello")
+    assert (await _fetch(site.url("/page/plain"))).body == b"hello"
+    assert site.accept_encodings == ["gzip, deflate"]
+
+
 async def test_a_trickling_page_ends_at_the_deadline(site: FakeSite) -> None:
     with pytest.raises(TooSlowError) as caught:
         await _fetch(site.url("/trickle"), timeout=1.0)
@@ -304,3 +346,84 @@ async def test_tls_is_checked_against_the_urls_name_while_the_socket_goes_to_the
     with pytest.raises(TlsError) as untrusted:
         await _fetch(f"https://site.test:{tls_site}/echo", allowance=allowance, resolver=resolver)
     assert "certificate" in str(untrusted.value)
+
+
+def asked_resolver() -> tuple[list[str], typing.Callable[[str, int], typing.Awaitable[AddrInfo]]]:
+    """A resolver that records every name it is asked and answers 127.0.0.1 (a fake: a name
+    reaching it is the failure these tests look for)."""
+    asked: list[str] = []
+    answer = names({})
+
+    async def resolver(host: str, port: int) -> AddrInfo:
+        asked.append(host)
+        return await answer(host, port)
+
+    return asked, resolver
+
+
+@pytest.mark.parametrize(
+    "host", ["127.1", "0x7f000001", "2130706433", "017700000001", "0x7f.0.0.1", "127.0.1"]
+)
+async def test_ip_literals_in_every_form_are_judged_without_a_resolver(
+    site: FakeSite, host: str
+) -> None:
+    """The forms getaddrinfo (and a browser) read as 127.0.0.1 are that address: refused when
+    it is not allowed, connected to when it is, and never handed to a resolver."""
+    asked, resolver = asked_resolver()
+    recorder = Recorder()
+    port = site.ports["127.0.0.1"]
+    with pytest.raises(BlockedAddressError) as caught:
+        await _fetch(
+            f"http://{host}:{port}/article",
+            allowance=parse_allowance(""),
+            resolver=resolver,
+            recorder=recorder,
+        )
+    assert "loopback" in str(caught.value)
+    assert recorder.asked == []
+    fetched = await _fetch(f"http://{host}:{port}/article", resolver=resolver, recorder=recorder)
+    assert fetched.kind == "html" and recorder.asked == ["127.0.0.1"]
+    assert asked == []
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "1.2.3.4.5",  # ends in a number, no address
+        "08.0.0.1",  # 08 is no octal number
+        "a_b.example",  # not letters, digits and hyphens
+        "%31%32%37.0.0.1",
+        "d41d8cd98f00b204e9800998ecf8427e.evil.test",  # an MD5, hex
+        "mfrggzdfmztwq2lknnwg23tpobyxe43u.evil.test",  # base32 of "abcdefghijklmnopqrstu"
+        "k7q2m9x4p1v8n3z6w5r0.evil.test",
+        "12345678901234567890123.evil.test",
+        "a.b.c.d.e.f.g.h.i.evil.test",  # more labels than a site's name has
+        ("x" * 63 + ".") * 4 + "test",  # past 253 characters
+    ],
+)
+async def test_a_host_that_is_not_a_plain_name_never_reaches_the_resolver(host: str) -> None:
+    asked, resolver = asked_resolver()
+    recorder = Recorder()
+    with pytest.raises(BadUrlError):
+        await _fetch(f"http://{host}/page", resolver=resolver, recorder=recorder)
+    assert asked == [] and recorder.asked == []
+
+
+async def test_a_redirect_to_an_ip_literal_form_is_judged_without_a_resolver(
+    site: FakeSite,
+) -> None:
+    asked, resolver = asked_resolver()
+    recorder = Recorder()
+    target = f"http://0x7f000002:{site.ports['127.0.0.2']}/article"
+    with pytest.raises(BlockedAddressError):
+        await _fetch(site.url(f"/redirect?to={target}"), resolver=resolver, recorder=recorder)
+    assert asked == [] and recorder.asked == ["127.0.0.1"]
+    assert site.requests["127.0.0.2"] == 0
+
+
+async def test_plain_names_still_go_to_the_resolver() -> None:
+    asked, resolver = asked_resolver()
+    for host in ("news.example.org", "xn--bcher-kva.example", "ec2-54-1-2-3.compute-1.example"):
+        with pytest.raises(DnsError):
+            await _fetch(f"http://{host}/", resolver=resolver)
+    assert asked == ["news.example.org", "xn--bcher-kva.example", "ec2-54-1-2-3.compute-1.example"]

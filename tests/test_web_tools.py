@@ -46,10 +46,11 @@ def tools(
     search_url: str | None = None,
     daily: int = 100,
     clock: SettableClock[float] | None = None,
+    allow: str = "127.0.0.1",
 ) -> WebTools:
     settings = WebSettings(
         search_url=search_url,
-        allowance=parse_allowance("127.0.0.1"),
+        allowance=parse_allowance(allow),
         read_max_chars=15_000,
         daily_calls=daily,
     )
@@ -131,6 +132,28 @@ async def test_a_search_through_the_tool(db: Database) -> None:
         assert not refused.ok and "search.formats" in refused.content
 
 
+async def test_the_search_backend_serves_searches_only(db: Database, site: FakeSite) -> None:
+    """The backend's host is reached by web_search with nothing in WEB_ALLOW_PRIVATE, and
+    never by web_read, even with its address listed there; pages on that address, at another
+    port, are read as WEB_ALLOW_PRIVATE allows."""
+    async with FakeSearx() as searx:
+        searx.results = [searx_result("https://example.org/p", "Porto weather", "Sunny")]
+        unlisted = tools(db, search_url=searx.base_url, allow="")
+        found = await unlisted.run(CHAT, USER, call("web_search", query="porto"))
+        assert found.ok and "Porto weather" in found.content
+        web = tools(db, search_url=searx.base_url)
+        for url in (
+            f"{searx.base_url}/search?q=porto&format=json",
+            site.url(f"/redirect?to={searx.base_url}/search?q=x%26format=json"),
+            searx.base_url.replace("127.0.0.1", "0x7f000001") + "/search?q=y&format=json",
+        ):
+            read = await web.run(CHAT, USER, call("web_read", url=url))
+            assert not read.ok and "search backend" in read.content, read.content
+        assert [q["q"] for q in searx.queries] == ["porto"]
+        page = await web.run(CHAT, USER, call("web_read", url=site.url("/article")))
+        assert page.ok
+
+
 async def test_a_turn_reads_a_page_and_answers_from_it(tmp_path: Path, site: FakeSite) -> None:
     """Real PTB and real litellm: the model asks for web_read, gets the page's main text with
     its source line inside the tool_result frame, and answers."""
@@ -151,6 +174,29 @@ async def test_a_turn_reads_a_page_and_answers_from_it(tmp_path: Path, site: Fak
         assert f"Source: {site.url('/article')}" in result["content"]
         assert UNTRUSTED_NOTE in result["content"] and "<tool_result_" in result["content"]
         assert site.requests["127.0.0.1"] == 2  # the redirect and the article
+
+
+async def test_a_long_page_reaches_a_long_context_model_whole(
+    tmp_path: Path, site: FakeSite
+) -> None:
+    """WEB_READ_MAX_CHARS=100000 starts, and a page of 90,000 characters reaches the model
+    whole, not trimmed to the prompt's default bound for tool results."""
+    lines = [
+        f"Paragraph {n}: the harbour opens at {n % 24:02d}:00 on weekdays." for n in range(1600)
+    ]
+    text = "\n\n".join(lines)[:90_000]
+    site.pages["long"] = ("text/plain; charset=utf-8", text.encode())
+    async with bot_under_test(
+        tmp_path, WEB_ALLOW_PRIVATE="127.0.0.1", WEB_READ_MAX_CHARS="100000"
+    ) as bot:
+        bot.openai.script(
+            "gpt-5", ToolCallReply("web_read", {"url": site.url("/page/long")}), Reply("Read.")
+        )
+        bot.say(OWNER, f"read {site.url('/page/long')}")
+        await bot.wait(lambda: "Read." in bot.texts(OWNER), timeout=60)
+        [result] = [r for r in bot.openai.requests if r.model == "gpt-5"][-1].tool_results()
+        assert text.strip() in result["content"]
+        assert "cut here" not in result["content"]
 
 
 async def test_a_page_that_trickles_holds_only_its_own_chat(tmp_path: Path, site: FakeSite) -> None:

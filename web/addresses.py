@@ -1,13 +1,14 @@
 """Which addresses the web tools may connect to: public ones, and the private ones the owner lists.
 
-Refused, unless WEB_ALLOW_PRIVATE lists the host name, the address or a network holding it:
-loopback, private (RFC 1918, ULA), link-local (169.254.0.0/16 holds the cloud metadata address
-169.254.169.254), CGNAT (100.64.0.0/10), multicast, reserved and documentation ranges, the
-unspecified address, and any address Python's `ipaddress` does not call global (benchmarking
-198.18.0.0/15, where fake-IP proxies answer, too). IPv6 forms that carry an IPv4 address —
-IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d), 6to4 (2002::/16), NAT64
-(64:ff9b::/96) and Teredo — are judged by the IPv4 address inside them as well, so ::ffff:127.0.0.1
-is loopback however it is spelled.
+Refused, unless an allowance lists the host name, the address or a network holding it: every
+range of IANA's special-purpose registries that is not globally reachable, multicast and
+reserved space (web/special_addresses.py, an explicit table rather than the interpreter's
+flags): loopback, private (RFC 1918, ULA), link-local (169.254.0.0/16 holds the cloud metadata
+address 169.254.169.254), CGNAT (100.64.0.0/10), documentation, benchmarking (198.18.0.0/15,
+where fake-IP proxies answer), 192.0.0.0/24, the unspecified address. IPv6 forms that carry an
+IPv4 address — IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96)
+and 6to4 (2002::/16) — are judged by the IPv4 address inside them, so ::ffff:127.0.0.1 is
+loopback however it is spelled; Teredo and local-use NAT64 (64:ff9b:1::/48) are refused whole.
 
 The check is made on the address actually connected to (web/fetch.py), never on a name resolved
 once for a check and again for the connection (nanobot #4611). The allowance exists because a
@@ -20,13 +21,12 @@ import ipaddress
 from dataclasses import dataclass
 
 from web.errors import BlockedAddressError
+from web.special_addresses import special_purpose
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-_CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 
 
 @dataclass(frozen=True)
@@ -66,51 +66,29 @@ def _in(address: IPAddress, network: IPNetwork) -> bool:
 
 def _forms(address: IPAddress) -> list[IPAddress]:
     """The addresses to judge for `address`: an IPv6 form that only wraps an IPv4 address
-    (mapped, compatible, NAT64) is that IPv4 address; 6to4 and Teredo are both themselves and
-    the IPv4 addresses they carry."""
+    (mapped, compatible, NAT64's 64:ff9b::/96) is that IPv4 address; 6to4 is both itself and
+    the IPv4 address it carries."""
     if isinstance(address, ipaddress.IPv4Address):
         return [address]
     packed = int(address)
     if address.ipv4_mapped is not None:
         return [address.ipv4_mapped]
-    if address in _NAT64 or address in _NAT64_LOCAL:
+    if address in _NAT64:
         return [ipaddress.IPv4Address(packed & 0xFFFFFFFF)]
     if packed >> 32 == 0 and packed > 1:  # IPv4-compatible ::a.b.c.d (deprecated)
         return [ipaddress.IPv4Address(packed)]
-    forms: list[IPAddress] = [address]
     if address.sixtofour is not None:
-        forms.append(address.sixtofour)
-    if address.teredo is not None:
-        forms.extend(address.teredo)
-    return forms
+        return [address, address.sixtofour]
+    return [address]
 
 
 def refusal(address: IPAddress) -> str | None:
-    """Why connecting to `address` is refused ("loopback", "private", …), or None if public."""
+    """Why connecting to `address` is refused ("loopback", "private", …), or None if public:
+    the registries' answer (web/special_addresses.py), the same on every Python."""
     for form in _forms(address):
-        reason = _refusal_of_one(form)
+        reason = special_purpose(form)
         if reason:
             return reason
-    return None
-
-
-def _refusal_of_one(address: IPAddress) -> str | None:
-    if address.is_unspecified:
-        return "unspecified"
-    if address.is_loopback:
-        return "loopback"
-    if address.is_link_local:
-        return "link-local"
-    if address.is_multicast:
-        return "multicast"
-    if isinstance(address, ipaddress.IPv4Address) and address in _CGNAT:
-        return "carrier-grade NAT"
-    if address.is_private:
-        return "private"
-    if address.is_reserved:
-        return "reserved"
-    if not address.is_global:
-        return "special-use"
     return None
 
 

@@ -14,8 +14,9 @@ How the others got it wrong, and what this does instead:
 
 Bounds: the whole read (DNS, connect, TLS, redirects, body) gets one deadline; the body is read
 as a stream and stops at a byte cap, so 12 MB of HTML or a page that trickles forever ends in
-bounded time and memory. A compressed body is counted after decompression (one network chunk
-can still expand about 1000 times in memory before it is counted).
+bounded time and memory. A compressed body is read raw and decoded here in pieces of at most
+64 KiB, each counted against the cap (web/decoding.py): a deflate bomb ends at the cap, and
+no single call on the loop inflates more than one piece.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import ipaddress
 import socket
 import ssl
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from functools import cache
 
@@ -37,6 +39,7 @@ import httpcore
 import httpx
 
 from web.addresses import Allowance, IPAddress, check_address
+from web.decoding import ACCEPT_ENCODING, Decoder, coding_of
 from web.errors import (
     BadUrlError,
     BlockedAddressError,
@@ -50,6 +53,7 @@ from web.errors import (
     UnsupportedTypeError,
     WebError,
 )
+from web.hosts import plain_host
 
 # httpcore loads anyio's asyncio backend at the first connection: 20–70 ms of imports on the
 # chat loop at the first read. The imports above load it with this module, at start-up.
@@ -67,6 +71,8 @@ ACCEPT = (
 )
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
+# A host (a plain name, or an address in its canonical spelling) and a port.
+Origin = tuple[str, int]
 # getaddrinfo's shape: (family, type, proto, canonname, sockaddr).
 AddrInfo = list[tuple[typing.Any, ...]]
 Resolver = Callable[[str, int], Awaitable[AddrInfo]]
@@ -78,13 +84,14 @@ async def system_resolver(host: str, port: int) -> AddrInfo:
 
 
 async def resolve(host: str, port: int, resolver: Resolver) -> list[IPAddress]:
-    """The addresses `host` resolves to, in the resolver's order; an IP literal is itself."""
+    """The addresses `host` resolves to, in the resolver's order. An IP literal, in any form
+    the resolver would read as one, is itself and never reaches the resolver; a host that is
+    not a plain name is refused before it could reach DNS (web/hosts.py)."""
+    target = plain_host(host)
+    if not isinstance(target, str):
+        return [target]
     try:
-        return [ipaddress.ip_address(host.strip("[]"))]
-    except ValueError:
-        pass
-    try:
-        infos = await resolver(host, port)
+        infos = await resolver(target, port)
     except (socket.gaierror, UnicodeError) as exc:
         detail = getattr(exc, "strerror", None) or str(exc)
         raise DnsError(f"{host} resolves to no address ({detail})") from None
@@ -109,9 +116,11 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         allowance: Allowance,
         resolver: Resolver = system_resolver,
         inner: httpcore.AsyncNetworkBackend | None = None,
+        refused: frozenset[Origin] = frozenset(),
     ) -> None:
         self._allowance = allowance
         self._resolver = resolver
+        self._refused = refused
         self._inner = inner or httpcore.AnyIOBackend()
         self.attempts: list[tuple[str, int]] = []
 
@@ -123,6 +132,10 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
+        if (str(plain_host(host)), port) in self._refused:
+            raise BlockedAddressError(
+                f"refused: {host}:{port} is the search backend, which only web_search uses"
+            )
         addresses = await resolve(host, port, self._resolver)
         allowed: list[IPAddress] = []
         refused: BlockedAddressError | None = None
@@ -199,17 +212,19 @@ def guarded_client(
     tls: ssl.SSLContext | None = None,
     timeout: float = READ_TIMEOUT_SECONDS,
     inner: httpcore.AsyncNetworkBackend | None = None,
+    refused: frozenset[Origin] = frozenset(),
 ) -> tuple[httpx.AsyncClient, GuardedBackend]:
     """A client whose every connection goes through a GuardedBackend (no proxies, no
     automatic redirects, no cookies kept between reads: make one per read or search).
-    `inner` is the backend that really opens sockets (tests put a recorder there)."""
-    backend = GuardedBackend(allowance, resolver, inner)
+    `inner` is the backend that really opens sockets (tests put a recorder there); `refused`
+    are origins never connected to, whatever the allowance (web_read: the search backend)."""
+    backend = GuardedBackend(allowance, resolver, inner, refused)
     client = httpx.AsyncClient(
         transport=GuardedTransport(backend, tls=tls),
         follow_redirects=False,
         trust_env=False,
         timeout=httpx.Timeout(timeout),
-        headers={"User-Agent": USER_AGENT, "Accept": ACCEPT},
+        headers={"User-Agent": USER_AGENT, "Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING},
     )
     return client, backend
 
@@ -245,7 +260,14 @@ def check_url(url: str) -> httpx.URL:
         )
     if not parsed.host:
         raise BadUrlError(f"the URL has no host: {url[:200]}")
+    plain_host(parsed.raw_host.decode("ascii", errors="replace"))
     return parsed
+
+
+def origin(url: httpx.URL) -> Origin:
+    """`url`'s host as connections see it (web/hosts.py's spelling) and its port."""
+    port = url.port or (443 if url.scheme == "https" else 80)
+    return str(plain_host(url.raw_host.decode("ascii", errors="replace"))), port
 
 
 def content_kind(content_type: str, head: bytes) -> str | None:
@@ -315,29 +337,49 @@ async def _body(response: httpx.Response, max_bytes: int, max_pdf_bytes: int) ->
             f"{host} answered HTTP {response.status_code}, not a page", response.status_code
         )
     content_type = response.headers.get("content-type", "")
-    chunks = response.aiter_bytes()
-    head = b""
-    async for chunk in chunks:
-        head = chunk
-        break
-    kind = content_kind(content_type, head)
-    if kind is None:
-        shown = content_type.split(";")[0] or "no content type"
-        raise UnsupportedTypeError(
-            f"{host} sent {shown}; web_read reads HTML, plain text, JSON and PDF"
-        )
-    cap = max_pdf_bytes if kind == "pdf" else max_bytes
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > cap and "content-encoding" not in response.headers:
-        raise TooLargeError(_too_large(host, cap))
-    body = bytearray(head)
-    async for chunk in chunks:
-        body += chunk
-        if len(body) > cap:
+    coding = coding_of(response.headers.get("content-encoding", ""), host)
+    pieces = _decoded(response, Decoder(coding), max(max_bytes, max_pdf_bytes), host)
+    async with aclosing(pieces):
+        head = b""
+        async for piece in pieces:
+            head = piece
+            break
+        kind = content_kind(content_type, head)
+        if kind is None:
+            shown = content_type.split(";")[0] or "no content type"
+            raise UnsupportedTypeError(
+                f"{host} sent {shown}; web_read reads HTML, plain text, JSON and PDF"
+            )
+        cap = max_pdf_bytes if kind == "pdf" else max_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
             raise TooLargeError(_too_large(host, cap))
+        body = bytearray(head)
+        async for piece in pieces:
+            body += piece
+            if len(body) > cap:
+                raise TooLargeError(_too_large(host, cap))
     if len(body) > cap:
         raise TooLargeError(_too_large(host, cap))
     return Fetched(str(response.url), kind, content_type, bytes(body))
+
+
+async def _decoded(
+    response: httpx.Response, decoder: Decoder, cap: int, host: str | None
+) -> AsyncIterator[bytes]:
+    """The body's decoded pieces (each at most one zlib call's worth), read from the raw
+    stream; more than `cap` raw bytes is too large whatever they decode to. The loop gets a
+    turn between pieces, so a page decoding at the cap does not hold up other chats."""
+    raw = 0
+    async for chunk in response.aiter_raw():
+        raw += len(chunk)
+        if raw > cap:
+            raise TooLargeError(_too_large(host, cap))
+        for piece in decoder.feed(chunk):
+            yield piece
+            await asyncio.sleep(0)
+    for piece in decoder.finish():
+        yield piece
 
 
 def _phrase(status: int) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from media.document_reader import read_document, read_page
+from media.document_reader import Share, read_document, read_page
 from media.documents import DocumentError
 from web.addresses import Allowance
 from web.errors import EmptyTextError, WebError
@@ -27,6 +27,7 @@ from web.fetch import (
     MAX_PDF_BYTES,
     READ_TIMEOUT_SECONDS,
     Fetched,
+    Origin,
     Resolver,
     fetch,
     guarded_client,
@@ -48,6 +49,7 @@ _REASONS = {
     "too_complex": "it was too complex to take apart in time",
     "no_text_layer": "the PDF has no text layer (a scan)",
     "unreadable_pdf": "the PDF is broken",
+    "busy": "every page reader of the bot stayed busy; try again in a minute",
 }
 
 
@@ -76,10 +78,14 @@ async def read_url(
     timeout: float = READ_TIMEOUT_SECONDS,  # noqa: ASYNC109 - the fetch's own deadline
     extract_timeout: float = EXTRACT_TIMEOUT_SECONDS,
     max_bytes: int = MAX_PAGE_BYTES,
+    refused: frozenset[Origin] = frozenset(),
 ) -> PageRead:
-    """The main text of `url` (see the module docstring); raises WebError."""
+    """The main text of `url` (see the module docstring); raises WebError. `refused`: origins
+    never read, at the first URL or any redirect (the search backend's)."""
     tls = await loaded_tls()
-    client, _ = guarded_client(allowance, resolver=resolver, timeout=timeout, tls=tls)
+    client, _ = guarded_client(
+        allowance, resolver=resolver, timeout=timeout, tls=tls, refused=refused
+    )
     async with client:
         fetched = await fetch(
             with_scheme(url),
@@ -106,6 +112,7 @@ async def extract(
                 mime_type="application/pdf",
                 token_budget=PDF_TOKEN_BUDGET,
                 timeout=timeout,
+                share=Share.PAGES,
             )
             title, text, extractor = "", document.text, "pdf"
         else:

@@ -5,8 +5,13 @@
 for a scraper: each gets one line that says what to change, since that is what an owner setting
 it up meets first. A search that finds nothing is an error naming the engines that failed
 (SearXNG's `unresponsive_engines`), never an empty success the model would fill in (hermes
-#99533). The backend is reached through the same guarded client as pages: a SearXNG on the LAN
-or in the compose network needs its host in WEB_ALLOW_PRIVATE.
+#99533).
+
+The backend is reached through the same guarded client as pages, with an allowance of its own:
+the one host of WEB_SEARCH_URL, which the owner chose, may be private (a SearXNG on the LAN or
+in the compose network) without being listed in WEB_ALLOW_PRIVATE. That allowance serves
+searches only: web_read refuses the backend's origin (`backend_origin`), so a page cannot have
+the model read the owner's search backend, and WEB_ALLOW_PRIVATE stays for pages.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from dataclasses import dataclass
 
 import httpx
 
-from web.addresses import Allowance
+from web.addresses import Allowance, parse_allowance
 from web.errors import HttpStatusError, SearchError, WebError
-from web.fetch import Resolver, fetch, guarded_client, loaded_tls, system_resolver
+from web.fetch import Origin, Resolver, fetch, guarded_client, loaded_tls, origin, system_resolver
 
 SEARCH_TIMEOUT_SECONDS = 15.0
 MAX_ANSWER_BYTES = 2 * 1024 * 1024
@@ -34,6 +39,17 @@ class SearchResult:
     snippet: str
 
 
+def backend_allowance(base: str) -> Allowance:
+    """What the search may reach although private: the backend's own host, nothing else (a
+    redirect from it to another private host is refused)."""
+    return parse_allowance([httpx.URL(base).host])
+
+
+def backend_origin(base: str | None) -> frozenset[Origin]:
+    """The backend's origin, which web_read refuses (none when no backend is set)."""
+    return frozenset({origin(httpx.URL(base))}) if base else frozenset()
+
+
 def search_url(base: str, query: str) -> str:
     """The JSON API address under `base` (which may carry a path: https://host/searxng)."""
     url = httpx.URL(base.rstrip("/") + "/search")
@@ -45,7 +61,6 @@ async def search(
     limit: int,
     *,
     base_url: str,
-    allowance: Allowance,
     resolver: Resolver = system_resolver,
     timeout: float = SEARCH_TIMEOUT_SECONDS,  # noqa: ASYNC109 - one deadline for the search
 ) -> list[SearchResult]:
@@ -56,6 +71,7 @@ async def search(
         raise SearchError("the search query is empty")
     limit = max(1, min(MAX_RESULTS, limit))
     tls = await loaded_tls()
+    allowance = backend_allowance(base_url)
     client, _ = guarded_client(allowance, resolver=resolver, timeout=timeout, tls=tls)
     async with client:
         try:

@@ -7,7 +7,8 @@ error included (its line can carry a server's host name or a redirect target), h
 confirmation; the text itself starts by saying it is not the user's words, inside the
 tool_result frame every tool result gets (agent/prompt.py).
 
-Each call counts against the user's WEB_DAILY_CALLS (memory/web_calls.py), successful or not.
+Each call is a row of the usage ledger and counts against the user's WEB_DAILY_CALLS
+(memory/web_calls.py), successful or not.
 A page or search read in the last CACHE_SECONDS by the same chat is answered from a per-chat
 cache without a new request or a new count: a model that reads a page again to quote it costs
 nothing.
@@ -20,10 +21,12 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 
 from agent.tools.memory import ToolOutcome
+from memory.provenance import tool_provenance
 from memory.web_calls import WebCalls
 from models.types import ToolCall
 from primitives.clock import Clock
@@ -31,7 +34,13 @@ from web.addresses import Allowance
 from web.errors import WebError
 from web.fetch import READ_TIMEOUT_SECONDS
 from web.read import page_block, read_url
-from web.search import MAX_RESULTS, SEARCH_TIMEOUT_SECONDS, format_results, search
+from web.search import (
+    MAX_RESULTS,
+    SEARCH_TIMEOUT_SECONDS,
+    backend_origin,
+    format_results,
+    search,
+)
 
 log = structlog.get_logger("agent.tools.web")
 
@@ -89,14 +98,16 @@ WEB_READ_TOOL: dict[str, Any] = {
     },
 }
 WEB_TOOL_NAMES = frozenset({"web_search", "web_read"})
+# A cached result: the text the model reads and the links it offers (a search's result URLs).
+_Entry = tuple[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
 class WebSettings:
     """The owner's web settings (bot/config.py's WEB_*)."""
 
-    search_url: str | None
-    allowance: Allowance
+    search_url: str | None  # its host is reached by web_search only, never by web_read
+    allowance: Allowance  # WEB_ALLOW_PRIVATE: private hosts pages may be read from
     read_max_chars: int
     daily_calls: int  # 0: web use off
     # The whole fetch of one page or search (DNS, connections, redirects, body).
@@ -116,7 +127,7 @@ class WebTools:
         self.settings = settings
         self.calls = calls
         self.monotonic = monotonic
-        self._cache: OrderedDict[int, OrderedDict[tuple[str, str], tuple[float, str]]] = (
+        self._cache: OrderedDict[int, OrderedDict[tuple[str, str], tuple[float, _Entry]]] = (
             OrderedDict()
         )
 
@@ -153,7 +164,7 @@ class WebTools:
             key = ("search", f"{limit}:{' '.join(query.split()).lower()}")
         cached = self._cached(chat_id, key)
         if cached is not None:
-            return _outcome(call, cached, ok=True)
+            return _outcome(call, cached[0], ok=True, links=cached[1])
         kind = key[0]
         if not await self.calls.take(chat_id, user_id, kind, self.settings.daily_calls):
             return _outcome(
@@ -162,17 +173,18 @@ class WebTools:
                 "is reached; answer without the web, and say so",
                 ok=False,
             )
+        links: tuple[str, ...] = ()
         try:
             if call.name == "web_read":
                 text = await self._read(key[1])
             else:
-                text = await self._search(str(args["query"]), limit)
+                text, links = await self._search(str(args["query"]), limit)
         except WebError as exc:
             log.info("web_tool_failed", chat_id=chat_id, tool=call.name, kind=type(exc).kind)
             return _outcome(call, f"error: {exc}", ok=False)
         content = f"{UNTRUSTED_NOTE}\n{text}"
-        self._store(chat_id, key, content)
-        return _outcome(call, content, ok=True)
+        self._store(chat_id, key, (content, links))
+        return _outcome(call, content, ok=True, links=links)
 
     async def _read(self, url: str) -> str:
         page = await read_url(
@@ -180,23 +192,24 @@ class WebTools:
             allowance=self.settings.allowance,
             max_chars=self.settings.read_max_chars,
             timeout=self.settings.read_timeout,
+            refused=backend_origin(self.settings.search_url),
         )
         return page_block(page)
 
-    async def _search(self, query: str, limit: int) -> str:
+    async def _search(self, query: str, limit: int) -> tuple[str, tuple[str, ...]]:
         assert self.settings.search_url is not None
         results = await search(
             query,
             limit,
             base_url=self.settings.search_url,
-            allowance=self.settings.allowance,
             timeout=min(self.settings.read_timeout, SEARCH_TIMEOUT_SECONDS),
         )
-        return f"Search results for {' '.join(query.split())!r}:\n\n{format_results(results)}"
+        text = f"Search results for {' '.join(query.split())!r}:\n\n{format_results(results)}"
+        return text, tuple(result.url for result in results)
 
     # the per-chat cache -------------------------------------------------------------------
 
-    def _cached(self, chat_id: int, key: tuple[str, str]) -> str | None:
+    def _cached(self, chat_id: int, key: tuple[str, str]) -> _Entry | None:
         entries = self._cache.get(chat_id)
         if entries is None or key not in entries:
             return None
@@ -206,7 +219,7 @@ class WebTools:
             return None
         return content
 
-    def _store(self, chat_id: int, key: tuple[str, str], content: str) -> None:
+    def _store(self, chat_id: int, key: tuple[str, str], content: _Entry) -> None:
         entries = self._cache.setdefault(chat_id, OrderedDict())
         self._cache.move_to_end(chat_id)
         entries[key] = (self.monotonic(), content)
@@ -229,5 +242,25 @@ def _limit(value: object) -> int:
     return max(1, min(MAX_RESULTS, value))
 
 
-def _outcome(call: ToolCall, content: str, *, ok: bool) -> ToolOutcome:
-    return ToolOutcome(call.id, call.name, content, ok=ok, untrusted=True)
+def _outcome(call: ToolCall, content: str, *, ok: bool, links: tuple[str, ...] = ()) -> ToolOutcome:
+    provenance = tool_provenance(call.name, content, _source(call))
+    return ToolOutcome(
+        call.id, call.name, content, ok=ok, untrusted=True, provenance=provenance, links=links
+    )
+
+
+def _source(call: ToolCall) -> str:
+    """What a web result is stubbed by for the memory writer: the host a page was asked of
+    (the model's URL, whatever it redirected to), or the search engine."""
+    if call.name != "web_read":
+        return "the search engine"
+    try:
+        args = json.loads(call.arguments or "{}")
+        host = (
+            urlsplit(str(args.get("url") or "").strip()).hostname
+            if isinstance(args, dict)
+            else None
+        )
+    except (json.JSONDecodeError, ValueError):
+        host = None
+    return host or "a page"

@@ -1,13 +1,16 @@
-"""The ✅ / ❌ message of a memory or reminder write held for confirmation, and its buttons.
+"""The presses of ✅ / ❌ under a tool call held for confirmation.
 
-A write the model proposed with untrusted content in view (agent/untrusted.py) waits in
-`pending_writes` (memory/pending_writes.py). After the answer the bot shows one message per such
-write naming exactly what would be written, with ✅ (keep) and ❌ (drop). Only the asker's press
-counts; another member's is refused with a short alert and changes nothing. ✅ runs the very
-call the model made, through the same tool (agent/tools/held.py), and the message is edited to
-the receipt or to the tool's refusal; ❌ edits it to say it was dropped; a press after
-PENDING_TTL says it expired. The callback data carries only the row's id: the row itself says
-whose it is, what it does and whether it still waits.
+A call the model made that must not run on its word alone (agent/tools/held.py: a write with
+untrusted content in view, a web call that would carry words out) waits in `pending_writes`
+(memory/pending_writes.py). After the answer the bot shows one message per such call naming
+exactly what it would do, with ✅ and ❌. Only the asker's press counts; another member's is
+refused with a short alert and changes nothing. ✅ runs the very call the model made, once,
+through the same tool, and the message is edited to the receipt, to a short view of the result
+(which the next turn reads from the session), or to the tool's refusal; ❌ edits it to say it
+was dropped; a press after PENDING_TTL says it expired. The callback data carries only the
+row's id: the row itself says whose it is, what it does and whether it still waits. A write's ✅
+is checked and carried out in one transaction (`HeldCalls.keep`), so a /forget racing it either
+ran first (the press finds nothing) or after (it forgets what the press wrote).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from telegram import Update
 from telegram.error import TelegramError
 from telegram.ext import CallbackQueryHandler
 
-from agent.tools.held import run_held
+from agent.tools.held import HeldRun
 from bot.handlers.access import admit, user_language
 from bot.services import App, Context
 from bot.turns.turn import receipt_line
@@ -32,7 +35,7 @@ from bot.ui.pending_texts import (
     ttl_hours,
     write_line,
 )
-from memory.pending_writes import Claim
+from memory.pending_writes import Claim, Kept, Tapped
 
 log = structlog.get_logger("bot.pending")
 
@@ -57,8 +60,12 @@ async def pending_callback(update: Update, context: Context) -> None:
     if not raw.isdecimal() or message is None or query.from_user is None:
         await query.answer(t("pending_gone", lang), show_alert=True)
         return
-    pending = services.agent.pending_writes
-    tapped = await pending.tap(int(raw), message.chat.id, query.from_user.id, keep=keep)
+    pending, held = services.agent.pending_writes, services.agent.held
+    chat_id, user_id = message.chat.id, query.from_user.id
+    if keep:
+        tapped: Tapped | Kept[HeldRun] = await held.keep(int(raw), chat_id, user_id)
+    else:
+        tapped = await pending.tap(int(raw), chat_id, user_id, keep=False)
     write = tapped.write
     if tapped.claim is Claim.NOT_ASKER:
         await query.answer(t("pending_not_yours", lang), show_alert=True)
@@ -70,22 +77,26 @@ async def pending_callback(update: Update, context: Context) -> None:
     if tapped.claim is Claim.SETTLED:
         await query.answer(t("pending_settled", lang))
         return
-    line = write_line(write, lang)
+    line = write_line(write, lang, held)
+    texts = held.texts(write)
     if tapped.claim is Claim.EXPIRED:
         await query.answer()
-        await _edit(query, f"{t('pending_expired', lang, hours=ttl_hours())}\n{line}")
+        await _edit(query, f"{t(f'{texts}_expired', lang, hours=ttl_hours())}\n{line}")
         return
     if not keep:
         log.info("pending_write_dropped", chat_id=write.chat_id, tool=write.tool)
         await query.answer()
-        await _edit(query, f"{t('pending_dropped', lang)}\n{line}")
+        await _edit(query, f"{t(f'{texts}_dropped', lang)}\n{line}")
         return
-    outcome = await run_held(services.agent.tools, write)
-    await pending.finish(write.id, ok=outcome.receipt is not None)
-    log.info("pending_write_kept", chat_id=write.chat_id, tool=write.tool, done=outcome.ok)
+    ran = tapped.result if isinstance(tapped, Kept) else None
+    assert ran is not None  # a ✅ that claimed the call ran it
+    outcome = ran.outcome
+    log.info("pending_write_kept", chat_id=write.chat_id, tool=write.tool, done=ran.done)
     await query.answer()
     if outcome.receipt is not None:
         await _edit(query, f"{t('pending_kept', lang)}\n{receipt_line(outcome.receipt, lang)}")
+    elif ran.done and ran.shown is not None:
+        await _edit(query, f"{t('held_ran', lang)}\n{line}\n\n{ran.shown}")
     else:
         reason = outcome.content.removeprefix("error: ")
         await _edit(query, f"{t('pending_failed', lang, reason=short(reason))}\n{line}")

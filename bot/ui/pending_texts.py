@@ -1,37 +1,42 @@
-"""The message that shows a memory or reminder write held for the asker's ✅ (design, "Web").
+"""The message that shows a tool call held for the asker's ✅ (design, "Web", "MCP").
 
-One message per held write (memory/pending_writes.py), sent after the answer: what exactly would
-be written, from the stored call (never the model's words about it), with ✅ keep and ❌ drop.
-The buttons carry only the row's id; bot/handlers/pending.py handles the presses.
+One message per held call (memory/pending_writes.py), sent after the answer: what exactly would
+be written, fetched or searched, from the stored call (never the model's words about it) as its
+family describes it (agent/tools/held.py), with ✅ and ❌. The buttons carry only the row's id;
+bot/handlers/pending.py handles the presses.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
 import structlog
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions
 from telegram.error import TelegramError
 
+from agent.tools.held import HeldCalls, ShownTime
 from bot.ui.i18n import t
+from bot.ui.reminder_texts import local_date
 from memory.facts import MAX_FACT_CHARS
 from memory.pending_writes import PENDING_TTL, PendingWrite
+from reminders.rules import parse_local
 
 log = structlog.get_logger("bot.pending")
 
 KEEP_PREFIX = "pw:k:"
 DROP_PREFIX = "pw:d:"
-# A fact is at most MAX_FACT_CHARS, so it is shown whole: the user sees exactly what is kept. A
-# reminder's text past this is shortened (its receipt after ✅ shows it as stored).
+# A refusal's reason is shortened to this.
 SHOWN_CHARS = MAX_FACT_CHARS
-NO_PREVIEW = LinkPreviewOptions(is_disabled=True)  # the write may hold a link from a page
+# A field of the ✅ line past this is cut: each family bounds its own (a fact is at most
+# MAX_FACT_CHARS, a URL is shown whole up to agent/tools/egress.py's SHOWN_CHARS), this only
+# keeps the message within Telegram's 4,096 characters.
+FIELD_CHARS = 1600
+NO_PREVIEW = LinkPreviewOptions(is_disabled=True)  # the call may hold a link from a page
 
 
-def keyboard(write_id: int, lang: str | None) -> InlineKeyboardMarkup:
-    keep = InlineKeyboardButton(t("pending_keep", lang), callback_data=f"{KEEP_PREFIX}{write_id}")
-    drop = InlineKeyboardButton(t("pending_drop", lang), callback_data=f"{DROP_PREFIX}{write_id}")
+def keyboard(write_id: int, lang: str | None, texts: str = "pending") -> InlineKeyboardMarkup:
+    keep = InlineKeyboardButton(t(f"{texts}_keep", lang), callback_data=f"{KEEP_PREFIX}{write_id}")
+    drop = InlineKeyboardButton(t(f"{texts}_drop", lang), callback_data=f"{DROP_PREFIX}{write_id}")
     return InlineKeyboardMarkup([[keep, drop]])
 
 
@@ -40,33 +45,33 @@ def short(text: object) -> str:
     return value if len(value) <= SHOWN_CHARS else value[: SHOWN_CHARS - 1] + "…"
 
 
-def write_line(write: PendingWrite, lang: str | None) -> str:
-    """The exact write, in the user's language, from the stored call (not the model's words)."""
-    args: dict[str, Any] = json.loads(write.arguments)
-    if write.tool == "remember":
-        return t("pending_remember", lang, fact=short(args.get("fact", "")))
-    if write.tool == "forget_fact":
-        return t("pending_forget", lang, fact=short(args.get("fact", "")))
-    if write.tool == "schedule_reminder":
-        repeat = str(args.get("repeat") or "none")
-        return t(
-            "pending_reminder",
-            lang,
-            when=short(args.get("when", "")),
-            repeat=repeat,
-            text=short(args.get("text", "")),
-        )
-    return t("pending_cancel_reminder", lang, id=short(args.get("id", "")))
+def _field(value: object, lang: str | None) -> str:
+    """One value of the ✅ line: a local time in the user's language; text on one line per
+    line it has (the memory lines a forget removes are shown one under the other)."""
+    if isinstance(value, ShownTime):
+        return local_date(parse_local(value.local), lang)
+    text = "\n".join(" ".join(line.split()) for line in str(value).splitlines())
+    return text if len(text) <= FIELD_CHARS else text[: FIELD_CHARS - 1] + "…"
 
 
-def question_text(write: PendingWrite, lang: str | None) -> str:
-    return f"{t('pending_question', lang)}\n{write_line(write, lang)}"
+def write_line(write: PendingWrite, lang: str | None, held: HeldCalls) -> str:
+    """The exact call, in the user's language, from the stored call and what it would do as of
+    the question (the lines a forget removes, the reminder a cancel cancels), never the model's
+    words."""
+    key, fields = held.describe(write)
+    return t(key, lang, **{name: _field(value, lang) for name, value in fields.items()})
+
+
+def question_text(write: PendingWrite, lang: str | None, held: HeldCalls) -> str:
+    question = t(f"{held.texts(write)}_question", lang)
+    return f"{question}\n{write_line(write, lang, held)}"
 
 
 async def send_pending(
     bot: Bot,
     writes: Sequence[PendingWrite],
     lang: str | None,
+    held: HeldCalls,
     *,
     reply_to_message_id: int | None,
     message_thread_id: int | None,
@@ -77,8 +82,8 @@ async def send_pending(
         try:
             await bot.send_message(
                 write.chat_id,
-                question_text(write, lang),
-                reply_markup=keyboard(write.id, lang),
+                question_text(write, lang, held),
+                reply_markup=keyboard(write.id, lang, held.texts(write)),
                 reply_to_message_id=reply_to_message_id,
                 message_thread_id=message_thread_id,
                 link_preview_options=NO_PREVIEW,

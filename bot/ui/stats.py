@@ -17,8 +17,9 @@ from bot.ui.i18n import t
 from bot.ui.money import money
 from memory.consolidation.jobs import ConsolidationStats, consolidation_stats
 from memory.db import Database
+from memory.pending_writes import PendingWrites
 from memory.store import from_iso, to_iso
-from memory.usage import PeriodUsage, UsageLedger, UsageReport, UserTotal
+from memory.usage import PeriodUsage, UsageLedger, UsageReport, UserTotal, day_start
 from primitives.clock import Clock, utc_now
 
 
@@ -29,6 +30,7 @@ def tokens(count: int) -> str:
 _PURPOSE_KEYS = {
     "consolidation": "usage_purpose_consolidation",
     "transcription": "usage_purpose_transcription",
+    "web": "usage_purpose_web",
 }
 
 
@@ -152,8 +154,10 @@ def stats_text(
     now: datetime,
     turns_in_flight: int | None = None,
     outcomes_days: int = 7,
+    held: Mapping[tuple[str, str], int] | None = None,
 ) -> str:
-    """/stats for admins: is memory keeping up, which models fail how, what it costs today."""
+    """/stats for admins: is memory keeping up, which models fail how, what it costs today,
+    and the tool calls held for a tap today (`held`: (tool, state) -> calls)."""
     c = consolidation
     lines = [t("stats_title", lang)]
     lines.append(t("stats_queue", lang, pending=c.pending, running=c.running, done=c.done))
@@ -226,6 +230,8 @@ def stats_text(
             memory_cost=money(spend_today.cost_for("consolidation")),
         )
     )
+    if held:
+        lines.append(t("stats_held", lang, detail=held_detail(held)))
     if turns_in_flight is not None:
         lines.append(t("stats_turns_in_flight", lang, count=turns_in_flight))
     workers: list[Mapping[str, Any]] = transport_status.get("workers", [])
@@ -248,6 +254,17 @@ def stats_text(
     return "\n".join(lines)
 
 
+def held_detail(held: Mapping[tuple[str, str], int]) -> str:
+    """ "web_read 2 (dropped 1, kept 1); remember 1 (pending 1)": per tool, by state."""
+    tools = sorted({tool for tool, _ in held})
+    parts = []
+    for tool in tools:
+        states = sorted((state, n) for (name, state), n in held.items() if name == tool)
+        detail = ", ".join(f"{state} {n}" for state, n in states)
+        parts.append(f"{tool} {sum(n for _, n in states)} ({detail})")
+    return "; ".join(parts)
+
+
 async def build_stats_text(
     db: Database,
     transport_status: Mapping[str, Any],
@@ -262,6 +279,7 @@ async def build_stats_text(
     since = to_iso(now - timedelta(days=outcomes_days))
     consolidation = await consolidation_stats(db, since)
     bot_usage = await UsageLedger(db, lambda: now).report(None)
+    held = await PendingWrites(db, lambda: now).counts_since(day_start(now))
     return stats_text(
         consolidation,
         transport_status,
@@ -270,4 +288,5 @@ async def build_stats_text(
         now=now,
         turns_in_flight=turns_in_flight,
         outcomes_days=outcomes_days,
+        held=held,
     )

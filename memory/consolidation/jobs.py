@@ -44,7 +44,7 @@ from memory.longterm import (
     memory_of,
     write_memory,
 )
-from memory.recall.archive import ArchivedRow, archive_in, prepare_archive
+from memory.recall.archive import ArchivedRow, archive_in, index_pending, prepare_archive
 from memory.store import Store, StoredMessage, from_iso, to_iso
 from memory.usage import SpendRecorder
 from models.types import Spend
@@ -215,9 +215,12 @@ class JobQueue:
         outcome = await self.db.run_in_transaction(
             lambda conn: self._commit_in(
                 conn, job, memory, chunk, result, spends, archived, memory_max_chars, now
-            )
+            ),
+            background=True,
         )
         spending.written(len(spends))
+        if outcome is CommitResult.COMMITTED:
+            await index_pending(self.db)
         return outcome
 
     def _commit_in(
@@ -280,7 +283,7 @@ class JobQueue:
         conn.execute(
             "INSERT INTO history_entries(chat_id, session_id, job_id, entry, model_id, "
             "first_message_id, last_message_id, first_message_at, last_message_at, "
-            "message_count, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "message_count, created_at, untrusted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 job.chat_id,
                 job.session_id,
@@ -293,6 +296,8 @@ class JobQueue:
                 last.created_at,
                 len(ids),
                 now,
+                # Written from a chunk holding untrusted parts: recall frames it as such.
+                int(any(m.provenance is not None for m in chunk.messages)),
             ),
         )
         # Out of the session and every prompt, into the archive: still searchable.
@@ -552,6 +557,9 @@ class ConsolidationWorker:
         reset = await self.queue.reset_interrupted(self.now())
         if reset:
             log.info("consolidation_jobs_resumed", count=reset)
+        indexed = await index_pending(self.store.db)  # a crash came between commit and index
+        if indexed:
+            log.info("archive_rows_indexed_at_start", count=indexed)
         self._stopping = False
         self._loop_task = asyncio.create_task(self._loop(), name="consolidation-worker")
 

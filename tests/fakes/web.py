@@ -40,18 +40,24 @@ class FakeSite:
     """The same aiohttp app on each of `hosts` (each on its own free port).
 
     Routes: `/article` (a real benchmark page), `/page/{name}` (bodies a test sets with
-    `pages[name] = (content_type, body)`), `/redirect?to=URL` (302), `/chain/{n}` (n redirects,
-    then the article), `/big` (12 MB of HTML, streamed without a length), `/big-declared`
-    (Content-Length 12 MB), `/trickle` (one byte every 0.2 s, for a minute at most),
-    `/status/{code}`, `/echo` (the Host header it received, as text)."""
+    `pages[name] = (content_type, body)`, held part-way with `hold`), `/redirect?to=URL` (302),
+    `/chain/{n}` (n redirects, then the article), `/big` (12 MB of HTML, streamed without a
+    length), `/big-declared` (Content-Length 12 MB), `/trickle` (one byte every 0.2 s, for a
+    minute at most), `/status/{code}`, `/echo` (the Host header it received, as text)."""
 
     def __init__(self, hosts: tuple[str, ...] = ("127.0.0.1", "127.0.0.2")) -> None:
         self.hosts = hosts
         self.requests: Counter[str] = Counter()  # local address -> requests that reached it
         self.paths: list[tuple[str, str]] = []  # (local address, path) in arrival order
+        self.accept_encodings: list[str] = []  # each request's Accept-Encoding, in order
         self.pages: dict[str, tuple[str, bytes]] = {}
         self.headers: dict[str, dict[str, str]] = {}  # page name -> extra response headers
         self.sent_bytes: Counter[str] = Counter()  # route -> bytes written before it ended
+        # page name -> bytes sent before the page waits for release(name); held[name] is set
+        # once they are written, so a test knows the read is under way.
+        self.holds: dict[str, int] = {}
+        self.held: dict[str, asyncio.Event] = {}
+        self._released: dict[str, asyncio.Event] = {}
         self._runners: list[web.AppRunner] = []
         self.ports: dict[str, int] = {}
 
@@ -93,17 +99,53 @@ class FakeSite:
         local = sockname[0] if sockname else "?"
         self.requests[local] += 1
         self.paths.append((local, request.path_qs))
+        self.accept_encodings.append(request.headers.get("Accept-Encoding", ""))
         return await handler(request)
 
     async def _article(self, request: web.Request) -> web.StreamResponse:
         html, _ = benchmark_page()
         return web.Response(body=html, content_type="text/html", charset="utf-8")
 
+    def hold(self, name: str, at: int) -> asyncio.Event:
+        """Page `name` stops after its first `at` bytes until release(name); the event returned
+        is set when those bytes are written."""
+        self.holds[name] = at
+        self._released[name] = asyncio.Event()
+        self.held[name] = asyncio.Event()
+        return self.held[name]
+
+    def release(self, name: str) -> None:
+        self._released[name].set()
+
     async def _page(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         content_type, body = self.pages[name]
+        if name in self.holds:
+            return await self._held_page(request, name, content_type, body)
         response = web.Response(body=body, headers=self.headers.get(name, {}))
         response.headers["Content-Type"] = content_type
+        return response
+
+    async def _held_page(
+        self, request: web.Request, name: str, content_type: str, body: bytes
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers=self.headers.get(name, {}))
+        response.headers["Content-Type"] = content_type
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        at = self.holds[name]
+        try:
+            await response.write(body[:at])
+            self.sent_bytes[name] += at
+            self.held[name].set()
+            async with asyncio.timeout(60):  # the fake gives up by itself
+                await self._released[name].wait()
+            for start in range(at, len(body), 16384):
+                await response.write(body[start : start + 16384])
+                self.sent_bytes[name] += len(body[start : start + 16384])
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError, TimeoutError):
+            return response
         return response
 
     async def _redirect(self, request: web.Request) -> web.StreamResponse:

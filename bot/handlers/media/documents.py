@@ -22,6 +22,7 @@ from bot.turns.turn import TurnRequest, run_chat_turn, send_plain
 from bot.ui.i18n import t
 from media.document_reader import read_document
 from media.documents import DocumentError
+from memory.provenance import DOCUMENT, Provenance
 from primitives.framing import Framing
 
 # The name these events have always been logged under (they were part of
@@ -59,6 +60,7 @@ _DOCUMENT_ERRORS = {
     "binary": "document_binary",
     "empty": "document_empty",
     "too_complex": "document_too_complex",
+    "busy": "document_busy",
 }
 
 
@@ -122,6 +124,9 @@ async def answer_document(
             media["caption"] = caption
         if document.trimmed:
             media["cut_chars"] = document.cut_chars
-        return replace(turn, text=document_prompt(name, caption, document.text), media=media)
+        # The document's words are anyone's: stored as such, the caption as the user's own.
+        provenance = Provenance(DOCUMENT, name, chars=len(document.text), own=caption or None)
+        text = document_prompt(name, caption, document.text)
+        return replace(turn, text=text, media=media, provenance=provenance)
 
     return await run_chat_turn(services, bot, request, prepare=prepare)

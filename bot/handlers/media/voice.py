@@ -53,6 +53,7 @@ from bot.ui.render import utf16_len
 from media.audio import recording_seconds
 from media.documents import trim_to_chars
 from media.inbox import InboxItem
+from memory.provenance import AUDIO, Provenance
 from memory.store import StoredMessage
 from memory.usage import SpendRecorder
 from models.types import NO_KEY, Transcription, TransportError
@@ -125,7 +126,25 @@ async def _transcribe(
         total = len(transcript)
         note = t("transcript_trimmed", lang, kept=f"{total - cut:,}", total=f"{total:,}")
         await send_plain(bot, request, note)
-    return replace(request, text=caption + text, media=item.media())
+    return replace(
+        request,
+        text=caption + text,
+        media=item.media(),
+        provenance=recording_provenance(item, text),
+        # A forwarded note keeps its origin when a Retry transcribes it (the retry has no
+        # update to read it from).
+        forward_origin=request.forward_origin or item.forward_origin,
+    )
+
+
+def recording_provenance(item: InboxItem, transcript: str) -> Provenance | None:
+    """An audio file is a recording of anyone (a call, a lecture, someone else's message):
+    its transcript is not the user's words; its caption is. A voice note or video note is the
+    user speaking: their own words, no provenance."""
+    if item.kind != "audio":
+        return None
+    source = item.file_name or "audio file"
+    return Provenance(AUDIO, source, chars=len(transcript), own=item.caption or None)
 
 
 async def _new_transcript(
