@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator, Hashable
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,6 +47,7 @@ from memory.pending_writes import PendingWrite, PendingWrites
 from memory.store import SessionClosedError, Store
 from memory.timezones import ChatZone
 from memory.usage import SpendRecorder
+from models.calls import CallOptions
 from models.catalog import Catalog
 from models.types import (
     SIZE_LIMIT,
@@ -54,7 +55,6 @@ from models.types import (
     AnswerBounds,
     ChatResult,
     Message,
-    SpendCallback,
     StreamDone,
     StreamEvent,
     StreamRestart,
@@ -90,18 +90,7 @@ class StreamingClient(Protocol):
     """The transport method the loop needs (models.transport.Transport has it)."""
 
     def stream(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        timeout: float,
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        user_key: Hashable | None = None,
-        on_spend: SpendCallback | None = None,
-        max_tokens: int | None = None,
-        deadline: float | None = None,
-        bounds: AnswerBounds | None = None,
+        self, model_id: str, messages: list[Message], options: CallOptions
     ) -> AsyncGenerator[StreamEvent, None]: ...
 
 
@@ -302,9 +291,7 @@ class AgentLoop:
             result: ChatResult | None = None
             answering = model_id
             try:
-                stream = self.transport.stream(
-                    model_id,
-                    messages,
+                options = CallOptions(
                     timeout=self.timeout,
                     tools=tools,
                     tool_choice="none" if tools and last_round else None,
@@ -316,6 +303,7 @@ class AgentLoop:
                     deadline=deadline,
                     bounds=self.bounds(sum(len(piece) for piece in display)),
                 )
+                stream = self.transport.stream(model_id, messages, options)
                 # aclosing: when we are closed at a yield, the transport's stream is closed
                 # right away too (its request ends now, not at garbage collection), and it
                 # reports what the cut-off attempt cost.
@@ -363,7 +351,7 @@ class AgentLoop:
                 if text.strip():  # an empty answer is not stored: providers refuse it later
                     # The answer and what its attempts cost, in one transaction: one wait for
                     # the writer, and never one without the other.
-                    pending = spending.pending()
+                    spends = spending.pending()
                     try:
                         await self.store.add_answer(
                             turn.chat_id,
@@ -372,9 +360,9 @@ class AgentLoop:
                             model_id=result.model_id,
                             usage=result.usage,
                             session_id=turn.session_id,
-                            spends=[(s.model_id, s.usage) for s in pending],
+                            spends=[(s.model_id, s.usage) for s in spends],
                         )
-                        spending.written(len(pending))
+                        spending.written(len(spends))
                     except SessionClosedError:
                         # See _store_answer; the spend is recorded by the flush below.
                         log.warning(
@@ -386,17 +374,13 @@ class AgentLoop:
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part) or text,
                     model_id=result.model_id,
-                    requested_model_id=turn.model_id,
-                    receipts=tuple(receipts),
                     usage=total,
                     attempts=attempts,
                     queued_s=queued_s,
                     steps=steps,
-                    omitted=prompt.omitted,
                     time_limit_reached=out_of_time,
                     size_limit_reached=too_big,
                     untrusted=untrusted,
-                    pending=tuple(pending),
                 )
                 return
             outcomes: list[ToolOutcome] = []
@@ -460,14 +444,11 @@ class AgentLoop:
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part),
                     model_id=result.model_id,
-                    requested_model_id=turn.model_id,
-                    receipts=tuple(receipts),
                     usage=total,
                     attempts=attempts,
+                    queued_s=queued_s,
                     steps=steps,
-                    omitted=prompt.omitted,
                     untrusted=untrusted,
-                    pending=tuple(pending),
                 )
                 return
             await spending.flush()

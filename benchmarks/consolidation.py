@@ -39,6 +39,7 @@ from memory.consolidation.consolidation import Consolidation, Consolidator
 from memory.consolidation.transcript import Chunk
 from memory.longterm import LongTermMemory
 from memory.store import to_iso
+from models.calls import CallOptions
 from models.types import ChatResult, Outcome, SpendCallback, TransportError
 from tests.consolidation_stack import WIRE, Stack, good_call, open_stack
 from tests.fakes.providers import Fault, Reply, Step, ToolCallReply
@@ -91,10 +92,12 @@ class CountingTransport:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
-    async def complete(self, model_id: str, messages: list[Any], **kwargs: Any) -> ChatResult:
+    async def complete(
+        self, model_id: str, messages: list[Any], options: CallOptions
+    ) -> ChatResult:
         counter = current_run.get()
         try:
-            result = await self.inner.complete(model_id, messages, **kwargs)
+            result = await self.inner.complete(model_id, messages, options)
         except TransportError as exc:
             if counter is not None:
                 counter[0] += sum(1 for a in exc.attempts if a.outcome != Outcome.SKIPPED)

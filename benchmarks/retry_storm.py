@@ -36,6 +36,7 @@ import structlog  # noqa: E402
 from aiohttp import web  # noqa: E402
 
 from benchmarks.common import ChildServer, most_in_window, percentile, serve_forever  # noqa: E402
+from models.calls import CallOptions  # noqa: E402
 from models.catalog import Catalog, ModelEntry  # noqa: E402
 from models.gateways import Gateway  # noqa: E402
 from models.transport import Transport  # noqa: E402
@@ -166,7 +167,7 @@ def ours(fleet: Fleet) -> tuple[Callable[[], Awaitable[bool]], Callable[[], Awai
 
     async def call() -> bool:
         try:
-            result = await transport.complete("m1", MESSAGES, timeout=TIMEOUT_S)
+            result = await transport.complete("m1", MESSAGES, CallOptions(timeout=TIMEOUT_S))
         except TransportError as exc:
             FAILURES[exc.attempts[-1].detail if exc.attempts else "nothing tried"] += 1
             return False

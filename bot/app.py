@@ -51,7 +51,7 @@ from bot.turns.limits import TurnGuard
 from bot.ui.commands import register_commands
 from media.inbox import MediaInbox
 from memory.consolidation.consolidation import Consolidator
-from memory.consolidation.jobs import ConsolidationWorker
+from memory.consolidation.worker import ConsolidationWorker
 from memory.db import Database
 from memory.longterm import MemoryRepository
 from memory.recall.archive import ArchivePurger

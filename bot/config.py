@@ -219,7 +219,7 @@ SETTING_NAMES = frozenset(Settings.model_fields)
 
 # Settings that became constants (issue 24): a .env that still sets one is told so by name.
 RETIRED_SETTINGS = {
-    "CONSOLIDATION_CONCURRENCY": "fixed at 2 jobs at once (memory/consolidation/jobs.py)",
+    "CONSOLIDATION_CONCURRENCY": "fixed at 2 jobs at once (memory/consolidation/worker.py)",
     "PROVIDER_WORKER_HEARTBEAT_S": "fixed at 5 s (models/worker/pool.py WorkerSettings)",
     "PROVIDER_WORKER_MAX_RSS_MB": "fixed at 1024 MB (models/worker/pool.py WorkerSettings)",
 }

@@ -24,7 +24,7 @@ from bot.lifecycle import Lifecycle
 from bot.turns.chat_turns import ChatTurns
 from bot.turns.limits import TurnGuard
 from media.inbox import MediaInbox
-from memory.consolidation.jobs import ConsolidationWorker
+from memory.consolidation.worker import ConsolidationWorker
 from memory.db import Database
 from memory.longterm import MemoryRepository
 from memory.recall.archive import ArchivePurger

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import structlog
@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 from memory import MemoryLayerError
 from memory.consolidation.transcript import Chunk, timestamp_label
 from memory.longterm import LongTermMemory
+from models.calls import CallOptions
 from models.catalog import Catalog, ModelEntry
 from models.policy.pacing import Priority
 from models.tokens import estimate_tokens
@@ -79,17 +80,7 @@ class CompletionClient(Protocol):
     """The one transport method this layer needs (models.transport.Transport has it)."""
 
     async def complete(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        timeout: float,  # noqa: ASYNC109 (the transport's contract)
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        walk_chain: bool = True,
-        user_key: Hashable | None = None,
-        priority: Priority = Priority.CHAT,
-        on_spend: SpendCallback | None = None,
+        self, model_id: str, messages: list[Message], options: CallOptions
     ) -> ChatResult: ...
 
 
@@ -254,7 +245,7 @@ class Consolidator:
         self, memory: LongTermMemory, chunk: Chunk, framing: Framing | None = None
     ) -> list[Message]:
         """The consolidation prompt. The current memory and the transcript sit in frames whose
-        tags carry a random nonce (memory.framing.Framing, as in the chat prompt): a document,
+        tags carry a random nonce (primitives.framing.Framing, as in the chat prompt): a document,
         a transcript, a quote or a recall result copied into the conversation cannot close the
         frame and pass as instructions."""
         framing = framing or Framing()
@@ -318,32 +309,23 @@ class Consolidator:
 
         Background priority: in a gateway's queue, chat requests go first, and this catches up
         when chat is idle (models/policy/pacing.py)."""
+        forced = CallOptions(
+            timeout=self.timeout,
+            tools=[SAVE_MEMORY_TOOL],
+            tool_choice=FORCED_TOOL_CHOICE,
+            walk_chain=False,
+            user_key=chat_id,
+            priority=Priority.BACKGROUND,
+            on_spend=on_spend,
+        )
         try:
-            return await self.transport.complete(
-                entry.id,
-                messages,
-                timeout=self.timeout,
-                tools=[SAVE_MEMORY_TOOL],
-                tool_choice=FORCED_TOOL_CHOICE,
-                walk_chain=False,
-                user_key=chat_id,
-                priority=Priority.BACKGROUND,
-                on_spend=on_spend,
-            )
+            return await self.transport.complete(entry.id, messages, forced)
         except TransportError as exc:
             if not _rejects_forced_choice(exc):
                 raise
             log.info("consolidation_tool_choice_rejected", model=entry.id, retry="auto")
         return await self.transport.complete(
-            entry.id,
-            messages,
-            timeout=self.timeout,
-            tools=[SAVE_MEMORY_TOOL],
-            tool_choice="auto",
-            walk_chain=False,
-            user_key=chat_id,
-            priority=Priority.BACKGROUND,
-            on_spend=on_spend,
+            entry.id, messages, replace(forced, tool_choice="auto")
         )
 
     async def consolidate(

@@ -56,6 +56,7 @@ from media.inbox import InboxItem
 from memory.provenance import AUDIO, Provenance
 from memory.store import StoredMessage
 from memory.usage import SpendRecorder
+from models.calls import CallOptions
 from models.types import NO_KEY, Transcription, TransportError
 
 # The name these events have always been logged under (they were part of
@@ -276,12 +277,14 @@ async def _billed_transcription(
         result = await services.transport.transcribe(
             settings.TRANSCRIPTION_MODEL,
             audio,
+            CallOptions(
+                timeout=settings.TRANSCRIPTION_TIMEOUT,
+                user_key=request.user_id,
+                on_spend=spending.add,
+            ),
             filename=_audio_file_name(item),
             mime_type=item.mime_type or "audio/ogg",
             duration_s=seconds,
-            timeout=settings.TRANSCRIPTION_TIMEOUT,
-            user_key=request.user_id,  # a turn in the gateway's fair queue, like chat
-            on_spend=spending.add,
         )
         if result.text:
             # Paid for: kept before anything else can cut the turn short (a stop, a /cancel),
