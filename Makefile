@@ -46,6 +46,7 @@ bench: $(BIN)/.dev
 	$(BIN)/python -m benchmarks.groq_rate_limits
 	$(BIN)/python -m benchmarks.burst
 	$(BIN)/python -m benchmarks.reminders
+	$(BIN)/python -m benchmarks.mcp
 
 clean:
 	rm -rf $(VENV)

@@ -39,6 +39,7 @@ from agent.prompt import (
 )
 from agent.tools.egress import Origin, link_origins, user_origins, web_family
 from agent.tools.held import HeldCalls, InView, write_family
+from agent.tools.mcp import McpTools, mcp_family
 from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
 from agent.tools.web import WEB_TOOL_NAMES, WebTools
 from agent.untrusted import calls_web, untrusted_in_prompt
@@ -130,6 +131,7 @@ class AgentLoop:
         catalog: Catalog,
         tools: ChatTools,
         web: WebTools | None = None,
+        mcp: McpTools | None = None,
         pending_writes: PendingWrites | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         timeout: float = 60.0,
@@ -144,6 +146,10 @@ class AgentLoop:
         self.tools = tools
         # web_search / web_read (agent/tools/web.py); None: no web tools at all.
         self.web = web
+        # The operator's MCP tools (agent/tools/mcp.py); None: MCP_CONFIG is unset.
+        self.mcp = mcp
+        if mcp is not None:
+            mcp.reserve({tool["function"]["name"] for tool in self.own_tools()})
         # Where a write waits for its ✅ when untrusted content reached the model (by default
         # in the store's own database, made when first needed).
         self._pending_writes = pending_writes
@@ -174,20 +180,30 @@ class AgentLoop:
             held.register(write_family(self.tools))
             if self.web is not None:
                 held.register(web_family(self.web))
+            if self.mcp is not None:
+                held.register(mcp_family(self.mcp))
             self._held = held
         return self._held
 
-    def offered_tools(self) -> list[dict[str, Any]]:
+    def own_tools(self) -> list[dict[str, Any]]:
         """The memory and reminder tools, and the web tools the settings turn on."""
         return [*CHAT_TOOLS, *(self.web.schemas() if self.web is not None else [])]
 
+    def offered_tools(self, user_id: int | None = None) -> list[dict[str, Any]]:
+        """The bot's own tools, and the MCP tools this asker may use."""
+        mcp = self.mcp.schemas(user_id) if self.mcp is not None else []
+        return [*self.own_tools(), *mcp]
+
     def tool_result_chars(self) -> int:
         """The longest tool result a prompt carries whole: a web_read result at the owner's
-        WEB_READ_MAX_CHARS fits (it is cut to that already), whatever that is set to."""
-        if self.web is None:
-            return MAX_TOOL_RESULT_CHARS
-        wanted = self.web.settings.read_max_chars + WEB_RESULT_OVERHEAD_CHARS
-        return max(MAX_TOOL_RESULT_CHARS, wanted)
+        WEB_READ_MAX_CHARS and an MCP result at MCP_MAX_RESULT_CHARS fit (each is cut to
+        that already), whatever they are set to."""
+        wanted = [MAX_TOOL_RESULT_CHARS]
+        if self.web is not None:
+            wanted.append(self.web.settings.read_max_chars + WEB_RESULT_OVERHEAD_CHARS)
+        if self.mcp is not None:
+            wanted.append(self.mcp.hub.max_result_chars + WEB_RESULT_OVERHEAD_CHARS)
+        return max(wanted)
 
     def context_window(self, model_id: str) -> int:
         """The smallest window of the model's fallback chain: a fallback may have to take
@@ -264,7 +280,7 @@ class AgentLoop:
             entry = self.catalog.get(model_id)
             offer = self.max_steps > 0 and entry.tools
             last_round = steps >= self.max_steps or calls_run >= MAX_TOOL_CALLS_PER_TURN
-            tools = self.offered_tools() if offer else None
+            tools = self.offered_tools(turn.user_id) if offer else None
             stored = await self.store.round_context(turn.session_id, turn.chat_id)
             prompt = build_prompt(
                 stored.messages,
@@ -388,7 +404,7 @@ class AgentLoop:
             # write in the same round as a web call waits too, whichever came first.
             view = InView(
                 untrusted=untrusted,
-                reads_outside=calls_web(calls),
+                reads_outside=calls_web(calls) or self._calls_mcp(calls),
                 origins=frozenset(
                     searched | user_origins(stored.messages, prompt.included_ids)
                     if untrusted and any(call.name == "web_read" for call in calls)
@@ -462,6 +478,11 @@ class AgentLoop:
             )
             yield ToolRound(steps, result.model_id, tuple(outcomes))
 
+    def _calls_mcp(self, calls: list[ToolCall]) -> bool:
+        """Whether a round calls an MCP tool: its result is a server's words, so a write in
+        the same round waits too."""
+        return self.mcp is not None and any(self.mcp.covers(call.name) for call in calls)
+
     async def _run_tool(
         self, turn: AgentTurn, call: ToolCall, included: frozenset[int]
     ) -> ToolOutcome:
@@ -479,6 +500,8 @@ class AgentLoop:
         try:
             if self.web is not None and call.name in WEB_TOOL_NAMES:
                 return await self.web.run(chat_id, turn.user_id, call)
+            if self.mcp is not None and self.mcp.covers(call.name):
+                return await self.mcp.run(chat_id, turn.user_id, call)
             return await self.tools.run(
                 chat_id,
                 call,

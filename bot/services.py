@@ -23,6 +23,8 @@ from bot.handlers.chat_admins import ChatAdmins
 from bot.lifecycle import Lifecycle
 from bot.turns.chat_turns import ChatTurns
 from bot.turns.limits import TurnGuard
+from mcp_client.config import McpConfig
+from mcp_client.hub import McpHub
 from media.inbox import MediaInbox
 from memory.consolidation.worker import ConsolidationWorker
 from memory.db import Database
@@ -57,6 +59,8 @@ class Prepared:
     catalog: Catalog
     gateways: dict[str, Gateway]
     default_model: str
+    # MCP_CONFIG read and checked (mcp_client/config.py); None when it is unset.
+    mcp: McpConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,8 @@ class Services:
     edit_interval: float = 1.0
     # Group admins as Telegram reports them, kept a minute (bot/handlers/chat_admins.py).
     chat_admins: ChatAdmins = field(default_factory=ChatAdmins)
+    # The operator's MCP servers (mcp_client/hub.py); None without MCP_CONFIG.
+    mcp: McpHub | None = None
 
     def available_models(self) -> list[ModelEntry]:
         return available_models(self.catalog, self.gateways)
@@ -164,6 +170,8 @@ class Services:
             lambda: self.reminders.scheduler.stop(min(5.0, grace)),
             self.memory.purger.stop,
             lambda: self.memory.worker.stop(grace),
+            # Every MCP server's process ends with the bot (after the turns that used them).
+            self.mcp.stop if self.mcp is not None else _nothing,
         )
         for closer in closers:
             try:
@@ -172,6 +180,10 @@ class Services:
                 log.exception("service_close_failed")
         await self.transport.aclose()
         await self.db.close()
+
+
+async def _nothing() -> None:
+    return None
 
 
 class BotData:

@@ -17,6 +17,7 @@ class MnemobotError(Exception):
     MnemobotError
     ├── BotError          bot/__init__.py
     ├── WebError          web/__init__.py
+    ├── McpClientError    mcp_client/__init__.py
     ├── RemindersError    reminders/__init__.py
     ├── MediaError        media/__init__.py
     ├── MemoryLayerError  memory/__init__.py

@@ -10,11 +10,8 @@ with spends of several rounds, is the case that showed it.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
-
-import pytest
 
 from agent.events import AgentDone, AgentEvent, ToolRound
 from agent.loop import AgentLoop, AgentTurn
@@ -23,27 +20,28 @@ from memory.db import Database
 from memory.pending_writes import PendingWrite
 from memory.store import Store
 from memory.timezones import chat_zone_of
+from models.transport import Transport
 from primitives.clock import utc_now
 from tests.conftest import make_transport
-from tests.fakes.providers import Reply, ToolCallReply
+from tests.fakes.providers import FakeProvider, Reply, ToolCallReply
 
 CHAT, USER = 7, 70
 FACTS = ["I am allergic to penicillin.", "My sister is called Ada."]
 
 
-@pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(tmp_path / "db.sqlite3")
-    try:
-        yield database
-    finally:
-        await database.close()
-
-
 async def test_a_turn_that_holds_writes_then_answers_hands_over_the_held_writes(
-    db: Database, fake_openai, fake_groq, fake_anthropic
+    tmp_path: Path, fake_openai, fake_groq, fake_anthropic
 ) -> None:
+    db = await Database.open(tmp_path / "db.sqlite3")
     transport = make_transport(fake_openai, fake_groq, fake_anthropic)
+    try:
+        await held_then_answered(db, transport, fake_openai)
+    finally:
+        await transport.aclose()
+        await db.close()
+
+
+async def held_then_answered(db: Database, transport: Transport, openai: FakeProvider) -> None:
     store = Store(db, utc_now)
     agent = AgentLoop(
         store=store,
@@ -52,24 +50,17 @@ async def test_a_turn_that_holds_writes_then_answers_hands_over_the_held_writes(
         tools=ChatTools(db, memory_max_chars=4000, clock=store.clock),
     )
     # Words of someone else in the turn: both writes wait for the asker's tap.
-    fake_openai.script(
+    openai.script(
         "gpt-5",
-        ToolCallReply(
-            "remember",
-            {"fact": FACTS[0]},
-            also=[("remember", {"fact": FACTS[1]})],
-        ),
+        ToolCallReply("remember", {"fact": FACTS[0]}, also=[("remember", {"fact": FACTS[1]})]),
         Reply("I will keep both once you confirm."),
     )
     stored = await store.add_message(CHAT, "user", "Remember these two things.", user_id=USER)
     turn = AgentTurn(CHAT, USER, stored.session_id, "gpt-5", chat_zone_of(None), others_words=True)
     receipts: list[Receipt] = []
     held: list[PendingWrite] = []
-    try:
-        async with aclosing(agent.run(turn, receipts=receipts, pending=held)) as run:
-            events: list[AgentEvent] = [event async for event in run]
-    finally:
-        await transport.aclose()
+    async with aclosing(agent.run(turn, receipts=receipts, pending=held)) as run:
+        events: list[AgentEvent] = [event async for event in run]
 
     done = events[-1]
     assert isinstance(done, AgentDone)

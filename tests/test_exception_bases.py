@@ -1,6 +1,6 @@
 """One exception base per layer: every exception class a layer defines derives from the base in
 its package's __init__.py, and that base's docstring names it (the docstring is the tree a
-reader looks at, so it must hold every class). The six bases derive from one root,
+reader looks at, so it must hold every class). The layers' bases derive from one root,
 `primitives.MnemobotError`, and every class is named `…Error`."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pkgutil
 import pytest
 
 import bot
+import mcp_client
 import media
 import memory
 import models
@@ -22,6 +23,7 @@ from primitives import MnemobotError
 BASES: dict[str, type[Exception]] = {
     "bot": bot.BotError,
     "web": web.WebError,
+    "mcp_client": mcp_client.McpClientError,
     "reminders": reminders.RemindersError,
     "media": media.MediaError,
     "memory": memory.MemoryLayerError,
@@ -61,7 +63,7 @@ def test_the_agent_defines_no_exception_of_its_own() -> None:
     assert exception_classes("agent") == []
 
 
-def test_the_six_bases_derive_from_the_one_root_and_its_tree_names_them() -> None:
+def test_the_layer_bases_derive_from_the_one_root_and_its_tree_names_them() -> None:
     assert [name for name, base in BASES.items() if MnemobotError not in base.__mro__[1:]] == []
     tree = MnemobotError.__doc__ or ""
     assert [base.__name__ for base in BASES.values() if base.__name__ not in tree] == []

@@ -190,6 +190,14 @@ def test_the_nth_failure_waits_the_nth_delay_and_the_last_repeats() -> None:
     assert backoff.first == 1.0 and len(backoff) == 3
 
 
+def test_a_doubling_backoff_doubles_up_to_its_cap_then_repeats_it() -> None:
+    restarts = Backoff.doubling(1.0, 300.0)
+    assert [restarts.after(n) for n in range(1, 12)] == [
+        1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0, 300.0,
+    ]  # fmt: skip
+    assert Backoff.doubling(0.2, 0.8).delays == (0.2, 0.4, 0.8)
+
+
 def test_a_backoff_is_asked_after_a_failure_and_refuses_negative_delays() -> None:
     with pytest.raises(ValueError, match="counts from 1"):
         Backoff([1]).after(0)

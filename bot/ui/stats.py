@@ -31,6 +31,7 @@ _PURPOSE_KEYS = {
     "consolidation": "usage_purpose_consolidation",
     "transcription": "usage_purpose_transcription",
     "web": "usage_purpose_web",
+    "mcp": "usage_purpose_mcp",
 }
 
 
