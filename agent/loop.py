@@ -37,6 +37,7 @@ from agent.prompt import (
     time_text,
     with_image,
 )
+from agent.task_context import TaskContext
 from agent.tools.egress import Origin, link_origins, user_origins, web_family
 from agent.tools.held import HeldCalls, InView, write_family
 from agent.tools.mcp import McpTools, mcp_family
@@ -44,12 +45,13 @@ from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
 from agent.tools.web import WEB_TOOL_NAMES, WebTools
 from agent.untrusted import calls_web, untrusted_in_prompt
 from memory.messages import ToolResult
-from memory.pending_writes import PendingWrite, PendingWrites
+from memory.pending_writes import GATED_TOOLS, PendingWrite, PendingWrites
 from memory.store import SessionClosedError, Store
 from memory.timezones import ChatZone
 from memory.usage import SpendRecorder
 from models.calls import CallOptions
 from models.catalog import Catalog
+from models.policy.pacing import Priority
 from models.types import (
     SIZE_LIMIT,
     TIME_LIMIT,
@@ -118,6 +120,9 @@ class AgentTurn:
     # statement and must write nothing by itself: a memory or reminder write asked for in this
     # turn waits for the user's tap (design.md "Untrusted content writes nothing by itself").
     others_words: bool = False
+    # A scheduled task's run (agent/task_run.py): its transcript instead of the session, its
+    # own tools and time, every write held for a tap, background priority, billed as a task.
+    task: TaskContext | None = None
 
 
 class AgentLoop:
@@ -239,7 +244,8 @@ class AgentLoop:
         even when the turn ends badly."""
         # Every model call of the turn reports what it cost as it ends (an answer, a tool
         # round, a model that broke after text, a cancel or a stop); all of it is recorded.
-        spending = SpendRecorder(self.store, turn.chat_id, turn.user_id, "chat")
+        purpose = "task" if turn.task is not None else "chat"
+        spending = SpendRecorder(self.store, turn.chat_id, turn.user_id, purpose)
         try:
             rounds = self._rounds(
                 turn,
@@ -264,7 +270,9 @@ class AgentLoop:
     ) -> AsyncGenerator[AgentEvent, None]:
         framing = Framing()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.answer_seconds if self.answer_seconds else None
+        task = turn.task
+        seconds = task.seconds if task is not None else self.answer_seconds
+        deadline = loop.time() + seconds if seconds else None
         model_id = turn.model_id
         calls_run = 0  # tool calls run this turn, against MAX_TOOL_CALLS_PER_TURN
         total = Usage()
@@ -281,7 +289,11 @@ class AgentLoop:
             offer = self.max_steps > 0 and entry.tools
             last_round = steps >= self.max_steps or calls_run >= MAX_TOOL_CALLS_PER_TURN
             tools = self.offered_tools(turn.user_id) if offer else None
-            stored = await self.store.round_context(turn.session_id, turn.chat_id)
+            if task is not None:
+                tools = [t for t in tools or [] if t["function"]["name"] in task.tools] or None
+                stored = await task.round_context()
+            else:
+                stored = await self.store.round_context(turn.session_id, turn.chat_id)
             prompt = build_prompt(
                 stored.messages,
                 stored.memory,
@@ -314,6 +326,8 @@ class AgentLoop:
                     # A turn in the gateway's fair queue: one user's many chats do not push
                     # other users back (typing stays on while it waits).
                     user_key=turn.user_id,
+                    # A task's run waits behind every chat turn in the gateway's queue.
+                    priority=Priority.BACKGROUND if task is not None else Priority.CHAT,
                     on_spend=spending.add,
                     max_tokens=self.max_tokens(model_id),
                     deadline=deadline,
@@ -347,7 +361,7 @@ class AgentLoop:
                 # Cancelled inside the stream, or closed by the caller (cancelled while it
                 # handled a piece we yielded): either way the round ends here.
                 partial = "".join(round_text)
-                if partial:
+                if partial and task is None:
                     # Keep what the user saw, so the next turn's context matches the screen.
                     await self._store_answer(turn, partial, model_id=answering)
                 raise
@@ -364,7 +378,7 @@ class AgentLoop:
             text = result.text or "".join(round_text)
             shown_rounds.append("".join(round_text).strip())
             if not calls:
-                if text.strip():  # an empty answer is not stored: providers refuse it later
+                if text.strip() and task is None:  # an empty answer is not stored
                     # The answer and what its attempts cost, in one transaction: one wait for
                     # the writer, and never one without the other.
                     spends = spending.pending()
@@ -421,7 +435,12 @@ class AgentLoop:
                 # anything else listed after a call that brought untrusted words back (a
                 # recall of a document) waits as well.
                 seen = view if call.name in WEB_TOOL_NAMES else after
-                if self.held.must_wait(call, seen):
+                if task is not None and call.name not in task.tools:
+                    outcome = _not_offered(call)
+                elif self.held.must_wait(call, seen) or (
+                    # In a task's run every write waits: nobody asked for it just now.
+                    task is not None and call.name in GATED_TOOLS
+                ):
                     outcome = await self._hold(turn, call)
                 else:
                     outcome = await self._run_tool(turn, call, prompt.included_ids)
@@ -435,23 +454,27 @@ class AgentLoop:
                 if outcome.untrusted:
                     after = dataclasses.replace(after, untrusted=True)
             try:
-                await self.store.add_tool_round(
-                    turn.chat_id,
-                    turn.session_id,
-                    text=text,
-                    calls=list(calls),
-                    results=[
-                        ToolResult(
-                            o.call_id,
-                            o.content,
-                            o.stored_provenance(),
-                            o.pending.id if o.pending is not None else None,
-                        )
-                        for o in outcomes
-                    ],
-                    model_id=result.model_id,
-                    usage=result.usage,
-                )
+                results = [
+                    ToolResult(
+                        o.call_id,
+                        o.content,
+                        o.stored_provenance(),
+                        o.pending.id if o.pending is not None else None,
+                    )
+                    for o in outcomes
+                ]
+                if task is not None:
+                    task.add_tool_round(text, list(calls), results, result.model_id)
+                else:
+                    await self.store.add_tool_round(
+                        turn.chat_id,
+                        turn.session_id,
+                        text=text,
+                        calls=list(calls),
+                        results=results,
+                        model_id=result.model_id,
+                        usage=result.usage,
+                    )
             except SessionClosedError:
                 # /new or /forget closed the session under this turn (see _store_answer): it
                 # ends here, with what was shown; the model is not asked again.
@@ -566,6 +589,17 @@ class AgentLoop:
                 chat_id=turn.chat_id,
                 session_id=turn.session_id,
             )
+
+
+def _not_offered(call: ToolCall) -> ToolOutcome:
+    """A call of a tool a scheduled task's run is not offered (scheduling, above all)."""
+    return ToolOutcome(
+        call.id,
+        call.name,
+        f"error: {call.name!r} is not available in a scheduled task's run; nothing was done. "
+        "Answer with what you have.",
+        ok=False,
+    )
 
 
 def _not_run(call: ToolCall) -> ToolOutcome:

@@ -24,6 +24,7 @@ from telegram.ext import AIORateLimiter, ApplicationBuilder, CallbackQueryHandle
 from telegram.request import HTTPXRequest
 
 from agent.loop import AgentLoop
+from agent.task_run import TaskRunner
 from agent.tools.mcp import McpTools
 from agent.tools.memory import ChatTools
 from agent.tools.web import WebSettings, WebTools
@@ -44,6 +45,7 @@ from bot.handlers.migration import migrate_chat, register_migration_handlers
 from bot.handlers.ops import register_operations_handlers, set_admin_commands
 from bot.handlers.pending import register_pending_handlers
 from bot.handlers.reminders import TelegramDelivery, register_reminder_handlers
+from bot.handlers.tasks import TaskDelivery, register_task_handlers
 from bot.lifecycle import Lifecycle, UpdateTracker
 from bot.runner import run_bot
 from bot.services import (
@@ -54,6 +56,7 @@ from bot.services import (
     ProviderWarmUp,
     ReminderFeature,
     Services,
+    TaskFeature,
     available_models,
 )
 from bot.turns.chat_turns import ChatTurns
@@ -76,8 +79,9 @@ from models.gateways import Gateway
 from models.logging_setup import redactor
 from models.worker.sockets import transport
 from primitives.clock import Clock, utc_now
-from reminders.book import ReminderBook
+from reminders.book import TASK, ReminderBook
 from reminders.scheduler import ReminderScheduler
+from reminders.task_runs import TaskRuns
 from web.addresses import parse_allowance
 
 log = structlog.get_logger("bot.app")
@@ -215,6 +219,9 @@ def secrets_of(settings: Settings) -> list[str]:
 
 # PTB's own pool size for the Bot API; more idle connections kept than httpx's 20, so a burst of
 # replies does not close and reopen (TLS handshake included) all but 20 after every wave.
+# Task runs under way at once, bot-wide: each is a model turn (seconds to minutes), and the
+# rest wait their turn in the book, claimed as runs finish.
+TASK_RUNS_AT_ONCE = 8
 TELEGRAM_LIMITS = httpx.Limits(
     max_connections=256, max_keepalive_connections=64, keepalive_expiry=30.0
 )
@@ -266,6 +273,7 @@ async def open_services(
 
     def reminders_changed() -> None:
         scheduler.notify()
+        task_scheduler.notify()
 
     store = Store(
         db,
@@ -292,7 +300,9 @@ async def open_services(
     memory = MemoryFeature(
         MemoryRepository(db), worker, ArchivePurger(db, settings.ARCHIVE_DAYS, store.clock)
     )
-    book = ReminderBook(db, store.clock, on_change=reminders_changed)
+    book = ReminderBook(
+        db, store.clock, on_change=reminders_changed, tasks_per_chat=settings.TASKS_PER_CHAT
+    )
     # The operator's MCP servers: started in post_init, stopped with the services.
     mcp = (
         McpHub(
@@ -346,11 +356,40 @@ async def open_services(
         # A later part of a split message is kept with its first part if a stop holds it.
         on_part_joined=tracker.join_current_to,
     )
-    # A graceful stop releases the waiting split-message groups, and the scheduler claims
+    runs = TaskRuns(book)
+    task_delivery = TaskDelivery(
+        bot=bot,
+        settings=settings,
+        store=store,
+        book=book,
+        runs=runs,
+        # A run is offered the operator's MCP tools that run without a tap (read-only, or
+        # listed in autoApprove), never one with effects.
+        runner=TaskRunner(
+            agent,
+            seconds=settings.TASK_MAX_SECONDS,
+            extra_tools=agent.mcp.at_once_names if agent.mcp is not None else None,
+        ),
+        guard=guard,
+        pending=agent.pending_writes,
+        chat_model=lambda chat_id: services.chat_model(chat_id),
+        pace=delivery._pace,
+        clock=book.clock,
+    )
+    # A cancelled task's run under way stops at once (no answer; its spend is recorded).
+    book.on_cancel.append(task_delivery.stop)
+    # Task runs are model turns: a few at a time, behind every chat turn in the gateways'
+    # queues (background priority), on a scheduler of their own so no ⏰ waits for them.
+    task_scheduler = ReminderScheduler(
+        book, store, task_delivery, clock=book.clock, concurrency=TASK_RUNS_AT_ONCE, kind=TASK
+    )
+    # A graceful stop releases the waiting split-message groups, and the schedulers claim
     # nothing new while replies finish (a claim cut off by the stop is sent after the next
     # start).
-    lifecycle = Lifecycle(tracker, db, on_closing=(guard.joiner.flush, scheduler.pause))
-    return Services(
+    lifecycle = Lifecycle(
+        tracker, db, on_closing=(guard.joiner.flush, scheduler.pause, task_scheduler.pause)
+    )
+    services = Services(
         settings=settings,
         catalog=prepared.catalog,
         gateways=prepared.gateways,
@@ -361,6 +400,7 @@ async def open_services(
         agent=agent,
         memory=memory,
         reminders=ReminderFeature(book, scheduler),
+        tasks=TaskFeature(runs, task_scheduler),
         mcp=mcp,
         inbox=MediaInbox(db),
         ledger=ledger,
@@ -372,6 +412,7 @@ async def open_services(
         warm_up=ProviderWarmUp(transport),
         edit_interval=edit_interval,
     )
+    return services
 
 
 def build_application(
@@ -412,6 +453,7 @@ def build_application(
             await services.mcp.start()
         await set_admin_commands(application.bot, settings.ADMIN_USER_IDS)
         await services.reminders.scheduler.start()
+        await services.tasks.scheduler.start()
         await register_commands(application)
         log.info(
             "bot_started",
@@ -444,6 +486,7 @@ def build_application(
     register_memory_handlers(application)
     register_operations_handlers(application)
     register_reminder_handlers(application)
+    register_task_handlers(application)
     register_migration_handlers(application)
     register_pending_handlers(application)
     register_mcp_handlers(application)

@@ -92,6 +92,12 @@ class Settings(BaseSettings):
     # Characters one answer may show and keep, all its rounds together (about 8 messages).
     MAX_ANSWER_CHARS: int = Field(default=32_000, ge=1000, le=1_000_000)
 
+    # Scheduled tasks: active tasks per chat; a run this late (down, or queued) is skipped
+    # with one line; the wall time of one run, all its rounds together.
+    TASKS_PER_CHAT: int = Field(default=10, ge=1, le=1000)
+    TASK_MAX_LATE_HOURS: float = Field(default=3.0, gt=0)
+    TASK_MAX_SECONDS: float = Field(default=180.0, gt=0, le=3600)
+
     # Media: voice/audio/video notes are transcribed, photos seen, documents read.
     TRANSCRIPTION_MODEL: str = "whisper-large-v3-turbo"
     TRANSCRIPTION_TIMEOUT: float = Field(default=60.0, gt=0)

@@ -37,6 +37,7 @@ from models.gateways import Gateway
 from primitives.tasks import stop_task
 from reminders.book import ReminderBook
 from reminders.scheduler import ReminderScheduler
+from reminders.task_runs import TaskRuns
 
 if TYPE_CHECKING:
     from models.transport import Transport
@@ -81,6 +82,16 @@ class ReminderFeature:
     scheduler: ReminderScheduler
 
 
+@dataclass(frozen=True)
+class TaskFeature:
+    """Scheduled tasks: their runs' records, and the scheduler that claims them when due (in
+    the book of reminders, with a scheduler of their own, whose delivery runs and sends them:
+    bot/handlers/tasks.py)."""
+
+    runs: TaskRuns
+    scheduler: ReminderScheduler
+
+
 class ProviderWarmUp:
     """The provider worker's warm-up, started once polling runs, so start-up does not wait for
     litellm's import (a message that comes first waits for the worker)."""
@@ -113,6 +124,7 @@ class Services:
     agent: AgentLoop
     memory: MemoryFeature
     reminders: ReminderFeature
+    tasks: TaskFeature
     # Voice notes, audio and video notes between their arrival and their transcript.
     inbox: MediaInbox
     # Read-only spend reports: /usage and the guard's spending caps.
@@ -168,6 +180,7 @@ class Services:
         grace = self.settings.SHUTDOWN_GRACE_SECONDS
         closers = (
             lambda: self.reminders.scheduler.stop(min(5.0, grace)),
+            lambda: self.tasks.scheduler.stop(min(5.0, grace)),
             self.memory.purger.stop,
             lambda: self.memory.worker.stop(grace),
             # Every MCP server's process ends with the bot (after the turns that used them).

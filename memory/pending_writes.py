@@ -33,7 +33,9 @@ from primitives.clock import Clock, utc_now
 # short enough that an old proposal is not kept by a tap on a message scrolled far away.
 PENDING_TTL = timedelta(hours=24)
 # The memory and reminder writes: held whenever untrusted content is in view.
-GATED_TOOLS = frozenset({"remember", "forget_fact", "schedule_reminder", "cancel_reminder"})
+GATED_TOOLS = frozenset(
+    {"remember", "forget_fact", "schedule_reminder", "schedule_task", "cancel_reminder"}
+)
 # What a held call's tool may be named: what a provider accepts as a function name.
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -120,6 +122,17 @@ class PendingWrites:
             return _write(row)
 
         return await self.db.run_in_transaction(insert)
+
+    async def by_ids(self, ids: list[int]) -> list[PendingWrite]:
+        """The writes with these ids still waiting, in order (a task's run proposed them)."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = await self.db.fetchall(
+            f"SELECT * FROM pending_writes WHERE id IN ({marks}) AND state = 'pending' ORDER BY id",
+            ids,
+        )
+        return [_write(row) for row in rows]
 
     async def tap(self, write_id: int, chat_id: int, user_id: int, *, keep: bool) -> Tapped:
         """A tap on ✅ (keep) or ❌ by `user_id` in `chat_id`. Only the asker settles it; ❌

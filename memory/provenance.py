@@ -25,7 +25,9 @@ FORWARD = "forward"
 QUOTE = "quote"
 MCP = "mcp"
 RECALL = "recall"
-KINDS = frozenset({WEB_SEARCH, WEB_READ, DOCUMENT, AUDIO, PHOTO, FORWARD, QUOTE, MCP, RECALL})
+# The answer of a scheduled task's run that read any of the above (its pages are not kept).
+TASK = "task"
+KINDS = frozenset({WEB_SEARCH, WEB_READ, DOCUMENT, AUDIO, PHOTO, FORWARD, QUOTE, MCP, RECALL, TASK})
 
 # A source is a name chosen by someone else (a file name, a forward's origin, a host): one line,
 # bounded, so a stub stays one short line whatever it names.
@@ -117,6 +119,8 @@ def stub(provenance: Provenance) -> str:
         return f"[quoted message written by {source}: {size}not shown]"
     if kind == MCP:
         return f"[result of {source} (MCP): {size}not shown]"
+    if kind == TASK:
+        return f"[answer of the scheduled task '{source}', from untrusted content: {size}not shown]"
     return f"[recall result holding {source}: {size}not shown]"
 
 
@@ -140,6 +144,8 @@ def label(provenance: Provenance) -> str:
         return f"a message by {source} that the user quoted"
     if kind == MCP:
         return f"a result of the tool {source}"
+    if kind == TASK:
+        return f"your answer to the scheduled task '{source}', from words not the user's"
     return f"an earlier recall result holding {source}"
 
 

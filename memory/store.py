@@ -35,7 +35,7 @@ TURN_KEY_RETENTION = timedelta(days=7)
 # What a usage row may be for: model calls of a chat turn, of the background memory work and of
 # transcription, and web calls (model_id names the tool: no tokens, no cost, counted against
 # WEB_DAILY_CALLS). Checked here rather than by the table, so a new kind needs no rebuild.
-USAGE_PURPOSES = frozenset({"chat", "consolidation", "transcription", "web", "mcp"})
+USAGE_PURPOSES = frozenset({"chat", "consolidation", "transcription", "web", "mcp", "task"})
 
 
 class SessionClosedError(MemoryLayerError):

@@ -119,6 +119,22 @@ def next_occurrence(
     return None  # unreachable for the rules above; kept total
 
 
+def latest_occurrence(
+    local_start: datetime, tz: ZoneInfo, repeat: str, now: datetime
+) -> datetime | None:
+    """The last occurrence at or before `now` (aware), in UTC; None when none has come yet.
+    A task missed for days runs for its latest time, not its oldest (reminders/book.py)."""
+    if repeat == "none":
+        at = to_utc(local_start, tz)
+        return at if at <= now else None
+    # As in next_occurrence: probe a little past `now` in local time, the UTC check decides.
+    probe = to_local(now, tz) + timedelta(hours=3)
+    candidate = _rule(local_start, repeat).before(probe, inc=True)
+    while candidate is not None and to_utc(candidate, tz) > now:
+        candidate = _rule(local_start, repeat).before(candidate)
+    return to_utc(candidate, tz) if candidate is not None else None
+
+
 def first_occurrence(local_start: datetime, tz: ZoneInfo, repeat: str) -> datetime:
     """The reminder's first time in UTC: the start itself, or for "weekdays" a start on a
     weekend moves to the next weekday at the same time."""

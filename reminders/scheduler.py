@@ -30,12 +30,13 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from memory.provenance import Provenance
 from memory.store import Store, to_iso
 from primitives.backoff import Backoff
 from primitives.clock import Clock, utc_now
 from primitives.tasks import stop_task, stop_tasks
 from primitives.waits import wait_or_timeout
-from reminders.book import Claim, ReminderBook
+from reminders.book import REMINDER, Claim, ReminderBook
 
 log = structlog.get_logger("reminders.scheduler")
 
@@ -57,6 +58,12 @@ class Delivered:
     # Where it went when that is no longer the reminder's chat (the chat moved to a new id
     # on the way, memory/chat_move.py): the session message is stored there.
     chat_id: int | None = None
+    # Stored with the session message: a task's answer says it is one, and, when words that
+    # are not the user's reached its run, where from (held writes, the memory writer's stub).
+    media: dict[str, object] | None = None
+    provenance: Provenance | None = None
+    # Written in the same transaction as the mark (a task run's final state).
+    also: Callable[[sqlite3.Connection, str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,15 @@ class Unknown:
     reason: str
 
 
-DeliveryOutcome = Delivered | Stopped | RetryLater | Failed | Unknown
+@dataclass(frozen=True)
+class Settled:
+    """The occurrence is over and needs no message of the scheduler's (a task that had
+    nothing to report, or was cancelled while it ran): its delivery row is closed as is."""
+
+    outcome: str = "sent"  # the delivery row's outcome: 'sent' or 'stopped'
+
+
+DeliveryOutcome = Delivered | Stopped | RetryLater | Failed | Unknown | Settled
 Deliver = Callable[[Claim, bool], Awaitable[DeliveryOutcome]]
 # How a pass waits: until the wake event is set or `timeout` seconds have passed. A parameter
 # so that a test can see every wait the scheduler asks for and stand in for the time passing.
@@ -107,8 +122,12 @@ class ReminderScheduler:
         late_after: timedelta = LATE_AFTER,
         retry_delays: tuple[float, ...] = RETRY_DELAYS_S,
         wait: Wait = wait_for_wake,
+        kind: str = REMINDER,
     ) -> None:
         self.book = book
+        # Which of the book's kinds this scheduler claims: reminders and tasks have one each,
+        # so a task's model turn never holds a slot a ⏰ message is waiting for.
+        self.kind = kind
         self.store = store
         self.deliver = deliver
         self.clock = clock
@@ -133,11 +152,11 @@ class ReminderScheduler:
     async def start(self) -> None:
         self.started_at = self.clock()
         book = self.book
-        unfinished = await book.unfinished()
+        unfinished = await book.unfinished(self.kind)
         if unfinished:
             log.warning("reminders_resent_after_crash", count=len(unfinished))
         self._retries.extend((self.started_at, 0, claim) for claim in unfinished)
-        self._task = asyncio.create_task(self._run(), name="reminder-scheduler")
+        self._task = asyncio.create_task(self._run(), name=f"{self.kind}-scheduler")
 
     def pause(self) -> None:
         """Claim nothing more (the bot is stopping); sends on their way go on. `stop` ends it."""
@@ -182,7 +201,7 @@ class ReminderScheduler:
         free -= len(ready)
         started = len(ready)
         if free > 0:
-            for claim in await self.book.claim_due(now, free):
+            for claim in await self.book.claim_due(now, free, self.kind):
                 self._send(claim, 0)
                 started += 1
         return started
@@ -197,7 +216,7 @@ class ReminderScheduler:
             return MAX_SLEEP_S
         now = self.clock()
         moments = [when for when, _, _ in self._retries]
-        next_due = await self.book.next_due()
+        next_due = await self.book.next_due(self.kind)
         if next_due is not None:
             moments.append(next_due)
         if not moments:
@@ -225,10 +244,12 @@ class ReminderScheduler:
 
         def write(conn: sqlite3.Connection) -> int | None:
             self.book.mark_sent(conn, claim, sent.message_id, late=late, now=now)
+            if sent.also is not None:
+                sent.also(conn, now)
             chat_id = sent.chat_id if sent.chat_id is not None else claim.reminder.chat_id
             _, window_job = store._insert_message(
                 conn, now, chat_id, "assistant", sent.text,
-                None, None, None, None, None, None, None,
+                None, None, None, None, None, None, sent.media, None, sent.provenance,
             )  # fmt: skip
             return window_job
 
@@ -275,6 +296,8 @@ class ReminderScheduler:
                 "reminder_outcome_unknown", reminder_id=reminder.id, chat_id=reminder.chat_id,
                 attempt=attempts + 1, reason=outcome.reason,
             )  # fmt: skip
+        elif isinstance(outcome, Settled):
+            await self.book.settle(claim, outcome.outcome)
         else:
             delay = self.backoff.after(attempts + 1)
             if outcome.after_s is not None:

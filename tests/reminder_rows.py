@@ -15,17 +15,24 @@ from memory.store import to_iso
 
 _INSERT = (
     "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
-    "local_start, repeat, next_at, state, created_at, updated_at) "
-    "VALUES (?, ?, 'Ann', ?, 'UTC', 1, ?, 'none', ?, 'pending', ?, ?)"
+    "local_start, repeat, next_at, state, created_at, updated_at, kind) "
+    "VALUES (?, ?, 'Ann', ?, 'UTC', 1, ?, 'none', ?, 'pending', ?, ?, ?)"
 )
 
 
-def add_pending(conn: sqlite3.Connection, reminders: Iterable[tuple[int, str, datetime]]) -> None:
-    """One-off reminders `(chat id, text, due)`, each of user Ann in a private chat (her user
-    id is the chat id), in UTC, pending. Not committed: the caller's transaction holds them."""
+def add_pending(
+    conn: sqlite3.Connection,
+    reminders: Iterable[tuple[int, str, datetime]],
+    *,
+    kind: str = "reminder",
+) -> None:
+    """One-off reminders (or, `kind` "task", tasks) `(chat id, text, due)`, each of user Ann in
+    a private chat (her user id is the chat id), in UTC, pending. Not committed: the caller's
+    transaction holds them."""
     now = to_iso(datetime.now(UTC))
     rows = [
-        (chat, chat, text, local_time(at), to_iso(at), now, now) for chat, text, at in reminders
+        (chat, chat, text, local_time(at), to_iso(at), now, now, kind)
+        for chat, text, at in reminders
     ]
     conn.executemany(_INSERT, rows)
 

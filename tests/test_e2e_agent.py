@@ -29,11 +29,11 @@ from tests.memory_sessions import (
 CHAT = OWNER
 
 
-# The chat tools as offered, in order: memory tools, reminders, then web_read (on by default;
-# web_search only with WEB_SEARCH_URL).
+# The chat tools as offered, in order: memory tools, reminders and tasks, then web_read (on by
+# default; web_search only with WEB_SEARCH_URL).
 CHAT_TOOL_ORDER = [
-    "recall", "remember", "forget_fact", "schedule_reminder", "list_reminders", "cancel_reminder",
-    "web_read",
+    "recall", "remember", "forget_fact", "schedule_reminder", "schedule_task", "list_reminders",
+    "cancel_reminder", "web_read",
 ]  # fmt: skip
 
 

@@ -9,7 +9,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from memory.timezones import canonical_zone, to_local
-from reminders.rules import WhenError, first_occurrence, next_occurrence, parse_when
+from reminders.rules import (
+    WhenError,
+    first_occurrence,
+    latest_occurrence,
+    next_occurrence,
+    parse_when,
+)
 
 LISBON = ZoneInfo("Europe/Lisbon")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -221,3 +227,20 @@ def test_the_next_occurrence_looks_back_over_a_dst_change(
     tz: ZoneInfo, start: datetime, after: str, utc: str
 ) -> None:
     assert next_occurrence(start, tz, "daily", _utc(after)) == _utc(utc)
+
+
+def test_latest_occurrence_is_the_last_time_at_or_before_now_across_a_dst_change() -> None:
+    """A task missed while the bot was down runs for its latest time: 08:30 Lisbon on Sunday 28
+    March 2027 is 07:30 UTC (summer time since 01:00 UTC), the day before 08:30 UTC."""
+    lisbon = ZoneInfo("Europe/Lisbon")
+    start = datetime(2027, 3, 25, 8, 30)
+    at = latest_occurrence(start, lisbon, "daily", datetime(2027, 3, 28, 7, 45, tzinfo=UTC))
+    assert at == datetime(2027, 3, 28, 7, 30, tzinfo=UTC)
+    at = latest_occurrence(start, lisbon, "daily", datetime(2027, 3, 28, 7, 29, tzinfo=UTC))
+    assert at == datetime(2027, 3, 27, 8, 30, tzinfo=UTC)
+    assert (
+        latest_occurrence(start, lisbon, "daily", datetime(2027, 3, 25, 8, 0, tzinfo=UTC)) is None
+    )
+    assert latest_occurrence(start, lisbon, "none", datetime(2027, 4, 1, tzinfo=UTC)) == datetime(
+        2027, 3, 25, 8, 30, tzinfo=UTC
+    )

@@ -289,10 +289,11 @@ def shape_error(name: str, args: dict[str, Any]) -> str | None:
         if name == "remember" and len(clean_fact(raw)) > MAX_FACT_CHARS:
             return f"keep one fact under {MAX_FACT_CHARS} characters and call again"
         return None
-    if name == "schedule_reminder":
-        when, text, repeat = args.get("when"), args.get("text"), args.get("repeat") or "none"
+    if name in ("schedule_reminder", "schedule_task"):
+        field = "task" if name == "schedule_task" else "text"
+        when, text, repeat = args.get("when"), args.get(field), args.get("repeat") or "none"
         if not isinstance(when, str) or not isinstance(text, str) or not text.strip():
-            return "schedule_reminder needs 'when' (ISO 8601 date-time) and 'text' as strings"
+            return f"{name} needs 'when' (ISO 8601 date-time) and '{field}' as strings"
         if not isinstance(repeat, str) or repeat.strip().lower() not in REPEATS:
             return f"'repeat' must be one of {', '.join(REPEATS)}"
         return None
@@ -325,6 +326,10 @@ def _write_line(name: str, args: dict[str, Any]) -> Description:
         repeat = str(args.get("repeat") or "none")
         fields = {"when": args.get("when", ""), "repeat": repeat, "text": args.get("text", "")}
         return "pending_reminder", fields
+    if name == "schedule_task":
+        repeat = str(args.get("repeat") or "none")
+        fields = {"when": args.get("when", ""), "repeat": repeat, "text": args.get("task", "")}
+        return "pending_task", fields
     return "pending_cancel_reminder", {"id": args.get("id", "")}
 
 

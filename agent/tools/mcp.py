@@ -51,6 +51,11 @@ class McpTools:
     def schemas(self, user_id: int | None) -> list[dict[str, Any]]:
         return [tool.schema() for tool in self.hub.tools(admin=self._admin(user_id))]
 
+    def at_once_names(self, user_id: int | None) -> list[str]:
+        """The tools this asker may use that run without a ✅ (read-only, or autoApprove):
+        what a scheduled task's run is offered (agent/task_run.py)."""
+        return [t.name for t in self.hub.tools(admin=self._admin(user_id)) if t.runs_at_once]
+
     def covers(self, name: str) -> bool:
         return self.hub.tool(name) is not None
 

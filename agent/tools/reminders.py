@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
 from memory.timezones import to_local, zone
-from reminders.book import Reminder, ReminderBook, ScheduleRefusedError
+from reminders.book import REMINDER, TASK, Reminder, ReminderBook, ScheduleRefusedError
 from reminders.rules import REPEATS
 
 SCHEDULE_REMINDER_TOOL: dict[str, Any] = {
@@ -53,11 +53,40 @@ SCHEDULE_REMINDER_TOOL: dict[str, Any] = {
         },
     },
 }
+SCHEDULE_TASK_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "schedule_task",
+        "description": (
+            "Schedule a task: at the given time the bot runs the instruction as a new request "
+            "to you, with your tools (recall, the web), and sends your answer to this chat. "
+            "Use it when the user wants something done at a time or regularly — looked up, "
+            "checked, summarised (e.g. 'every morning at 8, the weather in Lisbon'); for a "
+            "plain message at a time use schedule_reminder. Write the task so it stands on "
+            "its own later, in the user's words. The user is shown a receipt."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "when": SCHEDULE_REMINDER_TOOL["function"]["parameters"]["properties"]["when"],
+                "task": {
+                    "type": "string",
+                    "description": "the instruction to carry out, in the user's words, e.g. "
+                    "'the weather in Lisbon today and my first meeting'",
+                },
+                "repeat": SCHEDULE_REMINDER_TOOL["function"]["parameters"]["properties"]["repeat"],
+            },
+            "required": ["when", "task"],
+        },
+    },
+}
 LIST_REMINDERS_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "list_reminders",
-        "description": "List this chat's pending reminders with their ids and next times.",
+        "description": (
+            "List this chat's pending reminders and scheduled tasks with their ids and next times."
+        ),
         "parameters": {"type": "object", "properties": {}},
     },
 }
@@ -66,8 +95,8 @@ CANCEL_REMINDER_TOOL: dict[str, Any] = {
     "function": {
         "name": "cancel_reminder",
         "description": (
-            "Cancel one of this chat's pending reminders by its id (from list_reminders). The "
-            "user is shown a receipt."
+            "Cancel one of this chat's pending reminders or scheduled tasks by its id (from "
+            "list_reminders). The user is shown a receipt."
         ),
         "parameters": {
             "type": "object",
@@ -78,6 +107,7 @@ CANCEL_REMINDER_TOOL: dict[str, Any] = {
 }
 REMINDER_TOOLS: list[dict[str, Any]] = [
     SCHEDULE_REMINDER_TOOL,
+    SCHEDULE_TASK_TOOL,
     LIST_REMINDERS_TOOL,
     CANCEL_REMINDER_TOOL,
 ]
@@ -102,6 +132,9 @@ def describe(reminder: Reminder) -> str:
         when = local.strftime("%a %Y-%m-%d %H:%M")
     zone_note = reminder.time_zone if reminder.zone_known else "UTC, time zone not set"
     rule = "" if reminder.repeat == "none" else f", repeats {reminder.repeat}"
+    if reminder.is_task:
+        state = ", paused after failed runs" if reminder.paused else ""
+        return f"task id {reminder.id}: {when} ({zone_note}){rule}{state}: {reminder.text}"
     return f"id {reminder.id}: {when} ({zone_note}){rule}: {reminder.text}"
 
 
@@ -119,8 +152,8 @@ async def run_reminder_tool(
     if name == "list_reminders":
         reminders = await book.pending(chat_id)
         if not reminders:
-            return ReminderResult("this chat has no pending reminders", ok=True)
-        lines = [f"{len(reminders)} pending reminder(s):"]
+            return ReminderResult("this chat has no pending reminders or tasks", ok=True)
+        lines = [f"{len(reminders)} pending reminder(s) and task(s):"]
         lines += [describe(r) for r in reminders]
         return ReminderResult("\n".join(lines), ok=True)
     result = await book.db.run_in_transaction(
@@ -128,6 +161,8 @@ async def run_reminder_tool(
     )
     if result.kind is not None:
         book.changed()
+    if result.kind == "task_cancelled" and result.reminder is not None:
+        book.cancelled(result.reminder.id)  # a run of it under way stops
     return result
 
 
@@ -139,13 +174,15 @@ def reminder_write_in(
     args: dict[str, Any],
     **asker: Unpack[Asker],
 ) -> ReminderResult:
-    """`schedule_reminder` or `cancel_reminder` inside the caller's transaction; the caller
-    wakes the scheduler (`book.changed()`) after the commit when something changed."""
+    """`schedule_reminder`, `schedule_task` or `cancel_reminder` inside the caller's
+    transaction; the caller wakes the schedulers (`book.changed()`) after the commit when
+    something changed."""
     user_id = asker.get("user_id")
-    if name == "schedule_reminder":
+    if name in ("schedule_reminder", "schedule_task"):
         return _schedule(
-            book, conn, chat_id, args, user_id, asker.get("user_name"), asker.get("topic_id")
-        )
+            book, conn, chat_id, name, args, user_id, asker.get("user_name"),
+            asker.get("topic_id"),
+        )  # fmt: skip
     return _cancel(book, conn, chat_id, args, user_id)
 
 
@@ -153,16 +190,19 @@ def _schedule(
     book: ReminderBook,
     conn: sqlite3.Connection,
     chat_id: int,
+    name: str,
     args: dict[str, Any],
     user_id: int | None,
     user_name: str | None,
     topic_id: int | None,
 ) -> ReminderResult:
-    when, text = args.get("when"), args.get("text")
+    task = name == "schedule_task"
+    field = "task" if task else "text"
+    when, text = args.get("when"), args.get(field)
     repeat = args.get("repeat") or "none"
     if not isinstance(when, str) or not isinstance(text, str):
         return ReminderResult(
-            "error: schedule_reminder needs 'when' (ISO 8601 date-time) and 'text' as strings",
+            f"error: {name} needs 'when' (ISO 8601 date-time) and '{field}' as strings",
             ok=False,
         )
     if not isinstance(repeat, str):
@@ -177,6 +217,7 @@ def _schedule(
             user_id=user_id,
             user_name=user_name,
             topic_id=topic_id,
+            kind=TASK if task else REMINDER,
         )
     except ScheduleRefusedError as exc:
         return ReminderResult(f"error: not scheduled: {exc}", ok=False)
@@ -186,7 +227,8 @@ def _schedule(
             ". The user's time zone is not set, so this time is UTC; tell the user and, if "
             "you have not asked yet, ask for their city (they can use /timezone Area/City)"
         )
-    return ReminderResult(content, ok=True, kind="reminder_set", reminder=reminder)
+    kind = "task_set" if task else "reminder_set"
+    return ReminderResult(content, ok=True, kind=kind, reminder=reminder)
 
 
 def reminder_id(args: dict[str, Any]) -> int | None:
@@ -237,6 +279,5 @@ def _cancel(
             "cancelled. Call list_reminders to see the ids.",
             ok=False,
         )
-    return ReminderResult(
-        f"cancelled: {describe(reminder)}", ok=True, kind="reminder_cancelled", reminder=reminder
-    )
+    kind = "task_cancelled" if reminder.is_task else "reminder_cancelled"
+    return ReminderResult(f"cancelled: {describe(reminder)}", ok=True, kind=kind, reminder=reminder)

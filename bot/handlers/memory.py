@@ -116,8 +116,12 @@ async def _reminders_stay(context: Context, chat_id: int, lang: str | None) -> s
     """/forget leaves reminders alone (they are the user's orders, not memory): the prompt and
     the receipt say how many stay pending and where to cancel them, so no one believes a
     forgotten chat has nothing left that will speak up."""
-    pending = len(await context.bot_data.services.reminders.book.pending(chat_id))
-    return "\n\n" + t("forget_reminders_stay", lang, count=pending) if pending else ""
+    listed = await context.bot_data.services.reminders.book.pending(chat_id)
+    reminders = sum(1 for r in listed if not r.is_task)
+    tasks = len(listed) - reminders
+    text = "\n\n" + t("forget_reminders_stay", lang, count=reminders) if reminders else ""
+    # Tasks too: they are orders the user gave, not memory; they keep running.
+    return text + ("\n\n" + t("forget_tasks_stay", lang, count=tasks) if tasks else "")
 
 
 async def forget_callback(update: Update, context: Context) -> None:

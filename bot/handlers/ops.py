@@ -18,6 +18,7 @@ from telegram.ext import CommandHandler, TypeHandler, filters
 from bot.handlers.access import admit, say, user_allowed, user_language
 from bot.handlers.incoming import is_group
 from bot.handlers.reminders import reminder_stats_text
+from bot.handlers.tasks import task_stats_text
 from bot.services import App, Context, Services
 from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
@@ -155,6 +156,7 @@ async def stats_command(update: Update, context: Context) -> None:
         turns_in_flight=services.turns.running_count(),
     )
     text = f"{text}\n{await reminder_stats_text(services, lang)}"
+    text = f"{text}\n{await task_stats_text(services, lang)}"
     await _reply(update, text)
 
 

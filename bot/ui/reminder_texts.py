@@ -18,6 +18,7 @@ from memory.timezones import to_local, zone
 from reminders.book import Reminder
 
 FIRED_PREFIX = "⏰"
+TASK_PREFIX = "🗓"
 BUTTON_TEXT_CHARS = 20
 # A /reminders page: under Telegram's 4,096 UTF-16 units per message, and few enough ❌
 # buttons to find the right one on a phone.
@@ -55,11 +56,12 @@ def reminder_receipt_line(receipt: Receipt, lang: str | None) -> str | None:
         return None
     text = reminder.text if len(reminder.text) <= 300 else reminder.text[:299] + "…"
     when = when_text(reminder, None, lang)
-    if receipt.kind == "reminder_cancelled":
-        return t("receipt_reminder_cancelled", lang, when=when, text=text)
+    noun = "task" if reminder.is_task else "reminder"
+    if receipt.kind.endswith("_cancelled"):
+        return t(f"receipt_{noun}_cancelled", lang, when=when, text=text)
     if not reminder.zone_known:
-        return t("receipt_reminder_set_utc", lang, when=when, text=text)
-    return t("receipt_reminder_set", lang, when=when, zone=reminder.time_zone, text=text)
+        return t(f"receipt_{noun}_set_utc", lang, when=when, text=text)
+    return t(f"receipt_{noun}_set", lang, when=when, zone=reminder.time_zone, text=text)
 
 
 def fired_text(
@@ -88,9 +90,10 @@ def fired_html(plain: str, reminder: Reminder, *, group: bool) -> str:
 
 
 def button_label(reminder: Reminder) -> str:
+    """❌ and the start of its text; a task's carries its mark too (🗓)."""
     text = reminder.text
     short = text if len(text) <= BUTTON_TEXT_CHARS else text[:BUTTON_TEXT_CHARS] + "…"
-    return f"❌ {short}"
+    return f"❌ {TASK_PREFIX} {short}" if reminder.is_task else f"❌ {short}"
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,15 @@ def list_page(reminders: list[Reminder], lang: str | None, page: int = 0) -> Lis
     units = utf16_len(header)
     for number, reminder in enumerate(reminders, 1):
         zone_name = reminder.time_zone if reminder.zone_known else "UTC"
-        line = f"{number}. {when_text(reminder, None, lang)} ({zone_name}) — {reminder.text}"
+        if reminder.is_task:
+            when = (
+                t("reminders_task_paused", lang)
+                if reminder.paused
+                else when_text(reminder, None, lang)
+            )
+            line = f"{number}. {TASK_PREFIX} {when} ({zone_name}) — {reminder.text}"
+        else:
+            line = f"{number}. {when_text(reminder, None, lang)} ({zone_name}) — {reminder.text}"
         size = utf16_len(line) + 1
         current = pages[-1]
         if current and (units + size > LIST_PAGE_UNITS or len(current) >= LIST_PAGE_REMINDERS):

@@ -30,6 +30,7 @@ def tokens(count: int) -> str:
 _PURPOSE_KEYS = {
     "consolidation": "usage_purpose_consolidation",
     "transcription": "usage_purpose_transcription",
+    "task": "usage_purpose_task",
     "web": "usage_purpose_web",
     "mcp": "usage_purpose_mcp",
 }

@@ -461,6 +461,7 @@ class FakeTelegram:
         self._drafts: dict[int, list[dict[str, Any]]] = {}
         self._injected: dict[str, _InjectedError] = {}
         self._holds: dict[str, int] = {}  # method -> calls still to hold (`hold`)
+        self._holds_after: dict[str, int] = {}  # method -> calls to do, then hold
         self.holds_cut = 0  # held calls the client gave up on
         self._last_send: dict[int, float] = {}
         self._penalty_until: dict[tuple[int, int | None], float] = {}
@@ -735,6 +736,12 @@ class FakeTelegram:
         in. Each hang-up is counted in `holds_cut`."""
         self._holds[method] = count
 
+    def hold_after(self, method: str, *, count: int = 1) -> None:
+        """Carry out the next `count` calls of `method` (the message is sent, the edit made)
+        and then hold the answer until the client hangs up: the bot is left between a call
+        that took effect and the answer that would tell it so (a kill -9 there)."""
+        self._holds_after[method] = count
+
     # ---- HTTP -------------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.Response:
@@ -765,6 +772,12 @@ class FakeTelegram:
             call.ok = False
             call.error = error.description
             return _error_response(error)
+        if self._holds_after.get(method, 0) > 0:
+            self._holds_after[method] -= 1
+            while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            self.holds_cut += 1
+            return web.Response(status=504)
         return web.json_response({"ok": True, "result": result})
 
     async def _download(self, request: web.Request) -> web.Response:
