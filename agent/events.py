@@ -1,10 +1,11 @@
 """What the agent loop yields to its front end (the Telegram bot, or any other).
 
 `TextDelta` and `StreamRestart` come straight from the transport: text to show as it is written,
-and "the model failed after showing text, clear it, another model continues". `ToolRound` says
-tools ran (a front end may show activity). `UntrustedContent` says, once per turn and before
-any text written with it in view, that words which are not the user's reached the model (the
-front end turns link previews off). `AgentDone` ends every turn that did not raise.
+and "the model failed after showing text, clear it, another model continues". `ToolsStarting`
+says the round's text is complete and tools run now (a front end that previews text makes it
+final), `ToolRound` that they ran. `UntrustedContent` says, once per turn and before any text
+written with it in view, that words which are not the user's reached the model (the front end
+turns link previews off). `AgentDone` ends every turn that did not raise.
 """
 
 from __future__ import annotations
@@ -14,6 +15,15 @@ from dataclasses import dataclass, field
 from agent.tools.memory import Receipt, ToolOutcome
 from memory.pending_writes import PendingWrite
 from models.types import StreamRestart, TextDelta, Usage
+
+
+@dataclass(frozen=True)
+class ToolsStarting:
+    """The model finished its round's text and asked for tools, which run next; `step` is the
+    round they belong to, counted from 1."""
+
+    step: int
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -53,9 +63,12 @@ class AgentDone:
     size_limit_reached: bool = False
     # Untrusted content reached the model in this turn: no link previews for the answer.
     untrusted: bool = False
+    # The user asked to stop while tools ran (AgentTurn.stop): the round's calls after that
+    # moment were not run, and the model was not asked again.
+    stopped: bool = False
 
 
-AgentEvent = TextDelta | StreamRestart | ToolRound | UntrustedContent | AgentDone
+AgentEvent = TextDelta | StreamRestart | ToolsStarting | ToolRound | UntrustedContent | AgentDone
 
 __all__ = [
     "AgentDone",
@@ -65,5 +78,6 @@ __all__ = [
     "StreamRestart",
     "TextDelta",
     "ToolRound",
+    "ToolsStarting",
     "UntrustedContent",
 ]

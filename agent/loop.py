@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from agent.events import AgentDone, AgentEvent, ToolRound, UntrustedContent
+from agent.events import AgentDone, AgentEvent, ToolRound, ToolsStarting, UntrustedContent
 from agent.prompt import (
     MAX_TOOL_RESULT_CHARS,
     WEB_RESULT_OVERHEAD_CHARS,
@@ -123,6 +123,15 @@ class AgentTurn:
     # A scheduled task's run (agent/task_run.py): its transcript instead of the session, its
     # own tools and time, every write held for a tap, background priority, billed as a task.
     task: TaskContext | None = None
+    # Set by the front end when the user stops the answer while tools run: a tool call that
+    # has started finishes (its effect is whole or absent), the round's later calls are not
+    # run, and the turn ends after the round instead of asking the model again. A stop while
+    # the model streams is a plain cancellation of the turn.
+    stop: asyncio.Event | None = None
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
 
 
 class AgentLoop:
@@ -426,33 +435,46 @@ class AgentLoop:
                 ),
             )
             after = view
-            for index, call in enumerate(calls):
-                if index >= MAX_TOOL_CALLS_PER_ROUND or calls_run >= MAX_TOOL_CALLS_PER_TURN:
-                    outcomes.append(_not_run(call))
-                    continue
-                calls_run += 1
-                # A web read is decided on the round's view (its calls are decided together);
-                # anything else listed after a call that brought untrusted words back (a
-                # recall of a document) waits as well.
-                seen = view if call.name in WEB_TOOL_NAMES else after
-                if task is not None and call.name not in task.tools:
-                    outcome = _not_offered(call)
-                elif self.held.must_wait(call, seen) or (
-                    # In a task's run every write waits: nobody asked for it just now.
-                    task is not None and call.name in GATED_TOOLS
-                ):
-                    outcome = await self._hold(turn, call)
-                else:
-                    outcome = await self._run_tool(turn, call, prompt.included_ids)
-                    searched |= link_origins(outcome)
-                outcomes.append(outcome)
-                if outcome.receipt is not None:
-                    receipts.append(outcome.receipt)  # written: shown however the turn ends
-                if outcome.pending is not None:
-                    pending.append(outcome.pending)  # held: its buttons shown however it ends
-                untrusted_result = untrusted_result or outcome.untrusted
-                if outcome.untrusted:
-                    after = dataclasses.replace(after, untrusted=True)
+            try:
+                yield ToolsStarting(steps + 1, tuple(call.name for call in calls))
+                for index, call in enumerate(calls):
+                    if turn.stop_requested:
+                        outcomes.append(_stopped(call))
+                        continue
+                    if index >= MAX_TOOL_CALLS_PER_ROUND or calls_run >= MAX_TOOL_CALLS_PER_TURN:
+                        outcomes.append(_not_run(call))
+                        continue
+                    calls_run += 1
+                    # A web read is decided on the round's view (its calls are decided together);
+                    # anything else listed after a call that brought untrusted words back (a
+                    # recall of a document) waits as well.
+                    seen = view if call.name in WEB_TOOL_NAMES else after
+                    if task is not None and call.name not in task.tools:
+                        outcome = _not_offered(call)
+                    elif self.held.must_wait(call, seen) or (
+                        # In a task's run every write waits: nobody asked for it just now.
+                        task is not None and call.name in GATED_TOOLS
+                    ):
+                        outcome = await self._hold(turn, call)
+                    else:
+                        outcome = await self._run_tool(turn, call, prompt.included_ids)
+                        searched |= link_origins(outcome)
+                    outcomes.append(outcome)
+                    if outcome.receipt is not None:
+                        receipts.append(outcome.receipt)  # written: shown however the turn ends
+                    if outcome.pending is not None:
+                        pending.append(outcome.pending)  # held: its buttons shown however it ends
+                    untrusted_result = untrusted_result or outcome.untrusted
+                    if outcome.untrusted:
+                        after = dataclasses.replace(after, untrusted=True)
+            except (asyncio.CancelledError, GeneratorExit):
+                # Cancelled while the tools ran, or closed while the front end showed the
+                # round's text: that text was seen, so it is kept, as a cut stream's is.
+                partial = "".join(round_text)
+                if partial and task is None:
+                    await self._store_answer(turn, partial, model_id=result.model_id)
+                raise
+            closed = False
             try:
                 results = [
                     ToolResult(
@@ -479,7 +501,21 @@ class AgentLoop:
                 # /new or /forget closed the session under this turn (see _store_answer): it
                 # ends here, with what was shown; the model is not asked again.
                 log.warning("tool_round_not_stored_session_closed", chat_id=turn.chat_id)
-                await spending.flush()
+                closed = True
+            await spending.flush()
+            if not closed:
+                steps += 1
+                log.info(
+                    "agent_tool_round",
+                    chat_id=turn.chat_id,
+                    step=steps,
+                    model=result.model_id,
+                    tools=[f"{o.name}:{'ok' if o.ok else 'refused'}" for o in outcomes],
+                    stopped=turn.stop_requested,
+                )
+            # A stop is checked with no await before the yields below: one that comes later
+            # finds the front end out of the tool phase, and it cancels the turn itself.
+            if closed or turn.stop_requested:
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part),
                     model_id=result.model_id,
@@ -488,17 +524,9 @@ class AgentLoop:
                     queued_s=queued_s,
                     steps=steps,
                     untrusted=untrusted,
+                    stopped=not closed,
                 )
                 return
-            await spending.flush()
-            steps += 1
-            log.info(
-                "agent_tool_round",
-                chat_id=turn.chat_id,
-                step=steps,
-                model=result.model_id,
-                tools=[f"{o.name}:{'ok' if o.ok else 'refused'}" for o in outcomes],
-            )
             yield ToolRound(steps, result.model_id, tuple(outcomes))
 
     def _calls_mcp(self, calls: list[ToolCall]) -> bool:
@@ -589,6 +617,14 @@ class AgentLoop:
                 chat_id=turn.chat_id,
                 session_id=turn.session_id,
             )
+
+
+def _stopped(call: ToolCall) -> ToolOutcome:
+    """The result of a call the user stopped before it ran: nothing was done."""
+    return ToolOutcome(
+        call.id, call.name, "error: not run: the user stopped the answer; nothing changed.",
+        ok=False,
+    )  # fmt: skip
 
 
 def _not_offered(call: ToolCall) -> ToolOutcome:

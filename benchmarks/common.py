@@ -5,6 +5,7 @@ process of its own against the fakes, and the lag of this process's event loop."
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -107,6 +108,13 @@ def bot_settings(
         "DEFAULT_MODEL": "gpt-5",
         "DATABASE_PATH": str(database),
     }
+
+
+def bot_environment(**settings: Any) -> dict[str, str]:
+    """The environment of a benchmark's `python -m bot`: this process's, without any key or
+    token of the machine's own, plus `bot_settings(**settings)`."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
+    return env | bot_settings(**settings)
 
 
 async def until_polling(telegram: FakeTelegram, within_s: float = 90) -> None:

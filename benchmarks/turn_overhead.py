@@ -28,8 +28,13 @@ Phases, after one chat's sequential turns, for each chat count N:
   bounded below by the CPU every intake needs (litellm's request set-up alone is a few ms per
   request, all under one GIL), so it is printed on its own `burst:` line.
 
+Then, with bots of their own (benchmarks/streaming_modes.py): Telegram calls per turn with
+drafts (private chats' default) and with edits, and the time from a Stop press on a draft to
+the provider seeing its stream closed (`stop_to_cancel_p99_ms`, goal under 300).
+
 Run: .venv/bin/python -m benchmarks.turn_overhead [--turns 10] [--chats 100,300] [--rounds 3]
-The last line is the 100-conversation run:
+     [--streaming-only]
+The overhead summary line is the 100-conversation run:
 overhead: chats=100 intake_p99_ms=N provider_ms=N loop_lag_max_ms=N turns_per_s=N
 """
 
@@ -51,11 +56,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 from benchmarks.common import (  # noqa: E402
     LoopLag,
-    bot_settings,
+    bot_environment,
     percentile,
     terminate,
     until_polling,
 )
+from benchmarks.streaming_modes import streaming_figures  # noqa: E402
 from tests.fakes.providers import FakeProvider, Reply  # noqa: E402
 from tests.fakes.telegram import Call, FakeTelegram  # noqa: E402
 
@@ -406,17 +412,16 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
         openai.enforce_rate_limit(PROVIDER_RPS, burst=PROVIDER_RPS, tokens_per_minute=1e9)
         workdir = Path(tempfile.mkdtemp(prefix="mnemobot-bench-"))
         probe_file = workdir / "probe.txt"
-        env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
+        env = bot_environment(
+            repo=REPO,
+            token=TOKEN,
+            telegram=tg,
+            users=[OWNER],
+            openai_key=KEY,
+            openai_base_url=openai.base_url,
+            database=workdir / "bench.sqlite3",
+        )
         env.update(
-            bot_settings(
-                repo=REPO,
-                token=TOKEN,
-                telegram=tg,
-                users=[OWNER],
-                openai_key=KEY,
-                openai_base_url=openai.base_url,
-                database=workdir / "bench.sqlite3",
-            ),
             OPENAI_RPS="10000",  # measure the bot, not our own per-gateway request budget
             LOG_LEVEL="WARNING",
         )
@@ -506,6 +511,11 @@ if __name__ == "__main__":
         "--chats", default="100,300", help="concurrent chats per phase, comma-separated"
     )
     parser.add_argument("--rounds", type=int, default=3, help="turns per conversation")
+    parser.add_argument(
+        "--streaming-only", action="store_true", help="only drafts against edits, and Stop"
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.chats.split(",") if n.strip()]
-    asyncio.run(main(args.turns, counts, args.rounds))
+    if not args.streaming_only:
+        asyncio.run(main(args.turns, counts, args.rounds))
+    asyncio.run(streaming_figures())

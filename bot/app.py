@@ -45,9 +45,10 @@ from bot.handlers.migration import migrate_chat, register_migration_handlers
 from bot.handlers.ops import register_operations_handlers, set_admin_commands
 from bot.handlers.pending import register_pending_handlers
 from bot.handlers.reminders import TelegramDelivery, register_reminder_handlers
+from bot.handlers.stop import register_stop_handler
 from bot.handlers.tasks import TaskDelivery, register_task_handlers
 from bot.lifecycle import Lifecycle, UpdateTracker
-from bot.runner import run_bot
+from bot.runner import ALLOWED_UPDATES, run_bot
 from bot.services import (
     App,
     BotData,
@@ -490,6 +491,7 @@ def build_application(
     register_migration_handlers(application)
     register_pending_handlers(application)
     register_mcp_handlers(application)
+    register_stop_handler(application)
     # Last of all: a press no handler above took is answered quietly.
     application.add_handler(CallbackQueryHandler(stray_callback))
     return application
@@ -512,7 +514,10 @@ async def running(
             await application.post_init(application)
         assert application.updater is not None
         await application.updater.start_polling(
-            poll_interval=poll_interval, timeout=poll_timeout, drop_pending_updates=False
+            poll_interval=poll_interval,
+            timeout=poll_timeout,
+            drop_pending_updates=False,
+            allowed_updates=ALLOWED_UPDATES,
         )
         await application.start()
         application.bot_data.services.warm_up_providers()

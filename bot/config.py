@@ -63,7 +63,8 @@ class Settings(BaseSettings):
     TELEGRAM_BOT_TOKEN: SecretStr
     TELEGRAM_BASE_URL: str = "https://api.telegram.org/bot"
     TELEGRAM_MODE: Literal["polling", "webhook"] = "polling"
-    TELEGRAM_DRAFT_STREAMING: bool = False
+    # Private chats stream into native drafts with a Stop button; false: edits, as in groups.
+    TELEGRAM_DRAFT_STREAMING: bool = True
     ALLOWED_USER_IDS: IdList = Field(default_factory=list)
     ADMIN_USER_IDS: IdList = Field(default_factory=list)
 

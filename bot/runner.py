@@ -44,7 +44,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("bot.runner")
 
-ALLOWED_UPDATES = ["message", "callback_query"]
+# Asked for explicitly, for polling and for setWebhook: Telegram sends only these. A Stop press
+# on a draft (bot/handlers/stop.py) is not among PTB 22.8's Update.ALL_TYPES.
+ALLOWED_UPDATES = ["message", "callback_query", "stopped_message_generation"]
 
 
 # --- health figures ------------------------------------------------------------------------------

@@ -135,6 +135,14 @@ def memory_block(system_text: str) -> str | None:
     return found[0][1] if found else None
 
 
+def showing(tg: FakeTelegram, chat_id: int) -> list[str]:
+    """The texts the chat shows of the bot now: its messages, then its drafts. An answer
+    streams as a draft in a private chat (TELEGRAM_DRAFT_STREAMING, on by default) and as a
+    message elsewhere; a test waiting for it to appear looks at both."""
+    drafts = [d["parsed_text"] for d in tg.current_drafts(chat_id).values()]
+    return [m.text for m in tg.bot_messages(chat_id)] + drafts
+
+
 def confirmed(tg: FakeTelegram, update_id: int) -> bool:
     """Telegram forgets an update once getUpdates is called with a higher offset."""
     return any(
@@ -273,6 +281,10 @@ class BotUnderTest(_ProviderShortcuts):
 
     def texts(self, chat_id: int) -> list[str]:
         return [m.text for m in self.tg.bot_messages(chat_id)]
+
+    def showing(self, chat_id: int) -> list[str]:
+        """Messages and drafts the chat shows now (see `showing`)."""
+        return showing(self.tg, chat_id)
 
     async def wait(self, predicate: Callable[[], bool], timeout: float = WAIT_S) -> None:  # noqa: ASYNC109
         await self.tg.wait_for(predicate, timeout=timeout)

@@ -17,7 +17,8 @@ def last_user_text(request: object) -> str:
 
 
 async def test_streamed_reply_is_edited_in_then_formatted(tmp_path: Path) -> None:
-    async with bot_under_test(tmp_path) as bot:
+    # Streaming by edits, as in groups and with drafts turned off (drafts: test_e2e_drafts.py).
+    async with bot_under_test(tmp_path, TELEGRAM_DRAFT_STREAMING="false") as bot:
         bot.openai.set_default(
             "*",
             Reply(
@@ -138,7 +139,8 @@ async def test_markdown_the_fake_rejects_arrives_as_plain_text(tmp_path: Path) -
     stress = (TESTDATA / "tg-markdown" / "telegramify-markdown" / "exp1.md").read_text(
         encoding="utf-8"
     )
-    async with bot_under_test(tmp_path) as bot:
+    # Streamed by edits: the final HTML is an edit of the streamed message.
+    async with bot_under_test(tmp_path, TELEGRAM_DRAFT_STREAMING="false") as bot:
         # One chunk: the streamed part is a single plain sendMessage, so the first edit is the
         # formatted final text. The fake's own parser (tdlib's rules) refuses it: exp1.md's
         # MarkdownV2 nesting becomes <u><i>…</u></i> (see tests/test_render.py).
@@ -202,8 +204,8 @@ async def test_many_chats_at_once_each_get_their_own_answer(tmp_path: Path) -> N
             assert bot.texts(chat) == [f"echo: question from {chat}"]
 
 
-async def test_draft_streaming_in_private_chats_when_enabled(tmp_path: Path) -> None:
-    async with bot_under_test(tmp_path, TELEGRAM_DRAFT_STREAMING="true") as bot:
+async def test_draft_streaming_in_private_chats_by_default(tmp_path: Path) -> None:
+    async with bot_under_test(tmp_path) as bot:
         answer = "Drafts show the answer growing without editing a message. " * 3
         bot.openai.set_default("*", Reply(answer, chunk_chars=6, chunk_delay=0.03))
         [final] = await bot.ask(CHAT, "draft please")

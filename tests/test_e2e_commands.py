@@ -132,7 +132,7 @@ async def test_cancel_stops_a_running_reply_at_once(tmp_path: Path) -> None:
     async with bot_under_test(tmp_path) as bot:
         bot.openai.set_default("*", Reply(long_answer, chunk_chars=8, chunk_delay=0.02))
         bot.say(CHAT, "talk for a long time")
-        await bot.wait(lambda: len(bot.messages(CHAT)) == 1 and "word" in bot.texts(CHAT)[0])
+        await bot.wait(lambda: any("word" in text for text in bot.showing(CHAT)))
         bot.say(CHAT, "/cancel")
         await bot.wait(lambda: t("cancelled") in bot.texts(CHAT))
         await bot.wait_idle(CHAT)
@@ -158,7 +158,7 @@ async def test_new_during_a_running_reply_does_not_wait_for_it(tmp_path: Path) -
     async with bot_under_test(tmp_path) as bot:
         bot.openai.set_default("*", Reply("slow " * 400, chunk_chars=5, chunk_delay=0.02))
         bot.say(CHAT, "a long answer please")
-        await bot.wait(lambda: len(bot.messages(CHAT)) == 1 and "slow" in bot.texts(CHAT)[0])
+        await bot.wait(lambda: any("slow" in text for text in bot.showing(CHAT)))
         bot.say(CHAT, "/new")
         await bot.wait(lambda: t("new_session") in bot.texts(CHAT))
         await bot.wait_idle(CHAT)

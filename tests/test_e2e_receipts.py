@@ -93,7 +93,7 @@ async def test_a_cancel_after_a_write_still_shows_its_receipt(tmp_path: Path) ->
             Reply("word " * 400, chunk_chars=5, chunk_delay=0.02),
         )
         bot.say(CHAT, "Remember this and then tell me a long story")
-        await bot.wait(lambda: len(bot.messages(CHAT)) == 1 and "word" in bot.texts(CHAT)[0])
+        await bot.wait(lambda: any("word" in text for text in bot.showing(CHAT)))
         bot.say(CHAT, "/cancel")
         await bot.wait_idle(CHAT)
         [answer] = [text for text in bot.texts(CHAT) if "word" in text]

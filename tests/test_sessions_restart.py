@@ -24,7 +24,7 @@ import pytest
 from memory.db import Database
 from memory.store import Store
 from tests.consolidation_stack import GOOD_ARGS, KEYS, WIRE, good_call
-from tests.e2e_bot import FakeServers, confirmed, query, restartable_bot, wait_until
+from tests.e2e_bot import FakeServers, confirmed, query, restartable_bot, showing, wait_until
 from tests.fakes.providers import Fault, Reply
 from tests.memory_sessions import SettableClock, oasst_multilingual, store_session
 from tests.waits import within
@@ -131,7 +131,7 @@ async def test_a_held_update_sent_again_by_telegram_is_answered_once(
     async with run_bot(fakes, db_path) as proc:
         first = tg.push(tg.make_text_update(USER, USER, "Tell me a long story"))
         await wait_until(
-            lambda: any(m.text.startswith("word0") for m in tg.bot_messages(USER)),
+            lambda: any(text.startswith("word0") for text in showing(tg, USER)),
             "the reply to start streaming",
         )
         await wait_until(lambda: confirmed(tg, first), "the long poll after the first update")

@@ -19,7 +19,7 @@ import pytest
 from memory.db import Database
 from memory.store import Store
 from tests.consolidation_stack import KEYS, good_call
-from tests.e2e_bot import FakeServers, confirmed, query, restartable_bot, wait_until
+from tests.e2e_bot import FakeServers, confirmed, query, restartable_bot, showing, wait_until
 from tests.fakes.providers import Fault, Reply
 from tests.memory_sessions import SettableClock, oasst_multilingual, store_session
 from tests.waits import within
@@ -56,7 +56,7 @@ async def test_sigterm_mid_reply_ends_it_with_a_note_and_loses_no_message(tmp_pa
         async with run_bot(fakes, db_path, grace=1) as proc:
             tg.push(tg.make_text_update(USER, USER, "Tell me a long story"))
             await wait_until(
-                lambda: any(m.text.startswith("word0") for m in tg.bot_messages(USER)),
+                lambda: any(text.startswith("word0") for text in showing(tg, USER)),
                 "the reply to start streaming",
             )
             # A second message queues behind the running reply; PTB fetches and confirms it.

@@ -11,7 +11,7 @@ from typing import Any
 from bot.app import build_application, prepare
 from bot.runner import serve
 from bot.ui.render import TELEGRAM_TEXT_LIMIT
-from tests.e2e_bot import OWNER, FakeServers, confirmed, fake_settings, query
+from tests.e2e_bot import OWNER, FakeServers, confirmed, fake_settings, query, showing
 from tests.fakes.providers import Reply
 from tests.test_joiner import _long_real_text, client_split
 from tests.waits import within
@@ -54,7 +54,7 @@ async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path
         bot = Served(settings)
         tg.push(tg.make_text_update(OWNER, OWNER, "first"))
         await tg.wait_for(
-            lambda: any(m.text.startswith("word0") for m in tg.bot_messages(OWNER)), timeout=30
+            lambda: any(text.startswith("word0") for text in showing(tg, OWNER)), timeout=30
         )
         ids = [tg.push(tg.make_text_update(OWNER, OWNER, part)) for part in parts]
         await tg.wait_for(lambda: confirmed(tg, ids[-1]), timeout=30)
@@ -67,7 +67,10 @@ async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path
         bot = Served(settings)
         await tg.wait_for(
             lambda: (
-                len(openai.requests) == 2 and tg.bot_messages(OWNER)[-1].text.startswith("word0")
+                len(openai.requests) == 2
+                and any(
+                    d["parsed_text"].startswith("word0") for d in tg.current_drafts(OWNER).values()
+                )
             ),
             timeout=30,
         )

@@ -9,35 +9,27 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import re
 from pathlib import Path
 
 import pytest
 from telegram import Bot
 
+import bot.ui.segments as segmenting
 import bot.ui.streaming as streaming
 from bot.ui.render import plain_text, split_for_telegram, utf16_len
-from bot.ui.streaming import StreamingReply, plain_segments
+from bot.ui.segments import plain_segments
+from bot.ui.streaming import StreamingReply
 from models.streamtext import MAX_CLUSTER_CODEPOINTS
 from primitives.backoff import Backoff
 from tests.call_count import count_calls
-from tests.fakes.telegram import NOT_MODIFIED, FakeTelegram
+from tests.fakes.telegram import DRAFT_PEER_INVALID, NOT_MODIFIED, FakeTelegram
+from tests.streamed_text import content, stream_into
 from tests.testdata_texts import endless_cluster
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
 MARKDOWN_DIR = TESTDATA / "tg-markdown" / "telegramify-markdown"
 CHAT = 4242
 FAST = 0.15  # edit interval for tests that are not about the 1 s limit itself
-
-
-async def _stream(reply: StreamingReply, text: str, *, chunk: int, pause: float) -> None:
-    for start in range(0, len(text), chunk):
-        await reply.append(text[start : start + chunk])
-        await asyncio.sleep(pause)
-
-
-def _content(text: str) -> str:
-    return re.sub(r"\s+", "", text)
 
 
 def _gaps(times: list[float]) -> list[float]:
@@ -49,7 +41,7 @@ async def test_streamed_reply_types_then_edits_then_formats(bot: Bot, tg: FakeTe
     await reply.start()
     await tg.wait_for(lambda: bool(tg.calls_of("sendChatAction")))
     assert not tg.calls_of("sendMessage")  # nothing is sent before the first text
-    await _stream(reply, "Hello **world**, this is a streamed answer.", chunk=4, pause=0.03)
+    await stream_into(reply, "Hello **world**, this is a streamed answer.", chunk=4, pause=0.03)
     await tg.wait_for(lambda: bool(tg.calls_of("editMessageText")))
     ids = await reply.finish("Hello **world**, this is a streamed answer.")
 
@@ -94,7 +86,7 @@ async def test_one_edit_per_second_passes_telegrams_flood_control(
     reply = StreamingReply(bot, CHAT, edit_interval=1.0, first_hold=0.0)
     await reply.start()
     answer = " ".join(f"token{i}" for i in range(120))
-    await _stream(reply, answer, chunk=12, pause=0.025)
+    await stream_into(reply, answer, chunk=12, pause=0.025)
     await reply.finish(answer)
     assert tg.flood_violations == []
     assert tg.bot_messages(CHAT)[0].text == answer
@@ -106,7 +98,7 @@ async def test_short_answer_is_one_message_sent_when_complete(bot: Bot, tg: Fake
     no plain-text message before it and no edit (which would wait an edit interval)."""
     reply = StreamingReply(bot, CHAT, edit_interval=1.0)  # hold: 1.5 s after the first text
     await reply.start()
-    await _stream(reply, "A **short** answer.", chunk=4, pause=0.01)
+    await stream_into(reply, "A **short** answer.", chunk=4, pause=0.01)
     reply.ended()
     await reply.finish("A **short** answer.")
 
@@ -170,14 +162,14 @@ async def test_flood_penalties_are_waited_out_not_extended(bot: Bot, tg: FakeTel
     reply = StreamingReply(bot, CHAT, edit_interval=0.25)  # deliberately too fast
     await reply.start()
     answer = "\n".join(f"line {i}: " + "abc " * 30 for i in range(60))  # > 1 message
-    await _stream(reply, answer, chunk=160, pause=0.05)
+    await stream_into(reply, answer, chunk=160, pause=0.05)
     ids = await reply.finish(answer)
 
     assert tg.flood_violations, "the test must provoke flood control"
     assert not [v for v in tg.flood_violations if v.during_penalty]
     messages = tg.bot_messages(CHAT)
     assert [m.message_id for m in messages] == ids
-    assert _content("".join(m.text for m in messages)) == _content(answer)
+    assert content("".join(m.text for m in messages)) == content(answer)
 
 
 async def test_retry_after_on_intermediate_edit_is_not_retried_early(
@@ -188,7 +180,7 @@ async def test_retry_after_on_intermediate_edit_is_not_retried_early(
     await reply.append("first part")
     await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)))
     tg.inject_error("editMessageText", retry_after=1)
-    await _stream(reply, " and more text" * 10, chunk=7, pause=0.02)
+    await stream_into(reply, " and more text" * 10, chunk=7, pause=0.02)
     await tg.wait_for(lambda: any(not c.ok for c in tg.calls_of("editMessageText")))
     await reply.finish("first part" + " and more text" * 10)
 
@@ -216,7 +208,7 @@ async def test_retry_after_on_final_send_waits_and_sends_once(bot: Bot, tg: Fake
     messages = tg.bot_messages(CHAT)
     assert [m.message_id for m in messages] == ids
     assert len(ids) == len({c.params["text"] for c in sends if c.ok})  # each piece once
-    assert _content("".join(m.text for m in messages)) == _content(plain_text(markdown))
+    assert content("".join(m.text for m in messages)) == content(plain_text(markdown))
 
 
 async def test_retry_after_on_final_edit(bot: Bot, tg: FakeTelegram) -> None:
@@ -240,7 +232,7 @@ async def test_long_reply_continues_in_new_messages(bot: Bot, tg: FakeTelegram) 
     assert utf16_len(markdown) > 4 * 4096
     reply = StreamingReply(bot, CHAT, edit_interval=0.05)
     await reply.start()
-    await _stream(reply, markdown, chunk=600, pause=0.01)
+    await stream_into(reply, markdown, chunk=600, pause=0.01)
     await tg.wait_for(lambda: len(tg.bot_messages(CHAT)) >= 3)  # grew past the limit
     streamed = [m.text for m in tg.bot_messages(CHAT)]
     assert all(utf16_len(t) <= 4096 for t in streamed)
@@ -253,7 +245,7 @@ async def test_long_reply_continues_in_new_messages(bot: Bot, tg: FakeTelegram) 
     shown = "".join(m.text for m in messages)
     # Every word arrives, in order (pieces refused as HTML arrive as plain text).
     expected = "".join(plain_text(piece) for piece in split_for_telegram(markdown))
-    assert _content(shown) == _content(expected)
+    assert content(shown) == content(expected)
 
 
 async def test_parse_error_falls_back_to_plain_text(bot: Bot, tg: FakeTelegram) -> None:
@@ -288,7 +280,7 @@ async def test_not_modified_counts_as_success(bot: Bot, tg: FakeTelegram) -> Non
 async def test_restart_discards_shown_text_and_stale_messages(bot: Bot, tg: FakeTelegram) -> None:
     reply = StreamingReply(bot, CHAT, edit_interval=0.05)
     await reply.start()
-    await _stream(reply, "first model text " * 600, chunk=500, pause=0.01)  # > 2 messages
+    await stream_into(reply, "first model text " * 600, chunk=500, pause=0.01)  # > 2 messages
     await tg.wait_for(lambda: len(tg.bot_messages(CHAT)) >= 2)
     await reply.restart("⚠️ The model failed; continuing with another one.")
     await reply.append("second model answer")
@@ -336,7 +328,7 @@ async def test_footer_goes_on_the_last_piece_within_the_limit(bot: Bot, tg: Fake
 async def test_drafts_stream_then_one_final_message(bot: Bot, tg: FakeTelegram) -> None:
     reply = StreamingReply(bot, CHAT, edit_interval=FAST, use_drafts=True)
     await reply.start()
-    await _stream(reply, "drafted answer text " * 10, chunk=20, pause=0.03)
+    await stream_into(reply, "drafted answer text " * 10, chunk=20, pause=0.03)
     await tg.wait_for(lambda: len(tg.drafts(CHAT)) >= 2)
     assert tg.bot_messages(CHAT) == []
     ids = await reply.finish("drafted answer text " * 10)
@@ -352,10 +344,12 @@ async def test_drafts_refused_fall_back_to_edits(bot: Bot, tg: FakeTelegram) -> 
     group = -100555
     reply = StreamingReply(bot, group, edit_interval=FAST, use_drafts=True)
     await reply.start()
-    await _stream(reply, "group answer " * 10, chunk=13, pause=0.03)
+    await stream_into(reply, "group answer " * 10, chunk=13, pause=0.03)
     await tg.wait_for(lambda: bool(tg.calls_of("editMessageText")))
     await reply.finish("group answer " * 10)
-    assert [c.ok for c in tg.calls_of("sendMessageDraft")] == [False]
+    [draft] = tg.calls_of("sendMessageDraft")
+    # Telegram's refusal of a draft (with its Stop button) outside a private chat.
+    assert draft.error == DRAFT_PEER_INVALID and draft.params["can_stop"] is True
     assert tg.bot_messages(group)[0].text == ("group answer " * 10).strip()
     assert len(tg.bot_messages(group)) == 1
 
@@ -366,7 +360,7 @@ async def test_network_errors_on_intermediate_edits_are_skipped(bot: Bot, tg: Fa
     await reply.append("start")
     await tg.wait_for(lambda: bool(tg.bot_messages(CHAT)))
     tg.inject_error("editMessageText", count=2, status=502)
-    await _stream(reply, " more" * 30, chunk=5, pause=0.02)
+    await stream_into(reply, " more" * 30, chunk=5, pause=0.02)
     await reply.finish("start" + " more" * 30)
     assert [c.ok for c in tg.calls_of("editMessageText")][:2] == [False, False]
     assert tg.bot_messages(CHAT)[0].text == "start" + " more" * 30
@@ -439,19 +433,19 @@ async def test_naughty_strings_arrive_whole(bot: Bot, tg: FakeTelegram) -> None:
     answer = "\n\n".join(s for s in strings if s.strip())
     reply = StreamingReply(bot, CHAT, edit_interval=0.05)
     await reply.start()
-    await _stream(reply, answer, chunk=2000, pause=0.01)
+    await stream_into(reply, answer, chunk=2000, pause=0.01)
     ids = await reply.finish(answer)
     messages = tg.bot_messages(CHAT)
     assert [m.message_id for m in messages] == ids
     expected = "".join(plain_text(piece) for piece in split_for_telegram(answer))
-    assert _content("".join(m.text for m in messages)) == _content(expected)
+    assert content("".join(m.text for m in messages)) == content(expected)
 
 
 async def test_forum_topic_replies_stay_in_their_thread(bot: Bot, tg: FakeTelegram) -> None:
     forum = -100999
     reply = StreamingReply(bot, forum, edit_interval=0.05, message_thread_id=77)
     await reply.start()
-    await _stream(reply, "topic answer " * 400, chunk=900, pause=0.01)  # two messages
+    await stream_into(reply, "topic answer " * 400, chunk=900, pause=0.01)  # two messages
     ids = await reply.finish("topic answer " * 400)
     assert len(ids) == 2
     assert [m.message_thread_id for m in tg.bot_messages(forum)] == [77, 77]
@@ -464,7 +458,7 @@ def test_an_endless_grapheme_cluster_is_cut_where_the_window_ends(
     """A model's zalgo answer ("a" + 6000 marks, one cluster): 2 full segments, each found by a
     bounded look back for a boundary, not ~1900 one-character ones found by a walk back over the
     whole window each (2 s of event-loop CPU per call, twice per flush)."""
-    looks = count_calls(monkeypatch, streaming, "is_grapheme_boundary")
+    looks = count_calls(monkeypatch, segmenting, "is_grapheme_boundary")
     text = endless_cluster(6000)
     segments = plain_segments(text, 4096)
     assert len(segments) == 2
@@ -477,7 +471,7 @@ async def test_a_zalgo_answer_is_two_messages_not_thousands(bot: Bot, tg: FakeTe
     text = endless_cluster(6000)
     reply = StreamingReply(bot, CHAT, edit_interval=0.05)
     await reply.start()
-    await _stream(reply, text, chunk=1000, pause=0.01)
+    await stream_into(reply, text, chunk=1000, pause=0.01)
     async with asyncio.timeout(30):
         ids = await reply.finish(text)
     messages = tg.bot_messages(CHAT)

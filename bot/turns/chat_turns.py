@@ -6,13 +6,18 @@ finish, so the model always sees the conversation as the user wrote it. /cancel 
 take the lock; they cancel the chat's running work directly: the reply, or before it the turn's
 preparation (a voice note being transcribed, a photo downloaded, a document read), which is
 registered the same way so that /cancel, /new and a graceful stop reach it too.
+
+Telegram's Stop button on a streamed draft takes the same path as /cancel (`stop`), once the
+reply that showed the draft says the press is its own; while the reply's tools run, it waits
+for the running call to end instead (`StopSwitch`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from primitives.tasks import stop_tasks
@@ -22,6 +27,22 @@ T = TypeVar("T")
 # The cancellation message of /forget's stop (`cancel(reason=...)`): the work it stops keeps
 # nothing for later, since the forgetting deletes it.
 FORGETTING = "forgetting"
+# The cancellation message of a Stop press on a draft (`stop`).
+STOPPED = "stopped"
+
+
+@dataclass
+class StopSwitch:
+    """How a Stop press reaches a running reply.
+
+    `owns(thread_id, draft_id)` says whether the pressed draft is the reply's (and the reply
+    still streaming). While `tools_running`, a press only sets `requested`, which the agent
+    loop reads between tool calls: a call that has started is never cut midway by a Stop, and
+    none after it runs. Otherwise the press cancels the reply as /cancel does."""
+
+    owns: Callable[[int | None, int], bool]
+    requested: asyncio.Event = field(default_factory=asyncio.Event)
+    tools_running: bool = False
 
 
 class ChatTurns:
@@ -33,6 +54,7 @@ class ChatTurns:
         self._gates: dict[int, asyncio.Lock] = {}
         self._gate_users: dict[int, int] = {}
         self._running: dict[int, asyncio.Task[Any]] = {}
+        self._switches: dict[int, StopSwitch] = {}
 
     @asynccontextmanager
     async def serialised(self, chat_id: int) -> AsyncIterator[None]:
@@ -111,6 +133,38 @@ class ChatTurns:
         tasks = self.running_tasks()
         await stop_tasks(tasks, patience=wait)
         return len(tasks)
+
+    @contextmanager
+    def stoppable(self, chat_id: int, switch: StopSwitch) -> Iterator[None]:
+        """While inside, a Stop press in this chat is offered to `switch` (by the running reply,
+        from its own task)."""
+        self._switches[chat_id] = switch
+        try:
+            yield
+        finally:
+            if self._switches.get(chat_id) is switch:
+                del self._switches[chat_id]
+
+    def stop(self, chat_id: int, thread_id: int | None, draft_id: int) -> bool:
+        """A Stop press on draft `draft_id`: stop the chat's running reply if the draft is its
+        own. Returns whether it was; a press on a finished reply, another chat's or another
+        reply's draft changes nothing. A second press of the same stop does nothing more (a
+        second cancel would cut the stopped reply's own last message)."""
+        switch = self._switches.get(chat_id)
+        task = self._running.get(chat_id)
+        if switch is None or task is None or task.done() or not switch.owns(thread_id, draft_id):
+            return False
+        if switch.requested.is_set():
+            return True
+        switch.requested.set()
+        if not switch.tools_running:
+            task.cancel(STOPPED)
+        return True
+
+    def stopping(self, chat_id: int) -> bool:
+        """Whether the chat's running reply took a Stop and is winding down (tests, logs)."""
+        switch = self._switches.get(chat_id)
+        return switch is not None and switch.requested.is_set()
 
     def is_running(self, chat_id: int) -> bool:
         task = self._running.get(chat_id)

@@ -14,7 +14,14 @@ from telegram import Bot, Message, User
 from telegram.constants import ChatType
 from telegram.error import TelegramError
 
-from agent.events import AgentDone, PendingWrite, Receipt, ToolRound, UntrustedContent
+from agent.events import (
+    AgentDone,
+    PendingWrite,
+    Receipt,
+    ToolRound,
+    ToolsStarting,
+    UntrustedContent,
+)
 from agent.loop import MAX_KEPT_TOOL_CALLS, AgentTurn
 from agent.prompt import with_forward, with_quote
 from bot import BotError
@@ -28,6 +35,7 @@ from bot.handlers.incoming import (
     replies_to,
 )
 from bot.handlers.migration import migrate_later
+from bot.turns.chat_turns import StopSwitch
 from bot.ui.i18n import t
 from bot.ui.pending_texts import send_pending
 from bot.ui.reminder_texts import reminder_receipt_line
@@ -349,6 +357,8 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
     if request.others_words:
         # Forwarded or quoted words of someone else: no previews from the very first message.
         reply.disable_previews()
+    # A Stop pressed on one of this reply's drafts (bot/handlers/stop.py) ends it.
+    switch = StopSwitch(reply.owns_draft)
     outcome = "ok"
     attempts = 0
     restarts = 0
@@ -366,33 +376,49 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             topic_id=request.message_thread_id,
             # Read from the stored message too: a resumed turn answers what was stored.
             others_words=request.others_words or start.message.provenance is not None,
+            stop=switch.requested,
         )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.
-        async with aclosing(agent.run(turn, receipts=receipts, pending=held)) as events:
-            async for event in events:
-                if isinstance(event, TextDelta):
-                    await reply.append(event.text)
-                elif isinstance(event, StreamRestart):
-                    restarts += 1
-                    await reply.restart(
-                        t(
-                            "model_restarted",
-                            lang,
-                            from_label=services.label(event.from_model),
-                            to_label=services.label(event.to_model),
+        with services.turns.stoppable(request.chat_id, switch):
+            async with aclosing(agent.run(turn, receipts=receipts, pending=held)) as events:
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        await reply.append(event.text)
+                    elif isinstance(event, StreamRestart):
+                        restarts += 1
+                        await reply.restart(
+                            t(
+                                "model_restarted",
+                                lang,
+                                from_label=services.label(event.from_model),
+                                to_label=services.label(event.to_model),
+                            )
                         )
-                    )
-                elif isinstance(event, ToolRound):
-                    steps = event.step
-                elif isinstance(event, UntrustedContent):
-                    # A page, results, a document or someone else's words are in the model's
-                    # view: nothing it writes from here on may unfurl a link.
-                    reply.disable_previews()
-                elif isinstance(event, AgentDone):
-                    done = event
+                    elif isinstance(event, ToolsStarting):
+                        # A Stop from now on waits for the running tool call to end.
+                        switch.tools_running = True
+                        # The round's text becomes a real message: a draft would vanish while
+                        # the tools run.
+                        await reply.seal()
+                    elif isinstance(event, ToolRound):
+                        switch.tools_running = False
+                        steps = event.step
+                    elif isinstance(event, UntrustedContent):
+                        # A page, results, a document or someone else's words are in the model's
+                        # view: nothing it writes from here on may unfurl a link.
+                        reply.disable_previews()
+                    elif isinstance(event, AgentDone):
+                        done = event
         if done is None:  # the loop always ends with AgentDone; be safe anyway
             raise TransportError("the agent loop ended without an answer", [])
+        if done.stopped:
+            # Stopped while tools ran: the round is stored and billed; what was shown stays,
+            # marked as stopped, as after a Stop while streaming.
+            outcome = "stopped"
+            attempts = done.attempts
+            await reply.cancelled(_with_receipts(t("reply_cancelled", lang), receipts, lang))
+            return
         reply.ended()  # no partial update now: the formatted answer follows at once
         attempts = done.attempts
         text = done.text.strip() or t("agent_no_answer", lang)
@@ -415,9 +441,10 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             footer = f"{footer}\n{idle}" if footer else idle
         await reply.finish(text, footer=footer)
     except asyncio.CancelledError:
-        outcome = "cancelled"
-        # Cut off by a stop of the bot (after the grace period) or by the user's /cancel; the
-        # loop has stored what the user saw.
+        # The same note for /cancel and Stop: what was shown stays, marked as stopped.
+        outcome = "stopped" if switch.requested.is_set() else "cancelled"
+        # Cut off by a stop of the bot (after the grace period), by the user's /cancel or by
+        # Stop on the draft; the loop has stored what the user saw.
         note = "reply_interrupted" if services.lifecycle.closing else "reply_cancelled"
         await reply.cancelled(_with_receipts(t(note, lang), receipts, lang))
     except TransportError as exc:

@@ -13,6 +13,16 @@ the final text wait up to one edit interval for its last edit, so an answer comp
 hold is sent once, formatted, the moment it is complete; a long or slow one starts showing
 after the hold as before. The typing indicator stays on until the first message is shown.
 
+In a private chat the text streams into a native draft instead (`use_drafts`, sendMessageDraft
+with a Stop button: `can_stop`, `keep_on_stop`). A draft is an ephemeral preview that vanishes
+when the bot sends a message, so every draft ends in a sendMessage: text past one message's
+limit goes out as real messages at the same safe split points, `seal()` (a tool round starts)
+sends the text so far as a finished message and starts a new draft id, and the final text's
+last piece is always sent, never edited in, while a draft may be showing. Every draft id the
+reply used is kept (`owns_draft`): a Stop press names one. A draft call Telegram refuses turns
+the reply to edits for the rest of it; the real message that follows hides the draft, so
+nothing shows twice.
+
 An answer written with untrusted content in view (`disable_previews`) is sent and edited with
 link previews off: a page could otherwise have the model write a link whose preview Telegram's
 servers fetch, with what it read in the URL. sendMessageDraft has no preview setting, so such a
@@ -31,8 +41,9 @@ import datetime as dtm
 import html
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 import structlog
 from telegram import Bot, LinkPreviewOptions, ReplyParameters
@@ -41,13 +52,12 @@ from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, Tele
 
 from bot.ui.render import (
     TELEGRAM_TEXT_LIMIT,
-    is_grapheme_boundary,
     plain_text,
     render_html,
     split_for_telegram,
     utf16_len,
 )
-from models.streamtext import MAX_CLUSTER_CODEPOINTS
+from bot.ui.segments import plain_segments
 from primitives.backoff import Backoff
 from primitives.waits import wait_or_timeout
 
@@ -109,9 +119,16 @@ class StreamingReply:
             FIRST_HOLD_INTERVALS * edit_interval if first_hold is None else first_hold
         )
         self._first_text_at: float | None = None  # when the first text arrived (monotonic)
-        self._draft_id = secrets.randbelow(2**31 - 2) + 1
+        self._draft_id = _new_draft_id()
+        self._draft_ids: set[int] = set()  # every draft id this reply sent (a Stop names one)
+        self._draft_visible = False  # a draft may be on screen (no message sent since)
 
         self._text = ""  # everything appended since the last restart
+        self._base = 0  # where in `_text` the live part starts: what comes before is sealed
+        self._sealed: list[str] = []  # markdown of the parts sealed since the last restart
+        # The last sealed message and what it shows: a stop right after a seal adds its note
+        # there instead of sending it alone.
+        self._last_sealed: tuple[_Shown, _FinalPiece] | None = None
         self._prefix = ""  # a restart note shown above the new text while streaming
         self._shown: list[_Shown] = []
         self._draft_shown = ""
@@ -121,6 +138,7 @@ class StreamingReply:
         self._visible = asyncio.Event()  # a message (or draft) of this reply is on screen
         self._dirty = asyncio.Event()
         self._closing = asyncio.Event()
+        self._io = asyncio.Lock()  # one change of the screen at a time: the flusher's or seal's
         self._flusher: asyncio.Task[None] | None = None
         self._typing: asyncio.Task[None] | None = None
         self._done = False
@@ -139,6 +157,17 @@ class StreamingReply:
     def typing(self) -> bool:
         """Whether "typing…" is still being repeated (it stops at the first text)."""
         return self._typing is not None and not self._typing.done()
+
+    def owns_draft(self, thread_id: int | None, draft_id: int) -> bool:
+        """Whether a Stop pressed on draft `draft_id` in `thread_id` stops this reply: one of
+        its drafts, in its thread, while the model is still writing (after the end, the
+        complete answer is on its way and a late Stop changes nothing)."""
+        return (
+            not self._done
+            and not self._ended
+            and thread_id == self._thread_id
+            and draft_id in self._draft_ids
+        )
 
     def disable_previews(self) -> None:
         """From now on every send and edit of this reply, the final text included, shows no
@@ -170,14 +199,49 @@ class StreamingReply:
         The note is kept whenever the failed model produced text, even if its first message is
         still on its way: the user may see it land and must then learn why it was replaced.
         """
-        had_text = bool(self._text) or bool(self._shown) or self._draft_shown
+        had_text = bool(self._text) or bool(self._shown) or bool(self._draft_shown)
         self._text = ""
+        self._base = 0
+        # Sealed messages stay on screen (they are stored as their tool round's text), but the
+        # answer that follows no longer contains them.
+        self._sealed.clear()
+        self._last_sealed = None
         self._prefix = f"{note}\n\n" if had_text else ""
         self._dirty.set()
+
+    async def seal(self) -> list[int]:
+        """Tools are about to run: while drafting, the text so far becomes finished, formatted
+        messages and later text streams into a new draft. A draft lives about 30 seconds and
+        a tool call may take longer; a real message stays. With edits there is nothing to do:
+        the streamed messages are real already. Returns the ids of the sealed messages."""
+        async with self._io:
+            live = self._text[self._base :]
+            if not self._use_drafts or not live.strip():
+                return []
+            pieces = await asyncio.to_thread(_render_pieces, live, self._limit)
+            if self._prefix.strip() and pieces:
+                first = pieces[0]
+                note = self._prefix.strip()
+                pieces[0] = _FinalPiece(
+                    plain=f"{note}\n\n{first.plain}",
+                    html=f"{html.escape(note, quote=False)}\n\n{first.html}",
+                )
+            ids = await self._deliver(pieces)
+            if self._shown and len(self._shown) == len(pieces):
+                self._last_sealed = (self._shown[-1], pieces[-1])
+            self._sealed.append(live.strip())
+            self._base = len(self._text)
+            self._prefix = ""
+            self._shown.clear()
+            self._draft_shown = ""
+            self._draft_id = _new_draft_id()
+            self._dirty.set()
+            return ids
 
     async def finish(self, final_markdown: str, footer: str | None = None) -> list[int]:
         """Replace the streamed text by the formatted answer; returns the final message ids."""
         await self._stop_background()
+        final_markdown = self._unsealed(final_markdown)
         # A footer that would leave the answer too little room gets messages of its own.
         alone = bool(footer) and utf16_len(footer or "") + 2 > self._limit // 2
         budget = self._limit - (utf16_len(footer) + 2 if footer and not alone else 0)
@@ -187,11 +251,7 @@ class StreamingReply:
             pieces += [_FinalPiece(plain=p) for p in plain_segments(footer, self._limit)]
         elif footer:
             if pieces:
-                last = pieces[-1]
-                pieces[-1] = _FinalPiece(
-                    plain=f"{last.plain}\n\n{footer}",
-                    html=f"{last.html}\n\n<i>{html.escape(footer, quote=False)}</i>",
-                )
+                pieces[-1] = _with_note(pieces[-1], footer)
             else:
                 pieces = [_FinalPiece(plain=footer, html=None)]
         if not pieces:
@@ -207,10 +267,24 @@ class StreamingReply:
         """The user pressed /cancel: keep what was shown and say it was stopped."""
         return await self._finish_plain(note)
 
+    def _unsealed(self, final_markdown: str) -> str:
+        """The part of the whole answer that is not sealed yet. The answer is the rounds'
+        texts joined, so it starts with the sealed parts; if it does not (a text the caller
+        chose instead), the live streamed text is what remains to be shown."""
+        sealed = "\n\n".join(part for part in self._sealed if part)
+        if not sealed:
+            return final_markdown
+        answer = final_markdown.strip()
+        if answer.startswith(sealed):
+            return answer[len(sealed) :].strip()
+        log.warning("final_text_not_after_sealed_parts", chat_id=self._chat_id)
+        return self._text[self._base :].strip()
+
     # ---- streaming (background) -------------------------------------------------------------
 
     def _display(self) -> str:
-        return self._prefix + self._text
+        """What the live part shows: the restart note, then the text since the last seal."""
+        return self._prefix + self._text[self._base :]
 
     async def _keep_typing(self) -> None:
         while not self._visible.is_set() and not self._closing.is_set():
@@ -235,14 +309,16 @@ class StreamingReply:
             await self._wait_for(self._dirty)
             if self._closing.is_set():
                 return
-            delay = self._next_step_delay()
-            if delay is None:
-                self._dirty.clear()
-                continue
-            if delay > 0:
-                await self._sleep(delay)
-                continue
-            await self._step()
+            async with self._io:
+                planned = self._plan()
+                if planned is None:
+                    self._dirty.clear()
+                    continue
+                ready, action = planned
+                if ready <= time.monotonic():
+                    await self._step(action)
+                    continue
+            await self._sleep(ready - time.monotonic())
 
     def _migrated(self, error: ChatMigrated) -> bool:
         """The group became a supergroup: the reply goes on there. Nothing of it can be on
@@ -283,57 +359,42 @@ class StreamingReply:
     def _segments(self) -> list[str]:
         return [s for s in plain_segments(self._display(), self._limit) if s.strip()]
 
-    def _next_step_delay(self) -> float | None:
-        """Seconds until the next useful request may be made; None if nothing is pending."""
+    def _plan(self) -> tuple[float, Callable[[], Awaitable[None]]] | None:
+        """The most useful request to make next and the moment it is allowed; None if the
+        screen is up to date. With drafts, every full segment but the last is a real message
+        and the last one is the draft; with edits, every segment is a real message."""
         if self._ended:
             return None
-        now = time.monotonic()
         segments = self._segments()
-        if self._drafting():
-            current = segments[-1] if segments else ""
-            if not current.strip() or current.strip() == self._draft_shown.strip():
-                return None
-            ready = max(self._draft_at + self._interval, self._blocked_until, self._hold_until())
-            return max(0.0, ready - now)
-        pending: list[float] = []
-        for index, segment in enumerate(segments):
+        drafting = self._use_drafts
+        real = segments[:-1] if drafting else segments
+        options: list[tuple[float, Callable[[], Awaitable[None]]]] = []
+        for index, segment in enumerate(real):
             if index < len(self._shown):
                 shown = self._shown[index]
                 if shown.text.strip() != segment.strip():
-                    pending.append(shown.changed_at + self._interval)
+                    ready = shown.changed_at + self._interval
+                    options.append((ready, partial(self._edit_plain, shown, segment)))
             else:
-                pending.append(max(self._last_send_at + self._interval, self._hold_until()))
+                ready = max(self._last_send_at + self._interval, self._hold_until())
+                options.append((ready, partial(self._send_plain, segment)))
                 break
-        if len(self._shown) > len(segments):
-            pending.append(now)  # stale messages after a restart: delete them
-        if not pending:
+        if len(self._shown) > len(real):
+            options.append((float("-inf"), self._delete_stale))  # after a restart
+        if drafting and segments and len(self._shown) == len(real):
+            tail = segments[-1]
+            if tail.strip() != self._draft_shown.strip():
+                ready = max(self._draft_at + self._interval, self._hold_until())
+                options.append((ready, partial(self._send_draft, tail)))
+        if not options:
             return None
-        return max(0.0, max(min(pending), self._blocked_until) - now)
+        ready, action = min(options, key=lambda option: option[0])
+        return max(ready, self._blocked_until), action
 
-    async def _step(self) -> None:
-        """Make the single most useful request that is allowed now."""
-        now = time.monotonic()
-        segments = self._segments()
+    async def _step(self, action: Callable[[], Awaitable[None]]) -> None:
+        """Make one request; a refusal is logged and the stream goes on."""
         try:
-            if self._drafting():
-                await self._send_draft(segments[-1])
-                return
-            for index, segment in enumerate(segments):
-                if index < len(self._shown):
-                    shown = self._shown[index]
-                    if shown.text.strip() != segment.strip():
-                        if now >= shown.changed_at + self._interval:
-                            await self._edit_plain(shown, segment)
-                            return
-                elif now >= max(self._last_send_at + self._interval, self._hold_until()):
-                    await self._send_plain(segment)
-                    return
-                else:
-                    break
-            if len(self._shown) > len(segments):
-                stale = self._shown.pop()
-                with contextlib.suppress(TelegramError):
-                    await self._bot.delete_message(self._chat_id, stale.message_id)
+            await action()
         except RetryAfter as error:
             self._penalise(error)
         except ChatMigrated as error:
@@ -347,24 +408,44 @@ class StreamingReply:
             # Intermediate text is best effort: the final text is what must arrive.
             log.info("stream_update_failed", chat_id=self._chat_id, error=str(error))
 
-    def _drafting(self) -> bool:
-        return self._use_drafts and not self._shown
+    async def _delete_stale(self) -> None:
+        stale = self._shown.pop()
+        with contextlib.suppress(TelegramError):
+            await self._bot.delete_message(self._chat_id, stale.message_id)
 
     async def _send_draft(self, text: str) -> None:
         self._draft_at = time.monotonic()
+        self._draft_ids.add(self._draft_id)
         try:
             await self._bot.send_message_draft(
-                self._chat_id, self._draft_id, text, message_thread_id=self._thread_id
+                self._chat_id,
+                self._draft_id,
+                text,
+                message_thread_id=self._thread_id,
+                # Bot API 10.3: a Stop button (its press arrives as stopped_message_generation),
+                # and the draft stays on screen after it until the stopped text is sent.
+                api_kwargs={"can_stop": True, "keep_on_stop": True},
             )
         except RetryAfter:
             raise
         except TelegramError as error:
+            # The real message that streams from now on hides any draft shown before.
             log.info("drafts_unavailable_using_edits", chat_id=self._chat_id, error=str(error))
             self._use_drafts = False
+            self._dirty.set()
             return
         self._draft_at = time.monotonic()
         self._draft_shown = text
+        self._draft_visible = True
         self._visible.set()
+
+    def _message_sent(self) -> None:
+        """Telegram hides the chat's draft when the bot sends a message: later text starts a
+        new draft, under a new id."""
+        if self._draft_shown or self._draft_visible:
+            self._draft_id = _new_draft_id()
+        self._draft_visible = False
+        self._draft_shown = ""
 
     async def _send_plain(self, text: str) -> None:
         self._last_send_at = time.monotonic()
@@ -376,6 +457,7 @@ class StreamingReply:
             link_preview_options=self._previews,
         )
         self._last_send_at = time.monotonic()
+        self._message_sent()
         self._shown.append(_Shown(message.message_id, text, self._last_send_at))
         self._visible.set()
 
@@ -404,6 +486,14 @@ class StreamingReply:
     async def _finish_plain(self, note: str) -> list[int]:
         await self._stop_background()
         kept = self._display().rstrip()
+        if not kept.strip() and self._last_sealed is not None and not self._draft_visible:
+            # Nothing was shown since the last seal: the note goes under the sealed text.
+            shown, last = self._last_sealed
+            noted = _with_note(last, note)
+            if utf16_len(noted.plain) <= self._limit:
+                message_id = await self._deliver_piece(noted, shown)
+                if message_id is not None:
+                    return [message_id]
         text = f"{kept}\n\n{note}" if kept.strip() else note
         pieces = [_FinalPiece(plain=s) for s in plain_segments(text, self._limit) if s.strip()]
         return await self._deliver(pieces)
@@ -419,19 +509,27 @@ class StreamingReply:
                     await asyncio.shield(task)
 
     async def _deliver(self, pieces: list[_FinalPiece]) -> list[int]:
-        """Edit the streamed messages into the final pieces, send the rest, drop extras."""
+        """Edit the streamed messages into the final pieces, send the rest, drop extras.
+
+        While a draft may be showing, the last piece is sent, never edited in: only a sent
+        message hides the draft, which would otherwise repeat the end of the answer."""
+        reused = len(self._shown)
+        if self._draft_visible:
+            reused = min(reused, len(pieces) - 1)
+        kept, stale = self._shown[:reused], self._shown[reused:]
+        self._shown = list(kept)
         ids: list[int] = []
         for index, piece in enumerate(pieces):
-            shown = self._shown[index] if index < len(self._shown) else None
+            # Not after a move to a supergroup, which forgets every message of the old chat.
+            shown = kept[index] if index < len(kept) and kept[index] in self._shown else None
             message_id = await self._deliver_piece(piece, shown)
             if message_id is not None:
                 ids.append(message_id)
-        for stale in self._shown[len(pieces) :]:
+        for message in stale:
             try:
-                await self._bot.delete_message(self._chat_id, stale.message_id)
+                await self._bot.delete_message(self._chat_id, message.message_id)
             except TelegramError as error:
                 log.info("stale_message_not_deleted", chat_id=self._chat_id, error=str(error))
-        self._shown = self._shown[: len(pieces)]
         return ids
 
     async def _deliver_piece(self, piece: _FinalPiece, shown: _Shown | None) -> int | None:
@@ -467,6 +565,7 @@ class StreamingReply:
                     link_preview_options=self._previews,
                 )
                 self._last_send_at = time.monotonic()
+                self._message_sent()
                 self._shown.append(_Shown(message.message_id, piece.plain, self._last_send_at))
                 return message.message_id
             except RetryAfter as error:
@@ -543,66 +642,27 @@ class StreamingReply:
         await wait_or_timeout(self._closing, timeout=seconds)
 
 
+def _with_note(piece: _FinalPiece, note: str) -> _FinalPiece:
+    """`piece` with a line of the bot's own below it, in italics when formatted."""
+    escaped = html.escape(note, quote=False)
+    return _FinalPiece(
+        plain=f"{piece.plain}\n\n{note}",
+        html=f"{piece.html}\n\n<i>{escaped}</i>" if piece.html is not None else None,
+    )
+
+
+def _new_draft_id() -> int:
+    """A draft id: non-zero (the Bot API's rule), random, so a Stop pressed on an earlier
+    reply's draft never matches this one."""
+    return secrets.randbelow(2**31 - 2) + 1
+
+
 def _render_pieces(markdown: str, limit: int) -> list[_FinalPiece]:
     pieces = [
         _FinalPiece(plain=plain_text(part), html=render_html(part))
         for part in split_for_telegram(markdown, limit)
     ]
     return [piece for piece in pieces if piece.plain]
-
-
-def plain_segments(text: str, limit: int) -> list[str]:
-    """Cut plain text into consecutive pieces of at most `limit` UTF-16 units.
-
-    Cuts at the last newline in the window, else the last space, else a grapheme boundary.
-    Greedy and deterministic, so a segment that is full stays the same as the text grows: a
-    message that has been filled never changes its first part.
-    """
-    segments: list[str] = []
-    start = 0
-    while start < len(text):
-        end = _window_end(text, start, limit)
-        if end >= len(text):
-            segments.append(text[start:])
-            break
-        cut = text.rfind("\n", start, end)
-        if cut <= start + (end - start) // 2:
-            space = text.rfind(" ", start, end)
-            cut = space if space > start + (end - start) // 2 else -1
-        if cut > start:
-            cut += 1  # keep the newline or space with the first segment
-        else:
-            cut = _grapheme_cut(text, end, floor=start + 1)
-        segments.append(text[start:cut])
-        start = cut
-    return segments
-
-
-def _grapheme_cut(text: str, end: int, *, floor: int) -> int:
-    """The last grapheme boundary at or before `end`, looked for at most
-    MAX_CLUSTER_CODEPOINTS back (and not below `floor`); `end` itself when there is none that
-    near: an overlong "cluster" (zalgo) is cut, so each window costs O(1), not O(limit), and an
-    answer of "a" + 6000 U+0301 makes 2 messages instead of ~1900 one-character ones."""
-    lowest = max(floor, end - MAX_CLUSTER_CODEPOINTS)
-    cut = end
-    while cut > lowest and not is_grapheme_boundary(text, cut):
-        cut -= 1
-    return cut if is_grapheme_boundary(text, cut) else end
-
-
-def _window_end(text: str, start: int, limit: int) -> int:
-    """The largest index such that text[start:index] is at most `limit` UTF-16 units."""
-    chunk = text[start : start + limit]
-    if utf16_len(chunk) <= limit:  # no astral characters to count twice: the common case
-        return start + len(chunk)
-    units = 0
-    index = start
-    while index < len(text):
-        units += 2 if ord(text[index]) > 0xFFFF else 1
-        if units > limit:
-            return index
-        index += 1
-    return index
 
 
 def _seconds(value: int | float | dtm.timedelta) -> float:

@@ -124,6 +124,7 @@ class ToolCallReply:
     also: list[tuple[str, ArgumentsSource]] = field(default_factory=list)
     chunk_chars: int = 8
     delay: float = 0.0
+    chunk_delay: float = 0.0  # between the streamed chunks of `text`, as Reply's
 
     def written(self) -> ToolCallReply:
         """This answer with its computed arguments called: the one the fake sends."""
@@ -745,6 +746,7 @@ class FakeProvider:
         self.gate: asyncio.Event | None = None
         self.answered = 0  # requests whose answer was sent (or failed) after the gate
         self.streams_cut = 0  # streamed answers the client hung up on before their end
+        self.cut_at: list[float] = []  # when each of those hang-ups was seen (monotonic)
         self.hangs_cut = 0  # requests held by Fault("hang") until the client hung up
         self.rate_limited_at: list[float] = []
         # Wire model -> TOOL_CHOICE_REFUSALS key: that model answers every request that forces
@@ -1190,6 +1192,7 @@ class FakeProvider:
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
             self.streams_cut += 1
+            self.cut_at.append(time.monotonic())
         return response
 
     def _openai_events(

@@ -31,6 +31,10 @@ from primitives.tasks import stop_task
 from primitives.waits import wait_or_timeout
 
 MAX_TEXT_UTF16 = 4096
+# A draft is a preview: it vanishes this long after its last update unless a message replaces it.
+DRAFT_LIFETIME_S = 30.0
+# Telegram's answer to sendMessageDraft outside a private chat (nullclaw/nullclaw#626).
+DRAFT_PEER_INVALID = "Bad Request: TEXTDRAFT_PEER_INVALID"
 # Bots may download files up to 20 MB through getFile on the public Bot API.
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024
 
@@ -458,7 +462,11 @@ class FakeTelegram:
         self._messages: dict[int, dict[int, BotMessage]] = {}
         self._message_ids: dict[int, itertools.count[int]] = {}
         self._chats: dict[int, dict[str, Any]] = {}
-        self._drafts: dict[int, list[dict[str, Any]]] = {}
+        self._drafts: dict[int, list[dict[str, Any]]] = {}  # every draft call accepted, per chat
+        # What each chat shows now: its drafts by draft_id (a sent message clears them).
+        self._current_drafts: dict[int, dict[int, dict[str, Any]]] = {}
+        # The update types getUpdates and setWebhook were last asked for (None: all).
+        self.allowed_updates: list[str] | None = None
         self._injected: dict[str, _InjectedError] = {}
         self._holds: dict[str, int] = {}  # method -> calls still to hold (`hold`)
         self._holds_after: dict[str, int] = {}  # method -> calls to do, then hold
@@ -692,7 +700,39 @@ class FakeTelegram:
         return [m for m in self._messages.get(chat_id, {}).values() if not m.deleted]
 
     def drafts(self, chat_id: int) -> list[dict[str, Any]]:
+        """Every draft update the chat received, in order (each with its `draft_id`)."""
         return list(self._drafts.get(chat_id, []))
+
+    def current_drafts(self, chat_id: int) -> dict[int, dict[str, Any]]:
+        """The drafts the chat shows now, by draft_id: the latest text of each, until a message
+        is sent to the chat or DRAFT_LIFETIME_S pass without an update."""
+        now = time.monotonic()
+        shown = self._current_drafts.get(chat_id, {})
+        return {k: d for k, d in shown.items() if now - d["at"] < DRAFT_LIFETIME_S}
+
+    def push_stop(self, chat_id: int, draft_id: int, *, thread_id: int | None = None) -> int:
+        """A `stopped_message_generation` update (Bot API 10.3's MessageGenerationStopped) for
+        `draft_id`, whether or not that draft is shown: a press that raced the answer's end.
+        Returns its update_id."""
+        chat = self._chats.get(chat_id) or self._chat_dict(chat_id, "private", "Ann")
+        stopped: dict[str, Any] = {"chat": chat, "draft_id": draft_id}
+        if thread_id is not None:
+            stopped["message_thread_id"] = thread_id
+        return self.push({"stopped_message_generation": stopped})
+
+    def press_stop(self, chat_id: int) -> int:
+        """The user presses Stop on the draft the chat shows now (it must offer the button:
+        `can_stop`); without `keep_on_stop` the draft goes at once. Returns its draft_id."""
+        shown = self.current_drafts(chat_id)
+        stoppable = [d for d in shown.values() if d.get("can_stop")]
+        if not stoppable:
+            raise AssertionError(f"chat {chat_id} shows no draft with a Stop button")
+        draft = max(stoppable, key=lambda d: d["at"])
+        draft_id = int(draft["draft_id"])
+        if not draft.get("keep_on_stop"):
+            del self._current_drafts[chat_id][draft_id]
+        self.push_stop(chat_id, draft_id, thread_id=draft.get("message_thread_id"))
+        return draft_id
 
     def calls_of(self, method: str) -> list[Call]:
         return [c for c in self.calls if c.method == method]
@@ -896,10 +936,14 @@ class FakeTelegram:
         timeout = float(params.get("timeout") or 0)
         if offset > 0:
             self._updates = [u for u in self._updates if u["update_id"] >= offset]
+        if "allowed_updates" in params:
+            self._allow(params.get("allowed_updates"))
         deadline = time.monotonic() + timeout
-        while not self._updates and not self._closing:
+        while not self._closing:
+            # Also an update pushed during the long poll: one the bot did not ask for is dropped.
+            self._updates = [u for u in self._updates if self._allowed(u)]
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if self._updates or remaining <= 0:
                 break
             self._new_update.clear()
             await wait_or_timeout(self._new_update, timeout=remaining)
@@ -929,6 +973,7 @@ class FakeTelegram:
         )
         self._last_send[chat_id] = message.sent_at
         self._messages.setdefault(chat_id, {})[message.message_id] = message
+        self._current_drafts.pop(chat_id, None)  # a sent message replaces the chat's draft
         return self._message_dict(message)
 
     async def _api_editmessagetext(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -965,19 +1010,24 @@ class FakeTelegram:
         return True
 
     async def _api_sendmessagedraft(self, params: dict[str, Any]) -> bool:
+        """Bot API 9.5's draft, with 10.3's `can_stop` and `keep_on_stop`: private chats only
+        (a group, with a Stop button or without, gets Telegram's refusal), 0-4096 characters
+        (empty: a "Thinking…" placeholder). The chat shows the latest text of each draft_id
+        until a message is sent to it."""
         chat_id = self._chat_id(params)
         chat = self._chats.get(chat_id)
         if chat_id < 0 or (chat is not None and chat.get("type") != "private"):
-            raise _ApiError(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
-        if not params.get("draft_id"):
+            raise _ApiError(400, DRAFT_PEER_INVALID)
+        draft_id = params.get("draft_id")
+        if not draft_id or isinstance(draft_id, bool) or not isinstance(draft_id, int):
             raise _ApiError(400, "Bad Request: TEXTDRAFT_ID_INVALID")
         if params.get("text"):
             text, entities = self._parse_text(params, too_long="Bad Request: message is too long")
         else:
             text, entities = "", []
-        self._drafts.setdefault(chat_id, []).append(
-            {**params, "parsed_text": text, "parsed_entities": entities, "at": time.monotonic()}
-        )
+        draft = {**params, "parsed_text": text, "parsed_entities": entities, "at": time.monotonic()}
+        self._drafts.setdefault(chat_id, []).append(draft)
+        self._current_drafts.setdefault(chat_id, {})[draft_id] = draft
         return True
 
     async def _api_getfile(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -1021,6 +1071,8 @@ class FakeTelegram:
 
     async def _api_setwebhook(self, params: dict[str, Any]) -> bool:
         self.webhook_url = params.get("url") or ""
+        if "allowed_updates" in params:
+            self._allow(params.get("allowed_updates"))
         self.webhook_secret = params.get("secret_token")
         if params.get("drop_pending_updates"):
             self._updates.clear()
@@ -1056,6 +1108,7 @@ class FakeTelegram:
         async with ClientSession(timeout=ClientTimeout(total=10)) as session:
             while True:
                 target = self._webhook_target()
+                self._updates = [u for u in self._updates if self._allowed(u)]
                 pending = [u for u in self._updates if u["update_id"] > self._delivered_upto]
                 if target is None or not pending:
                     self._webhook_wakeup.clear()
@@ -1076,6 +1129,17 @@ class FakeTelegram:
                     self._updates.remove(update)
                 else:
                     await asyncio.sleep(0.2)
+
+    def _allow(self, kinds: Any) -> None:
+        """Telegram keeps the last list it was given; an empty one means every kind again."""
+        self.allowed_updates = list(kinds) if isinstance(kinds, list) and kinds else None
+
+    def _allowed(self, update: dict[str, Any]) -> bool:
+        """Whether Telegram would deliver `update` under the allowed_updates asked for: an
+        update of a kind the bot did not ask for is dropped, never sent."""
+        if self.allowed_updates is None:
+            return True
+        return any(kind in update for kind in self.allowed_updates)
 
     def _webhook_target(self) -> str | None:
         if not self.webhook_url:

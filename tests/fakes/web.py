@@ -52,6 +52,9 @@ class FakeSite:
         self.accept_encodings: list[str] = []  # each request's Accept-Encoding, in order
         self.pages: dict[str, tuple[str, bytes]] = {}
         self.headers: dict[str, dict[str, str]] = {}  # page name -> extra response headers
+        # Page name -> an event its answer waits for: a test holds a read in flight, acts, then
+        # lets it complete.
+        self.gates: dict[str, asyncio.Event] = {}
         self.sent_bytes: Counter[str] = Counter()  # route -> bytes written before it ended
         # page name -> bytes sent before the page waits for release(name); held[name] is set
         # once they are written, so a test knows the read is under way.
@@ -119,6 +122,8 @@ class FakeSite:
 
     async def _page(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
+        if name in self.gates:
+            await self.gates[name].wait()
         content_type, body = self.pages[name]
         if name in self.holds:
             return await self._held_page(request, name, content_type, body)
