@@ -43,6 +43,7 @@ from models.catalog import Catalog, ModelEntry
 from models.gateways import Gateway
 from models.transport import Transport
 from models.types import TransportError
+from models.worker.pool import WorkerPool
 from tests.fakes.providers import FakeProvider, Fault, Reply
 
 KINDS = ("openai", "groq", "anthropic", "openai", "groq", "anthropic")
@@ -150,6 +151,7 @@ async def serve_fleet(latency: float) -> None:
 
 
 def ours(fleet: Fleet) -> tuple[Callable[[], Awaitable[bool]], Callable[[], Awaitable[None]]]:
+    workers = WorkerPool()
     transport = Transport(
         fleet.catalog(),
         fleet.gateways(),
@@ -165,6 +167,7 @@ def ours(fleet: Fleet) -> tuple[Callable[[], Awaitable[bool]], Callable[[], Awai
         retry_budget_per_second=0.5,
         timeout_grace=1.0,
         max_in_flight=16,
+        workers=workers,
     )
 
     async def call() -> bool:
@@ -175,7 +178,11 @@ def ours(fleet: Fleet) -> tuple[Callable[[], Awaitable[bool]], Callable[[], Awai
             return False
         return bool(result.text.strip())
 
-    return call, transport.aclose
+    async def close() -> None:
+        await transport.aclose()
+        await workers.aclose()
+
+    return call, close
 
 
 def naive(fleet: Fleet) -> tuple[Callable[[], Awaitable[bool]], Callable[[], Awaitable[None]]]:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import structlog
@@ -65,6 +65,9 @@ from models.worker.sockets import transport
 from reminders.book import ReminderBook
 from reminders.scheduler import ReminderScheduler
 from web.addresses import parse_allowance
+
+if TYPE_CHECKING:
+    from models.worker.interface import ProviderWorkers
 
 log = structlog.get_logger("bot.app")
 
@@ -209,9 +212,13 @@ async def open_services(
     transport_options: dict[str, Any] | None = None,
     edit_interval: float = 1.0,
     clock: Clock | None = None,
+    workers: ProviderWorkers | None = None,
 ) -> Services:
     """Open the database and build every long-lived object, each once and complete: what one
     needs of another is a constructor argument, so nothing is rewired after it is built.
+
+    The provider worker pool is built here from the settings and stopped with the services,
+    unless the caller brings `workers` (tests share one pool across bots) and stops them.
 
     Two pairs name each other: the store wakes the consolidation worker when it queues a job
     (and the worker reads the store), the reminder book wakes the scheduler when a reminder is
@@ -219,16 +226,20 @@ async def open_services(
     with a callback that calls the second by name; both exist before any turn runs."""
     # Imported here: a configuration error is reported before the transport's imports.
     from models.transport import Transport
-    from models.worker.pool import WORKER, WorkerSettings
+    from models.worker.pool import WorkerPool, WorkerSettings
 
     settings = prepared.settings
-    WORKER.configure(
-        WorkerSettings(
-            max_workers=provider_workers(settings),
-            at_rest=settings.PROVIDER_WORKERS_AT_REST,
+    own_workers = None
+    if workers is None:
+        workers = own_workers = WorkerPool(
+            WorkerSettings(
+                max_workers=provider_workers(settings),
+                at_rest=settings.PROVIDER_WORKERS_AT_REST,
+            )
         )
+    transport = Transport(
+        prepared.catalog, prepared.gateways, workers=workers, **(transport_options or {})
     )
-    transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
     db = await Database.open(settings.DATABASE_PATH)
     idle = settings.SESSION_IDLE_MINUTES
 
@@ -328,6 +339,7 @@ async def open_services(
         languages={},
         warm_up=ProviderWarmUp(transport),
         edit_interval=edit_interval,
+        own_workers=own_workers,
     )
 
 
@@ -337,11 +349,13 @@ def build_application(
     transport_options: dict[str, Any] | None = None,
     edit_interval: float = 1.0,
     clock: Clock | None = None,
+    workers: ProviderWorkers | None = None,
 ) -> App:
     """The PTB Application, handlers registered; services open in post_init.
 
     `clock` is the time the store (message stamps, idle sessions) and the consolidation
-    worker go by; tests move it forward instead of waiting hours."""
+    worker go by; tests move it forward instead of waiting hours. `workers`: see
+    `open_services`."""
     settings = prepared.settings
     redactor().add(secrets_of(settings))
     # PTB's update processor, built with the application: it knows which update each handler
@@ -356,6 +370,7 @@ def build_application(
             transport_options=transport_options,
             edit_interval=edit_interval,
             clock=clock,
+            workers=workers,
         )
         # Held from here on, so that post_shutdown closes what a failed start opened.
         application.bot_data.open(services)

@@ -37,6 +37,7 @@ from reminders.scheduler import ReminderScheduler
 
 if TYPE_CHECKING:
     from models.transport import Transport
+    from models.worker.pool import WorkerPool
 
 log = structlog.get_logger("bot.services")
 
@@ -129,6 +130,9 @@ class Services:
     edit_interval: float = 1.0
     # Group admins as Telegram reports them, kept a minute (bot/handlers/chat_admins.py).
     chat_admins: ChatAdmins = field(default_factory=ChatAdmins)
+    # The provider worker pool the root built for this bot, stopped with it; None when the
+    # caller brought the transport's workers (tests sharing one pool) and stops them itself.
+    own_workers: WorkerPool | None = None
 
     def available_models(self) -> list[ModelEntry]:
         return available_models(self.catalog, self.gateways)
@@ -172,6 +176,8 @@ class Services:
             except Exception:
                 log.exception("service_close_failed")
         await self.transport.aclose()
+        if self.own_workers is not None:
+            await self.own_workers.aclose()
         await self.db.close()
 
 

@@ -27,12 +27,14 @@ The bot depends on a worker for every answer, so the pool supervises them:
   253–549 ms spawning (benchmarks/turn_overhead.py);
 - start-up (`start_timeout_s`) and stop (`STOP_GRACE_S`) are bounded.
 
-The pool belongs to one event loop, the bot's: its workers' sockets are read there and its
-supervision runs there. A call from another loop is refused (tests share one loop:
-pyproject's asyncio loop scopes). Where the work lives: models/worker/process.py (one worker
-process from spawn to end), models/worker/remote.py (the calls in flight on a worker),
-models/worker/protocol.py (every message), models/worker/proc.py (processes by pid). What
-the transport asks of the pool is models/worker/interface.py `ProviderWorkers`.
+A pool belongs to one event loop: its workers' sockets are read there and its supervision
+runs there, so a call from another loop is refused. There is no pool per process: the
+composition root (bot/app.py `open_services`) builds the bot's and hands it to the transport,
+and a benchmark or a test that runs its own loop builds its own. Where the work lives:
+models/worker/process.py (one worker process from spawn to end), models/worker/remote.py (the
+calls in flight on a worker), models/worker/protocol.py (every message), models/worker/proc.py
+(processes by pid). What the transport asks of the pool is models/worker/interface.py
+`ProviderWorkers`.
 """
 
 from __future__ import annotations
@@ -189,8 +191,8 @@ class WorkerPool:
             self._loop = loop
         elif self._loop is not loop:
             raise RuntimeError(
-                "the provider worker pool runs on one event loop; this call came from another"
-                " (tests: share one loop, pyproject's asyncio_default_test_loop_scope)"
+                "a provider worker pool runs on one event loop; this call came from another"
+                " (build one pool per loop)"
             )
         if not self.workers:
             self.workers.append(ProviderWorker(self, 1))
@@ -277,6 +279,3 @@ class WorkerPool:
 def _quiet(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.info("provider_worker_start_failed", error=str(task.exception()))
-
-
-WORKER = WorkerPool()
