@@ -29,13 +29,14 @@ from agent.tools.web import WebSettings, WebTools
 from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys, provider_workers
 from bot.handlers.access import RefusalThrottle
 from bot.handlers.chat import register_handlers, stray_callback
+from bot.handlers.guard import register_access_guard
 from bot.handlers.memory import register_memory_handlers
 from bot.handlers.migration import migrate_chat, register_migration_handlers
 from bot.handlers.ops import register_operations_handlers, set_admin_commands
 from bot.handlers.pending import register_pending_handlers
 from bot.handlers.reminders import TelegramDelivery, register_reminder_handlers
 from bot.lifecycle import Lifecycle, UpdateTracker
-from bot.runner import run_bot
+from bot.runner import run_bot, started
 from bot.services import (
     App,
     BotData,
@@ -67,6 +68,8 @@ from reminders.scheduler import ReminderScheduler
 from web.addresses import parse_allowance
 
 if TYPE_CHECKING:
+    from telegram.ext import Updater
+
     from models.worker.interface import ProviderWorkers
 
 log = structlog.get_logger("bot.app")
@@ -378,7 +381,7 @@ def build_application(
         # first resends what a crash left unconfirmed.
         await services.memory.worker.start()
         await services.memory.purger.start()
-        await set_admin_commands(application.bot, settings.ADMIN_USER_IDS)
+        await set_admin_commands(application, settings.ADMIN_USER_IDS)
         await services.reminders.scheduler.start()
         await register_commands(application)
         log.info(
@@ -408,6 +411,8 @@ def build_application(
         .post_shutdown(post_shutdown)
         .build()
     )
+    # First of all: a stranger's update goes no further (bot/handlers/guard.py).
+    register_access_guard(application, settings)
     register_handlers(application)
     register_memory_handlers(application)
     register_operations_handlers(application)
@@ -426,31 +431,16 @@ async def running(
     poll_interval: float = 0.0,
     poll_timeout: int = 10,
 ) -> AsyncIterator[App]:
-    """Run the application polling inside the current event loop (tests, benchmarks).
+    """The application polling inside the current event loop (tests, benchmarks), started and
+    stopped as `python -m bot` does it (bot/runner.py `started`)."""
 
-    Mirrors `run_polling`'s order: initialize, post_init, polling, start; then the reverse.
-    """
-    await application.initialize()
-    try:
-        if application.post_init:
-            await application.post_init(application)
-        assert application.updater is not None
-        await application.updater.start_polling(
+    async def poll(updater: Updater) -> None:
+        await updater.start_polling(
             poll_interval=poll_interval, timeout=poll_timeout, drop_pending_updates=False
         )
-        await application.start()
-        application.bot_data.services.warm_up_providers()
-        try:
-            yield application
-        finally:
-            if application.updater.running:
-                await application.updater.stop()
-            if application.running:
-                await application.stop()
-    finally:
-        await application.shutdown()
-        if application.post_shutdown:
-            await application.post_shutdown(application)
+
+    async with started(application, poll) as app:
+        yield app
 
 
 def run_polling(prepared: Prepared) -> None:

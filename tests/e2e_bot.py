@@ -193,6 +193,11 @@ class BotUnderTest(_ProviderShortcuts):
         await self.start()
 
     @property
+    def application(self) -> Any:
+        """The running PTB Application (its handlers, its bot)."""
+        return self._application
+
+    @property
     def services(self) -> Services:
         return self._application.bot_data.services
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextvars
 import itertools
 import socket
 import time
@@ -178,7 +179,10 @@ class WorkerPool:
     def watch(self) -> None:
         """Run the supervision (once)."""
         if self._supervisor is None:
-            self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
+            # The pool serves every caller: its tasks carry none of their log context.
+            self._supervisor = asyncio.get_running_loop().create_task(
+                self._supervise(), context=contextvars.Context()
+            )
         if not self._exit_hook:
             self._exit_hook = True
             atexit.register(self._kill_at_exit)
@@ -236,7 +240,7 @@ class WorkerPool:
         number = next(n for n in itertools.count(1) if n not in numbers)
         worker = ProviderWorker(self, number)
         self.workers.append(worker)
-        task = asyncio.get_running_loop().create_task(worker.ready())
+        task = asyncio.get_running_loop().create_task(worker.ready(), context=contextvars.Context())
         task.add_done_callback(_quiet)
 
     async def _supervise(self) -> None:
@@ -269,7 +273,10 @@ class WorkerPool:
     def _retire(self, worker: ProviderWorker) -> None:
         log.info("provider_worker_retired", number=worker.number, pid=worker.pid)
         self.workers.remove(worker)
-        asyncio.get_running_loop().create_task(worker.stop()).add_done_callback(_quiet)
+        stopping = asyncio.get_running_loop().create_task(
+            worker.stop(), context=contextvars.Context()
+        )
+        stopping.add_done_callback(_quiet)
 
     def _kill_at_exit(self) -> None:
         for worker in self.workers:

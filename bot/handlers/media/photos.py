@@ -59,11 +59,11 @@ async def answer_photo(
         try:
             image = await fit_image_bounded(got.data, limit)
         except ImageError as exc:
-            log.info("image_refused", chat_id=turn.chat_id, reason=exc.reason, size=len(got.data))
+            log.info("image_refused", reason=exc.reason, size=len(got.data))
             await send_plain(bot, turn, t(f"image_{exc.reason}", turn.language))
             return None
         if image.scaled:
-            log.info("image_scaled", chat_id=turn.chat_id, size=len(got.data), sent=len(image.data))
+            log.info("image_scaled", size=len(got.data), sent=len(image.data))
         encoded = base64.b64encode(image.data).decode("ascii")
         url = f"data:{image.mime_type};base64,{encoded}"
         return replace(turn, text=photo_text(caption), media=media, image_url=url)
