@@ -14,6 +14,7 @@ import structlog
 from telegram import Message, Update
 from telegram.error import BadRequest, TelegramError
 
+from bot.ui.flood import after_penalty
 from bot.ui.i18n import t
 
 if TYPE_CHECKING:
@@ -89,11 +90,12 @@ def user_language(update: Update) -> str | None:
 
 
 async def say(message: Message, text: str, **kwargs: Any) -> bool:
-    """A plain-text reply; True if Telegram took it. Never raised into PTB, never silent:
-    a refused send is logged, and when Telegram refused the message itself (too long, bad
-    text) rather than the connection, the user is told that a reply is missing."""
+    """A plain-text reply; True if Telegram took it. A flood penalty is waited out in this
+    chat (bot/ui/flood.py). Never raised into PTB, never silent: a refused send is logged, and
+    when Telegram refused the message itself (too long, bad text) rather than the connection,
+    the user is told that a reply is missing."""
     try:
-        await message.reply_text(text, do_quote=False, **kwargs)
+        await after_penalty(lambda: message.reply_text(text, do_quote=False, **kwargs))
         return True
     except TelegramError as exc:
         log.warning("reply_failed", chat_id=message.chat_id, error=str(exc),
