@@ -41,6 +41,7 @@ bench: $(BIN)/.dev
 	$(BIN)/python benchmarks/groq_rate_limits.py
 	$(BIN)/python benchmarks/burst.py
 	$(BIN)/python benchmarks/reminders.py
+	$(BIN)/python benchmarks/mcp.py
 
 clean:
 	rm -rf $(VENV)

@@ -33,18 +33,19 @@ class UntrustedContent:
 
 @dataclass(frozen=True)
 class AgentDone:
-    """The turn's end. `text` is what the user was shown (every round since the last restart);
-    `receipts` lists the memory writes that really happened, in order."""
+    """The turn's end, when it ends with an answer. `text` is what the user was shown (every
+    round since the last restart).
+
+    The writes the turn did and held are not here: a turn cut short (a /cancel, a failure in a
+    later round) ends without an AgentDone, yet its writes must still be shown, so they reach
+    the caller through the lists it hands to `AgentLoop.run` the moment each happens."""
 
     text: str
     model_id: str  # who wrote the final answer
-    requested_model_id: str
-    receipts: tuple[Receipt, ...] = ()
     usage: Usage = field(default_factory=Usage)
     attempts: int = 0
     queued_s: float = 0.0  # waited for turns in gateway queues (our pacing), all rounds
     steps: int = 0
-    omitted: int = 0  # session messages left out of the last prompt for the budget
     # MAX_ANSWER_SECONDS ran out: `text` is what came until then (stored and billed as such).
     time_limit_reached: bool = False
     # The answer grew past its bounds (MAX_ANSWER_CHARS, or too many or too long tool calls):
@@ -52,8 +53,6 @@ class AgentDone:
     size_limit_reached: bool = False
     # Untrusted content reached the model in this turn: no link previews for the answer.
     untrusted: bool = False
-    # Memory and reminder writes held for the asker's ✅ (memory/pending_writes.py), in order.
-    pending: tuple[PendingWrite, ...] = ()
 
 
 AgentEvent = TextDelta | StreamRestart | ToolRound | UntrustedContent | AgentDone

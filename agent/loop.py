@@ -18,7 +18,8 @@ the current round.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Hashable
+import dataclasses
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,13 +39,16 @@ from agent.prompt import (
 )
 from agent.tools.egress import Origin, link_origins, user_origins, web_family
 from agent.tools.held import HeldCalls, InView, write_family
+from agent.tools.mcp import McpTools, mcp_family
 from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
 from agent.tools.web import WEB_TOOL_NAMES, WebTools
 from agent.untrusted import calls_web, untrusted_in_prompt
+from memory.messages import ToolResult
 from memory.pending_writes import PendingWrite, PendingWrites
 from memory.store import SessionClosedError, Store
 from memory.timezones import ChatZone
 from memory.usage import SpendRecorder
+from models.calls import CallOptions
 from models.catalog import Catalog
 from models.types import (
     SIZE_LIMIT,
@@ -52,7 +56,6 @@ from models.types import (
     AnswerBounds,
     ChatResult,
     Message,
-    SpendCallback,
     StreamDone,
     StreamEvent,
     StreamRestart,
@@ -87,18 +90,7 @@ class StreamingClient(Protocol):
     """The transport method the loop needs (models.transport.Transport has it)."""
 
     def stream(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        timeout: float,
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        user_key: Hashable | None = None,
-        on_spend: SpendCallback | None = None,
-        max_tokens: int | None = None,
-        deadline: float | None = None,
-        bounds: AnswerBounds | None = None,
+        self, model_id: str, messages: list[Message], options: CallOptions
     ) -> AsyncGenerator[StreamEvent, None]: ...
 
 
@@ -138,6 +130,7 @@ class AgentLoop:
         catalog: Catalog,
         tools: ChatTools,
         web: WebTools | None = None,
+        mcp: McpTools | None = None,
         pending_writes: PendingWrites | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         timeout: float = 60.0,
@@ -152,6 +145,10 @@ class AgentLoop:
         self.tools = tools
         # web_search / web_read (agent/tools/web.py); None: no web tools at all.
         self.web = web
+        # The operator's MCP tools (agent/tools/mcp.py); None: MCP_CONFIG is unset.
+        self.mcp = mcp
+        if mcp is not None:
+            mcp.reserve({tool["function"]["name"] for tool in self.own_tools()})
         # Where a write waits for its ✅ when untrusted content reached the model (by default
         # in the store's own database, made when first needed).
         self._pending_writes = pending_writes
@@ -182,20 +179,30 @@ class AgentLoop:
             held.register(write_family(self.tools))
             if self.web is not None:
                 held.register(web_family(self.web))
+            if self.mcp is not None:
+                held.register(mcp_family(self.mcp))
             self._held = held
         return self._held
 
-    def offered_tools(self) -> list[dict[str, Any]]:
+    def own_tools(self) -> list[dict[str, Any]]:
         """The memory and reminder tools, and the web tools the settings turn on."""
         return [*CHAT_TOOLS, *(self.web.schemas() if self.web is not None else [])]
 
+    def offered_tools(self, user_id: int | None = None) -> list[dict[str, Any]]:
+        """The bot's own tools, and the MCP tools this asker may use."""
+        mcp = self.mcp.schemas(user_id) if self.mcp is not None else []
+        return [*self.own_tools(), *mcp]
+
     def tool_result_chars(self) -> int:
         """The longest tool result a prompt carries whole: a web_read result at the owner's
-        WEB_READ_MAX_CHARS fits (it is cut to that already), whatever that is set to."""
-        if self.web is None:
-            return MAX_TOOL_RESULT_CHARS
-        wanted = self.web.settings.read_max_chars + WEB_RESULT_OVERHEAD_CHARS
-        return max(MAX_TOOL_RESULT_CHARS, wanted)
+        WEB_READ_MAX_CHARS and an MCP result at MCP_MAX_RESULT_CHARS fit (each is cut to
+        that already), whatever they are set to."""
+        wanted = [MAX_TOOL_RESULT_CHARS]
+        if self.web is not None:
+            wanted.append(self.web.settings.read_max_chars + WEB_RESULT_OVERHEAD_CHARS)
+        if self.mcp is not None:
+            wanted.append(self.mcp.hub.max_result_chars + WEB_RESULT_OVERHEAD_CHARS)
+        return max(wanted)
 
     def context_window(self, model_id: str) -> int:
         """The smallest window of the model's fallback chain: a fallback may have to take
@@ -272,7 +279,7 @@ class AgentLoop:
             entry = self.catalog.get(model_id)
             offer = self.max_steps > 0 and entry.tools
             last_round = steps >= self.max_steps or calls_run >= MAX_TOOL_CALLS_PER_TURN
-            tools = self.offered_tools() if offer else None
+            tools = self.offered_tools(turn.user_id) if offer else None
             stored = await self.store.round_context(turn.session_id, turn.chat_id)
             prompt = build_prompt(
                 stored.messages,
@@ -299,9 +306,7 @@ class AgentLoop:
             result: ChatResult | None = None
             answering = model_id
             try:
-                stream = self.transport.stream(
-                    model_id,
-                    messages,
+                options = CallOptions(
                     timeout=self.timeout,
                     tools=tools,
                     tool_choice="none" if tools and last_round else None,
@@ -313,6 +318,7 @@ class AgentLoop:
                     deadline=deadline,
                     bounds=self.bounds(sum(len(piece) for piece in display)),
                 )
+                stream = self.transport.stream(model_id, messages, options)
                 # aclosing: when we are closed at a yield, the transport's stream is closed
                 # right away too (its request ends now, not at garbage collection), and it
                 # reports what the cut-off attempt cost.
@@ -360,7 +366,7 @@ class AgentLoop:
                 if text.strip():  # an empty answer is not stored: providers refuse it later
                     # The answer and what its attempts cost, in one transaction: one wait for
                     # the writer, and never one without the other.
-                    pending = spending.pending()
+                    spends = spending.pending()
                     try:
                         await self.store.add_answer(
                             turn.chat_id,
@@ -369,9 +375,9 @@ class AgentLoop:
                             model_id=result.model_id,
                             usage=result.usage,
                             session_id=turn.session_id,
-                            spends=[(s.model_id, s.usage) for s in pending],
+                            spends=[(s.model_id, s.usage) for s in spends],
                         )
-                        spending.written(len(pending))
+                        spending.written(len(spends))
                     except SessionClosedError:
                         # See _store_answer; the spend is recorded by the flush below.
                         log.warning(
@@ -383,17 +389,13 @@ class AgentLoop:
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part) or text,
                     model_id=result.model_id,
-                    requested_model_id=turn.model_id,
-                    receipts=tuple(receipts),
                     usage=total,
                     attempts=attempts,
                     queued_s=queued_s,
                     steps=steps,
-                    omitted=prompt.omitted,
                     time_limit_reached=out_of_time,
                     size_limit_reached=too_big,
                     untrusted=untrusted,
-                    pending=tuple(pending),
                 )
                 return
             outcomes: list[ToolOutcome] = []
@@ -401,19 +403,24 @@ class AgentLoop:
             # write in the same round as a web call waits too, whichever came first.
             view = InView(
                 untrusted=untrusted,
-                reads_outside=calls_web(calls),
+                reads_outside=calls_web(calls) or self._calls_mcp(calls),
                 origins=frozenset(
                     searched | user_origins(stored.messages, prompt.included_ids)
                     if untrusted and any(call.name == "web_read" for call in calls)
                     else ()
                 ),
             )
+            after = view
             for index, call in enumerate(calls):
                 if index >= MAX_TOOL_CALLS_PER_ROUND or calls_run >= MAX_TOOL_CALLS_PER_TURN:
                     outcomes.append(_not_run(call))
                     continue
                 calls_run += 1
-                if self.held.must_wait(call, view):
+                # A web read is decided on the round's view (its calls are decided together);
+                # anything else listed after a call that brought untrusted words back (a
+                # recall of a document) waits as well.
+                seen = view if call.name in WEB_TOOL_NAMES else after
+                if self.held.must_wait(call, seen):
                     outcome = await self._hold(turn, call)
                 else:
                     outcome = await self._run_tool(turn, call, prompt.included_ids)
@@ -424,13 +431,23 @@ class AgentLoop:
                 if outcome.pending is not None:
                     pending.append(outcome.pending)  # held: its buttons shown however it ends
                 untrusted_result = untrusted_result or outcome.untrusted
+                if outcome.untrusted:
+                    after = dataclasses.replace(after, untrusted=True)
             try:
                 await self.store.add_tool_round(
                     turn.chat_id,
                     turn.session_id,
                     text=text,
                     calls=list(calls),
-                    results=[(o.call_id, o.content) for o in outcomes],
+                    results=[
+                        ToolResult(
+                            o.call_id,
+                            o.content,
+                            o.stored_provenance(),
+                            o.pending.id if o.pending is not None else None,
+                        )
+                        for o in outcomes
+                    ],
                     model_id=result.model_id,
                     usage=result.usage,
                 )
@@ -442,14 +459,11 @@ class AgentLoop:
                 yield AgentDone(
                     text="\n\n".join(part for part in shown_rounds if part),
                     model_id=result.model_id,
-                    requested_model_id=turn.model_id,
-                    receipts=tuple(receipts),
                     usage=total,
                     attempts=attempts,
+                    queued_s=queued_s,
                     steps=steps,
-                    omitted=prompt.omitted,
                     untrusted=untrusted,
-                    pending=tuple(pending),
                 )
                 return
             await spending.flush()
@@ -462,6 +476,11 @@ class AgentLoop:
                 tools=[f"{o.name}:{'ok' if o.ok else 'refused'}" for o in outcomes],
             )
             yield ToolRound(steps, result.model_id, tuple(outcomes))
+
+    def _calls_mcp(self, calls: list[ToolCall]) -> bool:
+        """Whether a round calls an MCP tool: its result is a server's words, so a write in
+        the same round waits too."""
+        return self.mcp is not None and any(self.mcp.covers(call.name) for call in calls)
 
     async def _run_tool(
         self, turn: AgentTurn, call: ToolCall, included: frozenset[int]
@@ -480,6 +499,8 @@ class AgentLoop:
         try:
             if self.web is not None and call.name in WEB_TOOL_NAMES:
                 return await self.web.run(chat_id, turn.user_id, call)
+            if self.mcp is not None and self.mcp.covers(call.name):
+                return await self.mcp.run(chat_id, turn.user_id, call)
             return await self.tools.run(
                 chat_id,
                 call,

@@ -2,15 +2,14 @@
 
 One rule, read from what the round's prompt holds, so it covers a page read three turns ago as
 well as one read a moment ago: web results and pages stay in the session as tool results, a
-document's text and a forwarded or quoted message of someone else stay as the user message they
-came with. Any of them in the prompt, or a web tool called in the same round (its result is not
-stored yet), and a memory or reminder write waits for the asker's ✅ (memory/pending_writes.py).
+document's text, a photo, an audio file's transcript and a forwarded or quoted message of
+someone else stay as the user message they came with. Any of them in the prompt, or a web tool
+called in the same round (its result is not stored yet), and a memory or reminder write waits
+for the asker's ✅ (memory/pending_writes.py).
 
-How a stored message says so: it has a `forward_origin`, or its `media` JSON has
-`"untrusted": true` (the front end sets it for a forwarded message and for a quote of words that
-are not the sender's own) or `"kind": "document"`; or it is the model's call of a web tool,
-whose result follows it. The turn's own message counts from the first round
-(`AgentTurn.others_words`), even before it is read back.
+How a stored message says so is decided once, when it is stored: its `provenance`
+(memory/provenance.py). Nothing else of the message is read here. The turn's own message counts
+from the first round (`AgentTurn.others_words`), even before it is read back.
 """
 
 from __future__ import annotations
@@ -23,13 +22,8 @@ from models.types import ToolCall
 
 
 def untrusted_message(message: StoredMessage) -> bool:
-    """Whether this stored message carries (or calls for) words that are not the user's."""
-    if message.tool_calls and any(c.name in WEB_TOOL_NAMES for c in message.tool_calls):
-        return True
-    if message.forward_origin is not None:
-        return True
-    media = message.media or {}
-    return media.get("untrusted") is True or media.get("kind") == "document"
+    """Whether this stored message carries words that are not the user's (or the bot's)."""
+    return message.provenance is not None
 
 
 def untrusted_in_prompt(messages: Iterable[StoredMessage], included: frozenset[int]) -> bool:

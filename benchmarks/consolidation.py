@@ -38,11 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import structlog
 
+import memory.consolidation.jobs as consolidation_jobs
 from benchmarks.common import percentile
 from memory.consolidation.consolidation import Consolidation, Consolidator
 from memory.consolidation.transcript import Chunk
 from memory.longterm import LongTermMemory
 from memory.store import to_iso
+from models.calls import CallOptions
 from models.types import ChatResult, Outcome, SpendCallback, TransportError
 from tests.consolidation_stack import WIRE, Stack, good_call, open_stack
 from tests.fakes.providers import Fault, Reply, Step, ToolCallReply
@@ -95,10 +97,12 @@ class CountingTransport:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
-    async def complete(self, model_id: str, messages: list[Any], **kwargs: Any) -> ChatResult:
+    async def complete(
+        self, model_id: str, messages: list[Any], options: CallOptions
+    ) -> ChatResult:
         counter = current_run.get()
         try:
-            result = await self.inner.complete(model_id, messages, **kwargs)
+            result = await self.inner.complete(model_id, messages, options)
         except TransportError as exc:
             if counter is not None:
                 counter[0] += sum(1 for a in exc.attempts if a.outcome != Outcome.SKIPPED)
@@ -202,6 +206,21 @@ async def seed(stack: Stack, jobs: int, pool: list[list[SessionMessage]]) -> dic
     return seeded
 
 
+def timing_the_archive_index(lag_ms: list[float]) -> None:
+    """Time each commit's index pass (memory/recall/archive.py `index_pending`): how long a
+    consolidated word waits after the commit before recall can find it."""
+    index = consolidation_jobs.index_pending
+
+    async def timed(db: Any) -> int:
+        t0 = time.perf_counter()
+        try:
+            return await index(db)
+        finally:
+            lag_ms.append((time.perf_counter() - t0) * 1000)
+
+    consolidation_jobs.index_pending = timed  # type: ignore[assignment]
+
+
 async def run(jobs: int, seed_value: int) -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
     rng = random.Random(seed_value)
@@ -252,6 +271,8 @@ async def run(jobs: int, seed_value: int) -> int:
         f"({sum(seeded.values())} messages) in {workdir}"
     )
 
+    index_lag_ms: list[float] = []
+    timing_the_archive_index(index_lag_ms)
     await stack.worker.start()
     started = time.perf_counter()
     ack_ms: list[float] = []
@@ -336,6 +357,11 @@ async def run(jobs: int, seed_value: int) -> int:
     print(
         f"/new acknowledgement while consolidating: p50 {percentile(ack_ms, 50):.2f} ms, "
         f"p99 {percentile(ack_ms, 99):.2f} ms, max {max(ack_ms):.2f} ms"
+    )
+    print(
+        f"archive index after the commit (words not yet found by recall): "
+        f"p50 {percentile(index_lag_ms, 50):.1f} ms, p99 {percentile(index_lag_ms, 99):.1f} ms, "
+        f"max {max(index_lag_ms):.1f} ms"
     )
     print("failed model attempts by outcome:")
     failed = Counter()

@@ -401,7 +401,7 @@ async def run_scale(total: int, chats: int = 1) -> None:
     order, as one session; question n is asked in chat n mod `chats`). Rarity and candidates
     are per chat (issue 23, item 2), so the spread measures a search that must not read the
     other chats' turns."""
-    from memory.recall.archive import archive_in, index_messages
+    from memory.recall.archive import archive_in, index_messages, index_pending_in
     from memory.store import StoredMessage
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
@@ -438,6 +438,8 @@ async def run_scale(total: int, chats: int = 1) -> None:
         rows = index_messages(stored)
         archive_in(conn, rows, "2024-01-01T00:00:00+00:00")
         conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
+        while index_pending_in(conn, len(rows) + 1):
+            pass
 
     with tempfile.TemporaryDirectory() as tmp:
         stack = await open_stack(Path(tmp) / "scale.sqlite3", concurrency=1)

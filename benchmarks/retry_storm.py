@@ -39,6 +39,7 @@ import structlog
 from aiohttp import web
 
 from benchmarks.common import ChildServer, most_in_window, percentile, serve_forever
+from models.calls import CallOptions
 from models.catalog import Catalog, ModelEntry
 from models.gateways import Gateway
 from models.transport import Transport
@@ -172,7 +173,7 @@ def ours(fleet: Fleet) -> tuple[Callable[[], Awaitable[bool]], Callable[[], Awai
 
     async def call() -> bool:
         try:
-            result = await transport.complete("m1", MESSAGES, timeout=TIMEOUT_S)
+            result = await transport.complete("m1", MESSAGES, CallOptions(timeout=TIMEOUT_S))
         except TransportError as exc:
             FAILURES[exc.attempts[-1].detail if exc.attempts else "nothing tried"] += 1
             return False

@@ -24,12 +24,22 @@ from telegram.ext import AIORateLimiter, ApplicationBuilder, CallbackQueryHandle
 from telegram.request import HTTPXRequest
 
 from agent.loop import AgentLoop
+from agent.tools.mcp import McpTools
 from agent.tools.memory import ChatTools
 from agent.tools.web import WebSettings, WebTools
-from bot.config import SETTING_NAMES, ConfigError, Settings, gateway_keys, provider_workers
+from bot.config import (
+    SETTING_NAMES,
+    ConfigError,
+    Settings,
+    gateway_keys,
+    mcp_environ,
+    mcp_variables,
+    provider_workers,
+)
 from bot.handlers.access import RefusalThrottle
 from bot.handlers.chat import register_handlers, stray_callback
 from bot.handlers.guard import register_access_guard
+from bot.handlers.mcp import register_mcp_handlers
 from bot.handlers.memory import register_memory_handlers
 from bot.handlers.migration import migrate_chat, register_migration_handlers
 from bot.handlers.ops import register_operations_handlers, set_admin_commands
@@ -50,11 +60,14 @@ from bot.services import (
 from bot.turns.chat_turns import ChatTurns
 from bot.turns.limits import TurnGuard
 from bot.ui.commands import register_commands
+from mcp_client.config import McpConfig, McpConfigError, load_config
+from mcp_client.hub import McpHub
 from media.inbox import MediaInbox
 from memory.consolidation.consolidation import Consolidator
-from memory.consolidation.jobs import ConsolidationWorker
+from memory.consolidation.worker import ConsolidationWorker
 from memory.db import Database
 from memory.longterm import MemoryRepository
+from memory.mcp_calls import McpCalls
 from memory.recall.archive import ArchivePurger
 from memory.store import Clock, Store, utc_now
 from memory.usage import Budgets, UsageLedger
@@ -170,7 +183,18 @@ def prepare(settings: Settings) -> Prepared:
             f"TRANSCRIPTION_MODEL: {settings.TRANSCRIPTION_MODEL!r} is not a transcription model"
         )
     default_model = resolve_default_model(settings, catalog, gateways)
-    return Prepared(settings, catalog, gateways, default_model)
+    return Prepared(settings, catalog, gateways, default_model, mcp=mcp_config(settings))
+
+
+def mcp_config(settings: Settings) -> McpConfig | None:
+    """MCP_CONFIG read and checked before anything starts: a bad file stops start-up with one
+    line naming the server and the field. Unset, or MCP_USER_DAILY_CALLS 0: no MCP."""
+    if settings.MCP_CONFIG is None or settings.MCP_USER_DAILY_CALLS == 0:
+        return None
+    try:
+        return load_config(settings.MCP_CONFIG, mcp_environ(settings))
+    except McpConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def secrets_of(settings: Settings) -> list[str]:
@@ -182,7 +206,11 @@ def secrets_of(settings: Settings) -> list[str]:
         declared = declared_gateways(settings.MODEL_CATALOG_FILE)
     except CatalogError:
         declared = []  # start-up refuses the file anyway; its .env lines are still secrets
-    names = {g.key_env for g in declared} | set(settings.model_extra or {})
+    names = (
+        {g.key_env for g in declared}
+        | set(settings.model_extra or {})
+        | mcp_variables(settings.MCP_CONFIG)  # the tokens MCP servers' headers and env name
+    )
     for name in sorted(names):
         values.extend(gateway_keys(settings, name))
     if settings.WEBHOOK_SECRET is not None:
@@ -278,6 +306,18 @@ async def open_services(
         MemoryRepository(db), worker, ArchivePurger(db, settings.ARCHIVE_DAYS, store.clock)
     )
     book = ReminderBook(db, store.clock, on_change=reminders_changed)
+    # The operator's MCP servers: started in post_init, stopped with the services.
+    mcp = (
+        McpHub(
+            prepared.mcp,
+            McpCalls(db, store.clock),
+            daily_calls=settings.MCP_USER_DAILY_CALLS,
+            max_result_chars=settings.MCP_MAX_RESULT_CHARS,
+            environ=mcp_environ(settings),
+        )
+        if prepared.mcp is not None
+        else None
+    )
     agent = AgentLoop(
         store=store,
         transport=transport,
@@ -286,6 +326,7 @@ async def open_services(
             db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock, reminders=book
         ),
         web=WebTools(web_settings(settings), WebCalls(db, store.clock)),
+        mcp=McpTools(mcp, settings.ADMIN_USER_IDS) if mcp is not None else None,
         max_steps=settings.AGENT_MAX_STEPS,
         timeout=settings.CHAT_TIMEOUT,
         max_answer_tokens=settings.MAX_ANSWER_TOKENS,
@@ -333,6 +374,7 @@ async def open_services(
         agent=agent,
         memory=memory,
         reminders=ReminderFeature(book, scheduler),
+        mcp=mcp,
         inbox=MediaInbox(db),
         ledger=ledger,
         guard=guard,
@@ -381,6 +423,10 @@ def build_application(
         # first resends what a crash left unconfirmed.
         await services.memory.worker.start()
         await services.memory.purger.start()
+        if services.mcp is not None:
+            # Each server's first start, a few seconds at most: a server still starting (or
+            # failing) goes on in the background and never holds the bot up.
+            await services.mcp.start()
         await set_admin_commands(application, settings.ADMIN_USER_IDS)
         await services.reminders.scheduler.start()
         await register_commands(application)
@@ -419,6 +465,7 @@ def build_application(
     register_reminder_handlers(application)
     register_migration_handlers(application)
     register_pending_handlers(application)
+    register_mcp_handlers(application)
     # Last of all: a press no handler above took is answered quietly.
     application.add_handler(CallbackQueryHandler(stray_callback))
     return application

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -109,6 +110,14 @@ class Settings(BaseSettings):
     WEB_READ_MAX_CHARS: int = Field(default=15_000, ge=1000, le=100_000)
     # Web calls (reads and searches) per user per UTC day; 0 turns web use off.
     WEB_DAILY_CALLS: int = Field(default=100, ge=0)
+
+    # The operator's MCP servers (mcp_client/): a JSON file in the `mcpServers` shape; unset,
+    # no server is started and the SDK is never loaded.
+    MCP_CONFIG: Path | None = None
+    # Longest MCP tool result handed to the model; the rest is cut, marked.
+    MCP_MAX_RESULT_CHARS: int = Field(default=15_000, ge=1000, le=100_000)
+    # MCP calls per user per UTC day (failed ones too); 0 turns MCP tools off.
+    MCP_USER_DAILY_CALLS: int = Field(default=200, ge=0)
 
     # Gateways: any *_API_KEY may hold several comma-separated keys (rotated).
     OPENAI_API_KEY: KeyList = Field(default_factory=list)
@@ -219,7 +228,7 @@ SETTING_NAMES = frozenset(Settings.model_fields)
 
 # Settings that became constants (issue 24): a .env that still sets one is told so by name.
 RETIRED_SETTINGS = {
-    "CONSOLIDATION_CONCURRENCY": "fixed at 2 jobs at once (memory/consolidation/jobs.py)",
+    "CONSOLIDATION_CONCURRENCY": "fixed at 2 jobs at once (memory/consolidation/worker.py)",
     "PROVIDER_WORKER_HEARTBEAT_S": "fixed at 5 s (models/worker/pool.py WorkerSettings)",
     "PROVIDER_WORKER_MAX_RSS_MB": "fixed at 1024 MB (models/worker/pool.py WorkerSettings)",
 }
@@ -326,7 +335,7 @@ def _check_extra(settings: Settings) -> None:
         return
     try:
         declared = declared_gateways(settings.MODEL_CATALOG_FILE, reserved=SETTING_NAMES)
-        allowed = {g.key_env for g in declared}
+        allowed = {g.key_env for g in declared} | mcp_variables(settings.MCP_CONFIG)
     except CatalogError as exc:
         raise ConfigError(f"MODEL_CATALOG_FILE: {exc}") from None
     for name in extra:
@@ -335,6 +344,30 @@ def _check_extra(settings: Settings) -> None:
         if name not in allowed:
             raise ConfigError(f"{name}: unknown setting (check the spelling against .env.example)")
         extra[name] = SecretStr(str(extra[name]))
+
+
+def mcp_variables(path: Path | None) -> set[str]:
+    """The `${VAR}` names MCP_CONFIG's servers use: such a variable may be set in .env (a
+    token for a server's headers), where it is kept as a secret like a gateway's key. Read from
+    the raw file, so the names are known before (and whether or not) the file parses."""
+    if path is None:
+        return set()
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()  # start-up refuses the file with its own line (bot/app.py prepare)
+    return set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", text))
+
+
+def mcp_environ(settings: Settings) -> dict[str, str]:
+    """What `${VAR}` in MCP_CONFIG is filled from: the environment, and the .env lines of
+    the variables it names."""
+    environ = dict(os.environ)
+    for name in mcp_variables(settings.MCP_CONFIG):
+        value = (settings.model_extra or {}).get(name)
+        if isinstance(value, SecretStr):
+            environ[name] = value.get_secret_value()
+    return environ
 
 
 def gateway_keys(settings: Settings, key_env: str) -> list[str]:

@@ -23,8 +23,10 @@ from bot.handlers.chat_admins import ChatAdmins
 from bot.lifecycle import Lifecycle
 from bot.turns.chat_turns import ChatTurns
 from bot.turns.limits import TurnGuard
+from mcp_client.config import McpConfig
+from mcp_client.hub import McpHub
 from media.inbox import MediaInbox
-from memory.consolidation.jobs import ConsolidationWorker
+from memory.consolidation.worker import ConsolidationWorker
 from memory.db import Database
 from memory.longterm import MemoryRepository
 from memory.recall.archive import ArchivePurger
@@ -57,6 +59,8 @@ class Prepared:
     catalog: Catalog
     gateways: dict[str, Gateway]
     default_model: str
+    # MCP_CONFIG read and checked (mcp_client/config.py); None when it is unset.
+    mcp: McpConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,8 @@ class Services:
     edit_interval: float = 1.0
     # Group admins as Telegram reports them, kept a minute (bot/handlers/chat_admins.py).
     chat_admins: ChatAdmins = field(default_factory=ChatAdmins)
+    # The operator's MCP servers (mcp_client/hub.py); None without MCP_CONFIG.
+    mcp: McpHub | None = None
     # The provider worker pool the root built for this bot, stopped with it; None when the
     # caller brought the transport's workers (tests sharing one pool) and stops them itself.
     own_workers: WorkerPool | None = None
@@ -169,6 +175,8 @@ class Services:
             lambda: self.reminders.scheduler.stop(min(5.0, grace)),
             self.memory.purger.stop,
             lambda: self.memory.worker.stop(grace),
+            # Every MCP server's process ends with the bot (after the turns that used them).
+            self.mcp.stop if self.mcp is not None else _nothing,
         )
         for closer in closers:
             try:
@@ -179,6 +187,10 @@ class Services:
         if self.own_workers is not None:
             await self.own_workers.aclose()
         await self.db.close()
+
+
+async def _nothing() -> None:
+    return None
 
 
 class BotData:

@@ -10,6 +10,7 @@ finds its row and its words, `add`), and finally points at the stored user messa
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass
 
@@ -37,6 +38,9 @@ class InboxItem:
     # What the provider heard, kept as soon as it returned (migrations/0014): a note whose turn
     # was cut short after that is answered from it, never uploaded and paid for again.
     transcript: str | None = None
+    # A forwarded note: whose words it holds (as the message's `forward_origin`), kept so a
+    # Retry stores it as theirs too.
+    forward_origin: dict[str, object] | None = None
 
     def media(self) -> dict[str, object]:
         """The `media` record of the user message the transcript becomes."""
@@ -72,6 +76,7 @@ class MediaInbox:
         mime_type: str | None = None,
         file_name: str | None = None,
         caption: str | None = None,
+        forward_origin: dict[str, object] | None = None,
     ) -> InboxItem:
         """The note's row, written before any download. A note replayed after a stop cut its
         turn short gets back the row that already holds its transcript (same chat and file,
@@ -89,8 +94,9 @@ class MediaInbox:
                 return kept
             return conn.execute(
                 "INSERT INTO media_inbox(chat_id, user_id, kind, file_id, file_unique_id, "
-                "duration, file_size, mime_type, file_name, caption, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                "duration, file_size, mime_type, file_name, caption, forward_origin, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "RETURNING *",
                 (
                     chat_id,
                     user_id,
@@ -102,6 +108,7 @@ class MediaInbox:
                     mime_type,
                     file_name,
                     caption,
+                    json.dumps(forward_origin, ensure_ascii=False) if forward_origin else None,
                     now,
                     now,
                 ),
@@ -178,4 +185,7 @@ class MediaInbox:
 
 
 def _item(row: sqlite3.Row) -> InboxItem:
-    return InboxItem(**{name: row[name] for name in InboxItem.__dataclass_fields__})
+    fields = {name: row[name] for name in InboxItem.__dataclass_fields__}
+    origin = fields["forward_origin"]
+    fields["forward_origin"] = json.loads(origin) if origin else None
+    return InboxItem(**fields)

@@ -41,7 +41,6 @@ MOVED_TABLES = (
     "archived_messages",
     "reminders",
     "reminder_deliveries",
-    "web_calls",
     "pending_writes",
 )
 # Tables keyed by (chat_id, something) whose counts are added together on a merge.

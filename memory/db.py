@@ -70,6 +70,7 @@ class Database:
         self._lock = asyncio.Lock()
         self._readers = list(readers or [])
         self._pending: list[_Write] = []  # run_in_transaction's writes not sent yet
+        self._background: list[_Write] = []  # the same, for background=True callers
         self._drainer: asyncio.Task[None] | None = None
         self._idle_readers = list(self._readers)
         self._pending_reads: list[_Read] = []  # reads not sent yet
@@ -136,9 +137,18 @@ class Database:
         assert row is not None
         return int(row[0])
 
-    async def run_in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def run_in_transaction(
+        self, fn: Callable[[sqlite3.Connection], T], *, background: bool = False
+    ) -> T:
         """Run `fn` inside BEGIN IMMEDIATE … COMMIT in one call on the writer's thread: the one
         way to write.
+
+        `background=True` is for work nobody is waiting to see (a consolidation's commit, the
+        archive's indexing): such a write goes to the thread alone, never in a batch with
+        others, and only when no other write is waiting. A user's write (a message, /new)
+        therefore waits for at most one background transaction, the one already on the
+        thread, instead of a batch of several consolidation commits
+        (`benchmarks/consolidation.py`: /new's p99 was a batch of up to 8 commits).
 
         `fn` runs synchronously on the thread that owns the connection (plain sqlite3 calls, no
         awaits) and its result is returned. An async transaction (BEGIN, each statement and
@@ -161,7 +171,8 @@ class Database:
         its next await; if it rolled back, nothing was written and the cancellation is raised.
         """
         write = _Write(fn, asyncio.get_running_loop().create_future())
-        self._pending.append(write)
+        queue = self._background if background else self._pending
+        queue.append(write)
         if self._drainer is None or self._drainer.done():
             # Drains every caller's writes: it carries none of their log context.
             self._drainer = asyncio.create_task(self._drain_writes(), context=contextvars.Context())
@@ -172,7 +183,7 @@ class Database:
                 await asyncio.wait([write.outcome])
             except asyncio.CancelledError:
                 if not write.sent:
-                    self._pending.remove(write)
+                    queue.remove(write)
                     raise
                 cancelled = True
         error = write.outcome.exception()
@@ -194,8 +205,11 @@ class Database:
         batch: list[_Write] = []
         try:
             async with self._lock:
-                while self._pending:
-                    batch, self._pending = self._pending, []
+                while self._pending or self._background:
+                    if self._pending:
+                        batch, self._pending = self._pending, []
+                    else:
+                        batch = [self._background.pop(0)]
                     for write in batch:
                         write.sent = True
                     call = asyncio.ensure_future(
@@ -212,9 +226,10 @@ class Database:
                     if cancelled:
                         raise asyncio.CancelledError
         finally:
-            for write in [*batch, *self._pending]:
+            for write in [*batch, *self._pending, *self._background]:
                 write.outcome.cancel()
             self._pending.clear()
+            self._background.clear()
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         """Rows of one query, from a read connection (never waits for a write)."""

@@ -7,7 +7,7 @@ counts in `archive_terms` as far as they came from this chat), the stored
 messages of closed sessions not yet consolidated, the current session's messages, voice
 notes waiting for a transcript (`media_inbox`), and writes waiting for a ✅ (`pending_writes`).
 What stays: the chat's settings (model, language), the usage ledger (tokens and cost, no text) and
-the web call counts (`web_calls`: who, which tool, when — what WEB_DAILY_CALLS counts).
+the web calls (usage rows of purpose `web`: who, which tool, when — what WEB_DAILY_CALLS counts).
 
 Why it cannot come back:
 - A running consolidation read messages that no longer exist and a memory version that no

@@ -8,18 +8,22 @@ database, so a restart between the answer and the tap loses nothing. Which tools
 agent's to decide (agent/tools/held.py registers each family); this table only checks that the
 name is a tool name.
 
-A row moves once, in one transaction each: pending → running (the asker's ✅ claimed it) →
-kept or failed (what the tool said); pending → dropped (❌) or expired (a tap after
-PENDING_TTL). Two taps at once cannot both run it: only one finds it pending.
+A row moves once: pending → kept or failed (the asker's ✅: the write and its settling in ONE
+transaction, `keep`, which also re-reads the row, so a ✅ racing /forget either finds the row
+gone or ran wholly before it); pending → running → kept or failed, for a caller whose call
+cannot run inside a transaction (`tap`, then `finish`); pending → dropped (❌) or expired (a tap
+after PENDING_TTL). Two taps at once cannot both run it: only one finds it pending.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Generic, TypeVar
 
 from memory.db import Database
 from memory.store import from_iso, to_iso, utc_now
@@ -56,12 +60,28 @@ class PendingWrite:
     state: str
     created_at: str
     expires_at: str
+    # What the ✅ question showed beyond the call itself (JSON; forget_fact: the lines that
+    # would go, cancel_reminder: the reminder), and the memory version it was read from.
+    preview: str | None = None
+    memory_version: int | None = None
 
 
 @dataclass(frozen=True)
 class Tapped:
     claim: Claim
     write: PendingWrite | None
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Kept(Generic[T]):
+    """What a ✅ found and, when it was the asker's and still pending, what the write did."""
+
+    claim: Claim
+    write: PendingWrite | None
+    result: T | None = None
 
 
 class PendingWrites:
@@ -78,6 +98,8 @@ class PendingWrites:
         arguments: str,
         user_name: str | None = None,
         topic_id: int | None = None,
+        preview: str | None = None,
+        memory_version: int | None = None,
     ) -> PendingWrite:
         """Keep one proposed call; it waits PENDING_TTL for its tap."""
         if not TOOL_NAME.fullmatch(tool):
@@ -88,9 +110,13 @@ class PendingWrites:
         def insert(conn: sqlite3.Connection) -> PendingWrite:
             row = conn.execute(
                 "INSERT INTO pending_writes(chat_id, user_id, user_name, topic_id, tool, "
-                "arguments, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
-                (chat_id, user_id, user_name, topic_id, tool, arguments, created, expires),
-            ).fetchone()
+                "arguments, created_at, expires_at, preview, memory_version) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                (
+                    chat_id, user_id, user_name, topic_id, tool, arguments, created, expires,
+                    preview, memory_version,
+                ),
+            ).fetchone()  # fmt: skip
             return _write(row)
 
         return await self.db.run_in_transaction(insert)
@@ -101,23 +127,42 @@ class PendingWrites:
         now = self.clock()
 
         def claim(conn: sqlite3.Connection) -> Tapped:
-            row = conn.execute(
-                "SELECT * FROM pending_writes WHERE id = ? AND chat_id = ?", (write_id, chat_id)
-            ).fetchone()
-            if row is None:
-                return Tapped(Claim.MISSING, None)
-            write = _write(row)
-            if write.user_id is not None and write.user_id != user_id:
-                return Tapped(Claim.NOT_ASKER, write)
-            if write.state != "pending":
-                return Tapped(Claim.SETTLED, write)
-            if from_iso(write.expires_at) <= now:
-                _settle(conn, write_id, "expired", now)
-                return Tapped(Claim.EXPIRED, write)
-            _settle(conn, write_id, "running" if keep else "dropped", now)
-            return Tapped(Claim.CLAIMED, write)
+            tapped = _check(conn, write_id, chat_id, user_id, now)
+            if tapped.claim is Claim.CLAIMED:
+                _settle(conn, write_id, "running" if keep else "dropped", now)
+            return tapped
 
         return await self.db.run_in_transaction(claim)
+
+    async def get(self, write_id: int, chat_id: int) -> PendingWrite | None:
+        row = await self.db.fetchone(
+            "SELECT * FROM pending_writes WHERE id = ? AND chat_id = ?", (write_id, chat_id)
+        )
+        return _write(row) if row is not None else None
+
+    async def keep(
+        self,
+        write_id: int,
+        chat_id: int,
+        user_id: int,
+        apply: Callable[[sqlite3.Connection, PendingWrite], T],
+        ok: Callable[[T], bool],
+    ) -> Kept[T]:
+        """A ✅ by `user_id`: if the write is the asker's and still pending, `apply` carries it
+        out and the row is settled (kept, or failed when `ok` says so), all in ONE transaction
+        with the re-read of the row. Nothing that changes the chat (a /forget, another tap)
+        can come between the check and the write."""
+        now = self.clock()
+
+        def run(conn: sqlite3.Connection) -> Kept[T]:
+            tapped = _check(conn, write_id, chat_id, user_id, now)
+            if tapped.claim is not Claim.CLAIMED or tapped.write is None:
+                return Kept(tapped.claim, tapped.write)
+            result = apply(conn, tapped.write)
+            _settle(conn, write_id, "kept" if ok(result) else "failed", now)
+            return Kept(Claim.CLAIMED, tapped.write, result)
+
+        return await self.db.run_in_transaction(run)
 
     async def finish(self, write_id: int, *, ok: bool) -> None:
         """The claimed write ran: kept, or failed (the tool refused it and said why)."""
@@ -136,6 +181,26 @@ class PendingWrites:
             (to_iso(since),),
         )
         return {(str(row["tool"]), str(row["state"])): int(row["n"]) for row in rows}
+
+
+def _check(
+    conn: sqlite3.Connection, write_id: int, chat_id: int, user_id: int, now: datetime
+) -> Tapped:
+    """What a tap finds (an expired row is marked so here); CLAIMED: the tapper may settle it."""
+    row = conn.execute(
+        "SELECT * FROM pending_writes WHERE id = ? AND chat_id = ?", (write_id, chat_id)
+    ).fetchone()
+    if row is None:
+        return Tapped(Claim.MISSING, None)
+    write = _write(row)
+    if write.user_id is not None and write.user_id != user_id:
+        return Tapped(Claim.NOT_ASKER, write)
+    if write.state != "pending":
+        return Tapped(Claim.SETTLED, write)
+    if from_iso(write.expires_at) <= now:
+        _settle(conn, write_id, "expired", now)
+        return Tapped(Claim.EXPIRED, write)
+    return Tapped(Claim.CLAIMED, write)
 
 
 def _settle(conn: sqlite3.Connection, write_id: int, state: str, now: datetime) -> None:
@@ -157,4 +222,6 @@ def _write(row: sqlite3.Row) -> PendingWrite:
         state=str(row["state"]),
         created_at=str(row["created_at"]),
         expires_at=str(row["expires_at"]),
+        preview=row["preview"],
+        memory_version=row["memory_version"],
     )

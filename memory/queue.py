@@ -2,9 +2,9 @@
 
 The store calls these from the transactions that close a session or grow one past the memory
 window, so the job exists exactly when the change that needs it does. They only insert rows;
-`memory/consolidation/jobs.py` builds the queue and the worker on top of them. Kept apart so the
-store (which the worker reads) never imports the worker: the imports point one way, jobs → store →
-queue.
+`memory/consolidation/jobs.py` builds the queue on them, `memory/consolidation/worker.py` the
+worker that drains it. Kept apart so the store (which the worker reads) never imports the
+worker: the imports point one way, worker → jobs → store → queue.
 
 They are synchronous (plain sqlite3) so that they can run inside the body of a
 `Database.run_in_transaction` on the writer's thread.

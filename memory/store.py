@@ -6,7 +6,6 @@ or a provider outage never loses what the user said.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +15,15 @@ from typing import Literal
 from memory import MemoryLayerError
 from memory.db import Database
 from memory.longterm import MemoryNotice, memory_of, unreported_notice
+from memory.messages import (
+    SESSION_MESSAGES,
+    StoredMessage,
+    ToolResult,
+    calls_json,
+    insert_row,
+    row_to_message,
+)
+from memory.provenance import Provenance
 from memory.queue import enqueue_consolidation, maybe_enqueue_window
 from memory.timezones import ChatZone, chat_zone_of
 from models.types import ToolCall, Usage
@@ -28,7 +36,7 @@ TURN_KEY_RETENTION = timedelta(days=7)
 # What a usage row may be for: model calls of a chat turn, of the background memory work and of
 # transcription, and web calls (model_id names the tool: no tokens, no cost, counted against
 # WEB_DAILY_CALLS). Checked here rather than by the table, so a new kind needs no rebuild.
-USAGE_PURPOSES = frozenset({"chat", "consolidation", "transcription", "web"})
+USAGE_PURPOSES = frozenset({"chat", "consolidation", "transcription", "web", "mcp"})
 
 
 class SessionClosedError(MemoryLayerError):
@@ -52,49 +60,6 @@ def to_iso(moment: datetime) -> str:
 
 def from_iso(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-@dataclass(frozen=True)
-class StoredMessage:
-    id: int
-    session_id: int
-    chat_id: int
-    role: str
-    content: str
-    created_at: str
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
-    user_id: int | None = None
-    model_id: str | None = None
-    # How it was sent, if not as text (file id, kind…); in a group, who sent it ("speaker").
-    media: dict[str, object] | None = None
-    # A forwarded message: whose words these are ({"type", "name", "date"}, migration 0018).
-    # The chat prompt and the consolidation transcript show it as theirs, never the sender's.
-    forward_origin: dict[str, object] | None = None
-
-    @property
-    def forwarded_from(self) -> str | None:
-        """The name of whoever first wrote a forwarded message (one line), else None."""
-        if not self.forward_origin:
-            return None
-        name = " ".join(str(self.forward_origin.get("name") or "").split())
-        return name or "someone else"
-
-    def as_prompt_message(self) -> dict[str, object]:
-        """OpenAI-format message for the model's context."""
-        message: dict[str, object] = {"role": self.role, "content": self.content}
-        if self.tool_calls:
-            message["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for call in self.tool_calls
-            ]
-        if self.tool_call_id:
-            message["tool_call_id"] = self.tool_call_id
-        return message
 
 
 @dataclass(frozen=True)
@@ -135,80 +100,6 @@ class RoundContext:
 
     messages: list[StoredMessage]
     memory: str
-
-
-_SESSION_MESSAGES = "SELECT * FROM messages WHERE session_id = ? ORDER BY id"
-
-
-def _row_to_message(row: sqlite3.Row) -> StoredMessage:
-    calls = None
-    if row["tool_calls"]:
-        calls = [
-            ToolCall(c["id"], c["name"], c["arguments"]) for c in json.loads(row["tool_calls"])
-        ]
-    return StoredMessage(
-        id=row["id"],
-        session_id=row["session_id"],
-        chat_id=row["chat_id"],
-        role=row["role"],
-        content=row["content"],
-        created_at=row["created_at"],
-        tool_calls=calls,
-        tool_call_id=row["tool_call_id"],
-        user_id=row["user_id"],
-        model_id=row["model_id"],
-        media=json.loads(row["media"]) if row["media"] else None,
-        forward_origin=json.loads(row["forward_origin"]) if row["forward_origin"] else None,
-    )
-
-
-def _calls_json(calls: list[ToolCall] | None) -> str | None:
-    if not calls:
-        return None
-    return json.dumps(
-        [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
-        ensure_ascii=False,
-    )
-
-
-def _insert_row(
-    conn: sqlite3.Connection,
-    session_id: int,
-    chat_id: int,
-    role: str,
-    content: str,
-    calls_json: str | None,
-    tool_call_id: str | None,
-    user_id: int | None,
-    model_id: str | None,
-    usage: Usage | None,
-    now: str,
-    media: dict[str, object] | None = None,
-    forward_origin: dict[str, object] | None = None,
-) -> StoredMessage:
-    """The one INSERT of a message row, for every path that stores messages."""
-    row = conn.execute(
-        "INSERT INTO messages(session_id, chat_id, role, content, tool_calls, "
-        "tool_call_id, user_id, model_id, prompt_tokens, completion_tokens, created_at, "
-        "media, forward_origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
-        (
-            session_id,
-            chat_id,
-            role,
-            content,
-            calls_json,
-            tool_call_id,
-            user_id,
-            model_id,
-            usage.prompt_tokens if usage else None,
-            usage.completion_tokens if usage else None,
-            now,
-            json.dumps(media, ensure_ascii=False) if media else None,
-            json.dumps(forward_origin, ensure_ascii=False) if forward_origin else None,
-        ),
-    ).fetchone()
-    assert row is not None
-    return _row_to_message(row)
 
 
 class Store:
@@ -352,6 +243,7 @@ class Store:
         usage: Usage | None = None,
         session_id: int | None = None,
         media: dict[str, object] | None = None,
+        provenance: Provenance | None = None,
     ) -> StoredMessage:
         """Append a message to the chat's active session (or `session_id`) and return it.
 
@@ -359,13 +251,14 @@ class Store:
         take messages: open, or closed with its consolidation not yet started, so the job
         picks the message up. Otherwise SessionClosedError: the message would be orphaned.
         `media` records how a user message came (voice note, photo, document: kind, Telegram
-        file id, caption, file name); `content` is always the text models read.
+        file id, caption, file name); `content` is always the text models read; `provenance`
+        says where its words came from when they are not the user's (memory/provenance.py).
         """
         now = self.now()
         stored, window_job = await self.db.run_in_transaction(
             lambda conn: self._insert_message(
                 conn, now, chat_id, role, content, user_id, model_id, tool_calls, tool_call_id,
-                usage, session_id, media,
+                usage, session_id, media, None, provenance,
             )
         )  # fmt: skip
         if window_job is not None:
@@ -422,6 +315,7 @@ class Store:
         session_id: int | None,
         media: dict[str, object] | None,
         forward_origin: dict[str, object] | None = None,
+        provenance: Provenance | None = None,
     ) -> tuple[StoredMessage, int | None]:
         """Insert one message inside the caller's transaction; returns it and the
         automatic-consolidation job it queued."""
@@ -429,13 +323,13 @@ class Store:
             session_id = self._active_session(conn, chat_id, now)
         elif not self._takes_messages(conn, session_id):
             raise SessionClosedError(session_id)
-        message = _insert_row(
+        message = insert_row(
             conn,
             session_id,
             chat_id,
             role,
             content,
-            _calls_json(tool_calls),
+            calls_json(tool_calls),
             tool_call_id,
             user_id,
             model_id,
@@ -443,6 +337,7 @@ class Store:
             now,
             media,
             forward_origin,
+            provenance,
         )
         window_job = None
         if self.memory_window is not None:
@@ -465,9 +360,11 @@ class Store:
         key: str | None = None,
         media: dict[str, object] | None = None,
         forward_origin: dict[str, object] | None = None,
+        provenance: Provenance | None = None,
     ) -> TurnStart | None:
         """Store the user's message that starts a turn (`forward_origin`: whose words a
-        forwarded message holds, see StoredMessage).
+        forwarded message holds; `provenance`: where words that are not the user's came from,
+        see StoredMessage).
 
         One transaction does it all, so a crash or restart at any point changes nothing:
         the idempotency key is recorded with the message; and if the active session has been
@@ -497,7 +394,7 @@ class Store:
                     job_id = self.on_session_closed(conn, chat_id, idle_closed, now)
             message, window_job = self._insert_message(
                 conn, now, chat_id, "user", content, user_id, None, None, None, None,
-                session_id, media, forward_origin,
+                session_id, media, forward_origin, provenance,
             )  # fmt: skip
             if key is not None:
                 conn.execute("UPDATE turn_keys SET message_id = ? WHERE key = ?", (message.id, key))
@@ -569,7 +466,7 @@ class Store:
     def _unanswered(cls, conn: sqlite3.Connection, key: str) -> StoredMessage | None:
         """The key's message if it is still the last message of an open session."""
         row = conn.execute(cls._UNANSWERED, (key,)).fetchone()
-        return _row_to_message(row) if row is not None else None
+        return row_to_message(row) if row is not None else None
 
     @staticmethod
     def _idle(conn: sqlite3.Connection, session_id: int, since: datetime) -> bool:
@@ -598,43 +495,49 @@ class Store:
         *,
         text: str,
         calls: list[ToolCall],
-        results: list[tuple[str, str]],
+        results: Sequence[ToolResult],
         model_id: str | None,
         usage: Usage | None = None,
     ) -> list[StoredMessage]:
         """Store one tool round of a chat turn in ONE transaction: the assistant message that
-        called the tools and every (call id, result) — never a call without its results, which
-        the next request's provider would refuse. No window consolidation is queued here: the
-        turn is still running, and the final answer's `add_message` queues it."""
+        called the tools and every result, with where its words came from — never a call
+        without its results, which the next request's provider would refuse. No window
+        consolidation is queued here: the turn is still running, and the final answer's
+        `add_message` queues it."""
         now = self.now()
-        rows = [("assistant", text, _calls_json(calls), None, model_id, usage)]
-        rows += [("tool", content, None, call_id, None, None) for call_id, content in results]
 
         def write(conn: sqlite3.Connection) -> list[StoredMessage]:
             if not self._takes_messages(conn, session_id):
                 raise SessionClosedError(session_id)
-            return [
-                _insert_row(
+            called = insert_row(
+                conn, session_id, chat_id, "assistant", text, calls_json(calls), None, None,
+                model_id, usage, now,
+            )  # fmt: skip
+            results_stored = [
+                insert_row(
                     conn,
                     session_id,
                     chat_id,
-                    role,
-                    content,
-                    calls,
-                    call_id,
+                    "tool",
+                    result.content,
                     None,
-                    model,
-                    spent,
+                    result.call_id,
+                    None,
+                    None,
+                    None,
                     now,
+                    provenance=result.provenance,
+                    pending_write_id=result.pending_write_id,
                 )
-                for role, content, calls, call_id, model, spent in rows
+                for result in results
             ]
+            return [called, *results_stored]
 
         return await self.db.run_in_transaction(write)
 
     async def session_messages(self, session_id: int) -> list[StoredMessage]:
-        rows = await self.db.fetchall(_SESSION_MESSAGES, (session_id,))
-        return [_row_to_message(row) for row in rows]
+        rows = await self.db.fetchall(SESSION_MESSAGES, (session_id,))
+        return [row_to_message(row) for row in rows]
 
     async def round_context(self, session_id: int, chat_id: int) -> RoundContext:
         """What a round of a turn builds its prompt from: the session's messages and the chat's
@@ -642,8 +545,8 @@ class Store:
         reads and for a turn of the event loop, under load on the path to the provider)."""
 
         def read(conn: sqlite3.Connection) -> RoundContext:
-            rows = conn.execute(_SESSION_MESSAGES, (session_id,)).fetchall()
-            messages = [_row_to_message(row) for row in rows]
+            rows = conn.execute(SESSION_MESSAGES, (session_id,)).fetchall()
+            messages = [row_to_message(row) for row in rows]
             return RoundContext(messages, memory_of(conn, chat_id).content)
 
         return await self.db.read(read)
@@ -665,7 +568,7 @@ class Store:
         rows = await self.db.fetchall(
             f"SELECT * FROM messages WHERE id IN ({marks}) ORDER BY id", ids
         )
-        return [_row_to_message(row) for row in rows]
+        return [row_to_message(row) for row in rows]
 
     # usage -------------------------------------------------------------------------------
 

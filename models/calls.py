@@ -15,6 +15,7 @@ cost, and what the answer is.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Hashable, Iterator
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import structlog
@@ -48,6 +49,25 @@ log = structlog.get_logger(__name__)
 Answer = TypeVar("Answer")
 
 
+@dataclass(frozen=True)
+class CallOptions:
+    """How one model call is made: everything but the model and what it is sent. One value for
+    `Transport.complete`, `stream` and `transcribe` and the calls behind them, so a caller
+    builds it once and an option is added in one place."""
+
+    timeout: float  # per attempt; for a stream, the longest silence between its chunks
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    max_tokens: int | None = None
+    walk_chain: bool = True  # False: the requested model only, never a fallback
+    user_key: Hashable | None = None  # who waits in the gateways' fair queues
+    priority: Priority = Priority.CHAT  # background work waits behind chat
+    on_spend: SpendCallback | None = None  # hears every billable attempt as it ends
+    # Streams only: when the whole answer ends (the event loop's clock), and its size.
+    deadline: float | None = None
+    bounds: AnswerBounds | None = None
+
+
 class Call(Generic[Answer]):
     """What the attempt loop asks of every kind of call. The defaults fit a request whose
     answer arrives in one piece, shows nothing on the way and has no deadline."""
@@ -59,22 +79,15 @@ class Call(Generic[Answer]):
     oversize: bool = False
 
     def __init__(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        timeout: float,
-        walk_chain: bool,
-        user_key: Hashable | None,
-        priority: Priority,
-        pool: int,
+        self, model_id: str, messages: list[Message], options: CallOptions, *, pool: int
     ) -> None:
         self.model_id = model_id
         self.messages = messages
-        self.timeout = timeout
-        self.walk_chain = walk_chain
-        self.user_key = user_key
-        self.priority = priority
+        self.options = options
+        self.timeout = options.timeout
+        self.walk_chain = options.walk_chain
+        self.user_key = options.user_key
+        self.priority = options.priority
         self.pool = pool  # the transport's HTTP clients in the worker
 
     def request(self, slot: Slot) -> dict[str, Any]:
@@ -137,18 +150,15 @@ class _ChatCall(Call[Answer]):
         self,
         model_id: str,
         messages: list[Message],
+        options: CallOptions,
         *,
-        tools: list[dict[str, Any]] | None,
-        tool_choice: str | dict[str, Any] | None,
-        max_tokens: int | None,
-        on_spend: SpendCallback | None,
-        **common: Any,
+        pool: int,
     ) -> None:
-        super().__init__(model_id, messages, **common)
-        self.tools = tools
-        self.tool_choice = tool_choice
-        self.max_tokens = max_tokens
-        self.on_spend = on_spend
+        super().__init__(model_id, messages, options, pool=pool)
+        self.tools = options.tools
+        self.tool_choice = options.tool_choice
+        self.max_tokens = options.max_tokens
+        self.on_spend = options.on_spend
         self.pieces: list[str] = []  # text received in this attempt
         self.usage: Any = None  # the provider's usage in this attempt, when it came
 
@@ -230,14 +240,13 @@ class StreamCall(_ChatCall[StreamDone]):
         self,
         model_id: str,
         messages: list[Message],
+        options: CallOptions,
         *,
-        deadline: float | None,
-        bounds: AnswerBounds | None,
-        **chat: Any,
+        pool: int,
     ) -> None:
-        super().__init__(model_id, messages, **chat)
-        self.deadline = deadline
-        self.bounds = bounds
+        super().__init__(model_id, messages, options, pool=pool)
+        self.deadline = options.deadline
+        self.bounds = options.bounds
         self.assembler = WholeCharacters()
         self.calls = ToolCallAssembler()
         self.finish_reason: str | None = None
@@ -405,19 +414,19 @@ class TranscriptionCall(Call[Transcription]):
         self,
         model_id: str,
         audio: bytes,
+        options: CallOptions,
         *,
         filename: str,
         mime_type: str,
         duration_s: float,
-        on_spend: SpendCallback | None,
-        **common: Any,
+        pool: int,
     ) -> None:
-        super().__init__(model_id, [], **common)
+        super().__init__(model_id, [], options, pool=pool)
         self.audio = audio
         self.filename = filename
         self.mime_type = mime_type
         self.duration_s = duration_s
-        self.on_spend = on_spend
+        self.on_spend = options.on_spend
 
     def request(self, slot: Slot) -> dict[str, Any]:
         gateway = slot.state.gateway

@@ -21,12 +21,21 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from models.calls import Answer, Call, CompletionCall, StreamCall, TranscriptionCall
+from models.calls import (
+    Answer,
+    Call,
+    CallOptions,
+    CompletionCall,
+    StreamCall,
+    TranscriptionCall,
+)
 from models.catalog import Catalog
 from models.errors import (
     Classified,
@@ -36,13 +45,10 @@ from models.errors import (
 )
 from models.gateways import Gateway
 from models.policy.attempt_policy import AttemptPolicy, CallPlan, Clock, Sleep, Slot
-from models.policy.pacing import Priority
 from models.types import (
-    AnswerBounds,
     ChatResult,
     Message,
     Outcome,
-    SpendCallback,
     StreamEvent,
     StreamRestart,
     TextDelta,
@@ -136,53 +142,17 @@ class Transport:
     # --- public API ---------------------------------------------------------------------------
 
     async def complete(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        walk_chain: bool = True,
-        max_tokens: int | None = None,
-        user_key: Hashable | None = None,
-        priority: Priority = Priority.CHAT,
-        on_spend: SpendCallback | None = None,
+        self, model_id: str, messages: list[Message], options: CallOptions
     ) -> ChatResult:
         """One answer (text and/or tool calls). `on_spend` hears every billable attempt as it
         ends (see `Spend`): the answer's usage, and an estimate when a cancellation cut off
         a request in flight. `user_key` (e.g. the Telegram user id) is who waits in the
-        gateways' fair queues; `priority` puts background work behind chat."""
-        call = CompletionCall(
-            model_id,
-            messages,
-            tools=tools,
-            tool_choice=tool_choice,
-            max_tokens=max_tokens,
-            on_spend=on_spend,
-            timeout=timeout,
-            walk_chain=walk_chain,
-            user_key=user_key,
-            priority=priority,
-            pool=self._pool,
-        )
+        gateways' fair queues; `priority` puts background work behind chat (`CallOptions`)."""
+        call = CompletionCall(model_id, messages, options, pool=self._pool)
         return await _answer(self._attempts(call), ChatResult)
 
     def stream(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        timeout: float,
-        walk_chain: bool = True,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        user_key: Hashable | None = None,
-        priority: Priority = Priority.CHAT,
-        on_spend: SpendCallback | None = None,
-        deadline: float | None = None,
-        bounds: AnswerBounds | None = None,
+        self, model_id: str, messages: list[Message], options: CallOptions
     ) -> AsyncIterator[StreamEvent]:
         """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
 
@@ -210,36 +180,18 @@ class Transport:
         call's arguments) is closed, billed ("cut") and ends with `finish_reason` SIZE_LIMIT,
         the text up to the bound, and no tool calls.
         """
-        call = StreamCall(
-            model_id,
-            messages,
-            deadline=deadline,
-            bounds=bounds,
-            tools=tools,
-            tool_choice=tool_choice,
-            max_tokens=max_tokens,
-            on_spend=on_spend,
-            timeout=timeout,
-            walk_chain=walk_chain,
-            user_key=user_key,
-            priority=priority,
-            pool=self._pool,
-        )
+        call = StreamCall(model_id, messages, options, pool=self._pool)
         return self._attempts(call)
 
     async def transcribe(
         self,
         model_id: str,
         audio: bytes,
+        options: CallOptions,
         *,
         filename: str,
         mime_type: str,
         duration_s: float,
-        timeout: float,  # noqa: ASYNC109 - per-attempt provider timeout, part of the contract
-        walk_chain: bool = True,
-        user_key: Hashable | None = None,
-        priority: Priority = Priority.CHAT,
-        on_spend: SpendCallback | None = None,
     ) -> Transcription:
         """Speech to text through `litellm.atranscription`, with the same retry, fallback, key,
         bucket and breaker rules as chat (the same `CallPlan`).
@@ -260,14 +212,10 @@ class Transport:
         call = TranscriptionCall(
             model_id,
             audio,
+            options,
             filename=filename,
             mime_type=mime_type,
             duration_s=duration_s,
-            on_spend=on_spend,
-            timeout=timeout,
-            walk_chain=walk_chain,
-            user_key=user_key,
-            priority=priority,
             pool=self._pool,
         )
         return await _answer(self._attempts(call), Transcription)
@@ -310,131 +258,161 @@ class Transport:
         self, call: Call[Answer]
     ) -> AsyncIterator[TextDelta | StreamRestart | Answer]:
         """The one attempt loop of `complete`, `stream` and `transcribe`: take the next slot
-        the plan allows, send the call's request through a provider worker under our own
-        guard, read what arrives, and tell the plan how the attempt ended, until an answer
-        (the last item) or the plan runs out (`TransportError`). What differs per kind is the
-        `call`'s (models/calls.py). Text shown on the way comes as TextDelta; after text was
-        shown a failure cannot take it back, so the next attempt starts with a StreamRestart.
+        the plan allows and run one attempt on it (`_attempt`), until an answer (the last
+        item) or the plan runs out (`TransportError`). What differs per kind is the `call`'s
+        (models/calls.py). Text shown on the way comes as TextDelta; after text was shown a
+        failure cannot take it back, so the next attempt starts with a StreamRestart.
 
         Every attempt the provider may bill is reported by the call as it ends: cancelled
         (also a caller that stops iterating), failed after it answered, cut at the deadline,
         answered."""
-        loop = asyncio.get_running_loop()
         plan = CallPlan(
             self.policy,
             call.model_id,
-            call.walk_chain,
             call.messages,
-            call.timeout,
-            call.user_key,
-            call.priority,
+            walk_chain=call.walk_chain,
+            timeout=call.timeout,
+            user_key=call.user_key,
+            priority=call.priority,
         )
-        shown_model: str | None = None  # whose text the caller currently shows
-        restart_reason = ""
-
-        def guard_until() -> float:
-            """No answer (no chunk) for `timeout` seconds means the provider is gone; and no
-            answer runs past the call's deadline."""
-            silent = loop.time() + call.timeout + self.timeout_grace
-            return silent if call.deadline is None else min(silent, call.deadline)
-
+        progress = _Progress()
         while (slot := await plan.next_slot()) is not None:
             try:
-                if call.deadline is not None and loop.time() >= call.deadline:
-                    # Out of time between attempts (after a failure): nothing more is asked.
-                    yield call.cut(slot, plan, "", Usage())
+                # aclosing: a caller that stops reading closes the attempt at once, so it
+                # bills what the cut-off request cost before the slot is given back.
+                async with aclosing(self._attempt(call, plan, slot, progress)) as items:
+                    async for item in items:
+                        yield item
+                if progress.ended:
                     return
-                if shown_model is not None:
-                    yield StreamRestart(shown_model, slot.entry.id, restart_reason)
-                    shown_model = None
-                request = call.request(slot)
-                call.start()
-                headers: Mapping[str, str] = {}
-                response: Any = None
-                failure: Classified | None = None
-                out_of_time = False
-                local: LocalFailure | None = None
-                if not await self._worker_ready(plan, slot):
-                    continue
-                wire = WireRecord()  # what the provider answered, filled in by the worker
-                try:
-                    # A guard on silence (no answer or chunk for `timeout`: the provider is
-                    # gone; a long answer may stream for minutes) and on the answer's deadline,
-                    # around each wait for the provider only: the time the caller holds a piece
-                    # we yielded is neither, and a timer firing then would cancel the caller
-                    # wherever it is. (A context per chunk costs about what rescheduling did.)
-                    async with asyncio.timeout_at(guard_until()):
-                        response = await self.workers.call(call.method, request, wire, slot)
-                    headers = wire.headers or _success_headers(response)
-                    slot.learn(headers)
-                    chunks = call.chunks(response)
-                    while chunks is not None:
-                        async with asyncio.timeout_at(guard_until()):
-                            try:
-                                chunk = await anext(chunks)
-                            except StopAsyncIteration:
-                                break
-                        for text in call.feed(chunk):
-                            shown_model = slot.entry.id
-                            yield TextDelta(text)
-                        if call.oversize:
-                            break  # past the answer's bounds: closed below, then cut
-                except (asyncio.CancelledError, GeneratorExit):
-                    # Cut off by /cancel, a stop of the bot, or a caller that stopped reading:
-                    # the provider billed the prompt and what it sent so far.
-                    call.bill_cancelled(slot)
-                    raise
-                except LocalFailure as exc:
-                    local = exc
-                except Exception as exc:  # classified below; nothing escapes unclassified
-                    out_of_time = (
-                        isinstance(exc, TimeoutError)
-                        and call.deadline is not None
-                        and loop.time() >= call.deadline
-                    )
-                    if not out_of_time:
-                        failure = _classify_failure(exc, wire)
-                        if response is None and wire.headers:
-                            slot.learn(wire.headers, failure, wire.error_body)
-                finally:
-                    await call.close(response)
-                if out_of_time or call.oversize:
-                    # Not the model's failure (no breaker, no fallback): the answer ends here
-                    # with what came, and that is billed.
-                    text, spent = call.bill_cut(slot)
-                    tail = call.tail()
-                    if tail:
-                        yield TextDelta(tail)
-                    yield call.cut(slot, plan, text, spent)
-                    return
-                if local is not None:
-                    call.bill_failed(slot, None)
-                    restart_reason = str(local)
-                    plan.report_local(slot, local)
-                    continue
-                if failure is not None:
-                    call.bill_failed(slot, failure)
-                    restart_reason = failure.detail or failure.outcome.value
-                    await plan.report(slot, failure, text_shown=shown_model is not None)
-                    continue
-                tail = call.tail()
-                if tail:
-                    shown_model = slot.entry.id
-                    try:
-                        yield TextDelta(tail)
-                    except GeneratorExit:  # the caller stopped at the very end
-                        call.bill_cancelled(slot)
-                        raise
-                answer = call.answer(slot, response, wire, plan)
-                if answer is None:
-                    await plan.report(slot, _classify_empty(wire, call.empty_detail))
-                    continue
-                plan.report_success(slot, headers)
-                yield answer
-                return
             finally:
                 slot.close()
         raise call.failure(plan)
+
+    async def _attempt(
+        self, call: Call[Answer], plan: CallPlan, slot: Slot, progress: _Progress
+    ) -> AsyncIterator[TextDelta | StreamRestart | Answer]:
+        """One attempt on `slot`: send the call's request through a provider worker under our
+        own guard, read what arrives, and end it as it came out — cut at the answer's bounds,
+        lost to our own failure, failed at the provider, or answered (`progress.ended`)."""
+        if call.deadline is not None and asyncio.get_running_loop().time() >= call.deadline:
+            # Out of time between attempts (after a failure): nothing more is asked.
+            progress.ended = True
+            yield call.cut(slot, plan, "", Usage())
+            return
+        if progress.shown_model is not None:
+            yield StreamRestart(progress.shown_model, slot.entry.id, progress.restart_reason)
+            progress.shown_model = None
+        request = call.request(slot)
+        call.start()
+        if not await self._worker_ready(plan, slot):
+            return
+        exchange = _Exchange()
+        try:
+            # A guard on silence (no answer or chunk for `timeout`: the provider is gone; a
+            # long answer may stream for minutes) and on the answer's deadline, around each
+            # wait for the provider only: the time the caller holds a piece we yielded is
+            # neither, and a timer firing then would cancel the caller wherever it is. (A
+            # context per chunk costs about what rescheduling did.)
+            async with asyncio.timeout_at(self._guard_until(call)):
+                exchange.response = await self.workers.call(
+                    call.method, request, exchange.wire, slot
+                )
+            exchange.headers = exchange.wire.headers or _success_headers(exchange.response)
+            slot.learn(exchange.headers)
+            chunks = call.chunks(exchange.response)
+            while chunks is not None:
+                async with asyncio.timeout_at(self._guard_until(call)):
+                    try:
+                        chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        break
+                for text in call.feed(chunk):
+                    progress.shown_model = slot.entry.id
+                    yield TextDelta(text)
+                if call.oversize:
+                    break  # past the answer's bounds: closed below, then cut
+        except (asyncio.CancelledError, GeneratorExit):
+            # Cut off by /cancel, a stop of the bot, or a caller that stopped reading: the
+            # provider billed the prompt and what it sent so far.
+            call.bill_cancelled(slot)
+            raise
+        except LocalFailure as exc:
+            exchange.local = exc
+        except Exception as exc:  # classified below; nothing escapes unclassified
+            self._failed(call, slot, exchange, exc)
+        finally:
+            await call.close(exchange.response)
+        if exchange.out_of_time or call.oversize:
+            # Not the model's failure (no breaker, no fallback): the answer ends here with
+            # what came, and that is billed.
+            text, spent = call.bill_cut(slot)
+            tail = call.tail()
+            if tail:
+                yield TextDelta(tail)
+            progress.ended = True
+            yield call.cut(slot, plan, text, spent)
+        elif exchange.local is not None:
+            call.bill_failed(slot, None)
+            progress.restart_reason = str(exchange.local)
+            plan.report_local(slot, exchange.local)
+        elif exchange.failure is not None:
+            call.bill_failed(slot, exchange.failure)
+            failure = exchange.failure
+            progress.restart_reason = failure.detail or failure.outcome.value
+            await plan.report(slot, failure, text_shown=progress.shown_model is not None)
+        else:
+            async with aclosing(self._answered(call, plan, slot, exchange, progress)) as items:
+                async for item in items:
+                    yield item
+
+    async def _answered(
+        self,
+        call: Call[Answer],
+        plan: CallPlan,
+        slot: Slot,
+        exchange: _Exchange,
+        progress: _Progress,
+    ) -> AsyncIterator[TextDelta | Answer]:
+        """The provider answered: the text held back for the end, then the answer; an empty
+        answer is a failure of its own (the plan moves on)."""
+        tail = call.tail()
+        if tail:
+            progress.shown_model = slot.entry.id
+            try:
+                yield TextDelta(tail)
+            except GeneratorExit:  # the caller stopped at the very end
+                call.bill_cancelled(slot)
+                raise
+        answer = call.answer(slot, exchange.response, exchange.wire, plan)
+        if answer is None:
+            await plan.report(slot, _classify_empty(exchange.wire, call.empty_detail))
+            return
+        plan.report_success(slot, exchange.headers)
+        progress.ended = True
+        yield answer
+
+    def _guard_until(self, call: Call[Answer]) -> float:
+        """No answer (no chunk) for `timeout` seconds means the provider is gone; and no
+        answer runs past the call's deadline."""
+        silent = asyncio.get_running_loop().time() + call.timeout + self.timeout_grace
+        return silent if call.deadline is None else min(silent, call.deadline)
+
+    @staticmethod
+    def _failed(call: Call[Answer], slot: Slot, exchange: _Exchange, exc: Exception) -> None:
+        """What an exception during the exchange was: the answer's deadline passing (not the
+        model's failure), else the provider's failure, classified from what it sent."""
+        deadline = call.deadline
+        exchange.out_of_time = (
+            isinstance(exc, TimeoutError)
+            and deadline is not None
+            and asyncio.get_running_loop().time() >= deadline
+        )
+        if exchange.out_of_time:
+            return
+        exchange.failure = _classify_failure(exc, exchange.wire)
+        if exchange.response is None and exchange.wire.headers:
+            slot.learn(exchange.wire.headers, exchange.failure, exchange.wire.error_body)
 
     async def _worker_ready(self, plan: CallPlan, slot: Slot) -> bool:
         """Wait for a provider worker before the attempt's clock starts: a worker starting or
@@ -446,6 +424,30 @@ class Transport:
             plan.report_local(slot, exc)
             return False
         return True
+
+
+# --- one attempt's state ---------------------------------------------------------------------
+
+
+@dataclass
+class _Progress:
+    """What one call's attempts carry from one to the next."""
+
+    shown_model: str | None = None  # whose text the caller currently shows
+    restart_reason: str = ""  # why the last attempt failed, for the next one's StreamRestart
+    ended: bool = False  # an answer (or a cut) was yielded: no further attempt
+
+
+@dataclass
+class _Exchange:
+    """What one request brought: the provider's response and headers, or how it failed."""
+
+    wire: WireRecord = field(default_factory=WireRecord)  # filled in by the worker
+    response: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    failure: Classified | None = None
+    local: LocalFailure | None = None
+    out_of_time: bool = False
 
 
 # --- response helpers -------------------------------------------------------------------------

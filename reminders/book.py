@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Required, TypedDict, Unpack
 
 from memory.db import Database
 from memory.store import from_iso, to_iso, utc_now
@@ -70,6 +71,17 @@ class ReminderStats:
     in_flight: int
 
 
+class NewReminder(TypedDict, total=False):
+    """What `schedule` takes besides the chat: `when` and `text` always."""
+
+    when: Required[str]
+    text: Required[str]
+    repeat: str
+    user_id: int | None
+    user_name: str | None
+    topic_id: int | None
+
+
 class ScheduleRefused(RemindersError, ValueError):
     """A reminder that is not stored; str(self) tells the model what to do instead."""
 
@@ -106,7 +118,8 @@ class ReminderBook:
         # Told after a reminder was made or cancelled (the scheduler's wake-up).
         self.on_change = on_change
 
-    def _changed(self) -> None:
+    def changed(self) -> None:
+        """Wake the scheduler: a reminder was made or cancelled (after that write's commit)."""
         if self.on_change is not None:
             self.on_change()
 
@@ -136,8 +149,19 @@ class ReminderBook:
 
     # making, listing, cancelling ---------------------------------------------------------------
 
-    async def schedule(
+    async def schedule(self, chat_id: int, **fields: Unpack[NewReminder]) -> Reminder:
+        """Store a reminder, sent back into `topic_id` (the forum topic it was set in) when it
+        fires; ScheduleRefused (with what to do) for past times, more than a year ahead, an
+        unknown rule, or the chat's 50 pending reminders."""
+        reminder = await self.db.run_in_transaction(
+            lambda conn: self.schedule_in(conn, chat_id, **fields)
+        )
+        self.changed()
+        return reminder
+
+    def schedule_in(
         self,
+        conn: sqlite3.Connection,
         chat_id: int,
         *,
         when: str,
@@ -147,9 +171,8 @@ class ReminderBook:
         user_name: str | None = None,
         topic_id: int | None = None,
     ) -> Reminder:
-        """Store a reminder, sent back into `topic_id` (the forum topic it was set in) when it
-        fires; ScheduleRefused (with what to do) for past times, more than a year ahead, an
-        unknown rule, or the chat's 50 pending reminders."""
+        """`schedule` inside the caller's transaction (a held write kept by its ✅ runs in the
+        transaction that settles it); the caller calls `changed()` after the commit."""
         if repeat not in REPEATS:
             raise ScheduleRefused(f"'repeat' must be one of {', '.join(REPEATS)}")
         cleaned = " ".join(text.split())
@@ -157,7 +180,8 @@ class ReminderBook:
             raise ScheduleRefused("'text' is empty: say what to remind the user of")
         if len(cleaned) > MAX_TEXT_CHARS:
             raise ScheduleRefused(f"'text' is over {MAX_TEXT_CHARS} characters; shorten it")
-        chat_zone = await self.chat_zone(chat_id)
+        row = conn.execute("SELECT time_zone FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
+        chat_zone = chat_zone_of(row["time_zone"] if row is not None else None)
         tz = zone(chat_zone.name)
         now = self.clock()
         try:
@@ -166,34 +190,24 @@ class ReminderBook:
             raise ScheduleRefused(str(exc)) from None
         first = first_occurrence(parsed.local, tz, repeat)
         stamp = to_iso(now)
-
-        def write(conn: sqlite3.Connection) -> int:
-            (pending,) = conn.execute(
-                "SELECT COUNT(*) FROM reminders WHERE chat_id = ? AND state = 'pending'",
-                (chat_id,),
-            ).fetchone()
-            if pending >= MAX_PENDING_PER_CHAT:
-                raise ScheduleRefused(
-                    f"this chat already has {pending} pending reminders, the limit; nothing "
-                    "was scheduled. Tell the user to cancel some (/reminders) first."
-                )
-            cursor = conn.execute(
-                "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
-                "local_start, repeat, next_at, state, created_at, updated_at, topic_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-                (
-                    chat_id, user_id, user_name, cleaned, chat_zone.name, int(chat_zone.known),
-                    format_local(parsed.local), repeat, to_iso(first), stamp, stamp, topic_id,
-                ),
-            )  # fmt: skip
-            assert cursor.lastrowid is not None
-            return cursor.lastrowid
-
-        reminder_id = await self.db.run_in_transaction(write)
-        self._changed()
-        reminder = await self.get(chat_id, reminder_id)
-        assert reminder is not None
-        return reminder
+        (pending,) = conn.execute(
+            "SELECT COUNT(*) FROM reminders WHERE chat_id = ? AND state = 'pending'", (chat_id,)
+        ).fetchone()
+        if pending >= MAX_PENDING_PER_CHAT:
+            raise ScheduleRefused(
+                f"this chat already has {pending} pending reminders, the limit; nothing "
+                "was scheduled. Tell the user to cancel some (/reminders) first."
+            )
+        stored = conn.execute(
+            "INSERT INTO reminders(chat_id, user_id, user_name, text, time_zone, zone_known, "
+            "local_start, repeat, next_at, state, created_at, updated_at, topic_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) RETURNING *",
+            (
+                chat_id, user_id, user_name, cleaned, chat_zone.name, int(chat_zone.known),
+                format_local(parsed.local), repeat, to_iso(first), stamp, stamp, topic_id,
+            ),
+        ).fetchone()  # fmt: skip
+        return _reminder(stored)
 
     async def get(self, chat_id: int, reminder_id: int) -> Reminder | None:
         row = await self.db.fetchone(
@@ -208,23 +222,37 @@ class ReminderBook:
         )
         return [_reminder(r) for r in rows]
 
+    def get_in(self, conn: sqlite3.Connection, chat_id: int, reminder_id: int) -> Reminder | None:
+        row = conn.execute(
+            "SELECT * FROM reminders WHERE id = ? AND chat_id = ?", (reminder_id, chat_id)
+        ).fetchone()
+        return _reminder(row) if row is not None else None
+
     async def cancel(self, chat_id: int, reminder_id: int) -> Reminder | None:
         """Cancel one of THIS chat's pending reminders; None if it has no such reminder."""
-        now = to_iso(self.clock())
+        reminder = await self.db.run_in_transaction(
+            lambda conn: self.cancel_in(conn, chat_id, reminder_id)
+        )
+        if reminder is not None:
+            self.changed()
+        return reminder
 
-        def write(conn: sqlite3.Connection) -> sqlite3.Row | None:
-            row: sqlite3.Row | None = conn.execute(
-                "UPDATE reminders SET state = 'cancelled', updated_at = ? "
-                "WHERE id = ? AND chat_id = ? AND state = 'pending' RETURNING *",
-                (now, reminder_id, chat_id),
-            ).fetchone()
-            return row
+    def cancel_in(
+        self, conn: sqlite3.Connection, chat_id: int, reminder_id: int
+    ) -> Reminder | None:
+        """`cancel` inside the caller's transaction; the caller calls `changed()` after it.
 
-        row = await self.db.run_in_transaction(write)
-        if row is None:
-            return None
-        self._changed()
-        return _reminder(row)
+        A one-off reminder is done once claimed, but until a send of it is known to have
+        landed it still waits to be delivered (a send retried after a 5xx or a flood penalty):
+        it can be cancelled too, and the retry then finds it withdrawn and sends nothing."""
+        row: sqlite3.Row | None = conn.execute(
+            "UPDATE reminders SET state = 'cancelled', updated_at = ? "
+            "WHERE id = ? AND chat_id = ? AND (state = 'pending' OR (state = 'done' AND EXISTS "
+            "(SELECT 1 FROM reminder_deliveries d WHERE d.reminder_id = reminders.id "
+            "AND d.outcome IS NULL))) RETURNING *",
+            (to_iso(self.clock()), reminder_id, chat_id),
+        ).fetchone()
+        return _reminder(row) if row is not None else None
 
     # the scheduler's side ----------------------------------------------------------------------
 
@@ -319,11 +347,18 @@ class ReminderBook:
 
     async def mark_failed(self, claim: Claim) -> None:
         """This occurrence could not be sent (a message Telegram refuses); the reminder stays."""
+        await self._finish(claim, "failed")
+
+    async def mark_unknown(self, claim: Claim) -> None:
+        """This occurrence's send may have landed (its answer was lost): it is not sent again."""
+        await self._finish(claim, "unknown")
+
+    async def _finish(self, claim: Claim, outcome: str) -> None:
         now = to_iso(self.clock())
         await self.db.run_in_transaction(
             lambda conn: conn.execute(
-                "UPDATE reminder_deliveries SET outcome = 'failed', finished_at = ? WHERE id = ?",
-                (now, claim.delivery_id),
+                "UPDATE reminder_deliveries SET outcome = ?, finished_at = ? WHERE id = ?",
+                (outcome, now, claim.delivery_id),
             )
         )
 
@@ -359,7 +394,7 @@ class ReminderBook:
             return cursor.rowcount
 
         stopped = await self.db.run_in_transaction(write)
-        self._changed()
+        self.changed()
         return stopped
 
     async def stats(self, now: datetime) -> ReminderStats:

@@ -5,15 +5,19 @@ for that moment, or for `notify()` (a reminder made or cancelled, a send finishe
 10,000 reminders wait for next week it does nothing at all.
 
 Each occurrence is claimed in a transaction before it is sent (`ReminderBook.claim_due`) and
-marked with the message id after. Delivery is AT LEAST ONCE: a crash between the send and the
-mark leaves the claim without an outcome, and the next start sends it again, so a reminder
-cannot be lost to a crash; the price is a possible duplicate in that window of one HTTP
-request. (At most once would silently drop a reminder whose send never left — a worse failure
-for "take your medicine" than reading it twice.)
+marked with the message id after. A claim is sent again only when its last send is known not to
+have landed (flood control, a refused connection): a send whose answer was lost after it may
+have reached Telegram (a 502 or 504, a read timeout) is `Unknown`, recorded as such and never
+sent again, because the Bot API has no idempotency key and no way to ask whether it landed, and
+a retry then gives the chat the same reminder twice whenever the first did land (5 of 80 in a
+held-out storm with one send in ten answered 502; 4 of 80 in benchmarks/reminders.py --storm).
+What is left of "at least once" is the crash: a claim without an outcome at the next start is
+sent again, so a reminder is not lost to a crash, at the price of a possible duplicate in that
+window of one HTTP request.
 
 How a message reaches the chat is the front end's business (`Deliver`); the scheduler only
-knows outcomes: sent, the chat is gone (its reminders stop), retry later (flood control, a
-server error), or this one message can never be sent.
+knows outcomes: sent, the chat is gone (its reminders stop), retry later (nothing left), maybe
+sent (unknown), or this one message can never be sent.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from memory.store import Store, to_iso, utc_now
+from models.tasks import cancel_and_wait
 from reminders.book import Claim, ReminderBook
 
 log = structlog.get_logger("reminders.scheduler")
@@ -67,7 +72,14 @@ class Failed:
     reason: str
 
 
-DeliveryOutcome = Delivered | Stopped | RetryLater | Failed
+@dataclass(frozen=True)
+class Unknown:
+    """The send may have reached the chat, its answer was lost (a 5xx, a read timeout)."""
+
+    reason: str
+
+
+DeliveryOutcome = Delivered | Stopped | RetryLater | Failed | Unknown
 Deliver = Callable[[Claim, bool], Awaitable[DeliveryOutcome]]
 # How a pass waits: until the wake event is set or `timeout` seconds have passed. A parameter
 # so that a test can see every wait the scheduler asks for and stand in for the time passing.
@@ -134,11 +146,8 @@ class ReminderScheduler:
     async def stop(self, grace: float = 5.0) -> None:
         """Stop claiming; sends already on their way get `grace` seconds. One cut off keeps
         its claim without outcome and is sent after the next start."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._sending:
             _, late = await asyncio.wait(self._sending, timeout=grace)
             for task in late:
@@ -264,6 +273,12 @@ class ReminderScheduler:
         elif isinstance(outcome, Failed):
             await self.book.mark_failed(claim)
             log.error("reminder_not_sent", reminder_id=reminder.id, reason=outcome.reason)
+        elif isinstance(outcome, Unknown):
+            await self.book.mark_unknown(claim)
+            log.warning(
+                "reminder_outcome_unknown", reminder_id=reminder.id, chat_id=reminder.chat_id,
+                attempt=attempts + 1, reason=outcome.reason,
+            )  # fmt: skip
         else:
             delay = self.retry_delays[min(attempts, len(self.retry_delays) - 1)]
             if outcome.after_s is not None:

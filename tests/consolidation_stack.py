@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from memory.consolidation.consolidation import Consolidator
-from memory.consolidation.jobs import ConsolidationWorker, JobQueue
+from memory.consolidation.jobs import JobQueue
+from memory.consolidation.worker import ConsolidationWorker
 from memory.db import Database
 from memory.longterm import MemoryRepository
 from memory.store import Store

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from agent.loop import MAX_KEPT_TOOL_CALLS, AgentLoop
 from agent.prompt import reply_reserve
+from models.calls import CallOptions
 from models.catalog import Catalog, load_catalog
 from models.types import SIZE_LIMIT, TIME_LIMIT, AnswerBounds, Spend, StreamDone, TextDelta
 from tests.conftest import make_transport
@@ -37,7 +38,9 @@ async def test_a_stream_that_never_ends_is_cut_at_the_deadline_and_billed(
     events: list[object] = []
     deadline = asyncio.get_running_loop().time() + 1.5
     # The silence timeout (5 s) is never reached: a chunk comes every 10 ms.
-    stream = t.stream("gpt-5", HI, timeout=5, on_spend=spends.append, deadline=deadline)
+    stream = t.stream(
+        "gpt-5", HI, CallOptions(timeout=5, on_spend=spends.append, deadline=deadline)
+    )
     async with aclosing(stream):
         async for event in stream:
             events.append(event)
@@ -68,8 +71,10 @@ async def test_negative_token_counts_from_a_gateway_are_estimated_not_billed_as_
     spends: list[Spend] = []
     lying = Reply("Hello there.", prompt_tokens=-50_000, completion_tokens=-1_000_000)
     fake_openai.script("gpt-4.1", lying, lying)
-    result = await t.complete("gpt-4.1", HI, timeout=10, on_spend=spends.append)
-    async with aclosing(t.stream("gpt-4.1", HI, timeout=10, on_spend=spends.append)) as stream:
+    result = await t.complete("gpt-4.1", HI, CallOptions(timeout=10, on_spend=spends.append))
+    async with aclosing(
+        t.stream("gpt-4.1", HI, CallOptions(timeout=10, on_spend=spends.append))
+    ) as stream:
         events = [event async for event in stream]
     done = events[-1]
     assert isinstance(done, StreamDone) and done.result.text == "Hello there."
@@ -137,7 +142,7 @@ BOUNDS = AnswerBounds(text_chars=500, tool_calls=4, tool_argument_chars=1000)
 
 async def stream_all(t, model: str, bounds: AnswerBounds, spends: list[Spend]) -> list[object]:
     """Every event of one bounded stream (no deadline: only the bounds can end it early)."""
-    stream = t.stream(model, HI, timeout=5, on_spend=spends.append, bounds=bounds)
+    stream = t.stream(model, HI, CallOptions(timeout=5, on_spend=spends.append, bounds=bounds))
     async with aclosing(stream):
         return [event async for event in stream]
 
@@ -179,7 +184,7 @@ async def test_too_many_tool_calls_or_too_long_arguments_cut_the_answer(
     for _ in (many, huge):
         spends: list[Spend] = []
         stream = t.stream(
-            "gpt-5", HI, timeout=5, on_spend=spends.append, bounds=BOUNDS, tools=tools
+            "gpt-5", HI, CallOptions(timeout=5, on_spend=spends.append, bounds=BOUNDS, tools=tools)
         )
         async with aclosing(stream):
             events = [event async for event in stream]

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RANKS: tuple[tuple[str, ...], ...] = (
     ("bot",),
     ("agent",),
-    ("web",),
+    ("web", "mcp_client"),
     ("reminders", "media"),
     ("memory",),
     ("models",),
@@ -268,6 +268,10 @@ from tests.e2e_bot import OWNER, bot_under_test
 from tests.fakes.providers import Reply, ToolCallReply
 
 
+# litellm and the OpenAI SDK live in the worker; the MCP SDK is loaded only with MCP_CONFIG.
+WORKER_OR_MCP = ("litellm", "openai", "mcp", "mcp_types")
+
+
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         async with bot_under_test(Path(tmp)) as bot:
@@ -283,7 +287,7 @@ async def main() -> None:
             await bot.consolidations_settled(OWNER)
             consolidated = [r for r in bot.groq.requests if r.model == "llama-3.3-70b-versatile"]
             assert consolidated, "no consolidation request"
-            loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("litellm", "openai"))
+            loaded = sorted(m for m in sys.modules if m.split(".")[0] in WORKER_OR_MCP)
     print(loaded)
 
 
@@ -295,7 +299,8 @@ asyncio.run(main())
 def test_the_bot_process_does_not_load_litellm_while_it_answers() -> None:
     """A fresh interpreter runs the bot against the fakes: a turn with a tool round, /new and
     its consolidation. Whatever the bot loaded on the way (an import inside a function, one
-    made by a library) is in sys.modules; litellm and the SDK must not be."""
+    made by a library) is in sys.modules; litellm and the OpenAI SDK must not be, nor (without
+    MCP_CONFIG) the MCP SDK."""
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "true"}
     done = subprocess.run(
         [sys.executable, "-c", TURN_IN_A_FRESH_PROCESS],

@@ -11,7 +11,6 @@ import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,6 +18,7 @@ from memory.chat_move import CHAT_SETTINGS, MERGED_COUNTS, MOVED_TABLES, move_ch
 from memory.db import Database
 from memory.longterm import write_memory
 from memory.store import Store, to_iso, utc_now
+from models.calls import CallOptions
 from models.types import ChatResult, Message
 from reminders.book import ReminderBook
 from tests.memory_sessions import SettableClock
@@ -196,9 +196,11 @@ class AskedTransport(ScriptedTransport):
         super().__init__(responder)
         self.asked = asyncio.Event()
 
-    async def complete(self, model_id: str, messages: list[Message], **kwargs: Any) -> ChatResult:  # type: ignore[override]
+    async def complete(
+        self, model_id: str, messages: list[Message], options: CallOptions
+    ) -> ChatResult:
         self.asked.set()
-        return await super().complete(model_id, messages, **kwargs)
+        return await super().complete(model_id, messages, options)
 
 
 async def test_a_consolidation_running_while_the_chat_moves_commits_under_the_new_id(

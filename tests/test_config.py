@@ -292,3 +292,44 @@ def test_provider_workers_follow_the_machine_unless_set() -> None:
     assert provider_workers(chosen, cpus=1, memory_bytes=1 * GIB) == 3
     kept = load_settings(TELEGRAM_BOT_TOKEN=TOKEN, PROVIDER_WORKERS_AT_REST="2")
     assert provider_workers(kept, cpus=1, memory_bytes=1 * GIB) == 2  # never fewer than at rest
+
+
+def test_mcp_config_reads_its_tokens_from_env_file_and_keeps_them_secret(tmp_path: Path) -> None:
+    """A `${VAR}` of MCP_CONFIG may be set in .env (it is no typo there), fills the server's
+    header, and is one of the secrets the logs never show."""
+    (tmp_path / "mcp.json").write_text(
+        '{"mcpServers": {"notes": {"url": "https://notes.example.org/mcp",'
+        ' "headers": {"Authorization": "Bearer ${NOTES_TOKEN}"}}}}'
+    )
+    (tmp_path / ".env").write_text(
+        f"TELEGRAM_BOT_TOKEN={TOKEN}\nOPENAI_API_KEY=sk-x\nMCP_CONFIG=mcp.json\n"
+        "NOTES_TOKEN=notes-secret-42\n"
+    )
+    settings = load_settings()
+    prepared = prepare(settings)
+    assert prepared.mcp is not None
+    [notes] = prepared.mcp.servers
+    assert dict(notes.headers) == {"Authorization": "Bearer notes-secret-42"}
+    assert "notes-secret-42" in secrets_of(settings)
+    assert settings.MCP_MAX_RESULT_CHARS == 15_000 and settings.MCP_USER_DAILY_CALLS == 200
+
+
+def test_a_bad_mcp_config_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "mcp.json").write_text('{"mcpServers": {"time": {"command": "x", "timeout": -1}}}')
+    settings = load_settings(TELEGRAM_BOT_TOKEN=TOKEN, OPENAI_API_KEY="sk-x", MCP_CONFIG="mcp.json")
+    with pytest.raises(ConfigError) as info:
+        prepare(settings)
+    assert str(info.value) == (
+        "MCP_CONFIG mcp.json: server 'time', field 'timeout': must be seconds per call, above 0, "
+        "at most 600"
+    )
+
+
+def test_without_mcp_config_or_with_no_calls_there_is_no_mcp(tmp_path: Path) -> None:
+    (tmp_path / "mcp.json").write_text('{"mcpServers": {"time": {"command": "x"}}}')
+    assert prepare(load_settings(TELEGRAM_BOT_TOKEN=TOKEN, OPENAI_API_KEY="sk-x")).mcp is None
+    off = load_settings(
+        TELEGRAM_BOT_TOKEN=TOKEN, OPENAI_API_KEY="sk-x", MCP_CONFIG="mcp.json",
+        MCP_USER_DAILY_CALLS=0,
+    )  # fmt: skip
+    assert prepare(off).mcp is None

@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 
 from memory.longterm import write_memory
 from memory.store import to_iso
+from models.calls import CallOptions
 from tests.consolidation_stack import (
     CHAIN,
     GOOD_ARGS,
@@ -300,7 +301,7 @@ async def test_time_spent_waiting_behind_chat_is_not_the_models_timeout(tmp_path
     try:
         stack.openai.enforce_rate_limit(1.0, burst=2.0)  # 60 a minute, said in the headers
         await stack.transport.complete(
-            "gpt-4.1-mini", [{"role": "user", "content": "hi"}], timeout=10
+            "gpt-4.1-mini", [{"role": "user", "content": "hi"}], CallOptions(timeout=10)
         )
         _, job_id = await closed_session(stack, 1)
         chats = [
@@ -308,8 +309,7 @@ async def test_time_spent_waiting_behind_chat_is_not_the_models_timeout(tmp_path
                 stack.transport.complete(
                     "gpt-4.1-mini",
                     [{"role": "user", "content": f"chat {n}"}],
-                    timeout=10,
-                    user_key=f"user {n}",
+                    CallOptions(timeout=10, user_key=f"user {n}"),
                 )
             )
             for n in range(1)

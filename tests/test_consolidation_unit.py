@@ -20,6 +20,7 @@ from memory.longterm import (
     write_memory,
 )
 from memory.store import Store, to_iso
+from models.calls import CallOptions
 from models.catalog import load_catalog
 from models.types import Attempt, ChatResult, Message, Outcome, ToolCall, TransportError
 from tests.consolidation_stack import CHAIN
@@ -47,10 +48,10 @@ class ChoiceRecordingTransport(ScriptedTransport):
         self.choices: list[object] = []
 
     async def complete(
-        self, model_id: str, messages: list[Message], **kwargs: object
-    ) -> ChatResult:  # type: ignore[override]
-        self.choices.append(kwargs.get("tool_choice"))
-        if kwargs.get("tool_choice") == FORCED_TOOL_CHOICE and model_id == CHAIN[0]:
+        self, model_id: str, messages: list[Message], options: CallOptions
+    ) -> ChatResult:
+        self.choices.append(options.tool_choice)
+        if options.tool_choice == FORCED_TOOL_CHOICE and model_id == CHAIN[0]:
             # As the transport reports a refusal (models/errors.py): status and code in the
             # detail, the refused parameter apart. The HTTP version is in
             # test_consolidation_http.py with the providers' real bodies.
@@ -62,7 +63,7 @@ class ChoiceRecordingTransport(ScriptedTransport):
                 refused_param="tool_choice",
             )
             raise TransportError("bad", [refused])
-        return await super().complete(model_id, messages, timeout=5, walk_chain=False)
+        return await super().complete(model_id, messages, CallOptions(timeout=5, walk_chain=False))
 
 
 async def test_a_provider_refusing_forced_tool_choice_is_asked_again_with_auto(

@@ -175,3 +175,11 @@ async def test_kill_right_after_the_commit_applies_nothing_twice(
     assert len(history) == 1
     assert [tuple(r) for r in memory] == [(GOOD_ARGS["memory_update"], 1)]
     assert query(db_path, "SELECT state FROM consolidation_jobs")[0]["state"] == "done"
+    # Killed right after the commit, maybe before the archive's index transactions: after
+    # the restart every archived turn is indexed, and counted once.
+    assert query(db_path, "SELECT id FROM archived_messages WHERE indexed = 0") == []
+    searched = query(db_path, "SELECT COUNT(*) AS n FROM archived_messages WHERE terms != ''")
+    counted = query(
+        db_path, "SELECT docs FROM archive_terms WHERE chat_id = ? AND term = ''", (USER,)
+    )
+    assert searched[0]["n"] > 0 and [r["docs"] for r in counted] == [searched[0]["n"]]

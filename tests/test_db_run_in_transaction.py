@@ -265,3 +265,44 @@ async def test_a_commit_refused_for_one_write_of_a_batch_fails_that_write_alone(
     assert await _chats(db) == [1, 2, 3]
     assert await db.fetchall("SELECT 1 FROM messages") == []
     await _still_writes(db)
+
+
+async def test_a_users_write_goes_before_queued_background_writes_each_of_which_runs_alone(
+    db: Database,
+) -> None:
+    # /new must not wait behind a queue of consolidation commits: with the writer busy, two
+    # background writes and then two of a user's are asked for; the user's run next, together,
+    # and each background write after them in its own transaction.
+    order: list[int] = []
+    statements: list[str] = []
+    await db._conn._execute(db._conn._conn.set_trace_callback, statements.append)
+    first, started, release = _held(lambda conn: _add_chat(conn, 0))
+    holder = asyncio.create_task(db.run_in_transaction(first))
+    assert await asyncio.to_thread(started.wait, 30)
+
+    def write(chat_id: int) -> Callable[[sqlite3.Connection], None]:
+        def body(conn: sqlite3.Connection) -> None:
+            order.append(chat_id)
+            _add_chat(conn, chat_id)
+
+        return body
+
+    queued = [
+        asyncio.create_task(db.run_in_transaction(write(1), background=True)),
+        asyncio.create_task(db.run_in_transaction(write(2), background=True)),
+    ]
+    await asyncio.sleep(0)
+    queued += [
+        asyncio.create_task(db.run_in_transaction(write(3))),
+        asyncio.create_task(db.run_in_transaction(write(4))),
+    ]
+    await asyncio.sleep(0)
+    release.set()
+    await holder
+    await asyncio.gather(*queued)
+    await db._conn._execute(db._conn._conn.set_trace_callback, None)
+
+    assert order == [3, 4, 1, 2]
+    # The held write, the user's two together, then each background write alone.
+    assert statements.count("COMMIT") == 4
+    assert await _chats(db) == [0, 1, 2, 3, 4]

@@ -23,15 +23,22 @@ DEPLOY = REPO / "deploy"
 SECRET = "a-test-secret-of-searxng-0123456789abcdef"
 
 
-def compose_config(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """`docker-compose config` on a copy of deploy/ beside an empty mnemobot.env (the settings
-    file the README has the operator write; the repository has none)."""
+def compose_config(
+    tmp_path: Path, compose_text: str | None = None, files: dict[str, str] | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`docker-compose config` on a copy of deploy/ (its compose file replaced by
+    `compose_text` if given, `files` written beside it) and an empty mnemobot.env (the
+    settings file the README has the operator write; the repository has none)."""
     compose = need("docker-compose")
     copy = tmp_path / "deploy"
     copy.mkdir()
     shutil.copy(DEPLOY / "compose.yaml", copy)
+    if compose_text is not None:
+        (copy / "compose.yaml").write_text(compose_text, encoding="utf-8")
     shutil.copytree(DEPLOY / "searxng", copy / "searxng")
     (copy / "mnemobot.env").write_text("", encoding="utf-8")
+    for name, content in (files or {}).items():
+        (copy / name).write_text(content, encoding="utf-8")
     return subprocess.run(
         [compose, "-f", str(copy / "compose.yaml"), "config"],
         env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
@@ -86,3 +93,21 @@ def test_compose_refuses_to_run_searxng_without_a_secret(tmp_path: Path) -> None
     done = compose_config(tmp_path)
     assert done.returncode != 0
     assert "SEARXNG_SECRET" in done.stderr
+
+
+def test_the_mcp_lines_once_uncommented_mount_the_config_read_only(tmp_path: Path) -> None:
+    """The compose file shows how to give the bot an MCP_CONFIG: its two commented lines,
+    uncommented as the README says, mount the file read-only where MCP_CONFIG points."""
+    text = (DEPLOY / "compose.yaml").read_text(encoding="utf-8")
+    for line in (
+        "# MCP_CONFIG: /etc/mnemobot/mcp.json",
+        "# - ./mcp.json:/etc/mnemobot/mcp.json:ro",
+    ):
+        assert line in text
+        text = text.replace(line, line.removeprefix("# "))
+    done = compose_config(tmp_path, text, {"mcp.json": '{"mcpServers": {}}'}, SEARXNG_SECRET=SECRET)
+    assert done.returncode == 0, done.stderr
+    bot = yaml.safe_load(done.stdout)["services"]["mnemobot"]
+    assert bot["environment"]["MCP_CONFIG"] == "/etc/mnemobot/mcp.json"
+    mcp_file = tmp_path / "deploy" / "mcp.json"
+    assert f"{mcp_file}:/etc/mnemobot/mcp.json:ro" in bot["volumes"]

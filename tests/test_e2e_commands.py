@@ -191,7 +191,8 @@ async def test_unknown_commands_are_answered_not_sent_to_the_model(tmp_path: Pat
 
 async def test_the_menu_is_read_from_the_registered_handlers(tmp_path: Path) -> None:
     """Everyone's menu lists each registered command but the admins' ones, in registration
-    order, described by the locale; the admins' menu adds /stats; /help lists the same."""
+    order, described by the locale; the admins' menu adds /stats and /mcp; /help lists
+    everyone's."""
     from bot.ui.commands import registered_commands
 
     async with bot_under_test(tmp_path, ADMIN_USER_IDS=str(OWNER)) as bot:
@@ -201,9 +202,12 @@ async def test_the_menu_is_read_from_the_registered_handlers(tmp_path: Path) -> 
         assert names == ["start", "help", "model", "new", "cancel", "memory", "forget",
                          "recall", "usage", "timezone", "reminders"]  # fmt: skip
         assert all(c["description"] == t(f"cmd_{c['command']}") for c in english.params["commands"])
-        assert set(names) | {"stats"} == registered_commands(bot.application)
+        admin_only = {"stats", "mcp"}
+        assert set(names) | admin_only == registered_commands(bot.application)
         [admins] = [c for c in bot.tg.calls_of("setMyCommands") if "scope" in c.params]
-        assert [c["command"] for c in admins.params["commands"]] == [*names[:9], "stats",
-                                                                    *names[9:]]  # fmt: skip
+        listed = [c["command"] for c in admins.params["commands"]]
+        assert [n for n in listed if n not in admin_only] == names
+        assert set(listed) - set(names) == admin_only
         [help_] = await bot.ask(CHAT, "/help")
-        assert all(f"/{name} — " in help_.text for name in names) and "/stats" not in help_.text
+        assert all(f"/{name} — " in help_.text for name in names)
+        assert "/stats" not in help_.text and "/mcp" not in help_.text

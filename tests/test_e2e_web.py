@@ -287,8 +287,11 @@ async def test_a_forwarded_message_s_remember_waits_and_its_answer_has_no_previe
         settings = preview_settings(bot, CHAT, answer.message_id)
         assert settings and all(p == {"is_disabled": True} for p in settings)
         # Stored as someone else's words, for later turns and for consolidation.
-        [stored] = await bot.rows("SELECT media FROM messages WHERE role = 'user'")
-        assert json.loads(stored["media"])["untrusted"] is True
+        [stored] = await bot.rows(
+            "SELECT forward_origin, provenance FROM messages WHERE role = 'user'"
+        )
+        origin = json.loads(stored["forward_origin"])["name"]
+        assert json.loads(stored["provenance"]) == {"kind": "forward", "source": origin}
 
 
 async def test_a_plain_remember_is_written_at_once(tmp_path: Path) -> None:
@@ -385,8 +388,9 @@ async def test_a_quote_of_another_member_keeps_later_writes_waiting_while_in_vie
         await bot.ask(GROUP, f"{MENTION}ok, save it", **IN_GROUP)
         await bot.wait(lambda: any(m.button_data() for m in bot.messages(GROUP)))
         assert await memory_of(bot, GROUP) == ""
-        stored = await bot.rows("SELECT media FROM messages WHERE role = 'user' ORDER BY id")
-        assert [json.loads(r["media"]).get("untrusted") for r in stored] == [True, None]
+        stored = await bot.rows("SELECT provenance FROM messages WHERE role = 'user' ORDER BY id")
+        quoted = {"kind": "quote", "source": f"Bo (id {FRIEND})", "own": "look at this"}
+        assert [json.loads(r["provenance"] or "null") for r in stored] == [quoted, None]
 
 
 async def test_a_reply_to_the_bot_is_not_stored_as_someone_else_s_words(tmp_path: Path) -> None:
@@ -394,8 +398,10 @@ async def test_a_reply_to_the_bot_is_not_stored_as_someone_else_s_words(tmp_path
         bot.openai.script("gpt-5", Reply("Hello."), Reply("Sure."))
         await bot.ask(CHAT, "hi")
         await bot.ask(CHAT, "thanks", reply_to_bot=True)
-        stored = await bot.rows("SELECT media FROM messages WHERE role = 'user' ORDER BY id")
-        assert [r["media"] for r in stored] == [None, None]
+        stored = await bot.rows(
+            "SELECT media, provenance FROM messages WHERE role = 'user' ORDER BY id"
+        )
+        assert [(r["media"], r["provenance"]) for r in stored] == [(None, None), (None, None)]
 
 
 async def test_a_document_s_injected_remember_waits(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import json
 import pytest
 import structlog
 
+from models.calls import CallOptions
 from models.errors import (
     Evidence,
     classify,
@@ -68,11 +69,13 @@ async def _one_attempt(kind: str, fault: Fault, *, stream: bool, limit_s: float 
             with pytest.raises(TransportError) as caught:
                 if stream:
                     async for event in t.stream(
-                        MODEL_ON[kind], HI, timeout=limit_s, walk_chain=False
+                        MODEL_ON[kind], HI, CallOptions(timeout=limit_s, walk_chain=False)
                     ):
                         assert not isinstance(event, StreamDone)
                 else:
-                    await t.complete(MODEL_ON[kind], HI, timeout=limit_s, walk_chain=False)
+                    await t.complete(
+                        MODEL_ON[kind], HI, CallOptions(timeout=limit_s, walk_chain=False)
+                    )
         finally:
             await t.aclose()
         assert len(fp.requests) == 1

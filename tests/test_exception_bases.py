@@ -11,6 +11,7 @@ import pkgutil
 import pytest
 
 import bot
+import mcp_client
 import media
 import memory
 import models
@@ -20,6 +21,7 @@ import web
 BASES: dict[str, type[Exception]] = {
     "bot": bot.BotError,
     "web": web.WebError,
+    "mcp_client": mcp_client.McpClientError,
     "reminders": reminders.RemindersError,
     "media": media.MediaError,
     "memory": memory.MemoryLayerError,

@@ -191,6 +191,26 @@ async def test_injected_bad_gateway_every_tenth_send(bot: Bot, tg: FakeTelegram)
     assert len(tg.bot_messages(3)) == 28
 
 
+async def test_a_502_after_delivery_leaves_the_message_in_the_chat(
+    bot: Bot, tg: FakeTelegram
+) -> None:
+    """Telegram's 502 can come after it delivered: one fault in two here does (the 10th send's,
+    then not the 20th's, then the 30th's), and the client only hears "Bad Gateway"."""
+    tg.inject_error("sendMessage", count=3, status=502, every=10, delivered_every=2)
+    for n in range(1, 31):
+        if n % 10 == 0:
+            with pytest.raises(NetworkError, match="Bad Gateway"):
+                await bot.send_message(3, f"m{n}")
+        else:
+            await bot.send_message(3, f"m{n}")
+    failed = [c for c in tg.calls_of("sendMessage") if not c.ok]
+    assert [(c.params["text"], c.delivered) for c in failed] == [
+        ("m10", True), ("m20", False), ("m30", True),
+    ]  # fmt: skip
+    texts = [m.text for m in tg.bot_messages(3)]
+    assert "m10" in texts and "m20" not in texts and "m30" in texts and len(texts) == 29
+
+
 async def test_flood_limits_penalise_and_extend_while_retried(bot: Bot, tg: FakeTelegram) -> None:
     tg.enforce_flood_limits = True
     first = await bot.send_message(9, "one")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import structlog
 
+from models.calls import CallOptions
 from models.policy.breakers import BreakerState, CircuitBreaker
 from models.types import Outcome
 from tests.conftest import FakeClock, make_transport
@@ -61,26 +62,26 @@ async def test_model_breaker_sends_requests_straight_to_the_fallback(
 
     with structlog.testing.capture_logs() as logs:
         for _ in range(3):
-            assert (await t.complete(HEAD, HI, timeout=5)).model_id == "qwen3-32b"
+            assert (await t.complete(HEAD, HI, CallOptions(timeout=5))).model_id == "qwen3-32b"
         assert head_requests() == 3
         assert t.status()["models"][HEAD]["breaker"] == "open"
         for _ in range(5):
-            result = await t.complete(HEAD, HI, timeout=5)
+            result = await t.complete(HEAD, HI, CallOptions(timeout=5))
             assert result.attempts[0].outcome is Outcome.SKIPPED
             assert result.attempts[0].detail == "model circuit open"
         assert head_requests() == 3  # no request while open
 
         clock.advance(30.0)
-        await t.complete(HEAD, HI, timeout=5)  # the probe: fails, open again
+        await t.complete(HEAD, HI, CallOptions(timeout=5))  # the probe: fails, open again
         assert head_requests() == 4
-        await t.complete(HEAD, HI, timeout=5)
+        await t.complete(HEAD, HI, CallOptions(timeout=5))
         assert head_requests() == 4
 
         fake_groq.set_default(HEAD, Reply("head is back"))
         clock.advance(30.0)
-        probe = await t.complete(HEAD, HI, timeout=5)
+        probe = await t.complete(HEAD, HI, CallOptions(timeout=5))
         assert probe.model_id == HEAD and t.status()["models"][HEAD]["breaker"] == "closed"
-        assert (await t.complete(HEAD, HI, timeout=5)).model_id == HEAD
+        assert (await t.complete(HEAD, HI, CallOptions(timeout=5))).model_id == HEAD
     transitions = [
         (e["old_state"], e["new_state"])
         for e in logs
@@ -105,13 +106,13 @@ async def test_gateway_breaker_skips_every_model_of_a_failing_gateway(
         backoff=(), breaker_threshold=100, gateway_breaker_threshold=3, clock=clock,
     )  # fmt: skip
     fake_groq.set_default("*", Fault("cloudflare_524"))
-    first = await t.complete(HEAD, HI, timeout=5)
+    first = await t.complete(HEAD, HI, CallOptions(timeout=5))
     # head, qwen3 and scout each failed once: three in a row on Groq opens its breaker
     assert [a.outcome for a in first.attempts][:3] == [Outcome.TIMEOUT] * 3
     assert first.model_id == "gpt-4.1-mini"
     assert t.status()["gateways"]["groq"]["breaker"] == "open"
     fake_groq.requests.clear()
-    second = await t.complete(HEAD, HI, timeout=5)
+    second = await t.complete(HEAD, HI, CallOptions(timeout=5))
     assert fake_groq.requests == []
     assert [a.detail for a in second.attempts[:3]] == ["gateway circuit open"] * 3
     assert second.model_id == "gpt-4.1-mini"
@@ -122,7 +123,7 @@ async def test_bad_requests_do_not_open_breakers(fake_openai, fake_groq, fake_an
     t = make_transport(fake_openai, fake_groq, fake_anthropic, backoff=(), breaker_threshold=2)
     fake_groq.set_default(HEAD, Fault("bad_request_400"))
     for _ in range(4):
-        await t.complete(HEAD, HI, timeout=5)
+        await t.complete(HEAD, HI, CallOptions(timeout=5))
     # A request the model rejects says nothing about the model's health.
     assert sum(1 for r in fake_groq.requests if r.model == HEAD) == 4
     assert t.status()["models"][HEAD]["breaker"] == "closed"

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from models.calls import CallOptions
 from models.catalog import load_catalog
 from models.policy.breakers import RetryBudget
 from models.policy.token_bucket import TokenBucket
@@ -36,7 +37,9 @@ async def test_a_full_ceiling_makes_requests_wait_never_fall_back(
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": 8.0})
     t = Transport(load_catalog(), gateways, backoff=(), workers=shared_workers())
     await t.warm_up()  # the pace is under test, not a worker's first start
-    results = await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=5) for _ in range(12)))
+    results = await asyncio.gather(
+        *(t.complete("qwen3-32b", HI, CallOptions(timeout=5)) for _ in range(12))
+    )
     assert [r.model_id for r in results] == ["qwen3-32b"] * 12
     assert all(a.outcome is Outcome.SUCCESS for r in results for a in r.attempts)
     assert len(fake_groq.requests) == 12 and fake_openai.requests == []
@@ -56,7 +59,9 @@ async def test_a_turn_beyond_the_timeout_is_not_waited_for(
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": 1.0})
     t = Transport(load_catalog(), gateways, backoff=(), bucket_burst=1.0, workers=shared_workers())
     await t.warm_up()  # the pace is under test, not a worker's first start
-    results = await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=3) for _ in range(5)))
+    results = await asyncio.gather(
+        *(t.complete("qwen3-32b", HI, CallOptions(timeout=3)) for _ in range(5))
+    )
     on_groq = [r for r in results if r.model_id == "qwen3-32b"]
     moved = [r for r in results if r.model_id != "qwen3-32b"]
     # One now, then one a second: two more come within 3 s (with 20 % to spare); two not.
@@ -79,7 +84,7 @@ async def test_no_provider_sees_more_than_its_ceiling(
     rate = 20.0
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": rate})
     t = Transport(load_catalog(), gateways, bucket_burst=1.0, backoff=(), workers=shared_workers())
-    await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=5) for _ in range(30)))
+    await asyncio.gather(*(t.complete("qwen3-32b", HI, CallOptions(timeout=5)) for _ in range(30)))
     times = sorted(r.at for r in fake_groq.requests)
     assert len(times) == 30
     # In every one-second window: at most rate + burst requests (slowness only spreads them).
@@ -111,12 +116,12 @@ async def test_empty_budget_leaves_first_attempt_and_chain_walk_only(
         retry_budget_per_second=0.0, breaker_threshold=100, gateway_breaker_threshold=100,
     )  # fmt: skip
     fake_groq.set_default("llama-3.3-70b-versatile", Fault("server_500"))
-    first = await t.complete("llama-3.3-70b-versatile", HI, timeout=5)
+    first = await t.complete("llama-3.3-70b-versatile", HI, CallOptions(timeout=5))
     # 1 attempt + 2 budgeted retries on the head, then the walk to qwen3 answers.
     assert [a.model_id for a in first.attempts].count("llama-3.3-70b-versatile") == 3
     assert first.model_id == "qwen3-32b"
     for _ in range(3):
-        later = await t.complete("llama-3.3-70b-versatile", HI, timeout=5)
+        later = await t.complete("llama-3.3-70b-versatile", HI, CallOptions(timeout=5))
         heads = [a for a in later.attempts if a.model_id == "llama-3.3-70b-versatile"]
         assert len(heads) == 1 and later.model_id == "qwen3-32b"
     assert len(fake_groq.requests) == (3 + 1) + 3 * (1 + 1)  # no storm against the broken head
@@ -131,11 +136,11 @@ async def test_successes_earn_retries_back(fake_openai, fake_groq, fake_anthropi
         retry_budget_per_second=0.0, breaker_threshold=100,
     )  # fmt: skip
     for _ in range(2):
-        await t.complete("qwen3-32b", HI, timeout=5)  # two successes: one retry earned
+        await t.complete("qwen3-32b", HI, CallOptions(timeout=5))  # two successes: one retry earned
     assert t.policy.retry_budget.balance == pytest.approx(1.0)
     fake_groq.script("qwen/qwen3-32b", Fault("server_500"), Fault("server_500"))
     with pytest.raises(TransportError) as caught:
-        await t.complete("qwen3-32b", HI, timeout=5, walk_chain=False)
+        await t.complete("qwen3-32b", HI, CallOptions(timeout=5, walk_chain=False))
     # One earned retry: two attempts, and the third (which would have succeeded) never sent.
     assert [a.outcome for a in caught.value.attempts] == [Outcome.UNAVAILABLE] * 2
     assert len(fake_groq.requests) == 4

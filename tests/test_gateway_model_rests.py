@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from models.calls import CallOptions
 from models.policy.keys import KeyRing
 from models.types import Outcome, TransportError
 from tests.conftest import TEST_KEYS, FakeClock, make_transport
@@ -47,16 +48,16 @@ async def test_rate_limit_on_one_model_leaves_the_key_to_the_others(
     t = _rate_limited_transport(fake_openai, fake_groq, fake_anthropic)
     fake_groq.script(A, RATE_LIMITS[name])
 
-    result = await t.complete(A, HI, timeout=5)
+    result = await t.complete(A, HI, CallOptions(timeout=5))
     assert [(a.model_id, a.outcome, a.key_index) for a in result.attempts] == [
         (A, Outcome.RATE_LIMIT, 0),
         (B, Outcome.SUCCESS, 0),
     ]
     # B on its own: key 0 is used, not skipped.
-    result = await t.complete(B, HI, timeout=5, walk_chain=False)
+    result = await t.complete(B, HI, CallOptions(timeout=5, walk_chain=False))
     assert result.model_id == B
     # A itself rests on key 0: skipped without a request, B answers.
-    result = await t.complete(A, HI, timeout=5)
+    result = await t.complete(A, HI, CallOptions(timeout=5))
     assert [a.outcome for a in result.attempts] == [Outcome.SKIPPED, Outcome.SUCCESS]
     assert [(r.model, r.api_key) for r in fake_groq.requests] == [
         (A, GROQ_KEY),
@@ -82,7 +83,7 @@ async def test_quota_or_auth_failure_on_one_model_rests_the_key_for_all(
     fault, outcome, reason = ACCOUNT_WIDE[name]
     fake_groq.script(A, fault)
 
-    result = await t.complete(A, HI, timeout=5)
+    result = await t.complete(A, HI, CallOptions(timeout=5))
     assert result.model_id == "gpt-4.1-mini"
     assert [a.outcome for a in result.attempts] == [
         outcome,
@@ -91,7 +92,7 @@ async def test_quota_or_auth_failure_on_one_model_rests_the_key_for_all(
         Outcome.SUCCESS,
     ]
     with pytest.raises(TransportError) as caught:
-        await t.complete(B, HI, timeout=5, walk_chain=False)
+        await t.complete(B, HI, CallOptions(timeout=5, walk_chain=False))
     assert [a.outcome for a in caught.value.attempts] == [Outcome.SKIPPED]
     assert [r.model for r in fake_groq.requests] == [A]  # nothing else reached Groq
 
@@ -108,8 +109,8 @@ async def test_spent_window_in_success_headers_rests_only_that_model(
     spent = {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "45s"}
     fake_groq.script(A, Reply("last one for now", headers=spent))
 
-    assert (await t.complete(A, HI, timeout=5)).model_id == A
-    result = await t.complete(A, HI, timeout=5)
+    assert (await t.complete(A, HI, CallOptions(timeout=5))).model_id == A
+    result = await t.complete(A, HI, CallOptions(timeout=5))
     assert [(a.model_id, a.outcome) for a in result.attempts] == [
         (A, Outcome.SKIPPED),
         (B, Outcome.SUCCESS),
@@ -132,7 +133,7 @@ async def test_other_model_uses_the_key_while_a_bare_429_waits_out_its_backoff(
 
     async def sleep(seconds: float) -> None:
         if seconds >= 30.0 and t is not None:  # A's backoff: another chat asks B meanwhile
-            answer = await t.complete(haiku, HI, timeout=5, walk_chain=False)
+            answer = await t.complete(haiku, HI, CallOptions(timeout=5, walk_chain=False))
             during_wait.append(answer.model_id)
         clock.advance(seconds)
 
@@ -140,7 +141,7 @@ async def test_other_model_uses_the_key_while_a_bare_429_waits_out_its_backoff(
         fake_openai, fake_groq, fake_anthropic, backoff=(30.0,), sleep=sleep, clock=clock
     )
     fake_anthropic.script(sonnet, Fault("anthropic_rate_limit_429"))
-    result = await t.complete(sonnet, HI, timeout=5, walk_chain=False)
+    result = await t.complete(sonnet, HI, CallOptions(timeout=5, walk_chain=False))
     assert [(a.outcome, a.key_index) for a in result.attempts] == [
         (Outcome.RATE_LIMIT, 0),
         (Outcome.SUCCESS, 0),

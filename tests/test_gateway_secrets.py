@@ -18,6 +18,7 @@ from aiohttp import web
 
 from bot.app import prepare
 from bot.config import load_settings
+from models.calls import CallOptions
 from models.catalog import CatalogError, load_catalog
 from models.gateways import Gateway
 from models.transport import Transport
@@ -187,7 +188,9 @@ async def test_a_redirect_is_not_followed_with_the_key(
         try:
             with pytest.raises(TransportError) as failed:
                 await transport.complete(
-                    model_id, [{"role": "user", "content": "hi"}], timeout=30, walk_chain=False
+                    model_id,
+                    [{"role": "user", "content": "hi"}],
+                    CallOptions(timeout=30, walk_chain=False),
                 )
             assert failed.value.attempts[0].outcome != Outcome.SUCCESS
             assert failed.value.attempts[0].status_code == 307

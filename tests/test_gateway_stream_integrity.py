@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from models import streamtext
+from models.calls import CallOptions
 from models.streamtext import MAX_CLUSTER_CODEPOINTS, ZWJ, WholeCharacters, last_cluster_start
 from models.types import StreamDone, TextDelta
 from tests.conftest import make_transport
@@ -92,7 +93,7 @@ async def test_split_bytes_and_code_points_reach_the_caller_whole(provider: str)
         fp = {"openai": o, "groq": g, "anthropic": a}[provider]
         fp.script("*", Reply(text, chunk_chars=1, split_utf8=True))
         t = make_transport(o, g, a)
-        events = [e async for e in t.stream(MODEL_ON[provider], HI, timeout=30)]
+        events = [e async for e in t.stream(MODEL_ON[provider], HI, CallOptions(timeout=30))]
         await t.aclose()
     pieces = [e.text for e in events if isinstance(e, TextDelta)]
     assert isinstance(events[-1], StreamDone) and events[-1].result.text == text

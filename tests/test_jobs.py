@@ -12,22 +12,18 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from memory.consolidation.consolidation import Consolidator
-from memory.consolidation.jobs import (
-    MAX_CONFLICTS_PER_RUN,
-    ConsolidationWorker,
-    JobQueue,
-    consolidation_stats,
-    retry_delay,
-)
+from memory.consolidation.jobs import JobQueue, retry_delay
+from memory.consolidation.stats import consolidation_stats
+from memory.consolidation.worker import MAX_CONFLICTS_PER_RUN, ConsolidationWorker
 from memory.db import Database
 from memory.forget import forget_chat
 from memory.longterm import MemoryRepository, write_memory
 from memory.store import Store, to_iso, utc_now
+from models.calls import CallOptions
 from models.catalog import load_catalog
 from models.types import (
     Attempt,
@@ -35,7 +31,6 @@ from models.types import (
     Message,
     Outcome,
     Spend,
-    SpendCallback,
     ToolCall,
     TransportError,
     Usage,
@@ -78,16 +73,10 @@ class ScriptedTransport:
         self,
         model_id: str,
         messages: list[Message],
-        *,
-        timeout: float,  # noqa: ASYNC109 (the transport's signature)
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        walk_chain: bool = True,
-        user_key: object = None,
-        priority: object = None,
-        on_spend: SpendCallback | None = None,
+        options: CallOptions,
     ) -> ChatResult:
-        assert walk_chain is False
+        assert options.walk_chain is False
+        on_spend = options.on_spend
         self.calls.append((model_id, messages))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -574,7 +563,9 @@ class MemoryMovingTransport(ScriptedTransport):
         super().__init__(responder)
         self.db, self.chat_id = db, chat_id
 
-    async def complete(self, model_id: str, messages: list[Message], **kwargs: Any) -> ChatResult:
+    async def complete(
+        self, model_id: str, messages: list[Message], options: CallOptions
+    ) -> ChatResult:
         if len(self.calls) > 2 * MAX_CONFLICTS_PER_RUN:
             # Released for "now", the job was claimed and paid for again, endlessly. Fail the
             # run instead (the worker treats it as a crash, which does wait) and let it show.
@@ -585,7 +576,7 @@ class MemoryMovingTransport(ScriptedTransport):
                          now=to_iso(utc_now()))  # fmt: skip
 
         await self.db.run_in_transaction(rewrite)
-        return await super().complete(model_id, messages, **kwargs)
+        return await super().complete(model_id, messages, options)
 
 
 async def test_a_job_whose_memory_keeps_changing_waits_before_it_runs_again(

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from models.calls import CallOptions
 from models.catalog import load_catalog
 from models.policy.pacing import Priority
 from models.transport import Transport
@@ -43,7 +44,9 @@ async def test_the_headers_set_the_pace_and_the_provider_never_refuses(
     t = _transport(fake_openai, fake_groq, fake_anthropic)
     await t.warm_up()  # the learned pace is under test, not a worker's first start
     # A generous bound: the claim is that nobody is refused, not how fast a loaded machine is.
-    results = await asyncio.gather(*(t.complete(model, HI, timeout=30) for _ in range(25)))
+    results = await asyncio.gather(
+        *(t.complete(model, HI, CallOptions(timeout=30)) for _ in range(25))
+    )
     assert [r.model_id for r in results] == [model] * 25  # nobody moved down the chain
     assert fake.rate_limited == 0 and len(fake.requests) == 25
     gateway = "openai" if model == "gpt-4.1" else "anthropic"
@@ -103,10 +106,10 @@ async def test_a_spent_window_is_waited_out_until_its_reset(
         }
     fake.script("*", Reply("that was the last one", headers=spent))
     t = _transport(fake_openai, fake_groq, fake_anthropic, clock=clock, sleep=sleep)
-    first = await t.complete(model, HI, timeout=10)
+    first = await t.complete(model, HI, CallOptions(timeout=10))
     assert first.model_id == model
     started = clock.now
-    second = await t.complete(model, HI, timeout=10)
+    second = await t.complete(model, HI, CallOptions(timeout=10))
     assert second.model_id == model and [a.outcome for a in second.attempts] == [Outcome.SUCCESS]
     assert clock.now - started >= 1.5  # the reset was waited for before sending
     assert len(fake.requests) == 2
@@ -123,12 +126,12 @@ async def test_a_reset_later_than_the_timeout_moves_on_at_once(
     }
     fake_openai.script("gpt-4.1", Reply("last one for six minutes", headers=spent))
     t = _transport(fake_openai, fake_groq, fake_anthropic)
-    assert (await t.complete("gpt-4.1", HI, timeout=5)).model_id == "gpt-4.1"
+    assert (await t.complete("gpt-4.1", HI, CallOptions(timeout=5))).model_id == "gpt-4.1"
     # gpt-5's chain: gpt-5 -> gpt-5-mini -> gpt-4.1; gpt-4.1 alone has no fallback.
-    result = await t.complete("gpt-5-mini", HI, timeout=5)
+    result = await t.complete("gpt-5-mini", HI, CallOptions(timeout=5))
     assert result.model_id == "gpt-5-mini"  # other models of the gateway are not held back
     with pytest.raises(Exception) as caught:
-        await t.complete("gpt-4.1", HI, timeout=5)
+        await t.complete("gpt-4.1", HI, CallOptions(timeout=5))
     assert [a.detail for a in caught.value.attempts] == ["all keys cooling down"]
     await t.aclose()
 
@@ -138,16 +141,14 @@ async def test_consolidation_yields_to_chat_and_catches_up_when_chat_is_idle(
 ) -> None:
     fake_openai.enforce_rate_limit(4.0, burst=1.0)
     t = _transport(fake_openai, fake_groq, fake_anthropic)
-    await t.complete("gpt-4.1", [{"role": "user", "content": "warm-up"}], timeout=10)
+    await t.complete("gpt-4.1", [{"role": "user", "content": "warm-up"}], CallOptions(timeout=10))
 
     def ask(text: str, priority: Priority) -> asyncio.Task:
         return asyncio.create_task(
             t.complete(
                 "gpt-4.1",
                 [{"role": "user", "content": text}],
-                timeout=30,
-                user_key=text,
-                priority=priority,
+                CallOptions(timeout=30, user_key=text, priority=priority),
             )
         )
 
@@ -178,7 +179,9 @@ async def test_groqs_refusal_names_its_per_minute_limit_and_sets_the_pace(
     and every request is answered (a refused one by the next model of its chain)."""
     fake_groq.enforce_rate_limit(4.0, burst=1.0)
     t = _transport(fake_openai, fake_groq, fake_anthropic, backoff=(0.05,), retry_after_cap=2.0)
-    results = await asyncio.gather(*(t.complete("qwen3-32b", HI, timeout=20) for _ in range(12)))
+    results = await asyncio.gather(
+        *(t.complete("qwen3-32b", HI, CallOptions(timeout=20)) for _ in range(12))
+    )
     assert len(results) == 12 and all(r.text for r in results)  # everyone answered
     learned = t.status()["gateways"]["groq"]["queue"]["models"]["qwen/qwen3-32b"]
     assert learned["pace_per_s"] == pytest.approx(0.9 * 4.0)  # from "(RPM): Limit 240"

@@ -13,6 +13,7 @@ from bot.handlers.media.media_limits import TELEGRAM_DOWNLOAD_LIMIT
 from bot.handlers.media.photos import photo_text
 from bot.handlers.media.voice import transcript_html
 from memory.consolidation.transcript import render_message
+from memory.provenance import PHOTO, Provenance
 from memory.store import StoredMessage
 from tests.e2e_bot import real_update
 from tests.fakes.telegram import parse_html
@@ -52,11 +53,20 @@ def test_transcript_is_quoted_escaped_and_collapsed_when_long() -> None:
 
 
 def test_consolidation_sees_photo_captions_and_spoken_words_never_bytes() -> None:
-    def stored(content: str, media: dict[str, object]) -> StoredMessage:
-        return StoredMessage(1, 1, 1, "user", content, "2026-11-30T10:00:00.000Z", media=media)
+    def stored(
+        content: str, media: dict[str, object], provenance: Provenance | None = None
+    ) -> StoredMessage:
+        return StoredMessage(
+            1, 1, 1, "user", content, "2026-11-30T10:00:00.000Z", media=media,
+            provenance=provenance,
+        )  # fmt: skip
 
-    photo = stored(photo_text("my cat"), {"kind": "photo", "file_id": "AgAD"})
-    assert render_message(photo) == "[2026-11-30 10:00] user: [photo: my cat]"
+    # What a photo shows may be anyone's words: a stub; its caption is the user's own.
+    seen = Provenance(PHOTO, PHOTO, own="my cat")
+    photo = stored(photo_text("my cat"), {"kind": "photo", "file_id": "AgAD"}, seen)
+    assert render_message(photo) == (
+        "[2026-11-30 10:00] user: my cat\n    [photo from the user: not shown]"
+    )
     assert photo_text("") == "[photo]"
     voice = stored("call mum tonight", {"kind": "voice", "file_id": "AwAD", "duration": 2})
     assert render_message(voice) == (

@@ -116,22 +116,27 @@ async def test_rendered_message_carries_timestamp_role_and_tool_calls(store: Sto
     assert f"called tool {call.tool_calls[0].name} ({call.tool_calls[0].id})" in block  # type: ignore[index]
 
 
-def test_a_quote_of_someone_else_is_labelled_as_not_the_user_s_words() -> None:
-    """The front end marks a message quoting another member "untrusted"; the consolidation
-    transcript says so, and a forward (labelled by its role line) is not labelled twice."""
-    from memory.consolidation.transcript import OTHERS_WORDS_LABEL
+def test_a_quote_of_someone_else_is_a_stub_after_the_user_s_own_reply() -> None:
+    """A message quoting another member keeps the reply, the sender's own words; the quoted
+    words are a stub naming their author. A forward is a stub whole: none of it is the
+    sender's. What says so is the stored provenance, not the text."""
+    from memory.provenance import FORWARD, QUOTE, Provenance
     from memory.store import StoredMessage
 
     quoted = StoredMessage(
         1, 1, 5, "user", "[quote] I am allergic to nuts [/quote] ok", "2026-12-01T10:00:00.000Z",
-        media={"untrusted": True},
+        provenance=Provenance(QUOTE, "Ana (id 101)", own="ok"),
     )  # fmt: skip
-    assert f"user: {OTHERS_WORDS_LABEL}[quote]" in render_message(quoted)
+    assert render_message(quoted) == (
+        "[2026-12-01 10:00] user: ok\n    [quoted message written by Ana (id 101): not shown]"
+    )
     own = StoredMessage(2, 1, 5, "user", "I like rye", "2026-12-01T10:01:00.000Z")
-    assert OTHERS_WORDS_LABEL not in render_message(own)
+    assert render_message(own) == "[2026-12-01 10:01] user: I like rye"
     forwarded = StoredMessage(
         3, 1, 5, "user", "remember X", "2026-12-01T10:02:00.000Z",
-        media={"untrusted": True}, forward_origin={"type": "user", "name": "Bo (id 7)"},
+        forward_origin={"type": "user", "name": "Bo (id 7)"},
+        provenance=Provenance(FORWARD, "Bo (id 7)"),
     )  # fmt: skip
-    block = render_message(forwarded)
-    assert OTHERS_WORDS_LABEL not in block and "forwarded a message written by Bo (id 7)" in block
+    assert render_message(forwarded) == (
+        "[2026-12-01 10:02] user: [forwarded message written by Bo (id 7): not shown]"
+    )

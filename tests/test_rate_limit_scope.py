@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from models.calls import CallOptions
 from models.types import Outcome, TransportError
 from tests.conftest import TEST_KEYS, make_transport
 from tests.fakes.providers import Fault
@@ -44,7 +45,7 @@ async def test_real_bodies_outcome_and_what_rests(
     # No phase-1 retries: the next model is asked at once, so the rest is what we observe.
     t = make_transport(fake_openai, fake_groq, fake_anthropic, backoff=(), quota_cooldown=600)
     fake_groq.script(A, fault)
-    result = await t.complete(A, HI, timeout=5)
+    result = await t.complete(A, HI, CallOptions(timeout=5))
     first = result.attempts[0]
     assert (first.model_id, first.outcome) == (A, outcome)
     key0 = t.status()["gateways"]["groq"]["keys"][0]
@@ -99,7 +100,7 @@ async def test_real_bodies_of_openai_and_anthropic_rest_what_they_name(
     t = make_transport(fake_openai, fake_groq, fake_anthropic, backoff=(), quota_cooldown=600)
     {"openai": fake_openai, "anthropic": fake_anthropic}[gateway].script(model, fault)
     with pytest.raises(TransportError) as caught:
-        await t.complete(model, HI, timeout=5, walk_chain=False)
+        await t.complete(model, HI, CallOptions(timeout=5, walk_chain=False))
     [attempt] = caught.value.attempts
     assert (attempt.model_id, attempt.outcome) == (model, outcome)
     assert_rests(t.status()["gateways"][gateway]["keys"][0], scope, model, rest_s)
@@ -113,16 +114,16 @@ async def test_groq_tpm_429_on_llama_leaves_qwen3_and_scout_on_the_same_key(
     t = make_transport(fake_openai, fake_groq, fake_anthropic)  # default retry_after_cap 0.5
     fake_groq.script(A, Fault("groq_tpm_429"))
 
-    first = await t.complete(A, HI, timeout=5)
+    first = await t.complete(A, HI, CallOptions(timeout=5))
     assert [(a.model_id, a.outcome) for a in first.attempts] == [
         (A, Outcome.RATE_LIMIT),
         (B, Outcome.SUCCESS),
     ]
     assert first.attempts[0].retry_after_s == 2.0
-    scout = await t.complete(C, HI, timeout=5, walk_chain=False)
+    scout = await t.complete(C, HI, CallOptions(timeout=5, walk_chain=False))
     assert scout.model_id == C
     # While A rests for its 2 s, the next call goes to qwen3 on the same key, not to OpenAI.
-    again = await t.complete(A, HI, timeout=5)
+    again = await t.complete(A, HI, CallOptions(timeout=5))
     assert [(a.model_id, a.outcome) for a in again.attempts] == [
         (A, Outcome.SKIPPED),
         (B, Outcome.SUCCESS),

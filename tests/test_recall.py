@@ -20,7 +20,7 @@ import pytest
 
 from agent.tools.memory import ChatTools
 from memory.db import MIGRATIONS_DIR, Database, discover_migrations
-from memory.recall.archive import archive_in, index_messages
+from memory.recall.archive import archive_in, index_messages, index_pending
 from memory.recall.search import (
     MESSAGE_CHARS,
     MESSAGE_SCAN_CHARS,
@@ -198,7 +198,7 @@ async def test_another_chats_words_never_move_this_chats_results(tmp_path: Path)
 
 async def archive_turns(db: Database, chat_id: int, texts: list[str], at: str) -> None:
     """`texts` archived in `chat_id` as one consolidated session, the way the consolidation
-    commit archives (memory/recall/archive.py: terms, then the insert)."""
+    commit archives (memory/recall/archive.py: terms, the insert, then the index)."""
 
     def write(conn: sqlite3.Connection) -> None:
         conn.execute(
@@ -222,6 +222,7 @@ async def archive_turns(db: Database, chat_id: int, texts: list[str], at: str) -
         conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
 
     await db.run_in_transaction(write)
+    await index_pending(db)
 
 
 def test_inflections_share_a_term_in_each_served_language() -> None:

@@ -12,6 +12,7 @@ from bot.ui.stats import build_stats_text, everyone_text, money, usage_text
 from memory.db import Database
 from memory.store import Store, to_iso
 from memory.usage import UsageLedger
+from models.calls import CallOptions
 from models.types import Usage
 from tests.fakes.providers import Reply
 from tests.shared_workers import shared_workers
@@ -85,7 +86,7 @@ async def test_stats_text_shows_queue_outcomes_breakers_workers_and_spend(
         groq.breaker.record_failure()
 
     fake_openai.script("gpt-5", Reply("hello"))
-    await transport.complete("gpt-5", [{"role": "user", "content": "hi"}], timeout=10)
+    await transport.complete("gpt-5", [{"role": "user", "content": "hi"}], CallOptions(timeout=10))
     [worker] = transport.workers.workers
 
     text = await build_stats_text(db, transport.status(), "en", clock=lambda: NOW)
@@ -156,12 +157,12 @@ async def test_stats_show_who_waits_for_a_turn_and_the_longest_wait(
     transport = Transport(load_catalog(), gateways, bucket_burst=1.0, workers=shared_workers())
     hi = [{"role": "user", "content": "hi"}]
     asks = [
-        asyncio.create_task(transport.complete("gpt-4.1", hi, timeout=30, user_key=n))
+        asyncio.create_task(transport.complete("gpt-4.1", hi, CallOptions(timeout=30, user_key=n)))
         for n in range(3)
     ]
     asks.append(
         asyncio.create_task(
-            transport.complete("gpt-4.1", hi, timeout=30, priority=Priority.BACKGROUND)
+            transport.complete("gpt-4.1", hi, CallOptions(timeout=30, priority=Priority.BACKGROUND))
         )
     )
 

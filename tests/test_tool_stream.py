@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from models.calls import CallOptions
 from models.types import StreamDone, TextDelta
 from tests.fakes.providers import Reply, ToolCallReply
 
@@ -34,7 +35,7 @@ TOOLS = [
 
 async def _stream(transport, model_id, messages, **kwargs):
     texts, done = [], None
-    async for event in transport.stream(model_id, messages, timeout=5, **kwargs):
+    async for event in transport.stream(model_id, messages, CallOptions(timeout=5, **kwargs)):
         if isinstance(event, TextDelta):
             texts.append(event.text)
         elif isinstance(event, StreamDone):

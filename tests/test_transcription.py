@@ -10,6 +10,7 @@ import hashlib
 
 import pytest
 
+from models.calls import CallOptions
 from models.types import Outcome, Spend, TransportError, Usage
 from tests.conftest import TEST_KEYS, make_transport
 from tests.e2e_bot import MEDIA, wait_until
@@ -20,15 +21,16 @@ SPOKEN = (MEDIA / "voice_en.txt").read_text(encoding="utf-8").strip()
 GROQ_PER_SECOND = 0.04 / 3600
 
 
-async def transcribe(transport, **overrides):
-    options = {
-        "filename": "voice.ogg",
-        "mime_type": "audio/ogg",
-        "duration_s": 3.0,
-        "timeout": 5,
-        **overrides,
-    }
-    return await transport.transcribe("whisper-large-v3-turbo", VOICE, **options)
+async def transcribe(transport, *, duration_s: float = 3.0, **overrides):
+    options = CallOptions(**{"timeout": 5, **overrides})
+    return await transport.transcribe(
+        "whisper-large-v3-turbo",
+        VOICE,
+        options,
+        filename="voice.ogg",
+        mime_type="audio/ogg",
+        duration_s=duration_s,
+    )
 
 
 async def test_groq_transcribes_the_upload_and_the_catalog_prices_it(transport, fake_groq) -> None:

@@ -14,6 +14,7 @@ from contextlib import aclosing
 import pytest
 
 from models import tokens
+from models.calls import CallOptions
 from models.types import Spend, StreamDone, TextDelta
 from tests.conftest import make_transport
 from tests.e2e_bot import wait_until
@@ -29,14 +30,16 @@ async def test_complete_reports_the_answer_and_a_cancelled_request(
     t = make_transport(fake_openai, fake_groq, fake_anthropic, workers=in_process_workers)
     spends: list[Spend] = []
     fake_openai.script("gpt-4.1", Reply("short answer", prompt_tokens=11, completion_tokens=3))
-    result = await t.complete("gpt-4.1", HI, timeout=5, on_spend=spends.append)
+    result = await t.complete("gpt-4.1", HI, CallOptions(timeout=5, on_spend=spends.append))
     assert [(s.model_id, s.ended, s.usage.prompt_tokens, s.usage.estimated) for s in spends] == [
         ("gpt-4.1", "success", 11, False)
     ]
     assert spends[0].usage == result.usage
 
     fake_openai.script("gpt-4.1", Fault("hang"))
-    call = asyncio.create_task(t.complete("gpt-4.1", HI, timeout=30, on_spend=spends.append))
+    call = asyncio.create_task(
+        t.complete("gpt-4.1", HI, CallOptions(timeout=30, on_spend=spends.append))
+    )
     await wait_until(lambda: len(fake_openai.requests) == 2, "the request to reach the provider")
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -58,7 +61,7 @@ async def test_stream_reports_a_broken_model_and_a_caller_that_stopped_reading(
     spends: list[Spend] = []
     fake_openai.script("gpt-5", Fault("midstream_disconnect", after_chars=400))
     fake_openai.script("gpt-5-mini", Reply("fallback answer"))
-    async for event in t.stream("gpt-5", HI, timeout=5, on_spend=spends.append):
+    async for event in t.stream("gpt-5", HI, CallOptions(timeout=5, on_spend=spends.append)):
         if isinstance(event, StreamDone):
             done = event.result
     assert done.model_id == "gpt-5-mini"
@@ -71,7 +74,9 @@ async def test_stream_reports_a_broken_model_and_a_caller_that_stopped_reading(
     spends.clear()
     fake_openai.script("gpt-5", Reply(LONG, chunk_chars=16, chunk_delay=0.005))
     received = ""
-    async with aclosing(t.stream("gpt-5", HI, timeout=5, on_spend=spends.append)) as stream:
+    async with aclosing(
+        t.stream("gpt-5", HI, CallOptions(timeout=5, on_spend=spends.append))
+    ) as stream:
         async for event in stream:
             assert isinstance(event, TextDelta)
             received += event.text
@@ -94,7 +99,7 @@ async def test_a_stream_whose_usage_nobody_reported_is_billed_as_our_estimate(
     t = make_transport(fake_openai, fake_groq, fake_anthropic, workers=in_process_workers)
     spends: list[Spend] = []
     fake_openai.script("gpt-5", Reply(LONG, chunk_chars=40, send_usage=False))
-    async for event in t.stream("gpt-5", HI, timeout=5, on_spend=spends.append):
+    async for event in t.stream("gpt-5", HI, CallOptions(timeout=5, on_spend=spends.append)):
         if isinstance(event, StreamDone):
             done = event.result
     [spend] = spends
@@ -115,7 +120,7 @@ async def test_an_empty_completion_that_reported_usage_is_billed_like_an_empty_s
     fake_openai.script(
         "gpt-4.1", Fault("empty_200"), Reply("second try", prompt_tokens=11, completion_tokens=3)
     )
-    result = await t.complete("gpt-4.1", HI, timeout=5, on_spend=spends.append)
+    result = await t.complete("gpt-4.1", HI, CallOptions(timeout=5, on_spend=spends.append))
     assert result.text == "second try"
     assert [
         (s.model_id, s.ended, s.usage.prompt_tokens, s.usage.completion_tokens, s.usage.estimated)

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import models.worker.process as worker_process
+from models.calls import CallOptions
 from models.types import Outcome, Spend, StreamDone, StreamRestart, TextDelta
 from models.worker.ipc import ClientSpec
 from models.worker.pool import WorkerPool, WorkerSettings
@@ -41,7 +42,9 @@ async def test_a_worker_killed_mid_stream_is_replaced_and_the_same_model_answers
     fake_openai.script("gpt-5-mini", Reply("fallback answer"))
     events: list[object] = []
     killed: int | None = None
-    async with aclosing(t.stream("gpt-5", HI, timeout=5, on_spend=spends.append)) as stream:
+    async with aclosing(
+        t.stream("gpt-5", HI, CallOptions(timeout=5, on_spend=spends.append))
+    ) as stream:
         async for event in stream:
             events.append(event)
             if killed is None and isinstance(event, TextDelta):
@@ -73,7 +76,7 @@ async def test_a_caller_that_stops_reading_stops_the_request_in_the_worker(
     # 160 chunks 50 ms apart: 8 s if nobody hangs up.
     fake_openai.script("gpt-5", Reply(LONG * 2, chunk_chars=27, chunk_delay=0.05))
     cut_before = fake_openai.streams_cut
-    async with aclosing(t.stream("gpt-5", HI, timeout=5)) as stream:
+    async with aclosing(t.stream("gpt-5", HI, CallOptions(timeout=5))) as stream:
         async for event in stream:
             assert isinstance(event, TextDelta)
             break
@@ -88,7 +91,7 @@ async def test_the_worker_holds_the_clients_and_a_closed_transport_frees_them(
     from the worker, and the connections it opened close with the transport."""
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
     fake_openai.script("gpt-4.1", Reply("short answer"))
-    result = await t.complete("gpt-4.1", HI, timeout=5)
+    result = await t.complete("gpt-4.1", HI, CallOptions(timeout=5))
     assert result.text == "short answer"
     worker = t.workers.pid
     assert worker is not None and worker != os.getpid()
@@ -149,13 +152,13 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
 
         async def read() -> str:
             text = ""
-            async for event in t.stream("gpt-5", HI, timeout=5):
+            async for event in t.stream("gpt-5", HI, CallOptions(timeout=5)):
                 if isinstance(event, TextDelta):
                     text += event.text
             return text
 
         fake_openai.script("gpt-4.1", Reply("up"))
-        await t.complete("gpt-4.1", HI, timeout=5)  # a worker is up
+        await t.complete("gpt-4.1", HI, CallOptions(timeout=5))  # a worker is up
         assert len(pool.pids) == 1
         first = asyncio.create_task(read())
         await wait_until(lambda: len(pool.workers) == 2, "a second worker to start", 30.0)
@@ -194,7 +197,7 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
 
         async def read() -> tuple[str, str]:
             text, model = "", ""
-            async for event in t.stream("gpt-5", HI, timeout=5):
+            async for event in t.stream("gpt-5", HI, CallOptions(timeout=5)):
                 if isinstance(event, TextDelta):
                     text += event.text
                 elif isinstance(event, StreamRestart):
@@ -260,7 +263,7 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
                 fake_openai.script("gpt-5", Reply(LONG * 4, chunk_chars=16, chunk_delay=0.05))
 
             async def read() -> None:
-                async for _ in t.stream("gpt-5", HI, timeout=5):
+                async for _ in t.stream("gpt-5", HI, CallOptions(timeout=5)):
                     pass
 
             streams = [asyncio.create_task(read()) for _ in range(2)]

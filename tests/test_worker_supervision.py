@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from models.calls import CallOptions
 from models.catalog import load_catalog
 from models.gateways import Gateway
 from models.transport import Transport
@@ -37,7 +38,7 @@ LONG = "The keeper climbed the stairs and lit the lamp again. " * 40
 
 async def _stream_all(t: Transport, started: set[int], number: int) -> ChatResult:
     """One streamed reply; `number` joins `started` at its first text."""
-    async for event in t.stream("gpt-5", HI, timeout=30):
+    async for event in t.stream("gpt-5", HI, CallOptions(timeout=30)):
         if isinstance(event, TextDelta):
             started.add(number)
         if isinstance(event, StreamDone):
@@ -57,7 +58,7 @@ def _assert_provider_untouched(t: Transport) -> None:
 async def _next_messages_go_to(t: Transport, fake_openai: Any, count: int) -> None:
     for n in range(count):
         fake_openai.script("gpt-5", Reply(f"next {n}"))
-        result = await t.complete("gpt-5", HI, timeout=10)
+        result = await t.complete("gpt-5", HI, CallOptions(timeout=10))
         assert (result.model_id, result.text) == ("gpt-5", f"next {n}")
         assert [a.outcome for a in result.attempts] == [Outcome.SUCCESS]
 
@@ -178,11 +179,11 @@ async def test_a_call_that_cannot_be_encoded_fails_clearly_and_leaves_nothing_in
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
     try:
         fake_openai.script("gpt-5-mini", Reply("warm"))
-        await t.complete("gpt-5-mini", HI, timeout=10)  # a worker is up
+        await t.complete("gpt-5-mini", HI, CallOptions(timeout=10))  # a worker is up
         requests = len(fake_openai.requests)
         messages: list[Any] = [{"role": "user", "content": "hi", "name": threading.Lock()}]
         with pytest.raises(TransportError) as raised:
-            await t.complete("gpt-5", messages, timeout=10)
+            await t.complete("gpt-5", messages, CallOptions(timeout=10))
         [attempt] = raised.value.attempts
         assert attempt.outcome is Outcome.LOCAL
         assert attempt.detail == "call could not be encoded: TypeError"
@@ -238,7 +239,7 @@ async def test_the_worker_holds_no_bot_token_and_its_stderr_no_key(
             with stderr_path.open("wb") as stderr:
                 pool.stderr = stderr
                 with pytest.raises(TransportError) as raised:
-                    await t.complete("gpt-5", HI, timeout=10, walk_chain=False)
+                    await t.complete("gpt-5", HI, CallOptions(timeout=10, walk_chain=False))
                 assert raised.value.attempts[0].outcome is Outcome.AUTH
                 [pid] = pool.pids
                 environ = await asyncio.to_thread(Path(f"/proc/{pid}/environ").read_bytes)

@@ -11,26 +11,35 @@ one run) is shared.
 
 A call is checked the way its tool would check its shape, so a call the tool would refuse
 anyway is refused now (the model can correct it) rather than shown to the user as a button that
-can only fail; a well-formed one is kept exactly as the model made it, and on ✅ that same call
-runs through the same tool. What the model reads says nothing was done and why, so it does not
-tell the user it was.
+can only fail; a well-formed one is kept exactly as the model made it, with what it would do as
+of now when its call alone does not say (`Preview`: the memory lines a `forget_fact` removes,
+the time and text of the reminder a `cancel_reminder` cancels), and on ✅ that same call runs
+through the same tool. A family whose calls are database writes runs them inside the
+transaction that re-reads the row and settles it (`HeldFamily.apply_in`), so nothing (a
+/forget, another tap) comes between the check and the write, and a `forget_fact` removes
+exactly the lines shown or nothing. What the model reads says nothing was done and why, so it
+does not tell the user it was.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from agent.tools.memory import ChatTools, ToolOutcome
+from agent.tools.memory import ChatTools, Shown, ToolOutcome, reminder_outcome
+from agent.tools.reminders import cancel_refusal, reminder_id, reminder_write_in
 from memory.facts import MAX_FACT_CHARS, clean_fact
-from memory.pending_writes import GATED_TOOLS, PendingWrite, PendingWrites
-from memory.store import SessionClosedError, Store
+from memory.messages import ToolResult
+from memory.pending_writes import GATED_TOOLS, Claim, Kept, PendingWrite, PendingWrites
+from memory.store import SessionClosedError, Store, to_iso
+from memory.timezones import to_local, zone
 from models.types import ToolCall
-from reminders.rules import REPEATS
+from reminders.rules import REPEATS, format_local
 
 log = structlog.get_logger("agent.held")
 
@@ -63,6 +72,20 @@ class InView:
 
 
 @dataclass(frozen=True)
+class Preview:
+    """What a held call would do as of now, beyond its call: JSON for the ✅ message, and the
+    memory version it was read from (forget_fact)."""
+
+    shown: str | None = None
+    memory_version: int | None = None
+
+
+# What a family's ✅ line is computed from when the call alone does not say: the chat, the
+# call, its arguments and the asker; or the tool's refusal, given at once.
+Previewer = Callable[[int, ToolCall, dict[str, Any], int | None], Awaitable[Preview | ToolOutcome]]
+
+
+@dataclass(frozen=True)
 class HeldFamily:
     """One family of tools whose calls may wait for a ✅; `HeldCalls.register` adds it."""
 
@@ -81,6 +104,13 @@ class HeldFamily:
     # The prefix of the ✅ message's locale keys: `<texts>_question`, `_keep`, `_drop`,
     # `_dropped`, `_expired` (a write says "nothing was written", a web call "nothing was sent").
     texts: str = "pending"
+    # What the ✅ message shows beyond the call (`Preview`), stored with the row, and its line.
+    preview: Previewer | None = None
+    shown_line: Callable[[str, dict[str, Any]], Description] | None = None
+    # The call as a write inside the transaction that settles its row (instead of `run`), and
+    # what follows its commit (a reminder made or cancelled wakes the scheduler).
+    apply_in: Callable[[sqlite3.Connection, PendingWrite], ToolOutcome] | None = None
+    after: Callable[[ToolOutcome], None] = field(default=lambda _outcome: None)
 
 
 @dataclass(frozen=True)
@@ -136,6 +166,13 @@ class HeldCalls:
         problem = family.check(call.name, args)
         if problem is not None:
             return _refused(call, family, problem)
+        shown = Preview()
+        if family.preview is not None:
+            found = await family.preview(chat_id, call, args, user_id)
+            if isinstance(found, ToolOutcome):
+                log.info("held_call_refused", family=family.name, tool=call.name)
+                return found
+            shown = found
         write = await self.pending.add(
             chat_id,
             user_id=user_id,
@@ -143,6 +180,8 @@ class HeldCalls:
             arguments=json.dumps(args, ensure_ascii=False),
             user_name=user_name,
             topic_id=topic_id,
+            preview=shown.shown,
+            memory_version=shown.memory_version,
         )
         log.info("tool_call_held", chat_id=chat_id, family=family.name, tool=call.name)
         return ToolOutcome(call.id, call.name, family.note, ok=True, pending=write)
@@ -158,7 +197,29 @@ class HeldCalls:
         family = self.family_of(write.tool)
         if family is None:
             return "pending_unknown", {"tool": write.tool}
+        if write.preview is not None and family.shown_line is not None:
+            return family.shown_line(write.tool, json.loads(write.preview))
         return family.describe(write.tool, json.loads(write.arguments))
+
+    async def keep(self, write_id: int, chat_id: int, user_id: int) -> Kept[HeldRun]:
+        """A ✅ by `user_id`: the held call run if it is the asker's and still pending. A
+        family that writes (`apply_in`) is checked, carried out and settled in ONE transaction;
+        any other is claimed, run and settled (`run`)."""
+        peeked = await self.pending.get(write_id, chat_id)
+        family = self.family_of(peeked.tool) if peeked is not None else None
+        if family is None or family.apply_in is None:
+            tapped = await self.pending.tap(write_id, chat_id, user_id, keep=True)
+            if tapped.claim is not Claim.CLAIMED or tapped.write is None:
+                return Kept(tapped.claim, tapped.write)
+            return Kept(Claim.CLAIMED, tapped.write, await self.run(tapped.write))
+        kept = await self.pending.keep(
+            write_id, chat_id, user_id, family.apply_in, ok=lambda o: o.receipt is not None
+        )
+        if kept.result is None:
+            return Kept(kept.claim, kept.write)
+        family.after(kept.result)  # after the commit
+        done = kept.result.receipt is not None
+        return Kept(kept.claim, kept.write, HeldRun(kept.result, done, None))
 
     async def run(self, write: PendingWrite) -> HeldRun:
         """The held call, carried out now that its asker pressed ✅ (the row is claimed), and
@@ -189,7 +250,7 @@ class HeldCalls:
                     session_id,
                     text="",
                     calls=[call],
-                    results=[(call.id, outcome.content)],
+                    results=[ToolResult(call.id, outcome.content, outcome.stored_provenance())],
                     model_id=None,
                 )
                 return
@@ -267,12 +328,100 @@ def _write_line(name: str, args: dict[str, Any]) -> Description:
     return "pending_cancel_reminder", {"id": args.get("id", "")}
 
 
+@dataclass(frozen=True)
+class ShownTime:
+    """A local wall time (naive ISO) for the ✅ line: the front end writes it in the user's
+    language."""
+
+    local: str
+
+
+def _shown_line(name: str, shown: dict[str, Any]) -> Description:
+    """The ✅ line from what the call would do as of the question (`preview`)."""
+    if name == "forget_fact":
+        return "pending_forget_lines", {"lines": "\n".join(shown["lines"])}
+    local = shown["local"]
+    return "pending_cancel_reminder_at", {
+        "when": ShownTime(local),
+        "zone": shown["time_zone"] or "UTC",
+        "text": shown["text"],
+    }
+
+
+async def preview(
+    tools: ChatTools, chat_id: int, call: ToolCall, args: dict[str, Any], user_id: int | None
+) -> Preview | ToolOutcome:
+    """What the ✅ message shows for this write; or the tool's refusal, given now rather than
+    as a button that can only fail (no memory line states the fact, no such reminder)."""
+    if call.name == "forget_fact":
+        memory = await tools.memory(chat_id)
+        lines = tools.forget_lines(call, args, memory.content)
+        if isinstance(lines, ToolOutcome):
+            return lines
+        return Preview(json.dumps({"lines": lines}, ensure_ascii=False), memory.version)
+    if call.name != "cancel_reminder":
+        return Preview()
+    wanted = reminder_id(args)
+    assert wanted is not None  # shape_error checked it
+    found = await tools.reminders.get(chat_id, wanted)
+    refusal = cancel_refusal(found, wanted, user_id)
+    if refusal is not None:
+        return ToolOutcome(call.id, call.name, refusal, ok=False)
+    if found is None or found.state not in ("pending", "done"):
+        return ToolOutcome(
+            call.id, call.name, f"error: this chat has no pending reminder with id {wanted}; "
+            "nothing was cancelled. Call list_reminders to see the ids.", ok=False,
+        )  # fmt: skip
+    local = found.local_start
+    if found.next_at is not None:
+        local = to_local(found.next_at, zone(found.time_zone)).replace(tzinfo=None)
+    shown = {
+        "local": format_local(local),
+        "time_zone": found.time_zone if found.zone_known else None,
+        "repeat": found.repeat,
+        "text": found.text,
+    }
+    return Preview(json.dumps(shown, ensure_ascii=False))
+
+
+def apply_held(
+    tools: ChatTools, conn: sqlite3.Connection, write: PendingWrite, now: str
+) -> ToolOutcome:
+    """One held write, inside the caller's transaction: the same tool code as in a turn."""
+    call = held_call(write)
+    args: dict[str, Any] = json.loads(write.arguments)
+    if write.tool == "remember":
+        return tools.remember_in(conn, write.chat_id, call, args, now)
+    if write.tool == "forget_fact":
+        shown = None
+        if write.preview is not None and write.memory_version is not None:
+            shown = Shown(list(json.loads(write.preview)["lines"]), write.memory_version)
+        return tools.forget_in(conn, write.chat_id, call, args, now, shown=shown)
+    result = reminder_write_in(
+        tools.reminders, conn, write.chat_id, write.tool, args,
+        user_id=write.user_id, user_name=write.user_name, topic_id=write.topic_id,
+    )  # fmt: skip
+    return reminder_outcome(call, result)
+
+
 def write_family(tools: ChatTools) -> HeldFamily:
     """Memory and reminder writes: held whenever untrusted content is in view, or read in the
     same round, whichever the model listed first."""
 
     async def run(write: PendingWrite) -> ToolOutcome:
         return await run_held(tools, write)
+
+    async def shown(
+        chat_id: int, call: ToolCall, args: dict[str, Any], user_id: int | None
+    ) -> Preview | ToolOutcome:
+        return await preview(tools, chat_id, call, args, user_id)
+
+    def apply_in(conn: sqlite3.Connection, write: PendingWrite) -> ToolOutcome:
+        return apply_held(tools, conn, write, to_iso(tools.clock()))
+
+    def after(outcome: ToolOutcome) -> None:
+        if outcome.receipt is not None and outcome.receipt.reminder is not None:
+            tools.reminders.changed()  # the scheduler looks again
 
     return HeldFamily(
         name="write",
@@ -282,4 +431,8 @@ def write_family(tools: ChatTools) -> HeldFamily:
         note=HELD_NOTE,
         run=run,
         describe=_write_line,
+        preview=shown,
+        shown_line=_shown_line,
+        apply_in=apply_in,
+        after=after,
     )

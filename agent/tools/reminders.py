@@ -9,8 +9,9 @@ from anything the model says.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from memory.timezones import to_local, zone
 from reminders.book import Reminder, ReminderBook, ScheduleRefused
@@ -104,18 +105,17 @@ def describe(reminder: Reminder) -> str:
     return f"id {reminder.id}: {when} ({zone_note}){rule}: {reminder.text}"
 
 
+class Asker(TypedDict, total=False):
+    """Who asked for a reminder write and where: the setter, and the forum topic it goes to."""
+
+    user_id: int | None
+    user_name: str | None
+    topic_id: int | None
+
+
 async def run_reminder_tool(
-    book: ReminderBook,
-    chat_id: int,
-    name: str,
-    args: dict[str, Any],
-    *,
-    user_id: int | None = None,
-    user_name: str | None = None,
-    topic_id: int | None = None,
+    book: ReminderBook, chat_id: int, name: str, args: dict[str, Any], **asker: Unpack[Asker]
 ) -> ReminderResult:
-    if name == "schedule_reminder":
-        return await _schedule(book, chat_id, args, user_id, user_name, topic_id)
     if name == "list_reminders":
         reminders = await book.pending(chat_id)
         if not reminders:
@@ -123,11 +123,35 @@ async def run_reminder_tool(
         lines = [f"{len(reminders)} pending reminder(s):"]
         lines += [describe(r) for r in reminders]
         return ReminderResult("\n".join(lines), ok=True)
-    return await _cancel(book, chat_id, args, user_id)
+    result = await book.db.run_in_transaction(
+        lambda conn: reminder_write_in(book, conn, chat_id, name, args, **asker)
+    )
+    if result.kind is not None:
+        book.changed()
+    return result
 
 
-async def _schedule(
+def reminder_write_in(
     book: ReminderBook,
+    conn: sqlite3.Connection,
+    chat_id: int,
+    name: str,
+    args: dict[str, Any],
+    **asker: Unpack[Asker],
+) -> ReminderResult:
+    """`schedule_reminder` or `cancel_reminder` inside the caller's transaction; the caller
+    wakes the scheduler (`book.changed()`) after the commit when something changed."""
+    user_id = asker.get("user_id")
+    if name == "schedule_reminder":
+        return _schedule(
+            book, conn, chat_id, args, user_id, asker.get("user_name"), asker.get("topic_id")
+        )
+    return _cancel(book, conn, chat_id, args, user_id)
+
+
+def _schedule(
+    book: ReminderBook,
+    conn: sqlite3.Connection,
     chat_id: int,
     args: dict[str, Any],
     user_id: int | None,
@@ -144,7 +168,8 @@ async def _schedule(
     if not isinstance(repeat, str):
         return ReminderResult(f"error: 'repeat' must be one of {', '.join(REPEATS)}", ok=False)
     try:
-        reminder = await book.schedule(
+        reminder = book.schedule_in(
+            conn,
             chat_id,
             when=when,
             text=text,
@@ -164,33 +189,52 @@ async def _schedule(
     return ReminderResult(content, ok=True, kind="reminder_set", reminder=reminder)
 
 
-async def _cancel(
-    book: ReminderBook, chat_id: int, args: dict[str, Any], user_id: int | None
-) -> ReminderResult:
-    """Cancel one of this chat's reminders for the asker. A reminder another member set is
-    not theirs to cancel (in a group, the ❌ button lets its setter or an admin do it; the
-    tool cannot ask Telegram who is an admin, so it keeps to the asker's own)."""
+def reminder_id(args: dict[str, Any]) -> int | None:
+    """The `id` of a cancel_reminder call, or None when it is not one a reminder can have."""
     raw = args.get("id")
     if isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdecimal():
         raw = int(raw.strip())
     if not isinstance(raw, int) or isinstance(raw, bool) or not 0 < raw < 2**63:
+        return None
+    return raw
+
+
+def cancel_refusal(found: Reminder | None, wanted: int, user_id: int | None) -> str | None:
+    """Why `cancel_reminder` of reminder `wanted` (`found`: that row, if this chat has it)
+    changes nothing for the asker, or None when it would cancel it. A reminder another member
+    set is not theirs to cancel (in a group, the ❌ button lets its setter or an admin do it;
+    the tool cannot ask Telegram who is an admin, so it keeps to the asker's own)."""
+    if found is not None and None not in (found.user_id, user_id) and found.user_id != user_id:
+        return (
+            f"error: reminder {wanted} was set by {found.user_name or 'another member'}, not by "
+            "the user asking; nothing was cancelled. Only its setter or a group admin can "
+            "cancel it, with the ❌ button of /reminders."
+        )
+    return None
+
+
+def _cancel(
+    book: ReminderBook,
+    conn: sqlite3.Connection,
+    chat_id: int,
+    args: dict[str, Any],
+    user_id: int | None,
+) -> ReminderResult:
+    """Cancel one of this chat's reminders for the asker (see `cancel_refusal`)."""
+    wanted = reminder_id(args)
+    if wanted is None:
         return ReminderResult(
             "error: cancel_reminder needs the reminder's integer 'id' (see list_reminders)",
             ok=False,
         )
-    found = await book.get(chat_id, raw)
-    if found is not None and None not in (found.user_id, user_id) and found.user_id != user_id:
-        return ReminderResult(
-            f"error: reminder {raw} was set by {found.user_name or 'another member'}, not by "
-            "the user asking; nothing was cancelled. Only its setter or a group admin can "
-            "cancel it, with the ❌ button of /reminders.",
-            ok=False,
-        )
-    reminder = await book.cancel(chat_id, raw)
+    refusal = cancel_refusal(book.get_in(conn, chat_id, wanted), wanted, user_id)
+    if refusal is not None:
+        return ReminderResult(refusal, ok=False)
+    reminder = book.cancel_in(conn, chat_id, wanted)
     if reminder is None:
         return ReminderResult(
-            f"error: this chat has no pending reminder with id {raw}; nothing was cancelled. "
-            "Call list_reminders to see the ids.",
+            f"error: this chat has no pending reminder with id {wanted}; nothing was "
+            "cancelled. Call list_reminders to see the ids.",
             ok=False,
         )
     return ReminderResult(

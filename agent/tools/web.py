@@ -22,10 +22,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 
 from agent.tools.memory import ToolOutcome
+from memory.provenance import tool_provenance
 from memory.web_calls import WebCalls
 from models.types import ToolCall
 from web.addresses import Allowance
@@ -241,4 +243,24 @@ def _limit(value: object) -> int:
 
 
 def _outcome(call: ToolCall, content: str, *, ok: bool, links: tuple[str, ...] = ()) -> ToolOutcome:
-    return ToolOutcome(call.id, call.name, content, ok=ok, untrusted=True, links=links)
+    provenance = tool_provenance(call.name, content, _source(call))
+    return ToolOutcome(
+        call.id, call.name, content, ok=ok, untrusted=True, provenance=provenance, links=links
+    )
+
+
+def _source(call: ToolCall) -> str:
+    """What a web result is stubbed by for the memory writer: the host a page was asked of
+    (the model's URL, whatever it redirected to), or the search engine."""
+    if call.name != "web_read":
+        return "the search engine"
+    try:
+        args = json.loads(call.arguments or "{}")
+        host = (
+            urlsplit(str(args.get("url") or "").strip()).hostname
+            if isinstance(args, dict)
+            else None
+        )
+    except (json.JSONDecodeError, ValueError):
+        host = None
+    return host or "a page"

@@ -129,6 +129,22 @@ def forward_origin_of(message: Message) -> dict[str, object] | None:
     return {"type": str(origin.type), "name": "someone else", "date": date}
 
 
+def quoted_author(message: Message) -> str | None:
+    """Who wrote the message this one quotes, as a stub names them ("Ana (id 101)"); None
+    when it quotes nothing or Telegram does not say (a quote of another chat's message)."""
+    if quoted_text(message) is None:
+        return None
+    replied = message.reply_to_message
+    user = replied.from_user if replied is not None else None
+    if user is None:
+        chat = replied.sender_chat if replied is not None else None
+        if chat is None:
+            return None
+        return plain_name(chat.title or "") or None
+    name = plain_name(user.full_name)
+    return f"{name} (id {user.id})" if name else f"id {user.id}"
+
+
 def quotes_others(message: Message) -> bool:
     """Whether the message quotes (replies to) words that are not its sender's own: another
     member's, a channel's, or the bot's (whose answer may repeat a web page)."""

@@ -22,6 +22,7 @@ from bot.services import App, Context, Services
 from bot.ui.commands import AdminCommandHandler, bot_commands
 from bot.ui.i18n import t
 from bot.ui.stats import build_stats_text, everyone_text, usage_text
+from memory.mcp_calls import McpCalls
 from memory.web_calls import WebCalls
 
 log = structlog.get_logger("bot.ops")
@@ -97,10 +98,12 @@ async def usage_command(update: Update, context: Context) -> None:
             return
         other = int(args[0])
         web = await _web_calls(services, other)
-        await _reply(update, usage_text(await ledger.report(other), lang, own=False, web_calls=web))
+        text = usage_text(await ledger.report(other), lang, own=False, web_calls=web)
+        await _reply(update, text + await _mcp_calls(services, other, lang))
         return
     web = await _web_calls(services, user.id)
     text = usage_text(await ledger.report(user.id), lang, web_calls=web)
+    text += await _mcp_calls(services, user.id, lang)
     if admin:
         if _private(update):
             everyone = everyone_text(await ledger.per_user(), await ledger.report(None), lang)
@@ -117,6 +120,16 @@ async def _web_calls(services: Services, user_id: int) -> tuple[int, int] | None
     if cap <= 0:
         return None
     return await WebCalls(services.db, services.store.clock).today(user_id), cap
+
+
+async def _mcp_calls(services: Services, user_id: int, lang: str | None) -> str:
+    """The line of the user's MCP calls today against MCP_USER_DAILY_CALLS, when MCP is on
+    (each call is also a line of the report above, per server and tool)."""
+    if services.mcp is None:
+        return ""
+    calls = await McpCalls(services.db, services.store.clock).today(user_id)
+    cap = services.settings.MCP_USER_DAILY_CALLS
+    return "\n" + t("usage_mcp_calls", lang, calls=calls, cap=cap)
 
 
 async def stats_command(update: Update, context: Context) -> None:

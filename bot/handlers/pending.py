@@ -8,7 +8,9 @@ refused with a short alert and changes nothing. ✅ runs the very call the model
 through the same tool, and the message is edited to the receipt, to a short view of the result
 (which the next turn reads from the session), or to the tool's refusal; ❌ edits it to say it
 was dropped; a press after PENDING_TTL says it expired. The callback data carries only the
-row's id: the row itself says whose it is, what it does and whether it still waits.
+row's id: the row itself says whose it is, what it does and whether it still waits. A write's ✅
+is checked and carried out in one transaction (`HeldCalls.keep`), so a /forget racing it either
+ran first (the press finds nothing) or after (it forgets what the press wrote).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from telegram import Update
 from telegram.error import TelegramError
 from telegram.ext import CallbackQueryHandler
 
+from agent.tools.held import HeldRun
 from bot.handlers.access import user_language
 from bot.services import App, Context
 from bot.turns.turn import receipt_line
@@ -32,7 +35,7 @@ from bot.ui.pending_texts import (
     ttl_hours,
     write_line,
 )
-from memory.pending_writes import Claim
+from memory.pending_writes import Claim, Kept, Tapped
 
 log = structlog.get_logger("bot.pending")
 
@@ -55,8 +58,12 @@ async def pending_callback(update: Update, context: Context) -> None:
     if not raw.isdecimal() or message is None or query.from_user is None:
         await query.answer(t("pending_gone", lang), show_alert=True)
         return
-    pending = services.agent.pending_writes
-    tapped = await pending.tap(int(raw), message.chat.id, query.from_user.id, keep=keep)
+    pending, held = services.agent.pending_writes, services.agent.held
+    chat_id, user_id = message.chat.id, query.from_user.id
+    if keep:
+        tapped: Tapped | Kept[HeldRun] = await held.keep(int(raw), chat_id, user_id)
+    else:
+        tapped = await pending.tap(int(raw), chat_id, user_id, keep=False)
     write = tapped.write
     if tapped.claim is Claim.NOT_ASKER:
         await query.answer(t("pending_not_yours", lang), show_alert=True)
@@ -68,7 +75,6 @@ async def pending_callback(update: Update, context: Context) -> None:
     if tapped.claim is Claim.SETTLED:
         await query.answer(t("pending_settled", lang))
         return
-    held = services.agent.held
     line = write_line(write, lang, held)
     texts = held.texts(write)
     if tapped.claim is Claim.EXPIRED:
@@ -80,7 +86,8 @@ async def pending_callback(update: Update, context: Context) -> None:
         await query.answer()
         await _edit(query, f"{t(f'{texts}_dropped', lang)}\n{line}")
         return
-    ran = await held.run(write)
+    ran = tapped.result if isinstance(tapped, Kept) else None
+    assert ran is not None  # a ✅ that claimed the call ran it
     outcome = ran.outcome
     log.info("pending_write_kept", tool=write.tool, done=ran.done)
     await query.answer()

@@ -6,11 +6,13 @@ by bot/app.py; it first resends what a crash left unconfirmed, and the book wake
 the model sets or cancels a reminder. Delivery uses the application's Bot, so every ⏰ message
 goes through the same rate limiter as replies (AIORateLimiter: Telegram's ~30 messages/s
 overall, 20/min per group) and keeps Telegram's one message per second per chat; a RetryAfter is
-waited out, never retried into, and a 5xx or a network error is retried with back-off by the
-scheduler. A chat that blocked the bot or no longer exists stops its reminders instead of being
-retried forever. A group that became a supergroup takes its reminders along
-(bot/handlers/migration.py), and a reminder set in a forum topic goes back to that topic, or to
-the chat once the topic is gone. A reminder costs no model call.
+waited out, never retried into, and a network error is retried with back-off by the scheduler
+only when the send certainly never reached Telegram: a 502, a timeout or a cut connection may
+come after Telegram delivered it, so such a send is not repeated. A chat that blocked the bot or
+no longer exists stops its reminders instead of being retried forever. A group that became a
+supergroup takes its reminders along (bot/handlers/migration.py), and a reminder set in a forum
+topic goes back to that topic, or to the chat once the topic is gone. A reminder costs no model
+call.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import httpx
 import structlog
 from telegram import (
     Bot,
@@ -53,7 +56,14 @@ from bot.ui.reminder_texts import (
 from memory.store import Store
 from memory.timezones import to_local, zone
 from reminders.book import Claim, Reminder, ReminderBook, ReminderStats
-from reminders.scheduler import Delivered, DeliveryOutcome, Failed, RetryLater, Stopped
+from reminders.scheduler import (
+    Delivered,
+    DeliveryOutcome,
+    Failed,
+    RetryLater,
+    Stopped,
+    Unknown,
+)
 
 log = structlog.get_logger("bot.reminders")
 
@@ -109,6 +119,18 @@ def _topic_gone(error: TelegramError) -> bool:
     return isinstance(error, BadRequest) and (
         "message thread not found" in text or "topic_closed" in text
     )
+
+
+# httpx's errors that are raised before any byte of the request reached the server.
+_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+def never_left(error: TelegramError) -> bool:
+    """Whether a failed send certainly did not reach Telegram (no connection was made, or none
+    was free), so sending it again cannot make a second message. Anything else (an HTTP 5xx
+    such as Telegram's 502, a read timeout, a connection cut while waiting for the answer) may
+    have come after Telegram delivered it: the Bot API's answer is all that was lost."""
+    return isinstance(error.__cause__, _NEVER_SENT)
 
 
 # A send may change its target twice on the way (the chat moved to a new id, the topic is
@@ -172,7 +194,9 @@ class TelegramDelivery:
                     return Failed(again.message)
             except TelegramError as error:  # 5xx, timeouts, connection errors
                 log.warning("reminder_send_failed", chat_id=chat_id, error=str(error))
-                return RetryLater()
+                if never_left(error):
+                    return RetryLater()
+                return Unknown(str(error))
             moved = chat_id if chat_id != reminder.chat_id else None
             return Delivered(message.message_id, plain, chat_id=moved)
         return RetryLater()

@@ -22,6 +22,7 @@ from bot.handlers.incoming import (
     forward_origin_of,
     is_group,
     plain_name,
+    quoted_author,
     quoted_text,
     quotes_others,
     replies_to,
@@ -34,6 +35,7 @@ from bot.ui.render import utf16_len
 from bot.ui.streaming import StreamingReply
 from memory.facts import MAX_FACT_CHARS
 from memory.longterm import MemoryNotice, memory_notice_shown
+from memory.provenance import FORWARD, QUOTE, Provenance
 from memory.store import StoredMessage, TurnStart
 from models.catalog import ModelEntry
 from models.types import Outcome, StreamRestart, TextDelta, TransportError
@@ -84,8 +86,14 @@ class TurnRequest:
     forward_origin: dict[str, object] | None = None
     # The message quotes words that are not the sender's own (another member's, the bot's).
     quotes_others: bool = False
-    # ... and they are not the bot's either: kept with the stored message (see stored_media).
+    # ... and they are not the bot's either: stored as a quote of others (stored_provenance).
     quotes_people: bool = False
+    # Who wrote the quoted message, as a stub names them ("Ana (id 101)").
+    quoted_author: str | None = None
+    # Where the message's words came from when they are not the sender's (a document, a photo,
+    # an audio file: set by the media handler that read it). A forward or a quote of others
+    # is recorded from the fields above (stored_provenance).
+    provenance: Provenance | None = None
 
     @property
     def others_words(self) -> bool:
@@ -104,18 +112,29 @@ class TurnRequest:
         return text
 
     def stored_media(self) -> dict[str, object] | None:
-        """The JSON stored beside the text: how it came, who said it in a group, and whether
-        it carries someone else's words."""
+        """The JSON stored beside the text: how it came, and who said it in a group."""
         media = dict(self.media or {})
         if self.speaker is not None:
             media["speaker"] = self.speaker
-        if self.forward_origin is not None or self.quotes_people:
-            # Kept with it: while it stays in the model's view, later turns' writes wait for a
-            # ✅ too (agent/untrusted.py). Not for a quote of the bot's own answer: what that
-            # answer read from the web stays in view as its tool round, which counts already,
-            # and a group that talks to the bot by replying would otherwise confirm every write.
-            media["untrusted"] = True
         return media or None
+
+    def stored_provenance(self) -> Provenance | None:
+        """Where the stored words came from, when not from the sender: a forward is its
+        origin's words whatever it holds; then a document, photo or audio file; then a quote
+        of someone else, whose reply is the sender's own. Kept with the message: while it stays
+        in the model's view, later turns' writes wait for a ✅ too (agent/untrusted.py), and the
+        memory writer sees a stub. Not for a quote of the bot's own answer: what that answer
+        read from the web stays in view as its tool round, which counts already, and a group
+        that talks to the bot by replying would otherwise confirm every write."""
+        if self.forward_origin is not None:
+            origin = str(self.forward_origin.get("name") or "someone else")
+            return Provenance(FORWARD, origin)
+        if self.provenance is not None:
+            return self.provenance
+        if self.quotes_people and self.quoted_text and self.quoted_text.strip():
+            author = self.quoted_author or "someone else"
+            return Provenance(QUOTE, author, own=self.text)
+        return None
 
 
 def speaker_label(user: User) -> str:
@@ -148,6 +167,7 @@ def turn_request_for(
         forward_origin=forward_origin_of(message),
         quotes_others=quotes_others(message),
         quotes_people=quotes_others(message) and not replies_to(message, bot.id),
+        quoted_author=quoted_author(message),
         turn_key=f"tg:{bot.id}:{update_id}",
         speaker=speaker_label(message.from_user) if group and message.from_user else None,
         user_name=message.from_user.first_name if message.from_user else None,
@@ -264,6 +284,7 @@ async def run_chat_turn(
                     key=request.turn_key,
                     media=request.stored_media(),
                     forward_origin=request.forward_origin,
+                    provenance=request.stored_provenance(),
                 )
                 saved = True  # from here on, an error reply may say the message is saved
                 if started is None:
@@ -344,7 +365,7 @@ async def _answer(services: Services, bot: Bot, request: TurnRequest, start: Tur
             user_name=request.user_name,
             topic_id=request.message_thread_id,
             # Read from the stored message too: a resumed turn answers what was stored.
-            others_words=request.others_words or start.message.forward_origin is not None,
+            others_words=request.others_words or start.message.provenance is not None,
         )
         # aclosing: a cancel while we handle a piece closes the loop at once, so it stores
         # what the user saw of the round.

@@ -14,10 +14,12 @@ import structlog
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions
 from telegram.error import TelegramError
 
-from agent.tools.held import HeldCalls
+from agent.tools.held import HeldCalls, ShownTime
 from bot.ui.i18n import t
+from bot.ui.reminder_texts import local_date
 from memory.facts import MAX_FACT_CHARS
 from memory.pending_writes import PENDING_TTL, PendingWrite
+from reminders.rules import parse_local
 
 log = structlog.get_logger("bot.pending")
 
@@ -43,15 +45,21 @@ def short(text: object) -> str:
     return value if len(value) <= SHOWN_CHARS else value[: SHOWN_CHARS - 1] + "…"
 
 
-def _field(value: object) -> str:
-    text = " ".join(str(value).split())
+def _field(value: object, lang: str | None) -> str:
+    """One value of the ✅ line: a local time in the user's language; text on one line per
+    line it has (the memory lines a forget removes are shown one under the other)."""
+    if isinstance(value, ShownTime):
+        return local_date(parse_local(value.local), lang)
+    text = "\n".join(" ".join(line.split()) for line in str(value).splitlines())
     return text if len(text) <= FIELD_CHARS else text[: FIELD_CHARS - 1] + "…"
 
 
 def write_line(write: PendingWrite, lang: str | None, held: HeldCalls) -> str:
-    """The exact call, in the user's language, from the stored call (not the model's words)."""
+    """The exact call, in the user's language, from the stored call and what it would do as of
+    the question (the lines a forget removes, the reminder a cancel cancels), never the model's
+    words."""
     key, fields = held.describe(write)
-    return t(key, lang, **{name: _field(value) for name, value in fields.items()})
+    return t(key, lang, **{name: _field(value, lang) for name, value in fields.items()})
 
 
 def question_text(write: PendingWrite, lang: str | None, held: HeldCalls) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from bot.ui.i18n import t
 from bot.ui.money import money
-from memory.consolidation.jobs import ConsolidationStats, consolidation_stats
+from memory.consolidation.stats import ConsolidationStats, consolidation_stats
 from memory.db import Database
 from memory.pending_writes import PendingWrites
 from memory.store import Clock, from_iso, to_iso, utc_now
@@ -30,6 +30,7 @@ _PURPOSE_KEYS = {
     "consolidation": "usage_purpose_consolidation",
     "transcription": "usage_purpose_transcription",
     "web": "usage_purpose_web",
+    "mcp": "usage_purpose_mcp",
 }
 
 

@@ -2,9 +2,11 @@
 
 A summary keeps the gist of a session, not the name of the book or the city of the cousin, so
 the words themselves are kept: the consolidation commit moves its messages here in the same
-transaction that saves the history entry (memory/consolidation/jobs.py). They never return to a
-prompt; `recall` searches them (memory/recall/search.py). `/forget` deletes them with everything
-else (memory/forget.py), `ARCHIVE_DAYS` deletes those older than that many days, daily.
+transaction that saves the history entry (memory/consolidation/jobs.py). They keep where words
+that are not the user's came from (`provenance`), so recall brings such words back framed as
+what they are, never as the user's. They never return to a prompt; `recall` searches them
+(memory/recall/search.py). `/forget` deletes them with everything else (memory/forget.py),
+`ARCHIVE_DAYS` deletes those older than that many days, daily.
 
 Search terms are computed in Python (SQLite cannot stem) before the commit's transaction and
 off the event loop: a long document's text takes a while to cut into terms.
@@ -34,6 +36,9 @@ MAX_INDEXED_CHARS = 50_000
 PURGE_EVERY = timedelta(days=1)
 _SEARCHED_ROLES = ("user", "assistant")
 CHAT_SEPARATOR = "\ue000"  # private use: a token character of the index, never in a term
+# Archived rows indexed per transaction: about 0.1 ms each under the consolidation benchmark,
+# so a slice holds the writer for a few milliseconds.
+INDEX_SLICE_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -64,22 +69,45 @@ def chat_token(chat_id: int, term: str) -> str:
 
 
 def archive_in(conn: sqlite3.Connection, rows: Sequence[ArchivedRow], now: str) -> None:
-    """Insert the rows inside the caller's transaction (the consolidation commit), and count
-    their terms under the chat they were archived in: the messages' chat as it is now, which a
-    chat move during the consolidation may have changed since they were read."""
+    """Insert the rows inside the caller's transaction (the consolidation commit), waiting to
+    be indexed (`index_pending_in`): the words are kept in this transaction, the index and the
+    term counts follow in short ones of their own, so a user's write never waits behind them
+    (migrations/0023_archive_index_later.sql)."""
     conn.executemany(
         "INSERT INTO archived_messages(id, chat_id, session_id, role, content, tool_calls, "
-        "tool_call_id, user_id, model_id, terms, created_at, archived_at) "
+        "tool_call_id, user_id, model_id, terms, created_at, archived_at, provenance, indexed) "
         "SELECT id, chat_id, session_id, role, content, tool_calls, tool_call_id, user_id, "
-        "model_id, ?, created_at, ? FROM messages WHERE id = ?",
+        "model_id, ?, created_at, ?, provenance, 0 FROM messages WHERE id = ?",
         [(row.terms, now, row.message.id) for row in rows],
     )
-    archived = conn.execute(
-        "SELECT chat_id, terms FROM archived_messages "
-        "WHERE id IN (SELECT value FROM json_each(?)) AND terms != ''",
-        (json.dumps([row.message.id for row in rows]),),
+
+
+def index_pending_in(conn: sqlite3.Connection, limit: int = INDEX_SLICE_ROWS) -> int:
+    """Index up to `limit` archived rows still waiting, oldest first, inside the caller's
+    transaction; returns how many. The flag flips in the same transaction as the index entry
+    and the term counts, so a crash indexes a row once or not yet, never twice. The counts go
+    under the chat the row belongs to now (a chat move may have changed it since the commit)."""
+    waiting = conn.execute(
+        "SELECT id, chat_id, terms FROM archived_messages WHERE indexed = 0 ORDER BY id LIMIT ?",
+        (limit,),
     ).fetchall()
-    _count_terms(conn, [(int(r[0]), str(r[1])) for r in archived], +1)
+    if not waiting:
+        return 0
+    conn.execute(
+        "UPDATE archived_messages SET indexed = 1 WHERE id IN (SELECT value FROM json_each(?))",
+        (json.dumps([int(r[0]) for r in waiting]),),
+    )
+    _count_terms(conn, [(int(r[1]), str(r[2])) for r in waiting if r[2]], +1)
+    return len(waiting)
+
+
+async def index_pending(db: Database) -> int:
+    """Index every archived row still waiting, a slice per background transaction (each a few
+    milliseconds, so /new and a chat's message wait for at most one); returns how many."""
+    total = 0
+    while indexed := await db.run_in_transaction(index_pending_in, background=True):
+        total += indexed
+    return total
 
 
 def delete_archived_in(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> int:
@@ -87,10 +115,11 @@ def delete_archived_in(conn: sqlite3.Connection, where: str, params: Sequence[An
     the purge), and their terms' counts; returns how many went. The caller then scrubs the
     indexes (`scrub_indexes_in`) and checkpoints the WAL (`Database.checkpoint`)."""
     cursor = conn.execute(
-        f"DELETE FROM archived_messages WHERE {where} RETURNING chat_id, terms", params
+        f"DELETE FROM archived_messages WHERE {where} RETURNING chat_id, terms, indexed", params
     )
-    deleted = [(int(row[0]), str(row[1])) for row in cursor.fetchall()]
-    _count_terms(conn, deleted, -1)
+    deleted = cursor.fetchall()
+    # Only an indexed row was counted (`index_pending_in`).
+    _count_terms(conn, [(int(row[0]), str(row[1])) for row in deleted if row[2]], -1)
     return len(deleted)
 
 

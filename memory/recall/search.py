@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memory.db import Database
+from memory.provenance import Provenance
 from memory.recall.archive import chat_token
 from memory.recall.terms import (
     MAX_PREFIX_WORDS,
@@ -88,12 +89,15 @@ class Turn:
     role: str
     at: str
     text: str
+    provenance: Provenance | None = None  # not the user's (or the bot's) words: what it is
 
 
 @dataclass(frozen=True)
 class RecallHit:
     """One dated result. `source`: "history" (a session's summary), "archive" (the words of a
-    consolidated session) or "message" (words not consolidated yet)."""
+    consolidated session) or "message" (words not consolidated yet). `provenance`: the words
+    are not the user's (a document, a forward, a page…); `flagged`: a summary written from a
+    session that held such words. Either way the chat model gets it framed as untrusted."""
 
     source: str
     ref_id: int
@@ -104,6 +108,15 @@ class RecallHit:
     session_id: int | None = None
     before: tuple[Turn, ...] = ()
     after: tuple[Turn, ...] = ()
+    provenance: Provenance | None = None
+    flagged: bool = False
+
+    @property
+    def untrusted(self) -> bool:
+        """Whether any part of the result (its turn, a neighbour, its summary) is not the
+        user's or the bot's own words."""
+        turns = (*self.before, *self.after)
+        return self.flagged or self.provenance is not None or any(t.provenance for t in turns)
 
 
 @dataclass(slots=True)
@@ -119,6 +132,8 @@ class _Doc:
     after: _Doc | None = None
     score: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)  # of the query's forms (by _rank)
+    provenance: Provenance | None = None
+    flagged: bool = False  # a summary of a session that held untrusted parts
 
 
 def _fts_phrase(term: str) -> str:
@@ -294,7 +309,7 @@ def _archive_candidates(
         "    WHERE n.session_id = hit.session_id AND n.id > hit.id AND n.terms != '') "
         "    FROM hit) "
         "SELECT m.id, m.session_id, m.role, substr(m.content, 1, ?) AS content, "
-        f"substr(m.terms, 1, {_TERMS_READ}) AS terms, m.created_at "
+        f"substr(m.terms, 1, {_TERMS_READ}) AS terms, m.created_at, m.provenance "
         "FROM archived_messages m WHERE m.id IN (SELECT id FROM near) ORDER BY m.id",
         (json.dumps(hit_ids), MESSAGE_CHARS),
     ).fetchall()
@@ -351,7 +366,7 @@ def _idf(n: int, df: int) -> float:
 def _archive_containing(conn: sqlite3.Connection, chat_id: int, plain: str) -> list[_Doc]:
     """The newest archived turns holding `plain` as it is (no index: a bounded scan)."""
     rows = conn.execute(
-        "SELECT id, session_id, role, substr(content, 1, ?) AS content, created_at "
+        "SELECT id, session_id, role, substr(content, 1, ?) AS content, created_at, provenance "
         "FROM archived_messages WHERE id IN (SELECT id FROM archived_messages "
         "WHERE chat_id = ? AND terms != '' ORDER BY id DESC LIMIT ?) "
         "AND content LIKE ? ESCAPE '\\' ORDER BY id LIMIT ?",
@@ -366,7 +381,7 @@ def _history_rows(conn: sqlite3.Connection, chat_id: int, forms: list[str]) -> l
     rows: dict[int, sqlite3.Row] = {}
     long_forms = [f for f in forms if len(f) >= 3]
     short_forms = [f for f in forms if len(f) < 3]
-    columns = "h.id, h.entry, h.created_at, h.first_message_at, h.session_id"
+    columns = "h.id, h.entry, h.created_at, h.first_message_at, h.session_id, h.untrusted"
     if long_forms:
         match = " OR ".join(_fts_phrase(f) for f in long_forms)
         for row in conn.execute(
@@ -394,6 +409,7 @@ def _history_rows(conn: sqlite3.Connection, chat_id: int, forms: list[str]) -> l
             row["entry"],
             None,
             [],
+            flagged=bool(row["untrusted"]),
         )
         for row in rows.values()
     ]
@@ -403,7 +419,7 @@ def _message_rows(conn: sqlite3.Connection, chat_id: int, exclude: set[int]) -> 
     """Stored messages still waiting for consolidation, newest first, bounded in number
     and in characters (their terms are computed per query)."""
     rows = conn.execute(
-        "SELECT id, session_id, role, substr(content, 1, ?) AS content, created_at "
+        "SELECT id, session_id, role, substr(content, 1, ?) AS content, created_at, provenance "
         "FROM messages WHERE chat_id = ? AND role IN ('user', 'assistant') "
         "AND content != '' ORDER BY id DESC LIMIT ?",
         (MESSAGE_CHARS, chat_id, MESSAGE_SCAN + len(exclude)),
@@ -442,6 +458,7 @@ def _turn(
         content,
         row["role"],
         terms or [],
+        provenance=Provenance.from_json(row["provenance"]),
     )
 
 
@@ -612,9 +629,8 @@ def _hit(doc: _Doc, terms: list[QueryTerm], score: float) -> RecallHit:
     def turn(near: _Doc | None) -> tuple[Turn, ...]:
         if near is None:
             return ()
-        return (
-            Turn(near.role or "", near.at, _snippet(near.text, terms, NEIGHBOUR_SNIPPET_CHARS)),
-        )
+        snippet = _snippet(near.text, terms, NEIGHBOUR_SNIPPET_CHARS)
+        return (Turn(near.role or "", near.at, snippet, near.provenance),)
 
     return RecallHit(
         doc.source,
@@ -626,6 +642,8 @@ def _hit(doc: _Doc, terms: list[QueryTerm], score: float) -> RecallHit:
         doc.session_id,
         turn(doc.before),
         turn(doc.after),
+        doc.provenance,
+        doc.flagged,
     )
 
 

@@ -230,8 +230,9 @@ class CallPlan:
         self,
         policy: AttemptPolicy,
         model_id: str,
-        walk_chain: bool,
         messages: list[Message],
+        *,
+        walk_chain: bool,
         timeout: float,
         user_key: Hashable | None,
         priority: Priority,
@@ -372,7 +373,16 @@ class CallPlan:
             )
 
     async def report(self, slot: Slot, result: Classified, *, text_shown: bool = False) -> None:
-        """Record a failed attempt and decide whether the next slot retries or moves on."""
+        """Record a failed attempt and decide whether the next slot retries or moves on: the
+        outcome picks its step from `_ON_FAILURE` (a rejected key, a spent quota, a rate
+        limit), and every other outcome goes straight to `_retry_or_advance`."""
+        self._record_failure(slot, result)
+        step = _ON_FAILURE.get(result.outcome, CallPlan._retry_or_advance)
+        step(self, slot, result, text_shown)
+
+    def _record_failure(self, slot: Slot, result: Classified) -> None:
+        """The attempt in the call's list and the log; the breakers hear it when it says
+        something about the provider's health, and let their probe go otherwise."""
         state, entry = slot.state, slot.entry
         outcome = result.outcome
         attempt = Attempt(
@@ -397,31 +407,35 @@ class CallPlan:
             status=result.status_code,
             retry_after_s=result.retry_after_s,
         )
-        model_breaker = self.policy.model_breaker(entry.id)
         if outcome in _HEALTH_FAILURES:
             log_breaker_change(state.breaker.record_failure())
-            log_breaker_change(model_breaker.record_failure())
+            log_breaker_change(self.policy.model_breaker(entry.id).record_failure())
         else:
             self._release(entry, state)
 
-        if outcome is Outcome.AUTH:
-            if state.keys.cool(slot.key_index, self.policy.auth_cooldown, "auth"):
-                log.error(
-                    "api_key_rejected",
-                    gateway=entry.gateway,
-                    key_position=slot.key_index,
-                    detail=result.detail,
-                    cooldown_s=self.policy.auth_cooldown,
-                )
-            self.excluded_keys.add(slot.key_index)
-            # Another key of the same gateway may be fine: try it on the same model at once.
-            if self._other_key_usable(state, entry):
-                return
+    def _on_auth(self, slot: Slot, result: Classified, text_shown: bool) -> None:
+        """A rejected key rests long; another key of the same gateway may be fine, so it is
+        tried on the same model at once, else the chain moves on."""
+        state, entry = slot.state, slot.entry
+        if state.keys.cool(slot.key_index, self.policy.auth_cooldown, "auth"):
+            log.error(
+                "api_key_rejected",
+                gateway=entry.gateway,
+                key_position=slot.key_index,
+                detail=result.detail,
+                cooldown_s=self.policy.auth_cooldown,
+            )
+        self.excluded_keys.add(slot.key_index)
+        if not self._other_key_usable(state, entry):
             self._advance()
-            return
-        if outcome is Outcome.QUOTA and result.per_model:
-            # A daily cap of this model (Groq's TPD): the key serves the gateway's other models
-            # meanwhile; this one rests until the provider says it resets.
+
+    def _on_quota(self, slot: Slot, result: Classified, text_shown: bool) -> None:
+        """A spent quota: a daily cap of this model (Groq's TPD) rests the key for this model
+        until the provider says it resets, and the key serves the gateway's other models
+        meanwhile; an account's quota rests the key wholly. Keys may be different accounts:
+        another usable one is tried, else the chain moves on."""
+        state, entry = slot.state, slot.entry
+        if result.per_model:
             rest = (
                 result.retry_after_s
                 if result.retry_after_s is not None
@@ -436,32 +450,37 @@ class CallPlan:
                     detail=result.detail,
                     cooldown_s=round(rest, 1),
                 )
-            self.excluded_keys.add(slot.key_index)
-            if not self._other_key_usable(state, entry):
-                self._advance()
-            return
-        if outcome is Outcome.QUOTA:
-            if state.keys.cool(slot.key_index, self.policy.quota_cooldown, "quota"):
-                log.error(
-                    "api_key_out_of_quota",
-                    gateway=entry.gateway,
-                    key_position=slot.key_index,
-                    detail=result.detail,
-                    cooldown_s=self.policy.quota_cooldown,
-                )
-            self.excluded_keys.add(slot.key_index)
-            if not self._other_key_usable(state, entry):  # keys may be different accounts
-                self._advance()
-            return
-        retry_after = result.retry_after_s
-        other_key = False
-        if outcome is Outcome.RATE_LIMIT:
-            # Rate limits are counted per model: the key stays free for the gateway's others.
-            cool_for = retry_after if retry_after is not None else self.policy.rate_limit_cooldown
-            state.keys.cool(
-                slot.key_index, min(cool_for, 3600.0), "rate_limit", model=entry.wire_name
+        elif state.keys.cool(slot.key_index, self.policy.quota_cooldown, "quota"):
+            log.error(
+                "api_key_out_of_quota",
+                gateway=entry.gateway,
+                key_position=slot.key_index,
+                detail=result.detail,
+                cooldown_s=self.policy.quota_cooldown,
             )
-            other_key = self._other_key_usable(state, entry)
+        self.excluded_keys.add(slot.key_index)
+        if not self._other_key_usable(state, entry):
+            self._advance()
+
+    def _on_rate_limit(self, slot: Slot, result: Classified, text_shown: bool) -> None:
+        """Rate limits are counted per model: the key rests for this model only (as long as
+        the provider asked, else our cool-down) and stays free for the gateway's others."""
+        state, entry = slot.state, slot.entry
+        retry_after = result.retry_after_s
+        cool_for = retry_after if retry_after is not None else self.policy.rate_limit_cooldown
+        state.keys.cool(slot.key_index, min(cool_for, 3600.0), "rate_limit", model=entry.wire_name)
+        other_key = self._other_key_usable(state, entry)
+        self._retry_or_advance(slot, result, text_shown, other_key=other_key)
+
+    def _retry_or_advance(
+        self, slot: Slot, result: Classified, text_shown: bool, *, other_key: bool = False
+    ) -> None:
+        """Phase 1 retries the requested model after its backoff (or the provider's
+        Retry-After, or at once on another key) while the outcome is retryable, no text was
+        shown, retries and the budget last and the wait is within the cap; otherwise the
+        chain moves on."""
+        entry, outcome = slot.entry, result.outcome
+        retry_after = result.retry_after_s
         if (
             self.position != 0  # the chain walk tries each model once
             or not outcome.retryable
@@ -488,7 +507,7 @@ class CallPlan:
         elif outcome is Outcome.RATE_LIMIT:
             # No hint from the provider: the key rests exactly as long as our backoff, so the
             # retry finds it usable (and concurrent calls leave it alone meanwhile).
-            state.keys.rest_until(slot.key_index, self.policy.clock() + delay, entry.wire_name)
+            slot.state.keys.rest_until(slot.key_index, self.policy.clock() + delay, entry.wire_name)
         self.pending_delay = delay
 
     def report_local(self, slot: Slot, error: LocalFailure) -> None:
@@ -530,6 +549,15 @@ class CallPlan:
             f"every model failed for {self.requested}: {tried or 'nothing to try'}",
             list(self.attempts),
         )
+
+
+# What a failed attempt's outcome does before the next slot is chosen (`CallPlan.report`);
+# an outcome not listed retries the requested model or moves along the chain.
+_ON_FAILURE: dict[Outcome, Callable[[CallPlan, Slot, Classified, bool], None]] = {
+    Outcome.AUTH: CallPlan._on_auth,
+    Outcome.QUOTA: CallPlan._on_quota,
+    Outcome.RATE_LIMIT: CallPlan._on_rate_limit,
+}
 
 
 def _spent_until_reset(protocol: str, headers: Mapping[str, str]) -> float | None:

@@ -335,6 +335,8 @@ class Call:
     at: float
     ok: bool = True
     error: str | None = None
+    # It took effect although it was answered with an error (`inject_error`'s delivered_every).
+    delivered: bool = False
 
 
 @dataclass
@@ -392,7 +394,12 @@ class _InjectedError:
     description: str | None
     status: int | None = None
     every: int = 1  # fail one call in `every` (the every-th, the 2×every-th, ...)
+    # One fault in `delivered_every` (0: none) comes after the call took effect: Telegram
+    # delivered the message, and the answer the client gets is the error (a gateway that lost
+    # the Bot API's reply).
+    delivered_every: int = 0
     seen: int = 0
+    failed: int = 0
 
 
 class _ApiError(Exception):
@@ -707,15 +714,21 @@ class FakeTelegram:
         description: str | None = None,
         status: int | None = None,
         every: int = 1,
+        delivered_every: int = 0,
     ) -> None:
         """Make the next `count` calls of `method` fail (429 with retry_after, else 400).
 
         `status` (e.g. 502) answers that HTTP status instead, as a broken proxy in front of the
         Bot API would: PTB turns it into a NetworkError. `every` spreads the faults: one call
         in `every` fails (every=10: the 10th, 20th, ... — 10 % of them, in a fixed order so a
-        benchmark run can be repeated), until `count` have failed.
+        benchmark run can be repeated), until `count` have failed. `delivered_every` makes one
+        of those faults in that many (the first, then every delivered_every-th) happen after the
+        call took effect, as Telegram's 502 can: the message is in the chat, the client only
+        hears the error.
         """
-        self._injected[method] = _InjectedError(count, retry_after, description, status, every)
+        self._injected[method] = _InjectedError(
+            count, retry_after, description, status, every, delivered_every
+        )
 
     def hold(self, method: str, *, count: int = 1) -> None:
         """Hold the next `count` calls of `method` unanswered until the client hangs up (a
@@ -741,11 +754,14 @@ class FakeTelegram:
             call.ok = False
             return web.Response(status=504)
         try:
-            self._maybe_injected(method)
+            after = self._maybe_injected(method)
             handler = getattr(self, f"_api_{method.lower()}", None)
             if handler is None:
                 raise _ApiError(404, "Not Found")
             result = await handler(params)
+            if after is not None:
+                call.delivered = True
+                raise after
         except _ApiError as error:
             call.ok = False
             call.error = error.description
@@ -763,14 +779,23 @@ class FakeTelegram:
                 return web.Response(body=stored.data, content_type="application/octet-stream")
         return _error_response(_ApiError(404, "Not Found"))
 
-    def _maybe_injected(self, method: str) -> None:
+    def _maybe_injected(self, method: str) -> _ApiError | None:
+        """Raises the injected fault that comes before the call takes effect; returns the one
+        to answer after it did (`delivered_every`)."""
         injected = self._injected.get(method)
         if injected is None or injected.count <= 0:
-            return
+            return None
         injected.seen += 1
         if injected.seen % injected.every:
-            return
+            return None
         injected.count -= 1
+        injected.failed += 1
+        if (
+            injected.status is not None
+            and injected.delivered_every
+            and (injected.failed - 1) % injected.delivered_every == 0
+        ):
+            return _ApiError(injected.status, injected.description or "Bad Gateway")
         if injected.retry_after is not None:
             raise _ApiError(
                 429,

@@ -23,6 +23,7 @@ from bot.ui.i18n import t
 from media.document_reader import read_document
 from media.documents import DocumentError
 from memory.framing import Framing
+from memory.provenance import DOCUMENT, Provenance
 
 # The name these events have always been logged under (they were part of
 # bot/handlers/media/media.py).
@@ -122,6 +123,9 @@ async def answer_document(
             media["caption"] = caption
         if document.trimmed:
             media["cut_chars"] = document.cut_chars
-        return replace(turn, text=document_prompt(name, caption, document.text), media=media)
+        # The document's words are anyone's: stored as such, the caption as the user's own.
+        provenance = Provenance(DOCUMENT, name, chars=len(document.text), own=caption or None)
+        text = document_prompt(name, caption, document.text)
+        return replace(turn, text=text, media=media, provenance=provenance)
 
     return await run_chat_turn(services, bot, request, prepare=prepare)

@@ -97,6 +97,7 @@ async def media_message(update: Update, context: Context) -> None:
                 mime_type=incoming.mime_type,
                 file_name=incoming.file_name,
                 caption=caption or None,
+                forward_origin=request.forward_origin,
             )
 
         saved = await transcribe_and_answer(services, bot, request, new_item)

@@ -23,6 +23,7 @@ from bot.turns.turn import TurnRequest, run_chat_turn, send_plain
 from bot.ui.i18n import t
 from media.image_reader import fit_image_bounded
 from media.images import ImageError, ImageLimit, limit_for
+from memory.provenance import PHOTO, Provenance
 
 # The name these events have always been logged under (they were part of
 # bot/handlers/media/media.py).
@@ -66,7 +67,12 @@ async def answer_photo(
             log.info("image_scaled", size=len(got.data), sent=len(image.data))
         encoded = base64.b64encode(image.data).decode("ascii")
         url = f"data:{image.mime_type};base64,{encoded}"
-        return replace(turn, text=photo_text(caption), media=media, image_url=url)
+        # What a photo shows (a screenshot's text) may be anyone's words; the caption is the
+        # user's own.
+        provenance = Provenance(PHOTO, incoming.file_name or PHOTO, own=caption or None)
+        return replace(
+            turn, text=photo_text(caption), media=media, image_url=url, provenance=provenance
+        )
 
     return await run_chat_turn(services, bot, request, prepare=prepare)
 

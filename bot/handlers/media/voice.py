@@ -53,8 +53,10 @@ from bot.ui.render import utf16_len
 from media.audio import recording_seconds
 from media.documents import trim_to_chars
 from media.inbox import InboxItem
+from memory.provenance import AUDIO, Provenance
 from memory.store import StoredMessage
 from memory.usage import SpendRecorder
+from models.calls import CallOptions
 from models.types import NO_KEY, Transcription, TransportError
 
 # The name these events have always been logged under (they were part of
@@ -125,7 +127,25 @@ async def _transcribe(
         total = len(transcript)
         note = t("transcript_trimmed", lang, kept=f"{total - cut:,}", total=f"{total:,}")
         await send_plain(bot, request, note)
-    return replace(request, text=caption + text, media=item.media())
+    return replace(
+        request,
+        text=caption + text,
+        media=item.media(),
+        provenance=recording_provenance(item, text),
+        # A forwarded note keeps its origin when a Retry transcribes it (the retry has no
+        # update to read it from).
+        forward_origin=request.forward_origin or item.forward_origin,
+    )
+
+
+def recording_provenance(item: InboxItem, transcript: str) -> Provenance | None:
+    """An audio file is a recording of anyone (a call, a lecture, someone else's message):
+    its transcript is not the user's words; its caption is. A voice note or video note is the
+    user speaking: their own words, no provenance."""
+    if item.kind != "audio":
+        return None
+    source = item.file_name or "audio file"
+    return Provenance(AUDIO, source, chars=len(transcript), own=item.caption or None)
 
 
 async def _new_transcript(
@@ -255,12 +275,14 @@ async def _billed_transcription(
         result = await services.transport.transcribe(
             settings.TRANSCRIPTION_MODEL,
             audio,
+            CallOptions(
+                timeout=settings.TRANSCRIPTION_TIMEOUT,
+                user_key=request.user_id,
+                on_spend=spending.add,
+            ),
             filename=_audio_file_name(item),
             mime_type=item.mime_type or "audio/ogg",
             duration_s=seconds,
-            timeout=settings.TRANSCRIPTION_TIMEOUT,
-            user_key=request.user_id,  # a turn in the gateway's fair queue, like chat
-            on_spend=spending.add,
         )
         if result.text:
             # Paid for: kept before anything else can cut the turn short (a stop, a /cancel),
