@@ -17,6 +17,7 @@ from telegram import Bot
 
 from bot.app import open_services, prepare
 from bot.lifecycle import UpdateTracker
+from models.calls import CallOptions
 from tests.e2e_bot import FakeServers, fake_settings
 from tests.fakes.providers import Reply
 
@@ -29,7 +30,7 @@ async def _one_bot_answers(db_path: Path, n: int) -> str:
         try:
             fakes.openai.script("gpt-5", Reply(f"answer from loop {n}"))
             messages = [{"role": "user", "content": f"hello from loop {n}"}]
-            result = await services.transport.complete("gpt-5", messages, timeout=30)
+            result = await services.transport.complete("gpt-5", messages, CallOptions(timeout=30))
             return result.text
         finally:
             await services.close()
