@@ -99,7 +99,7 @@ def _install_db_probe(recorder: _Recorder) -> None:
     original_read = Database.read
     original_run_in_transaction = Database.run_in_transaction
 
-    async def run_in_transaction(self: Database, fn: Any) -> Any:
+    async def run_in_transaction(self: Database, fn: Any, *, background: bool = False) -> Any:
         # The body runs on the writer's thread: its start and end are taken there, so "wait"
         # is the lock plus the hop to the thread and BEGIN.
         asked = time.monotonic()
@@ -113,7 +113,7 @@ def _install_db_probe(recorder: _Recorder) -> None:
                 moments.append(time.monotonic())
 
         try:
-            return await original_run_in_transaction(self, timed)
+            return await original_run_in_transaction(self, timed, background=background)
         finally:
             if len(moments) == 2:
                 opened, closed = moments
