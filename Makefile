@@ -7,9 +7,13 @@ export LITELLM_OFFLINE_MODE := true
 
 .PHONY: run test lint format lock bench clean
 
-$(BIN)/.runtime: requirements.lock
+# The project installs itself into its venv (editable, built by the locked setuptools), so
+# `python -m bot` and scripts import it like any package from any folder. Child processes
+# do not rely on it: they are told their parent's tree (primitives/interpreter.py).
+$(BIN)/.runtime: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	@! find $(VENV) -name 'litellm_init.pth' | grep -q . || (echo "litellm_init.pth found: compromised litellm" && exit 1)
 	touch $@
 
@@ -33,15 +37,16 @@ lock:
 	uv pip compile --python-version 3.11 --generate-hashes --no-header requirements.in -o requirements.lock
 	uv pip compile --python-version 3.11 --generate-hashes --no-header requirements-dev.in -o requirements-dev.lock
 
+# Run from the root as modules: the benchmarks import the test fakes (tests/) of this tree.
 bench: $(BIN)/.dev
-	$(BIN)/python benchmarks/turn_overhead.py
-	$(BIN)/python benchmarks/consolidation.py
-	$(BIN)/python benchmarks/retry_storm.py
-	$(BIN)/python benchmarks/memory_recall.py
-	$(BIN)/python benchmarks/groq_rate_limits.py
-	$(BIN)/python benchmarks/burst.py
-	$(BIN)/python benchmarks/reminders.py
-	$(BIN)/python benchmarks/mcp.py
+	$(BIN)/python -m benchmarks.turn_overhead
+	$(BIN)/python -m benchmarks.consolidation
+	$(BIN)/python -m benchmarks.retry_storm
+	$(BIN)/python -m benchmarks.memory_recall
+	$(BIN)/python -m benchmarks.groq_rate_limits
+	$(BIN)/python -m benchmarks.burst
+	$(BIN)/python -m benchmarks.reminders
+	$(BIN)/python -m benchmarks.mcp
 
 clean:
 	rm -rf $(VENV)

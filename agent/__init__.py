@@ -1,4 +1,4 @@
 """The chat agent: one turn of the chat model with the memory tools, free of Telegram.
 
-Import direction: `bot → agent → web → reminders, media → memory → models`.
+Import direction: `bot → agent → web, mcp_client → reminders, media → memory → models → primitives`.
 """

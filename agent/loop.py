@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 import structlog
@@ -66,6 +66,7 @@ from models.types import (
     TransportError,
     Usage,
 )
+from primitives.clock import Clock, utc_now
 
 log = structlog.get_logger("agent.loop")
 
@@ -151,7 +152,7 @@ class AgentLoop:
         max_answer_tokens: int | None = None,
         answer_seconds: float | None = None,
         max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock[datetime] = utc_now,
     ) -> None:
         self.store = store
         self.transport = transport

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from memory.db import Database
 from memory.longterm import memory_of
 from memory.messages import ToolResult
-from memory.store import RoundContext, StoredMessage, to_iso, utc_now
+from memory.store import RoundContext, StoredMessage, to_iso
 from models.types import ToolCall
+from primitives.clock import utc_now
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Run `python -m bot` with two probes a benchmark reads back: event-loop lag and database waits.
 
-    python benchmarks/bot_probe.py OUT_FILE [bot arguments...]
+    python -m benchmarks.bot_probe OUT_FILE [bot arguments...]
 
 - Event-loop lag: a task on the bot's own loop sleeps 10 ms over and over and records by how
   much each wake-up came late. Anything that holds the loop (CPU work in a callback, a blocking
@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import runpy
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from primitives.litellm_env import keep_litellm_offline
 
 LAG_PERIOD_S = 0.010
 FLUSH_EVERY_S = 0.5
@@ -147,9 +148,7 @@ def _install_gc_probe(recorder: _Recorder) -> None:
 
 def main() -> None:
     out_path, bot_args = sys.argv[1], sys.argv[2:]
-    sys.path.insert(0, str(REPO))
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+    keep_litellm_offline()
     out = open(out_path, "a", encoding="ascii")  # open for the process's life
     recorder = _Recorder(out)
     _install_lag_monitor(recorder)

@@ -14,7 +14,7 @@ spread across users, how closely the provider's order follows the users' order, 
 the provider saw. Last line:
 `burst: answered=N/M failed=K provider_429=J p99_wait_ms=W`.
 
-Run: .venv/bin/python benchmarks/burst.py [--users 300] [--rps 25] [--bot-repo PATH]
+Run: .venv/bin/python -m benchmarks.burst [--users 300] [--rps 25] [--bot-repo PATH]
 (`--bot-repo` runs another checkout's bot against the same fakes, for before/after figures.)
 """
 
@@ -32,10 +32,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from benchmarks.common import (  # noqa: E402
     ChildServer,
@@ -46,6 +43,7 @@ from benchmarks.common import (  # noqa: E402
     terminate,
     until_polling,
 )
+from primitives.litellm_env import LITELLM_FLAGS  # noqa: E402
 from tests.fakes.providers import FakeProvider, Reply  # noqa: E402
 from tests.fakes.telegram import FakeTelegram  # noqa: E402
 
@@ -156,8 +154,7 @@ async def main(users: int, rps: float, burst: float, latency: float, bot_repo: P
                 openai_base_url=openai.base_url,
                 database=workdir / "burst.sqlite3",
             ),
-            LITELLM_LOCAL_MODEL_COST_MAP="True",
-            LITELLM_OFFLINE_MODE="true",
+            **LITELLM_FLAGS,
             LOG_FORMAT="json",
             LOG_LEVEL="INFO",
         )

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from models.tasks import cancel_and_wait
+from primitives.tasks import stop_task
 from tests.fakes.telegram import FakeTelegram
 
 
@@ -129,7 +129,7 @@ async def terminate(process: asyncio.subprocess.Process, grace_s: float = 60) ->
     """SIGTERM, then SIGKILL if it is not gone after `grace_s`; its stderr when piped."""
     process.send_signal(signal.SIGTERM)
     try:
-        _, stderr = await asyncio.wait_for(process.communicate(), grace_s)
+        _, stderr = await asyncio.wait_for(process.communicate(), grace_s)  # bounded: then killed
     except TimeoutError:
         process.kill()
         _, stderr = await process.communicate()
@@ -155,7 +155,7 @@ class LoopLag:
         self._task = asyncio.create_task(self._watch())
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
+        await stop_task(self._task)
         self._task = None
 
     def max_s(self) -> float:

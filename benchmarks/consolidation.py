@@ -13,7 +13,7 @@ issued for one chat every 10 ms while consolidations run; its acknowledgement la
 /new waits for: `store.start_new_session` (close + open + enqueue in one transaction, fsync'd)
 plus the worker notification.
 
-    python benchmarks/consolidation.py [--jobs 1000] [--seed 7]
+    python -m benchmarks.consolidation [--jobs 1000] [--seed 7]
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextvars
-import os
 import random
 import sqlite3
 import statistics
@@ -31,10 +30,6 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import structlog
 

@@ -15,7 +15,7 @@ The transport keeps production's rate-limit settings (Retry-After up to 20 s is 
 a quota rests the key for 600 s); only backoff and the fakes' latency are scaled down.
 Run it on a tree before and after the fix to compare:
 
-    python benchmarks/groq_rate_limits.py [--sessions 40] [--seed 7]
+    python -m benchmarks.groq_rate_limits [--sessions 40] [--seed 7]
 
 The last line is the summary: the share saved by the Groq chain in each scenario.
 Measured (seeds 7, 1, 2): with the old error table (the TPM 429 read as an unpaid bill, the
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import sys
 import tempfile
@@ -35,13 +34,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import structlog
-from consolidation import (  # benchmarks/consolidation.py: the same sessions and fault mix
+
+from benchmarks.consolidation import (  # the same sessions and fault mix
     ANTHROPIC_FAULTS,
     GROQ_FAULTS,
     HTTP_FAULTS,
@@ -49,7 +44,6 @@ from consolidation import (  # benchmarks/consolidation.py: the same sessions an
     seed,
     session_pool,
 )
-
 from tests.consolidation_stack import CHAIN, WIRE, good_call, open_stack
 from tests.fakes.providers import Fault, Step
 

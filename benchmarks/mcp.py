@@ -11,29 +11,22 @@ real mcp-server-time, both over stdio through the launcher). Measured:
   the two server processes hold.
 
 Prints `mcp: calls=N p50_ms=… p99_ms=… overhead_p50_ms=… loop_lag_max_ms=… restarts=…` and a
-`mcp_rss:` line. Run: `.venv/bin/python benchmarks/mcp.py`.
+`mcp_rss:` line. Run: `.venv/bin/python -m benchmarks.mcp`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-# Run as a script, this file's folder comes first on sys.path, and this file's name would shadow
-# the SDK's package `mcp`: the project's root takes that place instead.
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-
-from benchmarks.common import LoopLag, percentile  # noqa: E402
-from mcp_client.hub import McpHub  # noqa: E402
-from memory.db import Database  # noqa: E402
-from memory.mcp_calls import McpCalls  # noqa: E402
-from tests.mcp_stack import BOT_ENV, config, ours_entry, time_entry, until  # noqa: E402
+from benchmarks.common import LoopLag, percentile
+from mcp_client.hub import McpHub
+from memory.db import Database
+from memory.mcp_calls import McpCalls
+from primitives.backoff import Backoff
+from tests.mcp_stack import BOT_ENV, config, ours_entry, time_entry, until
 
 CALLS = 300
 CONCURRENT = 20
@@ -68,7 +61,7 @@ async def direct_latencies(n: int) -> list[float]:
 
 async def main() -> None:
     before_sdk_mb = rss_mb()
-    from mcp_client.connection import Backoff  # loads the SDK, as the bot does at start
+    from mcp_client.connection import Connection  # noqa: F401 - loads the SDK, as the bot does
 
     with tempfile.TemporaryDirectory() as tmp:
         db = await Database.open(Path(tmp) / "bench.sqlite3")
@@ -76,7 +69,7 @@ async def main() -> None:
             config({"ours": ours_entry(timeout=30), "time": time_entry()}),
             McpCalls(db),
             daily_calls=10_000,
-            backoff=Backoff(first=0.2),
+            backoff=Backoff.doubling(0.2, 300.0),
             environ=dict(BOT_ENV),
         )
         await hub.start(wait_seconds=60)

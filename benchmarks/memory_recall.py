@@ -34,7 +34,7 @@ session), then the same number spread over 1,000 chats (100 each), written with 
 own functions (memory/recall/archive.py: terms, then the insert the commit does), and LoCoMo's
 questions asked of it.
 
-    python benchmarks/memory_recall.py [--sessions 200] [--scale-turns 100000]
+    python -m benchmarks.memory_recall [--sessions 200] [--scale-turns 100000]
         [--scale-chats 1 1000] [--only locomo]
 """
 
@@ -49,16 +49,11 @@ import os
 import re
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import structlog
 

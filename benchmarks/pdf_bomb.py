@@ -11,7 +11,7 @@ noise: other processes' load shows there too), the answer the sender got, and a 
 `pdf_bomb: pages=N loop_stall_max_ms=N answered_in_s=N`.
 Goal: the stall stays under 50 ms and a clear answer arrives within DOCUMENT_TIMEOUT.
 
-Run: .venv/bin/python benchmarks/pdf_bomb.py [--pages 1000] [--timeout 30]
+Run: .venv/bin/python -m benchmarks.pdf_bomb [--pages 1000] [--timeout 30]
 (`--timeout` sets DOCUMENT_TIMEOUT; leave it out on a checkout that has no such setting.)
 """
 
@@ -19,16 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from benchmarks.common import LoopLag  # noqa: E402
 from tests.e2e_bot import OWNER, bot_under_test  # noqa: E402

@@ -24,9 +24,9 @@ written straight into its database before it starts, as if made over the past we
     here (every slot busy, a 502's retry due); a watchdog thread reports such a freeze, which
     no task on the frozen loop could, and ends the run.
 
-    python benchmarks/reminders.py [--chats 1000] [--per-chat 10] [--spread 60] [--idle 10]
-    python benchmarks/reminders.py --storm            # the storm alone
-    python benchmarks/reminders.py --no-storm         # (a)-(c) alone
+    python -m benchmarks.reminders [--chats 1000] [--per-chat 10] [--spread 60] [--idle 10]
+    python -m benchmarks.reminders --storm            # the storm alone
+    python -m benchmarks.reminders --no-storm         # (a)-(c) alone
 
 Last lines: `reminders: due=N sent=N dup=N p99_late_ms=N burst_s=N idle_cpu_pct=N`, then
 `reminder_storm: due=N sent=N dup=N loop_lag_max_ms=N` for each storm.
@@ -41,17 +41,12 @@ import logging
 import os
 import re
 import sqlite3
-import sys
 import tempfile
 import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import structlog
 

@@ -13,7 +13,7 @@ Printed per policy: success rate (a non-empty answer), p50/p99 latency, amplific
 requests per offered request), the highest request rate any provider saw in a one-second window,
 and how many requests the providers themselves rejected for rate. Ends with one summary line.
 
-Run: .venv/bin/python benchmarks/retry_storm.py [--seconds 20] [--rps 60]
+Run: .venv/bin/python -m benchmarks.retry_storm [--seconds 20] [--rps 60]
 """
 
 from __future__ import annotations
@@ -21,30 +21,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
-import sys
 import time
 import warnings
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from primitives.litellm_env import keep_litellm_offline
 
-import litellm
-import structlog
-from aiohttp import web
+keep_litellm_offline()  # before litellm's import below
 
-from benchmarks.common import ChildServer, most_in_window, percentile, serve_forever
-from models.calls import CallOptions
-from models.catalog import Catalog, ModelEntry
-from models.gateways import Gateway
-from models.transport import Transport
-from models.types import TransportError
-from tests.fakes.providers import FakeProvider, Fault, Reply
+import litellm  # noqa: E402
+import structlog  # noqa: E402
+from aiohttp import web  # noqa: E402
+
+from benchmarks.common import ChildServer, most_in_window, percentile, serve_forever  # noqa: E402
+from models.calls import CallOptions  # noqa: E402
+from models.catalog import Catalog, ModelEntry  # noqa: E402
+from models.gateways import Gateway  # noqa: E402
+from models.transport import Transport  # noqa: E402
+from models.types import TransportError  # noqa: E402
+from tests.fakes.providers import FakeProvider, Fault, Reply  # noqa: E402
 
 KINDS = ("openai", "groq", "anthropic", "openai", "groq", "anthropic")
 PROVIDER_RPS = 25.0  # what each provider accepts before it answers 429
@@ -234,7 +231,7 @@ async def run_policy(
     async def one() -> None:
         started = time.monotonic()
         try:
-            ok = await asyncio.wait_for(call(), timeout=GIVE_UP_S)
+            ok = await asyncio.wait_for(call(), timeout=GIVE_UP_S)  # a client giving up
         except TimeoutError:
             ok = False
         results.append(Outcome(ok, time.monotonic() - started))

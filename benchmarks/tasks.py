@@ -17,7 +17,7 @@ Telegram's limits (about 30 messages per second bot-wide, one per second per cha
 Tasks run a few at a time at background priority (bot/app.py TASK_RUNS_AT_ONCE,
 models/policy/pacing.py): they queue behind the chats, never the other way round.
 
-    python benchmarks/tasks.py [--tasks 200] [--task-chats 50] [--talkers 20] [--latency 1.6]
+    python -m benchmarks.tasks [--tasks 200] [--task-chats 50] [--talkers 20] [--latency 1.6]
 
 Last line: `tasks: due=N ran=N dup=N late_p99_s=N chat_p99_ratio=N loop_lag_max_ms=N`.
 """
@@ -29,19 +29,13 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import re
 import sqlite3
-import sys
 import tempfile
 import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import structlog
 

@@ -9,18 +9,16 @@ messages' texts), on windows of 6 real messages. Then what it costs: microsecond
 characters of English (LoCoMo) and of mixed scripts (oasst2). Last line:
 `token_estimate: undercounted=N/M english_mean_ratio=R us_per_1k_chars=T`.
 
-Run: .venv/bin/python benchmarks/token_estimate.py
+Run: .venv/bin/python -m benchmarks.token_estimate
 """
 
 from __future__ import annotations
 
-import sys
 import timeit
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from models import tokens  # noqa: E402
 from tests.memory_sessions import (  # noqa: E402

@@ -32,7 +32,7 @@ Then, with bots of their own (benchmarks/streaming_modes.py): Telegram calls per
 drafts (private chats' default) and with edits, and the time from a Stop press on a draft to
 the provider seeing its stream closed (`stop_to_cancel_p99_ms`, goal under 300).
 
-Run: .venv/bin/python benchmarks/turn_overhead.py [--turns 10] [--chats 100,300] [--rounds 3]
+Run: .venv/bin/python -m benchmarks.turn_overhead [--turns 10] [--chats 100,300] [--rounds 3]
      [--streaming-only]
 The overhead summary line is the 100-conversation run:
 overhead: chats=100 intake_p99_ms=N provider_ms=N loop_lag_max_ms=N turns_per_s=N
@@ -52,10 +52,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from benchmarks.common import (  # noqa: E402
     LoopLag,
@@ -430,7 +427,7 @@ async def main(turns_single: int, chat_counts: list[int], rounds: int) -> None:
         )
         spawned = time.monotonic()
         process = await asyncio.create_subprocess_exec(
-            sys.executable, str(REPO / "benchmarks" / "bot_probe.py"), str(probe_file),
+            sys.executable, "-m", "benchmarks.bot_probe", str(probe_file),
             cwd=workdir, env=env,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip

@@ -8,17 +8,14 @@ CPU it takes and how late the event loop woke a 10 ms sleep meanwhile.
 
 The files are made from the fixtures, no encoder needed: a chained Ogg/Opus file (the 30 s
 voice note again and again, each copy its own logical stream, as a decoder plays a chain) and
-an MP3 of the 30 s file's frames repeated. Run: `python benchmarks/voice_length.py`.
+an MP3 of the 30 s file's frames repeated. Run: `python -m benchmarks.voice_length`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from media.audio import ogg_pages, recording_seconds
 

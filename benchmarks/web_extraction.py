@@ -17,7 +17,7 @@ Printed: pages the pair's second opinion (readability) won, the slowest pages, a
 Published on all 181 pages: trafilatura 2.0.0 F1 0.958, readability-lxml 0.922. Goal on this
 half: F1 ≥ 0.96.
 
-Run: .venv/bin/python benchmarks/web_extraction.py
+Run: .venv/bin/python -m benchmarks.web_extraction
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from aiohttp import web  # noqa: E402
 

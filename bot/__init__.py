@@ -1,8 +1,10 @@
 """The Telegram surface: handlers, turns, the app's wiring, its CLI. The only package that knows
 Telegram."""
 
+from primitives import MnemobotError
 
-class BotError(Exception):
+
+class BotError(MnemobotError):
     """Base of the bot layer's own errors; each says in one line what the operator must fix.
 
     BotError

@@ -7,13 +7,13 @@ setting, before anything connects: a self-hoster reads one line, not a traceback
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 
+from primitives.litellm_env import keep_litellm_offline
+
 # Before litellm is imported anywhere: no network at import, no tokenizer downloads.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+keep_litellm_offline()
 
 EXIT_CONFIG = 2
 EXIT_CRASH = 1

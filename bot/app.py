@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -72,13 +72,14 @@ from memory.db import Database
 from memory.longterm import MemoryRepository
 from memory.mcp_calls import McpCalls
 from memory.recall.archive import ArchivePurger
-from memory.store import Clock, Store, utc_now
+from memory.store import Store
 from memory.usage import Budgets, UsageLedger
 from memory.web_calls import WebCalls
 from models.catalog import Catalog, CatalogError, declared_gateways, load_catalog
 from models.gateways import Gateway
 from models.logging_setup import redactor
 from models.worker.sockets import transport
+from primitives.clock import Clock, utc_now
 from reminders.book import TASK, ReminderBook
 from reminders.scheduler import ReminderScheduler
 from reminders.task_runs import TaskRuns
@@ -244,7 +245,7 @@ async def open_services(
     *,
     transport_options: dict[str, Any] | None = None,
     edit_interval: float = 1.0,
-    clock: Clock | None = None,
+    clock: Clock[datetime] | None = None,
 ) -> Services:
     """Open the database and build every long-lived object, each once and complete: what one
     needs of another is a constructor argument, so nothing is rewired after it is built.
@@ -420,7 +421,7 @@ def build_application(
     *,
     transport_options: dict[str, Any] | None = None,
     edit_interval: float = 1.0,
-    clock: Clock | None = None,
+    clock: Clock[datetime] | None = None,
 ) -> App:
     """The PTB Application, handlers registered; services open in post_init.
 

@@ -19,7 +19,8 @@ import structlog
 from telegram import Update
 from telegram.ext import Application, BaseUpdateProcessor
 
-from memory.store import to_iso, utc_now
+from memory.store import to_iso
+from primitives.clock import utc_now
 
 if TYPE_CHECKING:
     from bot.turns.chat_turns import ChatTurns

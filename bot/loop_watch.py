@@ -18,7 +18,7 @@ from collections import deque
 
 import structlog
 
-from models.tasks import cancel_and_wait
+from primitives.tasks import stop_task
 
 log = structlog.get_logger("bot.loop_watch")
 
@@ -89,7 +89,7 @@ class LoopWatch:
         self._task = asyncio.create_task(self._run(), name="loop-watch")
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
+        await stop_task(self._task)
         self._task = None
 
     def lag_s(self) -> float:

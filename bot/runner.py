@@ -34,7 +34,10 @@ from bot.health import HealthServer
 from bot.lifecycle import tracker_of
 from bot.loop_watch import LoopWatch, SystemdNotifier
 from bot.services import App
-from memory.store import from_iso, utc_now
+from memory.store import from_iso
+from primitives.clock import utc_now
+from primitives.tasks import stop_task
+from primitives.waits import wait_or_timeout
 
 if TYPE_CHECKING:
     from bot.config import Settings
@@ -203,7 +206,7 @@ async def stop_gracefully(application: App, grace: float, *, force: asyncio.Even
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
-        await _wait_any(turns.running_tasks(), force, seconds=min(remaining, 0.5))
+        await wait_or_timeout(*turns.running_tasks(), force, timeout=min(remaining, 0.5))
     if turns.running_count():
         log.info("replies_interrupted", count=turns.running_count())
         await turns.cancel_all(wait=5.0)
@@ -212,18 +215,10 @@ async def stop_gracefully(application: App, grace: float, *, force: asyncio.Even
     if application.running:
         await application.stop()
     if force.is_set():
-        worker_stop.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
+        await stop_task(worker_stop)  # a second signal: the consolidations are cut now
+    else:
         await worker_stop
     log.info("bot_stopped_gracefully", held_updates=lifecycle.held)
-
-
-async def _wait_any(tasks: list[asyncio.Task[Any]], force: asyncio.Event, seconds: float) -> None:
-    waiter = asyncio.create_task(force.wait())
-    try:
-        await asyncio.wait([*tasks, waiter], timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
 
 
 def run_bot(application: App, settings: Settings) -> None:

@@ -34,6 +34,7 @@ from memory.store import Store
 from memory.usage import UsageLedger
 from models.catalog import Catalog, ModelEntry
 from models.gateways import Gateway
+from primitives.tasks import stop_task
 from reminders.book import ReminderBook
 from reminders.scheduler import ReminderScheduler
 from reminders.task_runs import TaskRuns
@@ -104,9 +105,7 @@ class ProviderWarmUp:
             self._task = asyncio.create_task(self._transport.warm_up())
 
     async def stop(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await stop_task(self._task)  # warm_up logs its own failures and never raises
 
 
 @dataclass(frozen=True, eq=False)

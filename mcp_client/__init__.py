@@ -6,8 +6,10 @@ servers never loads it (tests/test_architecture.py). Everything a server sends b
 data for the agent to frame, never an instruction.
 """
 
+from primitives import MnemobotError
 
-class McpClientError(Exception):
+
+class McpClientError(MnemobotError):
     """Base of every MCP failure: str(error) is one line, fit for the log, /mcp or the model.
 
     McpClientError

@@ -41,7 +41,9 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from mcp_client.config import BASE_ENV_KEYS, ServerConfig
 from mcp_client.errors import McpCallError
-from models.tasks import cancel_and_wait
+from primitives.backoff import Backoff
+from primitives.tasks import stop_task
+from primitives.waits import wait_or_timeout
 
 log = structlog.get_logger("mcp_client.connection")
 
@@ -73,17 +75,10 @@ class ListedTool:
     read_only: bool
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """Seconds before the n-th restart in a row (n from 0): doubling, capped."""
-
-    first: float = 1.0
-    cap: float = 300.0
-    # A session up this long counts as healthy: the next failure starts from `first` again.
-    healthy_after: float = 60.0
-
-    def delay(self, attempt: int) -> float:
-        return min(self.cap, self.first * 2 ** min(attempt, 30))
+# Seconds before the n-th restart in a row: 1, 2, 4 … capped at 300.
+RESTART_BACKOFF = Backoff.doubling(1.0, 300.0)
+# A session up this long counts as healthy: the next failure starts the back-off again.
+HEALTHY_AFTER_S = 60.0
 
 
 @dataclass
@@ -104,7 +99,7 @@ class Connection:
         environ: dict[str, str] | None = None,
     ) -> None:
         self.config = config
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or RESTART_BACKOFF
         self.on_tools = on_tools  # told when the tool list changes
         self.environ = environ
         self.state = ServerState.STARTING
@@ -133,14 +128,13 @@ class Connection:
         task = self._task
         if task is None:
             return
-        done, _ = await asyncio.wait({task}, timeout=STOP_SECONDS)
-        if not done:
+        if not await wait_or_timeout(task, timeout=STOP_SECONDS):
             log.warning("mcp_server_stop_slow", server=self.config.name)
-            await cancel_and_wait(task)
+        await stop_task(task)
         self.state = ServerState.STOPPED
 
     async def _supervise(self) -> None:
-        attempt = 0
+        failures = 0  # in a row
         while not self._stopping.is_set():
             started = time.monotonic()
             try:
@@ -157,18 +151,17 @@ class Connection:
                 self._live = None
             if self._stopping.is_set():
                 break
-            if time.monotonic() - started >= self.backoff.healthy_after:
-                attempt = 0
+            if time.monotonic() - started >= HEALTHY_AFTER_S:
+                failures = 0
             came_up = self.state is ServerState.UP
             self.state = ServerState.RESTARTING if came_up else ServerState.FAILED
             self._first_outcome.set()
-            delay = self.backoff.delay(attempt)
-            attempt += 1
+            failures += 1
+            delay = self.backoff.after(failures)
             self.restarts += 1
             self.next_try_at = time.monotonic() + delay
             log.info("mcp_server_restart_scheduled", server=self.config.name, seconds=delay)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+            await wait_or_timeout(self._stopping, timeout=delay)
             self.next_try_at = None
         self.state = ServerState.STOPPED
 
@@ -193,22 +186,14 @@ class Connection:
             await self._until_broken_or_stopped(live)
 
     async def _until_broken_or_stopped(self, live: _Live) -> None:
-        stop = asyncio.ensure_future(self._stopping.wait())
-        lost = asyncio.ensure_future(live.broken.wait())
-        try:
-            while True:
-                timeout = HEALTH_SECONDS if self.config.transport == "http" else None
-                done, _ = await asyncio.wait(
-                    {stop, lost}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                )
-                if stop in done:
-                    return
-                if lost in done:
-                    raise McpCallError("closed", self.last_error or "the connection closed")
-                await self._health(live)
-        finally:
-            stop.cancel()
-            lost.cancel()
+        timeout = HEALTH_SECONDS if self.config.transport == "http" else None
+        while True:
+            await wait_or_timeout(self._stopping, live.broken, timeout=timeout)
+            if self._stopping.is_set():
+                return
+            if live.broken.is_set():
+                raise McpCallError("closed", self.last_error or "the connection closed")
+            await self._health(live)
 
     async def _health(self, live: _Live) -> None:
         """An HTTP server has no pipe to watch: its tool list, asked now and then, says it is
@@ -331,7 +316,7 @@ async def _relayed(transport: Any, broken: asyncio.Event) -> AsyncIterator[Any]:
             try:
                 yield receive, write
             finally:
-                group.cancel_scope.cancel()
+                group.cancel_scope.cancel()  # anyio's scope: ends the relay with the stream
                 receive.close()
 
 

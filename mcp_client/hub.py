@@ -30,9 +30,11 @@ from mcp_client.naming import model_names
 from mcp_client.results import DEFAULT_MAX_RESULT_CHARS, result_text
 from mcp_client.schema import clean_schema, schema_chars, without_descriptions
 from memory.mcp_calls import McpCalls, Outcome, ServerCalls
+from primitives.backoff import Backoff
+from primitives.tasks import stop_tasks
 
 if TYPE_CHECKING:
-    from mcp_client.connection import Backoff, Connection
+    from mcp_client.connection import Connection
 
 log = structlog.get_logger("mcp_client.hub")
 
@@ -126,12 +128,12 @@ class McpHub:
         """Start every server; wait up to `wait_seconds` for their first outcome (up or
         failed), so a turn right after start-up already sees their tools. A server still
         starting after that goes on in the background."""
-        from mcp_client.connection import Backoff, Connection
+        from mcp_client.connection import Connection
 
         for server in self.config.servers:
             connection = Connection(
                 server,
-                backoff=self.backoff or Backoff(),
+                backoff=self.backoff,
                 on_tools=lambda _c: self._rebuild(),
                 environ=self.environ,
             )
@@ -140,8 +142,7 @@ class McpHub:
         if self.connections:
             waits = [asyncio.ensure_future(c.settled()) for c in self.connections.values()]
             _, pending = await asyncio.wait(waits, timeout=wait_seconds)
-            for waiting in pending:
-                waiting.cancel()
+            await stop_tasks(pending)  # our waits for a first outcome; the servers go on
         self._rebuild()
 
     async def stop(self) -> None:

@@ -2,12 +2,14 @@
 reader children (documents and pages: document_child; images: image_child), and the inbox of
 files waiting for a turn. No Telegram here.
 
-Import direction: `bot → agent → web → reminders, media → memory → models`; media and reminders do
-not import each other.
+Import direction: `bot → agent → web, mcp_client → reminders, media → memory → models →
+primitives`; media and reminders do not import each other.
 """
 
+from primitives import MnemobotError
 
-class MediaError(Exception):
+
+class MediaError(MnemobotError):
     """Base of the media layer's errors: a file that cannot be made readable for a model;
     `reason` is a short key the bot turns into a sentence.
 

@@ -23,23 +23,21 @@ import asyncio
 import json
 import math
 import os
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 import structlog
 
 from media.documents import DocumentError, DocumentText
 from media.page_text import PageText
+from primitives.interpreter import child_env, python_command
 
 log = structlog.get_logger("media.document_reader")
 
-_ROOT = str(Path(__file__).resolve().parents[1])
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from media.document_child import main; main()"
+_BOOT = "from media.document_child import main; main()"
 # Address space a reader may map: pypdf's objects for a 10 MB PDF stay far below this, and
 # the interpreter with pypdf imported maps ~60 MB.
 MEMORY_LIMIT_BYTES = 1024 * 1024 * 1024
@@ -161,14 +159,13 @@ async def in_child(
     child is killed and reaped on timeout or cancellation. `child`: the module whose main()
     runs in it (images have their own, media/image_child.py); `share`: whose slots it takes
     (see the module docstring), waited for `slot_wait` seconds at most ("busy")."""
-    boot = _BOOT.replace("media.document_child", child)
     async with reader_slot(share, slot_wait):
         process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-c", boot, _ROOT),
+            *python_command(_BOOT.replace("media.document_child", child)),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            env={name: os.environ[name] for name in CHILD_ENV if name in os.environ},
+            env=child_env({name: os.environ[name] for name in CHILD_ENV if name in os.environ}),
         )
         try:
             async with asyncio.timeout(timeout):

@@ -15,7 +15,8 @@ import sqlite3
 from dataclasses import dataclass
 
 from memory.db import Database
-from memory.store import to_iso, utc_now
+from memory.store import to_iso
+from primitives.clock import utc_now
 
 VOICE_KINDS = ("voice", "audio", "video_note")
 

@@ -1,8 +1,10 @@
 """Storage: the SQLite database, sessions and messages, long-term memory, consolidation, the
 archive and recall."""
 
+from primitives import MnemobotError
 
-class MemoryLayerError(Exception):
+
+class MemoryLayerError(MnemobotError):
     """Base of the memory layer's errors (not named MemoryError: that is Python's own).
 
     MemoryLayerError
@@ -10,8 +12,8 @@ class MemoryLayerError(Exception):
     │                                                               inconsistent (start-up stops)
     ├── SessionClosedError   memory/store.py                       a write to a session already
     │                                                               handed to consolidation
-    ├── InvalidCall          memory/consolidation/consolidation.py a model's answer is not a
+    ├── InvalidCallError     memory/consolidation/consolidation.py a model's answer is not a
     │                                                               usable save_memory call
-    └── ConsolidationFailed  memory/consolidation/consolidation.py every model of the chain
+    └── ConsolidationError   memory/consolidation/consolidation.py every model of the chain
                                                                     failed; nothing is deleted
     """

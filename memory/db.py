@@ -225,7 +225,7 @@ class Database:
                         raise asyncio.CancelledError
         finally:
             for write in [*batch, *self._pending, *self._background]:
-                write.outcome.cancel()
+                write.outcome.cancel()  # a caller's outcome future: it sees its write cancelled
             self._pending.clear()
             self._background.clear()
 
@@ -288,7 +288,7 @@ class Database:
             for read in batch:
                 if not read.outcome.done():
                     if cancelled:
-                        read.outcome.cancel()
+                        read.outcome.cancel()  # a caller's outcome future, as for writes
                     else:
                         read.outcome.set_exception(error)
             raise
@@ -379,7 +379,7 @@ def _deliver(batch: list[_Write], call: asyncio.Future[list[tuple[bool, Any]]]) 
         if write.outcome.done():
             continue
         if call.cancelled():
-            write.outcome.cancel()
+            write.outcome.cancel()  # the caller's outcome future takes the batch's cancellation
         elif failed:
             write.outcome.set_exception(call.exception())  # type: ignore[arg-type]
         else:
@@ -462,4 +462,4 @@ def _cancel_at_next_await() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
-        task.cancel()
+        task.cancel()  # ourselves again: the cancellation deferred until the write is in

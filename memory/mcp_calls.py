@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from memory.db import Database
-from memory.store import Store, to_iso, utc_now
-from memory.usage import Clock, day_start
+from memory.store import Store, to_iso
+from memory.usage import day_start
 from models.types import Usage
+from primitives.clock import Clock, utc_now
 
 Outcome = Literal["ok", "error", "timeout", "down", "closed", "protocol"]
 PURPOSE = "mcp"
@@ -40,7 +42,7 @@ class ServerCalls:
 
 
 class McpCalls:
-    def __init__(self, db: Database, clock: Clock = utc_now) -> None:
+    def __init__(self, db: Database, clock: Clock[datetime] = utc_now) -> None:
         self.db = db
         self.clock = clock
 

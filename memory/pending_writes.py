@@ -26,8 +26,8 @@ from enum import StrEnum
 from typing import Generic, TypeVar
 
 from memory.db import Database
-from memory.store import from_iso, to_iso, utc_now
-from memory.usage import Clock
+from memory.store import from_iso, to_iso
+from primitives.clock import Clock, utc_now
 
 # How long a proposed write waits for its tap. A day: long enough to see it the next morning,
 # short enough that an old proposal is not kept by a tap on a message scrolled far away.
@@ -87,7 +87,7 @@ class Kept(Generic[T]):
 
 
 class PendingWrites:
-    def __init__(self, db: Database, clock: Clock = utc_now) -> None:
+    def __init__(self, db: Database, clock: Clock[datetime] = utc_now) -> None:
         self.db = db
         self.clock = clock
 

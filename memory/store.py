@@ -27,8 +27,7 @@ from memory.provenance import Provenance
 from memory.queue import enqueue_consolidation, maybe_enqueue_window
 from memory.timezones import ChatZone, chat_zone_of
 from models.types import ToolCall, Usage
-
-Clock = Callable[[], datetime]
+from primitives.clock import Clock, utc_now
 
 # Turn keys older than this are pruned: a front end re-delivers an input within hours (Telegram
 # keeps an unconfirmed update for 24 h), never a week later.
@@ -47,10 +46,6 @@ class SessionClosedError(MemoryLayerError):
     def __init__(self, session_id: int) -> None:
         super().__init__(f"session {session_id} is closed and no longer takes messages")
         self.session_id = session_id
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def to_iso(moment: datetime) -> str:
@@ -108,7 +103,7 @@ class Store:
     def __init__(
         self,
         db: Database,
-        clock: Clock = utc_now,
+        clock: Clock[datetime] = utc_now,
         *,
         memory_window: int | None = None,
         keep_recent: int = 10,

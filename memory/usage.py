@@ -11,16 +11,14 @@ Periods are UTC calendar days and months, so "today" means the same thing on eve
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
 from memory.db import Database
-from memory.store import Store, to_iso, utc_now
+from memory.store import Store, to_iso
 from models.types import Spend, Usage
-
-Clock = Callable[[], datetime]
+from primitives.clock import Clock, utc_now
 
 
 def day_start(moment: datetime) -> datetime:
@@ -155,7 +153,7 @@ _USER_FILTER = "(user_id = ? OR (user_id IS NULL AND chat_id = ?))"
 class UsageLedger:
     """Read-only reports over the `usage` table. Writes go through `Store.record_usage`."""
 
-    def __init__(self, db: Database, clock: Clock = utc_now) -> None:
+    def __init__(self, db: Database, clock: Clock[datetime] = utc_now) -> None:
         self.db = db
         self.clock = clock
 

@@ -12,11 +12,13 @@ the count needs.
 from __future__ import annotations
 
 import sqlite3
+from datetime import datetime
 
 from memory.db import Database
-from memory.store import Store, to_iso, utc_now
-from memory.usage import Clock, day_start
+from memory.store import Store, to_iso
+from memory.usage import day_start
 from models.types import Usage
+from primitives.clock import Clock, utc_now
 
 KINDS = ("read", "search")
 PURPOSE = "web"
@@ -29,7 +31,7 @@ def tool_of(kind: str) -> str:
 
 
 class WebCalls:
-    def __init__(self, db: Database, clock: Clock = utc_now) -> None:
+    def __init__(self, db: Database, clock: Clock[datetime] = utc_now) -> None:
         self.db = db
         self.clock = clock
 

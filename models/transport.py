@@ -44,7 +44,7 @@ from models.errors import (
     evidence_from_wire,
 )
 from models.gateways import Gateway
-from models.policy.attempt_policy import AttemptPolicy, CallPlan, Clock, Sleep, Slot
+from models.policy.attempt_policy import AttemptPolicy, CallPlan, Sleep, Slot
 from models.types import (
     ChatResult,
     Message,
@@ -56,9 +56,10 @@ from models.types import (
     Usage,
 )
 from models.worker.interface import ProviderWorkers
-from models.worker.ipc import ClientSpec, LocalFailure, ProviderFailure
+from models.worker.ipc import ClientSpec, LocalError, ProviderCallError
 from models.worker.pool import WORKER
 from models.worker.wire import WireRecord
+from primitives.clock import Clock
 
 log = structlog.get_logger(__name__)
 
@@ -112,7 +113,7 @@ class Transport:
         timeout_grace: float = 5.0,
         max_in_flight: int | None = None,
         sleep: Sleep = asyncio.sleep,
-        clock: Clock = time.monotonic,
+        clock: Clock[float] = time.monotonic,
         workers: ProviderWorkers | None = None,
     ) -> None:
         self.catalog = catalog
@@ -338,7 +339,7 @@ class Transport:
             # provider billed the prompt and what it sent so far.
             call.bill_cancelled(slot)
             raise
-        except LocalFailure as exc:
+        except LocalError as exc:
             exchange.local = exc
         except Exception as exc:  # classified below; nothing escapes unclassified
             self._failed(call, slot, exchange, exc)
@@ -421,7 +422,7 @@ class Transport:
         (reported to the plan as a local failure)."""
         try:
             await self.workers.wait_ready()
-        except LocalFailure as exc:
+        except LocalError as exc:
             plan.report_local(slot, exc)
             return False
         return True
@@ -447,7 +448,7 @@ class _Exchange:
     response: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
     failure: Classified | None = None
-    local: LocalFailure | None = None
+    local: LocalError | None = None
     out_of_time: bool = False
 
 
@@ -455,7 +456,7 @@ class _Exchange:
 
 
 def _classify_failure(exc: BaseException, wire: WireRecord) -> Classified:
-    if isinstance(exc, ProviderFailure):  # classified in the worker, beside the exception
+    if isinstance(exc, ProviderCallError):  # classified in the worker, beside the exception
         return exc.classified
     return classify_exception(exc, wire.status, wire.headers, wire.error_body)
 

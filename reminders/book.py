@@ -18,8 +18,9 @@ from datetime import datetime, timedelta
 from typing import Required, TypedDict, Unpack
 
 from memory.db import Database
-from memory.store import from_iso, to_iso, utc_now
+from memory.store import from_iso, to_iso
 from memory.timezones import ChatZone, canonical_zone, chat_zone_of, zone
+from primitives.clock import Clock, utc_now
 from reminders import RemindersError
 from reminders.rules import (
     REPEATS,
@@ -103,12 +104,12 @@ class NewReminder(TypedDict, total=False):
     kind: str
 
 
-class ScheduleRefused(RemindersError, ValueError):
+class ScheduleRefusedError(RemindersError, ValueError):
     """A reminder that is not stored; str(self) tells the model what to do instead."""
 
 
 def _refuse_past_cap(conn: sqlite3.Connection, chat_id: int, kind: str, tasks: int) -> None:
-    """ScheduleRefused when the chat has as many of `kind` as it may: 50 pending reminders, or
+    """ScheduleRefusedError when the chat has as many of `kind` as it may: 50 pending reminders, or
     TASKS_PER_CHAT active tasks (paused ones count: a tap resumes them)."""
     if kind == TASK:
         (active,) = conn.execute(
@@ -117,7 +118,7 @@ def _refuse_past_cap(conn: sqlite3.Connection, chat_id: int, kind: str, tasks: i
             (chat_id, PAUSED),
         ).fetchone()
         if active >= tasks:
-            raise ScheduleRefused(
+            raise ScheduleRefusedError(
                 f"this chat already has {active} scheduled tasks, the limit; nothing was "
                 "scheduled. Tell the user to cancel one (/reminders) first."
             )
@@ -128,7 +129,7 @@ def _refuse_past_cap(conn: sqlite3.Connection, chat_id: int, kind: str, tasks: i
         (chat_id,),
     ).fetchone()
     if pending >= MAX_PENDING_PER_CHAT:
-        raise ScheduleRefused(
+        raise ScheduleRefusedError(
             f"this chat already has {pending} pending reminders, the limit; nothing "
             "was scheduled. Tell the user to cancel some (/reminders) first."
         )
@@ -160,7 +161,7 @@ class ReminderBook:
     def __init__(
         self,
         db: Database,
-        clock: Callable[[], datetime] = utc_now,
+        clock: Clock[datetime] = utc_now,
         *,
         on_change: Callable[[], None] | None = None,
         tasks_per_chat: int = DEFAULT_TASKS_PER_CHAT,
@@ -211,7 +212,7 @@ class ReminderBook:
 
     async def schedule(self, chat_id: int, **fields: Unpack[NewReminder]) -> Reminder:
         """Store a reminder, sent back into `topic_id` (the forum topic it was set in) when it
-        fires; ScheduleRefused (with what to do) for past times, more than a year ahead, an
+        fires; ScheduleRefusedError (with what to do) for past times, more than a year ahead, an
         unknown rule, or the chat's 50 pending reminders."""
         reminder = await self.db.run_in_transaction(
             lambda conn: self.schedule_in(conn, chat_id, **fields)
@@ -235,23 +236,23 @@ class ReminderBook:
         """Store a reminder (or, `kind` "task", a task whose text is the instruction) inside
         the caller's transaction (a held write kept by its ✅ runs in the transaction that
         settles it); the caller calls `changed()` after the commit. Sent back into `topic_id`
-        (the forum topic it was set in) when it fires; ScheduleRefused (with what to do) for
+        (the forum topic it was set in) when it fires; ScheduleRefusedError (with what to do) for
         past times, more than a year ahead, an unknown rule, or the chat's 50 pending
         reminders (TASKS_PER_CHAT active tasks)."""
         if kind not in KINDS:
             raise ValueError(kind)
         noun = "task" if kind == TASK else "text"
         if repeat not in REPEATS:
-            raise ScheduleRefused(f"'repeat' must be one of {', '.join(REPEATS)}")
+            raise ScheduleRefusedError(f"'repeat' must be one of {', '.join(REPEATS)}")
         cleaned = " ".join(text.split())
         if not cleaned:
-            raise ScheduleRefused(
+            raise ScheduleRefusedError(
                 f"'{noun}' is empty: say what to remind the user of"
                 if kind == REMINDER
                 else "'task' is empty: say what to do"
             )
         if len(cleaned) > MAX_TEXT_CHARS:
-            raise ScheduleRefused(f"'{noun}' is over {MAX_TEXT_CHARS} characters; shorten it")
+            raise ScheduleRefusedError(f"'{noun}' is over {MAX_TEXT_CHARS} characters; shorten it")
         row = conn.execute("SELECT time_zone FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
         chat_zone = chat_zone_of(row["time_zone"] if row is not None else None)
         tz = zone(chat_zone.name)
@@ -259,7 +260,7 @@ class ReminderBook:
         try:
             parsed = parse_when(when, tz, now)
         except WhenError as exc:
-            raise ScheduleRefused(str(exc)) from None
+            raise ScheduleRefusedError(str(exc)) from None
         first = first_occurrence(parsed.local, tz, repeat)
         stamp = to_iso(now)
         _refuse_past_cap(conn, chat_id, kind, self.tasks_per_chat)

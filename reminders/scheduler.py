@@ -23,7 +23,6 @@ sent (unknown), or this one message can never be sent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,8 +31,11 @@ from datetime import datetime, timedelta
 import structlog
 
 from memory.provenance import Provenance
-from memory.store import Store, to_iso, utc_now
-from models.tasks import cancel_and_wait
+from memory.store import Store, to_iso
+from primitives.backoff import Backoff
+from primitives.clock import Clock, utc_now
+from primitives.tasks import stop_task, stop_tasks
+from primitives.waits import wait_or_timeout
 from reminders.book import REMINDER, Claim, ReminderBook
 
 log = structlog.get_logger("reminders.scheduler")
@@ -103,8 +105,7 @@ Wait = Callable[[asyncio.Event, float], Awaitable[None]]
 
 async def wait_for_wake(wake: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
     """The real wait: the wake event, or `timeout` seconds of the event loop's clock."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(wake.wait(), timeout)
+    await wait_or_timeout(wake, timeout=timeout)
 
 
 class ReminderScheduler:
@@ -116,7 +117,7 @@ class ReminderScheduler:
         store: Store,
         deliver: Deliver,
         *,
-        clock: Callable[[], datetime] = utc_now,
+        clock: Clock[datetime] = utc_now,
         concurrency: int = 64,
         late_after: timedelta = LATE_AFTER,
         retry_delays: tuple[float, ...] = RETRY_DELAYS_S,
@@ -132,7 +133,7 @@ class ReminderScheduler:
         self.clock = clock
         self.concurrency = concurrency
         self.late_after = late_after
-        self.retry_delays = retry_delays
+        self.backoff = Backoff(retry_delays)
         self.wait = wait
         self.started_at: datetime | None = None
         self._wake = asyncio.Event()
@@ -160,19 +161,14 @@ class ReminderScheduler:
     def pause(self) -> None:
         """Claim nothing more (the bot is stopping); sends on their way go on. `stop` ends it."""
         if self._task is not None:
-            self._task.cancel()
+            self._task.cancel()  # pause is synchronous: `stop` waits for the loop to end
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop claiming; sends already on their way get `grace` seconds. One cut off keeps
         its claim without outcome and is sent after the next start."""
-        await cancel_and_wait(self._task)
+        await stop_task(self._task)
         self._task = None
-        if self._sending:
-            _, late = await asyncio.wait(self._sending, timeout=grace)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late)
+        await stop_tasks(self._sending, grace=grace)
 
     async def _run(self) -> None:
         """Every pass ends in a wait that can block: for the wake event (a finished send, a
@@ -303,12 +299,12 @@ class ReminderScheduler:
         elif isinstance(outcome, Settled):
             await self.book.settle(claim, outcome.outcome)
         else:
-            delay = self.retry_delays[min(attempts, len(self.retry_delays) - 1)]
+            delay = self.backoff.after(attempts + 1)
             if outcome.after_s is not None:
                 # Telegram's own wait, but never below our first delay: a retry_after of 0 (a
                 # proxy, a local Bot API server) made the retry due at once, and a send that
                 # answered so every time was resent in a loop, one request per pass.
-                delay = max(outcome.after_s, self.retry_delays[0])
+                delay = max(outcome.after_s, self.backoff.first)
             log.warning(
                 "reminder_retry", reminder_id=reminder.id, attempt=attempts + 1, after_s=delay
             )

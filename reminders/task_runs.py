@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from memory.db import Database
 from memory.store import to_iso
 from memory.timezones import zone
+from primitives.clock import Clock
 from reminders.book import PAUSED, Claim, Reminder, ReminderBook, reminder_of_row
 from reminders.rules import next_occurrence
 
@@ -102,7 +102,7 @@ def finish_in(
 class TaskRuns:
     """The runs of every chat's tasks in one database."""
 
-    def __init__(self, book: ReminderBook, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(self, book: ReminderBook, clock: Clock[datetime] | None = None) -> None:
         self.book = book
         self.db: Database = book.db
         self.clock = clock or book.clock

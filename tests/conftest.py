@@ -6,8 +6,9 @@ import asyncio
 import io
 import os
 
-os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-os.environ["LITELLM_OFFLINE_MODE"] = "true"
+from primitives.litellm_env import LITELLM_FLAGS
+
+os.environ.update(LITELLM_FLAGS)
 
 from collections.abc import AsyncIterator
 from typing import Any
@@ -106,19 +107,6 @@ async def transport(fake_openai, fake_groq, fake_anthropic):
     t = make_transport(fake_openai, fake_groq, fake_anthropic)
     yield t
     await t.aclose()
-
-
-class FakeClock:
-    """A monotonic clock tests move by hand, for cool-downs and buckets without real waiting."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture(autouse=True)

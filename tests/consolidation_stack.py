@@ -61,7 +61,9 @@ def anthropic_first_catalog() -> Catalog:
 
 
 class StepClock:
-    """Wall time for the worker that tests can move forward past retry delays."""
+    """Wall time for the worker that tests can move forward past retry delays. Not a
+    SettableClock (tests/clocks.py): it keeps running with real time, as the rest of the
+    stack's clocks do, and only the offset is the test's."""
 
     def __init__(self) -> None:
         self.offset = timedelta(0)

@@ -27,6 +27,7 @@ from typing import Any
 from bot.app import build_application, prepare, running
 from bot.config import Settings, load_settings
 from bot.services import MemoryFeature, Prepared, ReminderFeature, Services
+from primitives.litellm_env import LITELLM_FLAGS
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
 
@@ -323,7 +324,8 @@ class BotUnderTest(_ProviderShortcuts):
     async def set_memory(self, chat_id: int, content: str) -> None:
         """Give a chat a long-term memory directly, as a consolidation would have written it."""
         from memory.longterm import write_memory
-        from memory.store import to_iso, utc_now
+        from memory.store import to_iso
+        from primitives.clock import utc_now
 
         now = to_iso(utc_now())
 
@@ -417,8 +419,7 @@ def subprocess_env(
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     env |= {
         "PYTHONPATH": str(REPO),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_OFFLINE_MODE": "true",
+        **LITELLM_FLAGS,
         "ALLOWED_USER_IDS": str(user),
         "DATABASE_PATH": str(db_path),
         "LOG_FORMAT": "json",

@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from dateutil import parser as date_parser
 from memory.consolidation.transcript import TOOL_RESULT_LABEL, timestamp_label
 from memory.store import Store, StoredMessage
 from models.types import ToolCall
+from tests.clocks import SettableClock
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
 
@@ -30,17 +31,6 @@ class SessionMessage:
     at: datetime
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
-
-
-class SettableClock:
-    def __init__(self, start: datetime | None = None) -> None:
-        self.now = start or datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 def _parse_time(text: str) -> datetime:

@@ -18,9 +18,10 @@ from agent.loop import AgentLoop, AgentTurn
 from agent.tools.memory import ChatTools, Receipt
 from memory.db import Database
 from memory.pending_writes import PendingWrite
-from memory.store import Store, utc_now
+from memory.store import Store
 from memory.timezones import chat_zone_of
 from models.transport import Transport
+from primitives.clock import utc_now
 from tests.conftest import make_transport
 from tests.fakes.providers import FakeProvider, Reply, ToolCallReply
 

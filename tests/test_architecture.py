@@ -2,9 +2,11 @@
 
 Every `import` counts: at the top, inside functions, and under `if TYPE_CHECKING:` — a cycle
 that only type checkers follow is still a cycle a reader has to untangle, and a lazy import is
-how the last ones were hidden. The layers are `bot → agent → web → reminders, media → memory →
-models`: a module may import its own layer and the ones below, never above; reminders and media
-share one rank and do not import each other; Telegram stays in `bot/`.
+how the last ones were hidden. The layers are `bot → agent → web, mcp_client → reminders, media →
+memory → models → primitives`: a module may import its own layer and the ones below, never
+above; packages of one rank (web and mcp_client; reminders and media) do not import each other
+(web reads pages in media's reader children, so it stands a rank above media); Telegram stays
+in `bot/`; `primitives` (the shared building blocks) imports none of ours.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from primitives.litellm_env import LITELLM_FLAGS
+
 ROOT = Path(__file__).resolve().parent.parent
 # Highest first: each layer may import itself and what comes after it. Packages in one tuple
 # share a rank: neither may import the other.
@@ -27,6 +31,7 @@ RANKS: tuple[tuple[str, ...], ...] = (
     ("reminders", "media"),
     ("memory",),
     ("models",),
+    ("primitives",),
 )
 LAYERS = tuple(name for rank in RANKS for name in rank)
 RANK = {name: len(RANKS) - i for i, rank in enumerate(RANKS) for name in rank}
@@ -186,6 +191,10 @@ def test_layer_check_flags_upward_and_telegram_imports(tmp_path: Path) -> None:
             "agent/z.py": "def f():\n    from telegram import Bot\n",
             "media/a.py": "from reminders.book import ReminderBook\n",
             "reminders/b.py": "from agent.prompt import time_text\n",
+            "web/c.py": "from mcp_client.client import McpClient\n",
+            "primitives/d.py": "from models.types import Usage\n",
+            "primitives/ok.py": "import asyncio\nfrom primitives.clock import Clock\n",
+            "mcp_client/ok.py": "from memory.db import Database\nfrom primitives import x\n",
             "reminders/ok.py": "from memory.timezones import zone\n",
             "media/ok.py": "from memory.db import Database\n",
             "agent/ok.py": "from memory.store import Store\nfrom models.types import Usage\n",
@@ -198,7 +207,9 @@ def test_layer_check_flags_upward_and_telegram_imports(tmp_path: Path) -> None:
         "media/a.py",
         "memory/y.py",
         "models/x.py",
+        "primitives/d.py",
         "reminders/b.py",
+        "web/c.py",
     ]
 
 
@@ -301,7 +312,7 @@ def test_the_bot_process_does_not_load_litellm_while_it_answers() -> None:
     its consolidation. Whatever the bot loaded on the way (an import inside a function, one
     made by a library) is in sys.modules; litellm and the OpenAI SDK must not be, nor (without
     MCP_CONFIG) the MCP SDK."""
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "true"}
+    env = {**os.environ, **LITELLM_FLAGS}
     done = subprocess.run(
         [sys.executable, "-c", TURN_IN_A_FRESH_PROCESS],
         cwd=ROOT,

@@ -17,9 +17,10 @@ import pytest
 from memory.chat_move import CHAT_SETTINGS, MERGED_COUNTS, MOVED_TABLES, move_chat
 from memory.db import Database
 from memory.longterm import write_memory
-from memory.store import Store, to_iso, utc_now
+from memory.store import Store, to_iso
 from models.calls import CallOptions
 from models.types import ChatResult, Message
+from primitives.clock import utc_now
 from reminders.book import ReminderBook
 from tests.memory_sessions import SettableClock
 from tests.test_jobs import Responder, ScriptedTransport, make_worker, save_call

@@ -4,7 +4,6 @@ chain, nothing is lost, and the log names the model that failed and how."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from structlog.testing import capture_logs
 from memory.longterm import write_memory
 from memory.store import to_iso
 from models.calls import CallOptions
+from primitives.tasks import stop_task
 from tests.consolidation_stack import (
     CHAIN,
     GOOD_ARGS,
@@ -342,9 +342,7 @@ async def test_a_consolidation_stopped_while_the_provider_holds_its_request_is_b
     run = asyncio.create_task(stack.worker.run_due())
     await wait_until(lambda: bool(stack.requests_for(HEAD)), "the request to reach the provider")
     await stack.worker.stop(grace=0)
-    run.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await run
+    await stop_task(run)
     rows = await stack.db.fetchall(
         "SELECT chat_id, user_id, model_id, prompt_tokens, completion_tokens, cost_usd, "
         "estimated FROM usage WHERE purpose = 'consolidation'"

@@ -24,6 +24,7 @@ from tests.consolidation_stack import GOOD_ARGS, KEYS, WIRE, good_call
 from tests.e2e_bot import FakeServers, bot_process, query, subprocess_env, wait_until
 from tests.fakes.providers import Fault
 from tests.memory_sessions import SettableClock, oasst_multilingual, store_session
+from tests.waits import within
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +115,7 @@ async def test_kill_during_consolidation_then_restart_completes_once(
     async with run_bot(fakes, db_path, log_path) as proc:
         await wait_until(lambda: job_state(db_path) == "done", "the resumed job", 60)
         proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(proc.wait(), 30)
+        await within(proc.wait(), 30)
 
     history = query(db_path, "SELECT entry, model_id, message_count FROM history_entries")
     assert [(h["entry"], h["model_id"], h["message_count"]) for h in history] == [
@@ -166,7 +167,7 @@ async def test_kill_right_after_the_commit_applies_nothing_twice(
         await wait_until(lambda: len(worker_looks()) > looked_before, "the worker's first look")
         assert worker_looks()[-1]["launched"] == 0
         proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(proc.wait(), 30)
+        await within(proc.wait(), 30)
 
     assert len(head_requests(fakes)) == requests_before  # no second consolidation
     history = query(db_path, "SELECT entry FROM history_entries")

@@ -6,6 +6,7 @@ import asyncio
 
 from memory.db import Database
 from memory.store import Store
+from primitives.tasks import stop_tasks
 
 
 async def test_cancelling_writers_at_every_point_leaves_the_connection_usable(tmp_path):
@@ -26,17 +27,13 @@ async def test_cancelling_writers_at_every_point_leaves_the_connection_usable(tm
             tasks = [asyncio.create_task(writer(f"m{delay_steps}-{i}")) for i in range(3)]
             for _ in range(delay_steps):
                 await asyncio.sleep(0)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await stop_tasks(tasks)  # cancelled at every await in turn: the case tested
         # On a loaded machine 40 loop iterations may not be enough for any write to land, so one
         # last round is cancelled only once its first writer has finished: the comparison below
         # always covers writes that landed as well as writes that were cancelled.
         tasks = [asyncio.create_task(writer(f"last-{i}")) for i in range(3)]
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_tasks(tasks)
         stored = len(returned)
         # The connection is not stuck inside a dead transaction: normal writes still work.
         message = await store.add_message(1, "user", "after the storm")

@@ -88,7 +88,7 @@ async def test_a_bad_query_fails_only_its_own_caller(db: Database) -> None:
 async def test_a_cancelled_reader_leaves_the_others_their_rows(db: Database) -> None:
     tasks = [asyncio.create_task(_model_of(db, chat)) for chat in range(20)]
     await asyncio.sleep(0)  # every task has asked for its read
-    tasks[5].cancel()
+    tasks[5].cancel()  # one reader cancelled mid-batch: the case tested
 
     results = await asyncio.gather(*tasks, return_exceptions=True)
 

@@ -106,7 +106,7 @@ def _held(
 
 async def _cancel_while_running(task: asyncio.Task[object], started: threading.Event) -> None:
     assert await asyncio.to_thread(started.wait, 30), "the body never started"
-    task.cancel()
+    task.cancel()  # cancelled while its body runs on the writer thread: the case tested
     for _ in range(5):  # let the cancellation reach the task, which waits for the thread
         await asyncio.sleep(0)
     assert not task.done()  # the write is still running: the caller waits for its outcome
@@ -169,7 +169,7 @@ async def test_a_writer_cancelled_while_waiting_for_the_lock_writes_nothing(
     assert await asyncio.to_thread(started.wait, 30)
     waiter = asyncio.create_task(db.run_in_transaction(second))
     await asyncio.sleep(0)  # the waiter is now queued on the writer's lock
-    waiter.cancel()
+    waiter.cancel()  # cancelled while queued on the lock: the case tested
     with pytest.raises(asyncio.CancelledError):
         await waiter
     release.set()

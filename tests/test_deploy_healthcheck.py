@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e_bot import free_port
+from tests.waits import within
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,10 +82,10 @@ async def test_the_check_kills_only_what_a_restart_cures(
         check = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bot.healthcheck", env=env, stdout=asyncio.subprocess.PIPE
         )
-        out, _ = await asyncio.wait_for(check.communicate(), 30)
+        out, _ = await within(check.communicate(), 30)
         assert check.returncode == exit_code, out
         if killed:
-            assert await asyncio.wait_for(server.wait(), 10) == -signal.SIGKILL
+            assert await within(server.wait(), 10) == -signal.SIGKILL
         else:  # still serving: a killed one's socket is closed at once, reaped or not
             await asyncio.to_thread(_still_answers, port)
     finally:

@@ -23,6 +23,7 @@ from tests.deploy_image import Image, build_image
 from tests.e2e_bot import KEYS, OWNER, TOKEN, free_port
 from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram
+from tests.waits import within
 
 REPO = Path(__file__).resolve().parents[1]
 # Every top-level package of ours, so the test can say which one the image lacks.
@@ -103,7 +104,7 @@ async def healthcheck(image: Image, env: dict[str, str]) -> tuple[int, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    out, _ = await within(proc.communicate(), 60)
     return await proc.wait(), out.decode("utf-8", errors="replace")
 
 
@@ -150,7 +151,7 @@ async def test_the_image_starts_answers_and_passes_its_healthcheck(
             code, output = await healthcheck(image, env)
             assert code == 0, output
             bot.send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(bot.wait(), 60) == 0
+            assert await within(bot.wait(), 60) == 0
 
 
 @pytest.mark.slow
@@ -172,7 +173,7 @@ async def test_the_healthcheck_kills_a_bot_whose_loop_is_frozen(
             code, output = await healthcheck(image, env)
             assert code == 1, output
             try:
-                ended = await asyncio.wait_for(bot.wait(), 10)
+                ended = await within(bot.wait(), 10)
             except TimeoutError:
                 raise AssertionError(f"the frozen bot was left running: {output}") from None
             assert ended == -signal.SIGKILL, output

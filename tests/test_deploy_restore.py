@@ -10,7 +10,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from primitives.litellm_env import LITELLM_FLAGS
 from tests.e2e_bot import OWNER, bot_under_test
+from tests.waits import within
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,8 +22,7 @@ async def backup(database: Path, folder: Path) -> str:
     env = {
         "PATH": os.environ["PATH"],
         "PYTHONPATH": str(REPO),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_OFFLINE_MODE": "true",
+        **LITELLM_FLAGS,
     }
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "bot", "backup", str(folder), "--database", str(database)),
@@ -30,7 +31,7 @@ async def backup(database: Path, folder: Path) -> str:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    out, err = await within(proc.communicate(), 120)
     assert proc.returncode == 0, err.decode()
     return out.decode()
 

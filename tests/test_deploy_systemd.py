@@ -26,12 +26,14 @@ import pytest
 
 from memory.db import Database
 from memory.longterm import write_memory
-from memory.store import to_iso, utc_now
+from memory.store import to_iso
+from primitives.clock import utc_now
 from tests.e2e_bot import KEYS, OWNER, TOKEN
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import FakeTelegram
 from tests.host_tools import need
 from tests.test_loop_watch import NotifyListener
+from tests.waits import within
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
@@ -194,7 +196,7 @@ async def test_the_units_bot_says_ready_and_stopping(layout: Layout) -> None:
                 assert Path(env["DATABASE_PATH"]).is_relative_to(layout.state)
                 assert await asyncio.to_thread(Path(env["DATABASE_PATH"]).exists)
                 bot.send_signal(signal.SIGTERM)
-                assert await asyncio.wait_for(bot.wait(), 60) == 0
+                assert await within(bot.wait(), 60) == 0
                 assert listener.count("STOPPING=1") == 1
             finally:
                 if bot.returncode is None:
@@ -236,7 +238,7 @@ async def test_the_backup_service_backs_up_and_prunes(layout: Layout) -> None:
             done = await asyncio.create_subprocess_exec(
                 *command(line), cwd=workdir, env=unit_env(unit), stderr=asyncio.subprocess.PIPE
             )
-            _, err = await asyncio.wait_for(done.communicate(), 120)
+            _, err = await within(done.communicate(), 120)
             assert done.returncode == 0, (key, err.decode())
 
     made = sorted(set(backups.glob("mnemobot-*.sqlite3")) - {stale, kept})

@@ -15,8 +15,10 @@ import media.documents
 from media.document_reader import read_document
 from media.documents import DocumentError, document_kind, extract_text, trim_to_tokens
 from models.tokens import estimate_tokens
+from primitives.tasks import stop_task
 from tests.e2e_bot import MEDIA, TESTDATA
 from tests.hostile_pdfs import pdf_bomb, surrogate_pdf
+from tests.waits import within
 
 PDF = (MEDIA / "multilingual.pdf").read_bytes()
 SOURCE_TEXT = (MEDIA / "multilingual.txt").read_text(encoding="utf-8")
@@ -161,7 +163,7 @@ async def test_a_pdf_bomb_is_stopped_at_the_timeout_while_the_loop_runs() -> Non
         await read_document(
             bomb, file_name="bomb.pdf", mime_type=None, token_budget=12_000, timeout=2
         )
-    running.cancel()
+    await stop_task(running)
     assert caught.value.reason == "too_complex"
     assert ticks > 10  # the loop kept running while the child worked
     assert set(_children()) <= before  # killed and reaped: no child (or zombie) left
@@ -185,7 +187,7 @@ async def test_a_reader_that_blocks_without_cpu_is_killed_at_the_wall_clock_time
     monkeypatch.setattr(asyncio, "create_subprocess_exec", watched)
     try:
         with pytest.raises(DocumentError) as caught:
-            await asyncio.wait_for(
+            await within(
                 read_document(
                     b"hello", file_name="a.txt", mime_type=None, token_budget=100, timeout=1
                 ),

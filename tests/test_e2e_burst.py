@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from models.logging_setup import redactor
+from primitives.litellm_env import LITELLM_FLAGS
 from tests.e2e_bot import (
     FRIEND,
     KEYS,
@@ -156,8 +157,7 @@ async def test_a_dotenv_with_only_a_groq_key_starts_and_chats(tmp_path: Path) ->
         env = {k: v for k, v in os.environ.items() if k in keep}
         env |= {
             "PYTHONPATH": str(REPO),
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "LITELLM_OFFLINE_MODE": "true",
+            **LITELLM_FLAGS,
             "LOG_FORMAT": "json",
         }
         log_path = tmp_path / "bot.log"

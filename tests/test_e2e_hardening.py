@@ -20,7 +20,7 @@ from telegram import Update
 from telegram.ext import ContextTypes, MessageHandler, filters
 
 from bot.ui.i18n import t
-from tests.conftest import FakeClock
+from tests.clocks import SettableClock
 from tests.e2e_bot import FRIEND, OWNER, STRANGER, TESTDATA, BotUnderTest, bot_under_test
 from tests.fakes.providers import Reply
 
@@ -116,7 +116,7 @@ async def test_a_stranger_is_refused_once_however_often_they_write(tmp_path: Pat
 def test_refusal_throttle_is_hourly_and_bounded() -> None:
     from bot.handlers.access import RefusalThrottle
 
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     throttle = RefusalThrottle(capacity=3, clock=clock)
     assert throttle.allow(1) and not throttle.allow(1)
     clock.advance(3599)

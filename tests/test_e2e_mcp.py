@@ -31,6 +31,7 @@ from tests.fakes.providers import RecordedRequest, Reply, Respond, ToolCallReply
 from tests.mcp_stack import OURS, alive, children_of, kill_quietly, ours_entry, time_entry
 from tests.provider_tool_rules import NAME, anthropic_problems, openai_problems
 from tests.test_e2e_web import press, question
+from tests.waits import within
 
 CHAT = OWNER
 SECRET_IN_BOT_ENV = "bot-env-secret-0042"
@@ -252,7 +253,7 @@ async def test_no_server_outlives_the_bot_process(tmp_path: Path, stop: str) -> 
             [server] = our_server_children(proc.pid)
             try:
                 proc.send_signal(getattr(signal, stop))
-                await asyncio.wait_for(proc.wait(), timeout=60)
+                await within(proc.wait(), timeout=60)
                 await wait_until(lambda: not alive(server), "the server's end", limit_s=15)
             finally:
                 kill_quietly(server)

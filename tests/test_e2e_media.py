@@ -257,7 +257,7 @@ async def test_a_transcription_cancelled_while_the_provider_holds_it_is_billed_o
             for task in asyncio.all_tasks()
             if task.get_name().endswith(":process_concurrent_update")
         ]
-        handling.cancel()
+        handling.cancel()  # PTB's update task cut as a stop cuts it: the case tested
         await bot.wait_handled(update_id)
         assert handling.cancelled()
 

@@ -12,7 +12,6 @@ one test runs `python -m bot` and stops it with SIGTERM.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from tests.e2e_bot import (
     wait_until,
 )
 from tests.fakes.providers import Fault, Reply
+from tests.waits import within
 
 # A long answer (≈ 2,000 tokens) streamed slowly enough to be cancelled in the middle.
 STORY = " ".join(f"Chapter {i}: the lighthouse keeper counted ships again." for i in range(160))
@@ -131,7 +131,7 @@ async def test_a_stop_of_the_bot_mid_answer_records_the_spend(tmp_path: Path) ->
                 "the answer to stream",
             )
             proc.send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(proc.wait(), 60) == 0
+            assert await within(proc.wait(), 60) == 0
     rows = query(db_path, "SELECT model_id, estimated, completion_tokens, cost_usd FROM usage")
     assert [(r["model_id"], r["estimated"]) for r in rows] == [("gpt-5", 1)]
     assert rows[0]["completion_tokens"] > 50 and rows[0]["cost_usd"] > 0

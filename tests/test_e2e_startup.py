@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from primitives.litellm_env import LITELLM_FLAGS
 from tests.e2e_bot import KEYS, OWNER, TOKEN
 from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram
+from tests.waits import within
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,8 +28,7 @@ def _clean_env(**values: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in Settings.model_fields}
     env.update(
         PYTHONPATH=str(REPO),
-        LITELLM_LOCAL_MODEL_COST_MAP="True",
-        LITELLM_OFFLINE_MODE="true",
+        **LITELLM_FLAGS,
         **values,
     )
     return env
@@ -43,7 +44,7 @@ async def _run_bot(cwd: Path, env: dict[str, str], timeout: float = 60.0) -> tup
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    _, stderr = await within(process.communicate(), timeout)
     return await process.wait(), stderr.decode("utf-8", errors="replace")
 
 
@@ -155,7 +156,7 @@ async def test_the_real_process_answers_and_stops_cleanly(tmp_path: Path) -> Non
                 timeout=30,
             )
             process.send_signal(signal.SIGTERM)
-            _, stderr_bytes = await asyncio.wait_for(process.communicate(), 60)
+            _, stderr_bytes = await within(process.communicate(), 60)
         finally:
             if process.returncode is None:
                 process.kill()

@@ -1,6 +1,7 @@
 """One exception base per layer: every exception class a layer defines derives from the base in
 its package's __init__.py, and that base's docstring names it (the docstring is the tree a
-reader looks at, so it must hold every class)."""
+reader looks at, so it must hold every class). The layers' bases derive from one root,
+`primitives.MnemobotError`, and every class is named `…Error`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import memory
 import models
 import reminders
 import web
+from primitives import MnemobotError
 
 BASES: dict[str, type[Exception]] = {
     "bot": bot.BotError,
@@ -59,3 +61,15 @@ def test_the_agent_defines_no_exception_of_its_own() -> None:
     """The agent layer has no base because it raises nothing of its own; the first class it
     defines needs one (agent/__init__.py), with its tree."""
     assert exception_classes("agent") == []
+
+
+def test_the_layer_bases_derive_from_the_one_root_and_its_tree_names_them() -> None:
+    assert [name for name, base in BASES.items() if MnemobotError not in base.__mro__[1:]] == []
+    tree = MnemobotError.__doc__ or ""
+    assert [base.__name__ for base in BASES.values() if base.__name__ not in tree] == []
+
+
+@pytest.mark.parametrize("package", sorted(BASES))
+def test_every_exception_we_define_is_named_with_the_error_suffix(package: str) -> None:
+    names = [c.__name__ for c in exception_classes(package)]
+    assert [name for name in names if not name.endswith("Error")] == []

@@ -20,6 +20,7 @@ from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandl
 from tests.conftest import TG_TOKEN as TOKEN
 from tests.fakes.loopback import loopback_server
 from tests.fakes.telegram import NOT_MODIFIED, FakeTelegram, parse_html
+from tests.waits import within
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
 
@@ -269,7 +270,7 @@ async def test_get_updates_offsets_and_long_poll(bot: Bot, tg: FakeTelegram) -> 
     poll = asyncio.create_task(bot.get_updates(offset=second + 1, timeout=5))
     await tg.wait_for(lambda: len(tg.calls_of("getUpdates")) == 4)
     third = tg.push(tg.make_text_update(1, 2, "later"))
-    assert [u.update_id for u in await asyncio.wait_for(poll, 5)] == [third]
+    assert [u.update_id for u in await within(poll, 5)] == [third]
 
 
 async def test_real_update_payloads_pass_through(bot: Bot, tg: FakeTelegram) -> None:

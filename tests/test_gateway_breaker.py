@@ -7,7 +7,8 @@ import structlog
 from models.calls import CallOptions
 from models.policy.breakers import BreakerState, CircuitBreaker
 from models.types import Outcome
-from tests.conftest import FakeClock, make_transport
+from tests.clocks import SettableClock
+from tests.conftest import make_transport
 from tests.fakes.providers import Fault, Reply
 
 HI = [{"role": "user", "content": "hi"}]
@@ -15,7 +16,7 @@ HEAD = "llama-3.3-70b-versatile"
 
 
 def test_breaker_opens_after_threshold_and_lets_one_probe_through() -> None:
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     breaker = CircuitBreaker("model:x", threshold=3, cooldown=30.0, clock=clock)
     for _ in range(2):
         breaker.record_failure()
@@ -36,7 +37,7 @@ def test_breaker_opens_after_threshold_and_lets_one_probe_through() -> None:
 
 
 def test_probe_that_never_reports_is_forgotten_after_a_cooldown() -> None:
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     breaker = CircuitBreaker("model:x", threshold=1, cooldown=10.0, clock=clock)
     breaker.record_failure()
     clock.advance(10.0)
@@ -49,7 +50,7 @@ def test_probe_that_never_reports_is_forgotten_after_a_cooldown() -> None:
 async def test_model_breaker_sends_requests_straight_to_the_fallback(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     t = make_transport(
         fake_openai, fake_groq, fake_anthropic,
         backoff=(), breaker_threshold=3, breaker_cooldown=30.0, clock=clock,
@@ -100,7 +101,7 @@ async def test_model_breaker_sends_requests_straight_to_the_fallback(
 async def test_gateway_breaker_skips_every_model_of_a_failing_gateway(
     fake_openai, fake_groq, fake_anthropic
 ) -> None:
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     t = make_transport(
         fake_openai, fake_groq, fake_anthropic,
         backoff=(), breaker_threshold=100, gateway_breaker_threshold=3, clock=clock,

@@ -12,14 +12,15 @@ from models.policy.breakers import RetryBudget
 from models.policy.token_bucket import TokenBucket
 from models.transport import Transport
 from models.types import Outcome, TransportError
-from tests.conftest import FakeClock, make_gateways, make_transport
+from tests.clocks import SettableClock
+from tests.conftest import make_gateways, make_transport
 from tests.fakes.providers import Fault
 
 HI = [{"role": "user", "content": "hi"}]
 
 
 def test_bucket_hands_out_burst_then_says_how_long_until_the_next_token() -> None:
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     bucket = TokenBucket(rate=4.0, burst=2.0, clock=clock)
     assert [bucket.try_take() for _ in range(3)] == [0.0, 0.0, 0.25]
     clock.advance(0.125)
@@ -93,7 +94,7 @@ async def test_no_provider_sees_more_than_its_ceiling(
 
 
 def test_retry_budget_drains_refills_with_success_and_trickles() -> None:
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     budget = RetryBudget(initial=2, cap=3, ratio=0.5, per_second=0.1, clock=clock)
     assert [budget.try_spend() for _ in range(3)] == [True, True, False]
     budget.record_success()

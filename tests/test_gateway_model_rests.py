@@ -13,7 +13,8 @@ import pytest
 from models.calls import CallOptions
 from models.policy.keys import KeyRing
 from models.types import Outcome, TransportError
-from tests.conftest import TEST_KEYS, FakeClock, make_transport
+from tests.clocks import SettableClock
+from tests.conftest import TEST_KEYS, make_transport
 from tests.fakes.providers import Fault, Reply
 
 HI = [{"role": "user", "content": "hi"}]
@@ -127,7 +128,7 @@ async def test_other_model_uses_the_key_while_a_bare_429_waits_out_its_backoff(
     """A bare 429 (Anthropic's, without retry-after) rests the key for Sonnet exactly as long
     as our backoff; Haiku meanwhile is served on the same key."""
     sonnet, haiku = "claude-sonnet-4-5", "claude-haiku-4-5"
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     during_wait: list[str] = []
     t = None
 
@@ -152,7 +153,7 @@ async def test_other_model_uses_the_key_while_a_bare_429_waits_out_its_backoff(
 
 
 def test_model_rests_expire_and_leave_the_status() -> None:
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     ring = KeyRing("groq", ("k0", "k1"), clock)
     assert ring.cool(0, 10.0, "rate_limit", model="m1")
     assert not ring.cool(0, 5.0, "rate_limit", model="m1")  # already resting: log once

@@ -17,10 +17,11 @@ from agent.tools.egress import origin_of, origins_in
 from agent.tools.web import WebSettings, WebTools
 from memory.db import MIGRATIONS_DIR, Database
 from memory.pending_writes import PendingWrites
-from memory.store import to_iso, utc_now
+from memory.store import to_iso
 from memory.usage import UsageLedger
 from memory.web_calls import WebCalls
 from models.types import ToolCall
+from primitives.clock import utc_now
 from tests.fakes.web import FakeSearx, FakeSite, searx_result
 from web.addresses import parse_allowance
 

@@ -21,8 +21,9 @@ from memory.db import Database
 from memory.forget import forget_chat
 from memory.longterm import memory_of, write_memory
 from memory.pending_writes import Claim, Kept, PendingWrite, PendingWrites
-from memory.store import Store, to_iso, utc_now
+from memory.store import Store, to_iso
 from models.types import ToolCall
+from primitives.clock import utc_now
 
 CHAT, ASKER = 42, 4200
 T = TypeVar("T")

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from memory.consolidation.consolidation import Consolidator
-from memory.consolidation.jobs import JobQueue, retry_delay
+from memory.consolidation.jobs import JobQueue
 from memory.consolidation.stats import consolidation_stats
 from memory.consolidation.worker import MAX_CONFLICTS_PER_RUN, ConsolidationWorker
 from memory.db import Database
 from memory.forget import forget_chat
 from memory.longterm import MemoryRepository, write_memory
-from memory.store import Store, to_iso, utc_now
+from memory.store import Store, to_iso
 from models.calls import CallOptions
 from models.catalog import load_catalog
 from models.types import (
@@ -35,6 +35,7 @@ from models.types import (
     TransportError,
     Usage,
 )
+from primitives.clock import utc_now
 from tests.consolidation_stack import CHAIN
 from tests.memory_sessions import SettableClock, framed
 
@@ -250,10 +251,6 @@ async def test_every_model_failing_keeps_messages_and_follows_the_retry_schedule
         "SELECT outcome, COUNT(*) AS n FROM consolidation_attempts GROUP BY outcome"
     )
     assert {r["outcome"]: r["n"] for r in outcomes} == {"unavailable": 15, "saved": 1}
-
-
-def test_retry_delay_uses_the_nth_delay_then_repeats_the_last() -> None:
-    assert [retry_delay([1, 5, 9], n) for n in (1, 2, 3, 4, 10)] == [1, 5, 9, 9, 9]
 
 
 async def test_two_quick_news_run_in_order_each_from_the_previous_memory(

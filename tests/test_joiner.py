@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bot.turns.joiner import MessageJoiner, join_parts
 from bot.ui.render import TELEGRAM_TEXT_LIMIT, utf16_len
+from tests.waits import within
 
 TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "testdata"
 
@@ -83,14 +84,14 @@ async def test_parts_cut_without_their_space_keep_words_apart() -> None:
 
 async def test_short_message_is_never_delayed_even_with_a_long_window() -> None:
     joiner: MessageJoiner[int] = MessageJoiner(window=3600.0)
-    turn = await asyncio.wait_for(joiner.submit("k", "hello", 7), timeout=5)
+    turn = await within(joiner.submit("k", "hello", 7), timeout=5)
     assert turn is not None and turn.text == "hello" and turn.refs == [7]
 
 
 async def test_full_part_without_a_follower_closes_after_the_window() -> None:
     joiner: MessageJoiner[int] = MessageJoiner(window=0.05)
     full = "x " * 2000
-    turn = await asyncio.wait_for(joiner.submit("k", full, 1), timeout=5)
+    turn = await within(joiner.submit("k", full, 1), timeout=5)
     assert turn is not None and turn.parts == [full]
     # A later short message is its own turn, not glued to the closed group.
     second = await joiner.submit("k", "and another thing", 2)
@@ -107,7 +108,7 @@ async def test_keys_do_not_mix_and_flush_releases_waiting_leaders() -> None:
     assert joiner.pending == 2
 
     joiner.flush()  # shutdown: nobody waits out a one-hour window
-    ann_turn, bob_turn = await asyncio.wait_for(asyncio.gather(ann, bob), timeout=5)
+    ann_turn, bob_turn = await within(asyncio.gather(ann, bob), timeout=5)
     assert ann_turn is not None and ann_turn.refs == ["a1", "a2"]
     assert bob_turn is not None and bob_turn.refs == ["b1"]
 

@@ -9,6 +9,7 @@ import asyncio
 from bot.turns.joiner import MAX_SPLIT_PARTS, MessageJoiner
 from bot.ui.render import TELEGRAM_TEXT_LIMIT
 from tests.test_joiner import _long_real_text, client_split
+from tests.waits import within
 
 KEY = (1, 1)
 
@@ -27,12 +28,12 @@ async def test_a_message_of_too_many_parts_is_closed_at_the_cap_and_the_rest_dro
     await asyncio.sleep(0)
     for index, part in enumerate(parts[1 : MAX_SPLIT_PARTS + 1], start=1):
         assert await joiner.submit(KEY, part, index) is None
-    turn = await asyncio.wait_for(leader, 5)  # closed by the cap, not by the 30 s window
+    turn = await within(leader, 5)  # closed by the cap, not by the 30 s window
     assert turn is not None and turn.overflowed
     assert len(turn.parts) == MAX_SPLIT_PARTS + 1
     # The same message's remaining full parts are dropped, not turned into turns of their own.
     for index, part in enumerate(parts[MAX_SPLIT_PARTS + 1 :], start=MAX_SPLIT_PARTS + 1):
-        assert await asyncio.wait_for(joiner.submit(KEY, part, index), 1) is None
+        assert await within(joiner.submit(KEY, part, index), 1) is None
     assert joiner.dropped == 3
     # Its short last part ends the dropping; the user's next message is an ordinary turn.
     assert await joiner.submit(KEY, "the end.", 99) is None
@@ -50,7 +51,7 @@ async def test_a_message_past_the_size_limit_is_closed_early() -> None:
         assert await joiner.submit(KEY, parts[index], index) is None
         index += 1
         await asyncio.sleep(0)
-    turn = await asyncio.wait_for(leader, 5)
+    turn = await within(leader, 5)
     assert turn is not None and turn.overflowed
     assert sum(len(p) for p in turn.parts) > 10_000
     assert sum(len(p) for p in turn.parts[:-1]) <= 10_000  # closed by the part that crossed it
@@ -64,5 +65,5 @@ async def test_an_ordinary_long_message_is_not_capped() -> None:
     await asyncio.sleep(0)
     for index, part in enumerate(parts[1:], start=1):
         assert await joiner.submit(KEY, part, index) is None
-    turn = await asyncio.wait_for(leader, 5)
+    turn = await within(leader, 5)
     assert turn is not None and not turn.overflowed and turn.text == text

@@ -17,7 +17,8 @@ from models.catalog import load_catalog
 from models.policy.pacing import Priority
 from models.transport import Transport
 from models.types import Outcome
-from tests.conftest import FakeClock, make_gateways
+from tests.clocks import SettableClock
+from tests.conftest import make_gateways
 from tests.e2e_bot import wait_until
 from tests.fakes.providers import Reply
 
@@ -82,7 +83,7 @@ async def test_a_spent_window_is_waited_out_until_its_reset(
 ) -> None:
     """remaining = 0 means wait until the reset: the next request waits (on the transport's
     clock) instead of failing or falling back, then goes to the same model."""
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
 
     async def sleep(seconds: float) -> None:
         clock.advance(seconds)

@@ -6,20 +6,13 @@ import pytest
 
 from bot.turns.limits import input_too_long
 from bot.turns.rate_limit import UserRateLimiter
+from tests.clocks import SettableClock
 
 ANN, BOB = 1, 2
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 500.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_limit_refuses_the_message_over_the_limit_and_says_when_to_retry() -> None:
-    clock = Clock()
+    clock = SettableClock(500.0)
     limiter = UserRateLimiter(3, clock=clock)
     for _ in range(3):
         assert limiter.check(ANN).allowed
@@ -32,7 +25,7 @@ def test_limit_refuses_the_message_over_the_limit_and_says_when_to_retry() -> No
 
 
 def test_only_the_first_refusal_of_a_burst_is_answered() -> None:
-    clock = Clock()
+    clock = SettableClock(500.0)
     limiter = UserRateLimiter(2, clock=clock)
     limiter.check(ANN)
     limiter.check(ANN)
@@ -42,7 +35,7 @@ def test_only_the_first_refusal_of_a_burst_is_answered() -> None:
 
 
 def test_window_slides_and_refused_messages_do_not_count() -> None:
-    clock = Clock()
+    clock = SettableClock(500.0)
     limiter = UserRateLimiter(2, clock=clock)
     assert limiter.check(ANN).allowed  # t=500
     clock.now += 30
@@ -62,7 +55,7 @@ def test_window_slides_and_refused_messages_do_not_count() -> None:
 
 
 def test_zero_means_no_limit_and_idle_users_are_forgotten() -> None:
-    clock = Clock()
+    clock = SettableClock(500.0)
     unlimited = UserRateLimiter(0, clock=clock)
     assert all(unlimited.check(ANN).allowed for _ in range(1000))
 

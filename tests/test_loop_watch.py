@@ -19,6 +19,7 @@ import pytest
 from bot.health import HealthServer
 from bot.loop_watch import LoopWatch, SystemdNotifier
 from tests.e2e_bot import OWNER, FakeServers, restartable_bot, wait_until
+from tests.waits import within
 
 
 class NotifyListener:
@@ -141,6 +142,6 @@ async def test_the_running_bot_tells_systemd_it_is_ready_alive_and_stopping(
             await wait_until(lambda: bool(fakes.tg.calls_of("getUpdates")), "polling", 30)
             await wait_until(lambda: listener.count("WATCHDOG=1") >= 2, "two pings", 30)
             bot.send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(bot.wait(), 60) == 0
+            assert await within(bot.wait(), 60) == 0
         assert listener.count("STOPPING=1") == 1
         assert listener.messages.index("READY=1") < listener.messages.index("STOPPING=1")

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from mcp_client.config import McpConfig
-from mcp_client.connection import Backoff, ServerState
+from mcp_client.connection import ServerState
 from mcp_client.hub import McpHub, McpTool
 from memory.db import Database
 from memory.mcp_calls import McpCalls
+from primitives.backoff import Backoff
 from tests.mcp_stack import (
     BOT_ENV,
     alive,
@@ -35,10 +36,11 @@ from tests.mcp_stack import (
     time_entry,
     until,
 )
+from tests.waits import within
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT, USER = 5, 50
-FAST = Backoff(first=0.2, cap=1.0)
+FAST = Backoff.doubling(0.2, 1.0)
 
 
 @pytest.fixture
@@ -225,7 +227,7 @@ async def test_kill_9_of_the_bot_takes_its_stdio_servers_along() -> None:
         assert bot.stdout is not None
         line = b""
         while not line.startswith(b"PID "):  # the log writes to stdout too
-            line = await asyncio.wait_for(bot.stdout.readline(), timeout=60)
+            line = await within(bot.stdout.readline(), timeout=60)
             assert line, "the fake bot ended before it printed the server's pid"
         pid = int(line.split()[1])
         assert alive(pid)

@@ -17,7 +17,9 @@ from memory.export import export_chat
 from memory.forget import forget_chat
 from memory.longterm import MemoryRepository, write_memory
 from memory.recall.search import MAX_LIMIT, Recall
+from primitives.litellm_env import LITELLM_FLAGS
 from tests.memory_sessions import SessionMessage, oasst_messages, telegram_message
+from tests.waits import within
 
 REPO = Path(__file__).resolve().parents[1]
 NOW = "2026-03-01T09:00:00.000Z"
@@ -212,7 +214,7 @@ async def test_export_writes_memory_and_history_files(
 
 async def test_export_command_line(repo: MemoryRepository, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TELEGRAM_")}
-    env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "true"}
+    env |= LITELLM_FLAGS
     out = tmp_path / "cli"
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -222,7 +224,7 @@ async def test_export_command_line(repo: MemoryRepository, tmp_path: Path) -> No
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    _, stderr = await within(proc.communicate(), 60)
     assert proc.returncode == 0, stderr.decode()
     assert (out / "HISTORY.md").read_text("utf-8") == "".join(f"{e}\n\n" for e in OTHER_CHAT)
     assert (out / "MEMORY.md").read_text("utf-8") == "- memory of chat 2\n"

@@ -16,10 +16,14 @@ import pytest
 
 from models.policy.pacing import GatewayPacer, Priority, Ticket
 from models.policy.ratelimits import DAY, MINUTE, read_windows
-from tests.conftest import FakeClock
+from primitives.tasks import stop_tasks
+from tests.clocks import SettableClock
+from tests.waits import within
 
 
-def _pacer(clock: FakeClock, rps: float | None = 10.0, burst: float = 1.0) -> GatewayPacer:
+def _pacer(
+    clock: SettableClock[float], rps: float | None = 10.0, burst: float = 1.0
+) -> GatewayPacer:
     async def sleep(seconds: float) -> None:
         clock.advance(seconds)
         await asyncio.sleep(0)
@@ -31,7 +35,7 @@ def _pacer(clock: FakeClock, rps: float | None = 10.0, burst: float = 1.0) -> Ga
     return pacer
 
 
-def _learning_pacer(clock: FakeClock) -> GatewayPacer:
+def _learning_pacer(clock: SettableClock[float]) -> GatewayPacer:
     """No ceiling: paced by what the provider's headers say alone; its sleeps advance `clock`."""
 
     async def sleep(seconds: float) -> None:
@@ -59,7 +63,7 @@ async def _serve(pacer: GatewayPacer, requests: list[tuple[str, Priority]]) -> l
 
 
 async def test_one_users_burst_does_not_push_the_others_back() -> None:
-    pacer = _pacer(FakeClock())
+    pacer = _pacer(SettableClock(1000.0))
     heavy = [("h", Priority.CHAT)] * 6
     light = [("a", Priority.CHAT), ("b", Priority.CHAT), ("c", Priority.CHAT)]
     served = await _serve(pacer, heavy + light)
@@ -69,7 +73,7 @@ async def test_one_users_burst_does_not_push_the_others_back() -> None:
 
 
 async def test_chat_goes_before_background_work_which_catches_up_after() -> None:
-    pacer = _pacer(FakeClock())
+    pacer = _pacer(SettableClock(1000.0))
     background = [("job", Priority.BACKGROUND)] * 4
     chat = [("u", Priority.CHAT), ("v", Priority.CHAT), ("u", Priority.CHAT)]
     served = await _serve(pacer, background + chat)
@@ -79,7 +83,7 @@ async def test_chat_goes_before_background_work_which_catches_up_after() -> None
 
 
 async def test_a_waiter_whose_bound_passes_gets_no_ticket_and_the_queue_moves_on() -> None:
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     pacer = _pacer(clock, rps=1.0)
     first = await pacer.acquire("m", user="a", max_wait=10)
     assert first is not None and first.waited_s == 0.0
@@ -93,7 +97,7 @@ async def test_a_waiter_whose_bound_passes_gets_no_ticket_and_the_queue_moves_on
 
 
 async def test_unknown_limits_let_one_probe_go_and_the_rest_wait_for_its_answer() -> None:
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=clock)
     probe = await pacer.acquire("m", user="a", max_wait=30)
     assert probe is not None
@@ -109,13 +113,13 @@ async def test_unknown_limits_let_one_probe_go_and_the_rest_wait_for_its_answer(
         },
     )
     pacer.settle(probe, window)
-    ticket = await asyncio.wait_for(second, 5)
+    ticket = await within(second, 5)
     assert ticket is not None
     assert pacer.status()["models"]["m"]["pace_per_s"] == pytest.approx(9.0)  # 0.9 x 600/min
 
 
 async def test_a_learned_limit_paces_below_it_and_counts_our_own_sends() -> None:
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     pacer = _learning_pacer(clock)
     probe = await pacer.acquire("m", user="a", max_wait=60)
     assert probe is not None
@@ -140,7 +144,7 @@ async def test_a_learned_limit_paces_below_it_and_counts_our_own_sends() -> None
 
 async def test_the_send_gate_lets_a_request_go_at_once_from_any_thread_while_the_pace_allows(
 ) -> None:  # fmt: skip
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     slept: list[float] = []
 
     async def sleep(seconds: float) -> None:
@@ -178,7 +182,7 @@ async def loop_turns(count: int = 20) -> None:
 async def test_without_a_request_limit_a_slow_start_opens_one_more_per_answer() -> None:
     """Groq states no per-minute request limit in its headers: until a refusal names it,
     requests go one more at a time per answer, and a refusal halves the window."""
-    pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=FakeClock())
+    pacer = GatewayPacer("g", ceiling_rps=None, burst=None, clock=SettableClock(1000.0))
     groq_headers = {
         "x-ratelimit-limit-requests": "14400",
         "x-ratelimit-remaining-requests": "14399",
@@ -200,8 +204,7 @@ async def test_without_a_request_limit_a_slow_start_opens_one_more_per_answer() 
     await loop_turns()
     assert sum(t.done() for t in waiting) == 3  # window 1, the third in flight
     assert pacer.status()["models"]["m"]["slow_start_window"] == 1.0
-    for task in waiting:
-        task.cancel()
+    await stop_tasks(waiting)
 
 
 def test_openai_headers_go_durations_and_per_minute_limits() -> None:
@@ -270,7 +273,7 @@ async def test_a_window_refills_from_when_the_request_left_not_from_its_permissi
     it when it arrives, so the refill that its `remaining` leaves is reckoned from then. Seen
     against the fake Anthropic (600 a minute, bursts of 2): reckoned from the permission, the
     two requests after the first answer left together and the second met a 429."""
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     pacer = _learning_pacer(clock)
     probe = await pacer.acquire("m", user="a", max_wait=60)
     assert probe is not None and pacer.send_now(probe)  # allowed at t = 0 ...
@@ -299,7 +302,7 @@ async def test_a_reset_stamped_to_the_second_does_not_count_the_window_full_earl
     0.05 s after the answer, and the next requests went together into the provider's 429
     (seen against the fake Anthropic, 600 a minute in bursts of 2). Read as the end of the
     second, the refill at the learned pace decides: one request per 1/9 s."""
-    clock = FakeClock()
+    clock = SettableClock(1000.0)
     pacer = _learning_pacer(clock)
     probe = await pacer.acquire("m", user="a", max_wait=60)
     assert probe is not None and pacer.send_now(probe)

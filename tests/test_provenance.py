@@ -12,7 +12,6 @@ import pytest
 
 from agent.tools.memory import format_hits, recall_provenance
 from memory.db import MIGRATIONS_DIR, Database
-from memory.framing import Framing
 from memory.provenance import (
     AUDIO,
     DOCUMENT,
@@ -27,6 +26,7 @@ from memory.provenance import (
     stub,
 )
 from memory.recall.search import RecallHit, Turn
+from primitives.framing import Framing
 
 
 def test_each_kind_is_one_line_naming_its_kind_and_source_never_its_text() -> None:

@@ -23,6 +23,7 @@ from media.documents import DocumentError
 from memory.db import Database
 from memory.web_calls import WebCalls
 from models.types import ToolCall
+from primitives.tasks import stop_tasks
 from tests.fakes.web import FakeSite
 from web.addresses import parse_allowance
 
@@ -32,7 +33,6 @@ _SLEEP_OR_READ = (
     "if b'SLEEP' in data:\n"
     "    time.sleep(3600)\n"
     "sys.stdin = io.TextIOWrapper(io.BytesIO(data))\n"
-    "sys.path.insert(0, sys.argv[1])\n"
     "from media.document_child import main\n"
     "main()\n"
 )
@@ -76,9 +76,7 @@ async def stuck() -> AsyncIterator[list[asyncio.Task[Any]]]:
     """Readers started by a test to hold slots; cancelled (their children killed) at the end."""
     tasks: list[asyncio.Task[Any]] = []
     yield tasks
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await stop_tasks(tasks)
 
 
 def _stuck_document() -> Any:
@@ -106,7 +104,7 @@ async def test_with_every_file_slot_held_a_document_is_refused_busy_and_a_page_s
     assert "Slots of their own for pages." in page.text
 
     # A slot that comes free is taken by the next reader.
-    stuck[0].cancel()
+    stuck[0].cancel()  # its slot comes free: the case tested
     async with asyncio.timeout(TEST_BOUND_S):
         document = await read_document(
             b"hello", file_name="b.txt", mime_type=None, token_budget=100, timeout=30

@@ -15,16 +15,10 @@ from memory.db import Database
 from memory.store import Store
 from reminders.book import Claim, ReminderBook
 from reminders.scheduler import Delivered, DeliveryOutcome, ReminderScheduler, RetryLater
+from tests.clocks import SettableClock
+from tests.waits import within
 
 CHAT = 7
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture
@@ -35,7 +29,7 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
 
 
 async def test_a_retry_after_of_zero_waits_the_first_retry_delay(db: Database) -> None:
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     await book.schedule(CHAT, when="2026-12-01T08:00:30", text="water the plants")
     clock.now += timedelta(minutes=1)
@@ -66,10 +60,10 @@ async def test_a_retry_after_of_zero_waits_the_first_retry_delay(db: Database) -
     )
     await scheduler.start()
     try:
-        await asyncio.wait_for(looked.wait(), 10)
+        await within(looked.wait(), 10)
         assert len(attempts) == 1  # twenty looks at the same moment: not resent
         clock.now += timedelta(seconds=2)
-        await asyncio.wait_for(resent.wait(), 10)
+        await within(resent.wait(), 10)
     finally:
         await scheduler.stop()  # lets the send on its way record its outcome
     assert attempts[1] - attempts[0] == timedelta(seconds=2)

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from memory.db import Database
-from memory.store import Store, utc_now
-from reminders.book import Claim, ReminderBook, ScheduleRefused
+from memory.store import Store
+from primitives.clock import utc_now
+from primitives.tasks import stop_task
+from reminders.book import Claim, ReminderBook, ScheduleRefusedError
 from reminders.scheduler import (
     RETRY_DELAYS_S,
     Deliver,
@@ -24,17 +26,11 @@ from reminders.scheduler import (
     RetryLater,
     Stopped,
 )
+from tests.clocks import SettableClock
+from tests.waits import within
 
 CHAT = 7
 OTHER = 8
-
-
-@dataclass
-class Clock:
-    now: datetime
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @dataclass
@@ -71,7 +67,9 @@ async def until(predicate: object, timeout: float = 10.0) -> None:  # noqa: ASYN
         await asyncio.sleep(0.01)
 
 
-async def run_once(db: Database, book: ReminderBook, clock: Clock, recorder: Recorder) -> None:
+async def run_once(
+    db: Database, book: ReminderBook, clock: SettableClock[datetime], recorder: Recorder
+) -> None:
     """Start a scheduler, wait until it made its first attempt and has nothing in flight."""
     scheduler = ReminderScheduler(book, Store(db, clock), recorder, clock=clock)
     await scheduler.start()
@@ -85,7 +83,7 @@ async def run_once(db: Database, book: ReminderBook, clock: Clock, recorder: Rec
 async def test_a_missed_daily_reminder_is_sent_once_late_then_moves_to_its_next_time(
     db: Database,
 ) -> None:
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     await book.set_chat_zone(CHAT, "Europe/Lisbon")
     made = await book.schedule(CHAT, when="2026-12-01T09:00", text="stretch", repeat="daily")
@@ -115,7 +113,7 @@ async def test_a_missed_daily_reminder_is_sent_once_late_then_moves_to_its_next_
 async def test_a_crash_between_send_and_mark_sends_again_after_restart(db: Database) -> None:
     """At least once: the claim without an outcome is sent again by the next run, and marked
     then; the reminder itself was moved on by the claim, so nothing else repeats."""
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     made = await book.schedule(CHAT, when="2026-12-01T08:00:30", text="pills")
     first = Recorder(hang_after_send=True)
@@ -123,7 +121,7 @@ async def test_a_crash_between_send_and_mark_sends_again_after_restart(db: Datab
     await scheduler.start()
     clock.now += timedelta(seconds=31)
     scheduler.notify()
-    await asyncio.wait_for(first.sent.wait(), 10)
+    await within(first.sent.wait(), 10)
     await scheduler.stop(grace=0.05)  # the "crash": the send happened, the mark did not
     [open_claim] = await db.fetchall("SELECT outcome FROM reminder_deliveries")
     assert open_claim["outcome"] is None
@@ -140,7 +138,7 @@ async def test_a_crash_between_send_and_mark_sends_again_after_restart(db: Datab
 
 
 async def test_a_blocked_chat_stops_its_reminders_and_no_one_elses(db: Database) -> None:
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     await book.schedule(CHAT, when="2026-12-01T08:01", text="first")
     await book.schedule(CHAT, when="2026-12-02T08:01", text="later", repeat="weekly")
@@ -159,7 +157,7 @@ async def test_a_blocked_chat_stops_its_reminders_and_no_one_elses(db: Database)
 
 
 async def test_flood_control_and_server_errors_are_retried_until_sent(db: Database) -> None:
-    clock = Clock(utc_now())
+    clock = SettableClock(utc_now())
     book = ReminderBook(db, clock)
     await book.schedule(CHAT, when=(clock.now + timedelta(minutes=1)).isoformat(), text="x")
     clock.now += timedelta(minutes=2)
@@ -177,14 +175,14 @@ async def test_flood_control_and_server_errors_are_retried_until_sent(db: Databa
 
 
 async def test_cancelled_reminders_never_fire_and_refusals_explain(db: Database) -> None:
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     made = await book.schedule(CHAT, when="2026-12-01T08:01", text="gone")
     assert await book.cancel(OTHER, made.id) is None  # another chat cannot
     assert (await book.cancel(CHAT, made.id)) is not None
     for n in range(50):
         await book.schedule(CHAT, when=f"2026-12-02T08:{n:02d}", text=f"r{n}")
-    with pytest.raises(ScheduleRefused, match="50 pending reminders"):
+    with pytest.raises(ScheduleRefusedError, match="50 pending reminders"):
         await book.schedule(CHAT, when="2026-12-03T08:00", text="one too many")
     clock.now += timedelta(minutes=2)
     assert await book.claim_due(clock(), 10) == []
@@ -195,7 +193,7 @@ async def test_a_retry_is_dropped_when_the_reminder_was_cancelled_meanwhile(
 ) -> None:
     """A send that met a 5xx waits for its retry; the user cancels the (daily) reminder in
     that wait. The retry finds the cancellation and sends nothing; the claim is closed."""
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     made = await book.schedule(CHAT, when="2026-12-01T08:01", text="stretch", repeat="daily")
     recorder = Recorder(script=[RetryLater(60.0)])
@@ -223,16 +221,17 @@ async def test_a_retry_is_dropped_when_the_reminder_was_cancelled_meanwhile(
     assert [tuple(r) for r in rows] == [("stopped", None)]
 
 
-@dataclass
-class WatchedClock(Clock):
+class WatchedClock(SettableClock[datetime]):
     """A clock that notices a loop that never yields. A ticker task calls `tick()` whenever it
     gets a turn; a thousand reads of the clock with no tick between them mean its reader came
     round a thousand times without giving any other task a turn. The read then raises, which
     the scheduler logs and answers with a 5 s pause, so a spinning loop ends and the test can
     report it instead of hanging with it."""
 
-    reads_since_tick: int = 0
-    spun: bool = False
+    def __init__(self, now: datetime) -> None:
+        super().__init__(now)
+        self.reads_since_tick = 0
+        self.spun = False
 
     def tick(self) -> None:
         self.reads_since_tick = 0
@@ -287,7 +286,7 @@ async def test_with_every_slot_busy_and_a_retry_due_the_loop_still_yields(db: Da
         await until(lambda: len(attempts) == 4 and scheduler.in_flight == 0)
         assert attempts[3] == "retried"
     finally:
-        ticking.cancel()
+        await stop_task(ticking)
         await scheduler.stop()
     assert not clock.spun
     rows = await db.fetchall("SELECT outcome FROM reminder_deliveries ORDER BY id")
@@ -303,7 +302,7 @@ class VirtualTime:
     wait is for the wake event only (a `notify`, the stop) and `idle` is set: every pass the
     scheduler made up to then is in `waits`, and no real second went by."""
 
-    clock: Clock
+    clock: SettableClock[datetime]
     until: datetime
     waits: list[float] = field(default_factory=list)
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -315,7 +314,7 @@ class VirtualTime:
         if wake.is_set():
             return
         if self.scheduler.in_flight:
-            await asyncio.wait_for(wake.wait(), 10)  # the send's end wakes it
+            await within(wake.wait(), 10)  # the send's end wakes it
             return
         if self.clock.now + timedelta(seconds=timeout) > self.until:
             self.idle.set()
@@ -328,7 +327,7 @@ class VirtualTime:
 def virtual_scheduler(
     db: Database,
     book: ReminderBook,
-    clock: Clock,
+    clock: SettableClock[datetime],
     deliver: Deliver,
     *,
     until: datetime,
@@ -356,7 +355,7 @@ async def test_it_wakes_only_for_a_due_time_or_a_notify(db: Database) -> None:
     time; a new reminder wakes it through `notify`, and it then waits exactly until that one
     is due. Each is sent at its due time to the second, never early."""
     start = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
-    clock = Clock(start)
+    clock = SettableClock(start)
     book = ReminderBook(db, clock)
     first = await book.schedule(CHAT, when="2026-12-01T08:16:40", text="first")
     recorder = Recorder()
@@ -366,7 +365,7 @@ async def test_it_wakes_only_for_a_due_time_or_a_notify(db: Database) -> None:
     book.on_change = scheduler.notify
     await scheduler.start()
     try:
-        await asyncio.wait_for(time.idle.wait(), 10)
+        await within(time.idle.wait(), 10)
         # 300 + 300 + 300 + 100 s: the due time. Then one wait the send's end cuts short,
         # and the longest waits up to the test's horizon (08:21:40, then 08:26:40 > 08:25).
         assert time.waits == [300.0, 300.0, 300.0, 100.0, 300.0, 300.0, 300.0]
@@ -380,7 +379,7 @@ async def test_it_wakes_only_for_a_due_time_or_a_notify(db: Database) -> None:
         waits_before = len(time.waits)
         second = await book.schedule(CHAT, when="2026-12-01T08:22:30", text="second")
         await until(lambda: len(recorder.attempts) == 2)
-        await asyncio.wait_for(time.idle.wait(), 10)
+        await within(time.idle.wait(), 10)
         # The notify ended the idle wait; the next is exactly the 50 s to the new due time,
         # then the send's end and the longest waits up to 08:57:30 (+300 s > 09:00).
         assert time.waits[waits_before:] == [50.0] + [300.0] * 9
@@ -396,7 +395,7 @@ class StampedScript:
     """A Deliver that answers from a script (then Delivered) and records the clock at each
     attempt."""
 
-    clock: Clock
+    clock: SettableClock[datetime]
     script: list[DeliveryOutcome]
     at: list[datetime] = field(default_factory=list)
 
@@ -410,7 +409,7 @@ class StampedScript:
 async def retried_at(db: Database, script: list[DeliveryOutcome]) -> list[float]:
     """Seconds after the due time of each attempt at one reminder, with back-off 1, 2, 5 s."""
     due = datetime(2026, 12, 1, 8, 0, 30, tzinfo=UTC)
-    clock = Clock(due - timedelta(seconds=30))
+    clock = SettableClock(due - timedelta(seconds=30))
     book = ReminderBook(db, clock)
     await book.schedule(CHAT, when="2026-12-01T08:00:30", text="stand up")
     deliver = StampedScript(clock, script)
@@ -419,7 +418,7 @@ async def retried_at(db: Database, script: list[DeliveryOutcome]) -> list[float]
     )
     await scheduler.start()
     try:
-        await asyncio.wait_for(time.idle.wait(), 10)
+        await within(time.idle.wait(), 10)
     finally:
         await scheduler.stop()
     [row] = await db.fetchall("SELECT outcome FROM reminder_deliveries")
@@ -430,6 +429,11 @@ async def retried_at(db: Database, script: list[DeliveryOutcome]) -> list[float]
 async def test_the_back_off_grows_with_each_failed_attempt(db: Database) -> None:
     """A server error (no retry_after) three times: tried again 1, then 2, then 5 s later."""
     assert await retried_at(db, [RetryLater(None)] * 3) == [0.0, 1.0, 3.0, 8.0]
+
+
+async def test_past_the_last_step_the_back_off_repeats_it(db: Database) -> None:
+    """Five server errors with a 1, 2, 5 s back-off: the fourth and fifth wait 5 s again."""
+    assert await retried_at(db, [RetryLater(None)] * 5) == [0.0, 1.0, 3.0, 8.0, 13.0, 18.0]
 
 
 async def test_a_retry_after_from_flood_control_is_honoured(db: Database) -> None:
@@ -444,7 +448,7 @@ async def test_a_reminder_that_fell_due_seconds_before_the_start_is_sent_once_la
     """Due 10 s before the bot started: within the 60 s of "on time", but it fell due while
     the bot was down, so it is marked late (the user must know it is not fresh) — and sent
     once, also after an hour of the scheduler running."""
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     made = await book.schedule(CHAT, when="2026-12-01T08:01:00", text="pills")
     clock.now = datetime(2026, 12, 1, 8, 1, 10, tzinfo=UTC)  # the start, 10 s after
@@ -454,7 +458,7 @@ async def test_a_reminder_that_fell_due_seconds_before_the_start_is_sent_once_la
     )
     await scheduler.start()
     try:
-        await asyncio.wait_for(time.idle.wait(), 10)
+        await within(time.idle.wait(), 10)
     finally:
         await scheduler.stop()
     assert recorder.attempts == [(made.id, datetime(2026, 12, 1, 8, 1, tzinfo=UTC), True)]
@@ -465,7 +469,7 @@ async def test_a_reminder_that_fell_due_seconds_before_the_start_is_sent_once_la
 async def test_no_more_sends_at_once_than_the_concurrency(db: Database) -> None:
     """Five reminders due at once and two send slots: two go out, and each finished send lets
     the next one start, never a third beside them; meanwhile the scheduler just waits."""
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     for n in range(5):
         await book.schedule(CHAT + n, when="2026-12-01T08:00:30", text=f"r{n}")

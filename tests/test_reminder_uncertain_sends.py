@@ -19,7 +19,8 @@ from memory.db import Database
 from memory.store import Store
 from reminders.book import ReminderBook
 from reminders.scheduler import ReminderScheduler, RetryLater, Unknown
-from tests.test_reminder_scheduler import CHAT, Clock, Recorder, until
+from tests.clocks import SettableClock
+from tests.test_reminder_scheduler import CHAT, Recorder, until
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
 
 @asynccontextmanager
 async def fallen_due(
-    db: Database, clock: Clock, recorder: Recorder, text: str
+    db: Database, clock: SettableClock[datetime], recorder: Recorder, text: str
 ) -> AsyncIterator[tuple[ReminderScheduler, ReminderBook, int]]:
     """A one-off reminder for 08:01, the clock moved past it, the scheduler woken; stopped
     when the block ends. Yields the scheduler, the book and the reminder's id."""
@@ -55,7 +56,7 @@ async def outcomes(db: Database) -> list[str | None]:
 async def test_a_send_that_may_have_landed_is_not_sent_again(db: Database) -> None:
     """Telegram answered 502 (it may have delivered the message): the claim is closed as
     unknown and no retry is planned, however long the scheduler runs; the reminder is done."""
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     recorder = Recorder(script=[Unknown("Bad Gateway")])
     async with fallen_due(db, clock, recorder, "take the pill") as (scheduler, book, _):
         await until(lambda: len(recorder.attempts) == 1 and scheduler.in_flight == 0)
@@ -75,7 +76,7 @@ async def test_cancelling_a_one_off_whose_send_waits_for_its_retry_stops_the_ret
     """A one-off reminder's first send met flood control; while its retry waits the user
     cancels it. The cancel is accepted (the reminder was not delivered yet) and the retry sends
     nothing."""
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     recorder = Recorder(script=[RetryLater(60.0)])
     async with fallen_due(db, clock, recorder, "call the plumber") as (scheduler, book, made):
         await until(lambda: len(recorder.attempts) == 1 and scheduler._retries)
@@ -94,7 +95,7 @@ async def test_cancelling_a_one_off_whose_send_waits_for_its_retry_stops_the_ret
 
 
 async def test_a_one_off_already_delivered_cannot_be_cancelled(db: Database) -> None:
-    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     recorder = Recorder()
     async with fallen_due(db, clock, recorder, "water the plants") as (scheduler, book, made):
         await until(lambda: len(recorder.attempts) == 1 and scheduler.in_flight == 0)

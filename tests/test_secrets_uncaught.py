@@ -21,6 +21,7 @@ from models.logging_setup import (
     loop_exception_handler,
 )
 from tests.e2e_bot import OWNER, FakeServers, bot_process, subprocess_env
+from tests.waits import within
 
 SECRET = "424242:AAH-uncaught-secret-token"
 
@@ -32,7 +33,7 @@ async def test_rejected_token_at_start_up_is_not_printed(tmp_path: Path) -> None
         env["TELEGRAM_BASE_URL"] = f"http://127.0.0.1:{fakes.tg.port}/"  # no /bot: every call 404s
         log_path = tmp_path / "bot.log"
         async with bot_process(env, cwd=tmp_path, log_path=log_path) as proc:
-            code = await asyncio.wait_for(proc.wait(), 60)
+            code = await within(proc.wait(), 60)
     output = log_path.read_text(encoding="utf-8", errors="replace")
     secret_part = token.split(":", 1)[1]
     assert token not in output and secret_part not in output, output

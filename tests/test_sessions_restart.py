@@ -27,6 +27,7 @@ from tests.consolidation_stack import GOOD_ARGS, KEYS, WIRE, good_call
 from tests.e2e_bot import FakeServers, confirmed, query, restartable_bot, showing, wait_until
 from tests.fakes.providers import Fault, Reply
 from tests.memory_sessions import SettableClock, oasst_multilingual, store_session
+from tests.waits import within
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def run_bot(
 
 async def stop(proc: asyncio.subprocess.Process) -> None:
     proc.send_signal(signal.SIGTERM)
-    assert await asyncio.wait_for(proc.wait(), 60) == 0
+    assert await within(proc.wait(), 60) == 0
 
 
 def events(db_path: Path) -> list[dict[str, Any]]:

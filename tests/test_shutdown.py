@@ -22,6 +22,7 @@ from tests.consolidation_stack import KEYS, good_call
 from tests.e2e_bot import FakeServers, confirmed, query, restartable_bot, showing, wait_until
 from tests.fakes.providers import Fault, Reply
 from tests.memory_sessions import SettableClock, oasst_multilingual, store_session
+from tests.waits import within
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,7 @@ def run_bot(
 
 async def stop_with_sigterm(proc: asyncio.subprocess.Process, signum: int = signal.SIGTERM) -> int:
     proc.send_signal(signum)
-    return await asyncio.wait_for(proc.wait(), timeout=60)
+    return await within(proc.wait(), timeout=60)
 
 
 def log_events(db_path: Path) -> str:
@@ -122,7 +123,7 @@ async def test_sigterm_with_enough_grace_lets_the_reply_finish(
             assert workers  # the provider workers, in the bot's process group
             if whole_group:
                 os.killpg(proc.pid, signum)
-                assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
+                assert await within(proc.wait(), timeout=60) == 0
             else:
                 assert await stop_with_sigterm(proc, signum) == 0
             await wait_until(

@@ -14,6 +14,7 @@ from bot.ui.render import TELEGRAM_TEXT_LIMIT
 from tests.e2e_bot import OWNER, FakeServers, confirmed, fake_settings, query, showing
 from tests.fakes.providers import Reply
 from tests.test_joiner import _long_real_text, client_split
+from tests.waits import within
 
 INTERRUPTED = "(interrupted: the bot restarted; please ask again)"
 SLOW = " ".join(f"word{i}" for i in range(300))
@@ -29,7 +30,7 @@ class Served:
 
     async def stop(self) -> None:
         self._stop.set()
-        await asyncio.wait_for(self._task, timeout=30)
+        await within(self._task, timeout=30)
 
 
 async def test_held_split_message_is_replayed_whole_and_only_once(tmp_path: Path) -> None:

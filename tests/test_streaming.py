@@ -20,6 +20,7 @@ from bot.ui.render import plain_text, split_for_telegram, utf16_len
 from bot.ui.segments import plain_segments
 from bot.ui.streaming import StreamingReply
 from models.streamtext import MAX_CLUSTER_CODEPOINTS
+from primitives.backoff import Backoff
 from tests.call_count import count_calls
 from tests.fakes.telegram import DRAFT_PEER_INVALID, NOT_MODIFIED, FakeTelegram
 from tests.streamed_text import content, stream_into
@@ -368,7 +369,7 @@ async def test_network_errors_on_intermediate_edits_are_skipped(bot: Bot, tg: Fa
 async def test_final_text_retries_network_errors_a_bounded_number_of_times(
     bot: Bot, tg: FakeTelegram, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(streaming, "FINAL_BACKOFF_S", (0.05, 0.1))
+    monkeypatch.setattr(streaming, "FINAL_BACKOFF", Backoff((0.05, 0.1)))
     reply = StreamingReply(bot, CHAT, edit_interval=0.05)
     await reply.start()
     tg.inject_error("sendMessage", count=2, status=502)

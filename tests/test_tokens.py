@@ -12,13 +12,9 @@ on real multilingual conversations (oasst2: Chinese, Japanese, Korean, Russian, 
 
 from __future__ import annotations
 
-import os
 import random
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-
-import litellm
+import litellm  # tests/conftest.py has set its offline flags (primitives/litellm_env.py)
 import pytest
 
 from models import tokens

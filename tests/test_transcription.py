@@ -133,7 +133,7 @@ async def test_a_transcription_cancelled_while_the_provider_holds_it_is_billed(
     spends: list[Spend] = []
     call = asyncio.create_task(transcribe(transport, duration_s=2.5, on_spend=spends.append))
     await wait_until(lambda: bool(fake_groq.transcription_requests()), "the upload to arrive")
-    call.cancel()
+    call.cancel()  # the caller gives up mid-upload: its spend is what is tested
     with pytest.raises(asyncio.CancelledError):
         await call
     billed = Usage(cost_usd=2.5 * GROQ_PER_SECOND, audio_seconds=2.5)

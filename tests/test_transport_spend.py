@@ -41,7 +41,7 @@ async def test_complete_reports_the_answer_and_a_cancelled_request(
         t.complete("gpt-4.1", HI, CallOptions(timeout=30, on_spend=spends.append))
     )
     await wait_until(lambda: len(fake_openai.requests) == 2, "the request to reach the provider")
-    call.cancel()
+    call.cancel()  # the caller gives up: what is tested is the spend of a cut attempt
     with pytest.raises(asyncio.CancelledError):
         await call
     cancelled = spends[-1]

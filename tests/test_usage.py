@@ -11,19 +11,10 @@ from memory.db import Database
 from memory.store import Store
 from memory.usage import Budgets, Cap, UsageLedger, day_start, month_start
 from models.types import Usage
+from tests.clocks import SettableClock
 
 ANN, BOB = 1001, 1002
 GROUP = -100500
-
-
-class Clock:
-    """A settable clock so rows land in known days and months."""
-
-    def __init__(self, moment: datetime) -> None:
-        self.moment = moment
-
-    def __call__(self) -> datetime:
-        return self.moment
 
 
 @pytest.fixture
@@ -42,25 +33,25 @@ async def test_period_starts_are_utc_day_and_month() -> None:
 
 
 async def test_user_report_counts_consolidation_by_model_and_period(db: Database) -> None:
-    clock = Clock(datetime(2026, 6, 3, 9, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 6, 3, 9, 0, tzinfo=UTC))
     store = Store(db, clock)
     # Last month: must appear nowhere.
-    clock.moment = datetime(2026, 5, 31, 23, 59, tzinfo=UTC)
+    clock.now = datetime(2026, 5, 31, 23, 59, tzinfo=UTC)
     await store.record_usage(ANN, ANN, "gpt-5", "chat", Usage(1000, 100, 0.5))
     # Earlier this month.
-    clock.moment = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
+    clock.now = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
     await store.record_usage(ANN, ANN, "gpt-5", "chat", Usage(200, 50, 0.02))
     await store.record_usage(
         ANN, ANN, "llama-3.3-70b-versatile", "consolidation", Usage(900, 300, 0.003)
     )
     # Today.
-    clock.moment = datetime(2026, 6, 3, 8, 0, tzinfo=UTC)
+    clock.now = datetime(2026, 6, 3, 8, 0, tzinfo=UTC)
     await store.record_usage(ANN, ANN, "gpt-5", "chat", Usage(100, 10, 0.01))
     await store.record_usage(ANN, ANN, "gpt-5", "chat", Usage(110, 20, 0.011))
     await store.record_usage(ANN, ANN, "qwen3-32b", "consolidation", Usage(700, 200, 0.0004))
     # Someone else, today: not Ann's.
     await store.record_usage(BOB, BOB, "gpt-5", "chat", Usage(5000, 500, 1.0))
-    clock.moment = datetime(2026, 6, 3, 9, 0, tzinfo=UTC)
+    clock.now = datetime(2026, 6, 3, 9, 0, tzinfo=UTC)
 
     report = await UsageLedger(db, clock).report(ANN)
 
@@ -87,7 +78,7 @@ async def test_user_report_counts_consolidation_by_model_and_period(db: Database
 
 
 async def test_bot_report_and_per_user_totals_cover_everyone(db: Database) -> None:
-    clock = Clock(datetime(2026, 6, 3, 12, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 6, 3, 12, 0, tzinfo=UTC))
     store = Store(db, clock)
     await store.record_usage(ANN, ANN, "gpt-5", "chat", Usage(100, 10, 0.01))
     await store.record_usage(BOB, BOB, "gpt-5", "chat", Usage(300, 30, 0.03))
@@ -113,7 +104,7 @@ async def test_bot_report_and_per_user_totals_cover_everyone(db: Database) -> No
 
 
 async def test_budget_caps_name_the_cap_reached(db: Database) -> None:
-    clock = Clock(datetime(2026, 6, 3, 12, 0, tzinfo=UTC))
+    clock = SettableClock(datetime(2026, 6, 3, 12, 0, tzinfo=UTC))
     store = Store(db, clock)
     ledger = UsageLedger(db, clock)
     assert await ledger.check_budget(ANN, Budgets()) is None
@@ -133,12 +124,12 @@ async def test_budget_caps_name_the_cap_reached(db: Database) -> None:
     assert hit is not None and hit.cap is Cap.BOT_DAILY
 
     # A new day resets the daily caps but not the monthly one.
-    clock.moment = datetime(2026, 6, 4, 0, 0, 1, tzinfo=UTC)
+    clock.now = datetime(2026, 6, 4, 0, 0, 1, tzinfo=UTC)
     assert await ledger.check_budget(ANN, Budgets(user_daily_usd=0.05)) is None
     hit = await ledger.check_budget(ANN, Budgets(user_daily_usd=0.05, user_monthly_usd=0.05))
     assert hit is not None and hit.cap is Cap.USER_MONTHLY
     hit = await ledger.check_budget(BOB, Budgets(bot_monthly_usd=0.05))
     assert hit is not None and hit.cap is Cap.BOT_MONTHLY
     # A new month resets everything.
-    clock.moment = datetime(2026, 7, 1, 0, 0, tzinfo=UTC)
+    clock.now = datetime(2026, 7, 1, 0, 0, tzinfo=UTC)
     assert await ledger.check_budget(ANN, Budgets(0.05, 0.05, 0.05, 0.05)) is None

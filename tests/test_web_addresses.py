@@ -8,7 +8,7 @@ import ipaddress
 import pytest
 
 from web.addresses import check_address, parse_allowance, refusal
-from web.errors import BlockedAddress
+from web.errors import BlockedAddressError
 
 REFUSED = {
     "127.0.0.1": "loopback",
@@ -44,7 +44,7 @@ PUBLIC = ["8.8.8.8", "1.1.1.1", "::ffff:8.8.8.8", "64:ff9b::808:808", "2606:4700
 @pytest.mark.parametrize(("address", "reason"), sorted(REFUSED.items()))
 def test_every_non_public_address_is_refused_with_its_reason(address: str, reason: str) -> None:
     assert refusal(ipaddress.ip_address(address)) == reason
-    with pytest.raises(BlockedAddress):
+    with pytest.raises(BlockedAddressError):
         check_address("x.test", ipaddress.ip_address(address), parse_allowance(""))
 
 
@@ -68,12 +68,12 @@ def test_the_allowance_lists_names_addresses_and_networks() -> None:
         ("searxng.lan.evil.test", "172.18.0.3"),
         ("x.test", "169.254.169.254"),
     ):
-        with pytest.raises(BlockedAddress):
+        with pytest.raises(BlockedAddressError):
             allow(host, address)
 
 
 def test_the_metadata_address_is_named_in_the_refusal() -> None:
-    with pytest.raises(BlockedAddress) as caught:
+    with pytest.raises(BlockedAddressError) as caught:
         check_address(
             "169.254.169.254", ipaddress.ip_address("169.254.169.254"), parse_allowance("")
         )

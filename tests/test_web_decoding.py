@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from web.decoding import PIECE_BYTES, Decoder, coding_of
-from web.errors import UnsupportedType
+from web.errors import UnsupportedTypeError
 
 MIB = 1024 * 1024
 
@@ -29,14 +29,14 @@ def decode(decoder: Decoder, body: bytes, chunk: int = 65536) -> list[bytes]:
 
 @pytest.mark.parametrize("header", ["gzip, gzip", "gzip,deflate", "deflate, gzip", "GZIP , gzip"])
 def test_a_stacked_encoding_is_refused(header: str) -> None:
-    with pytest.raises(UnsupportedType) as caught:
+    with pytest.raises(UnsupportedTypeError) as caught:
         coding_of(header, "evil.test")
     assert "several times" in str(caught.value) and "evil.test" in str(caught.value)
 
 
 @pytest.mark.parametrize("header", ["br", "zstd", "compress", "x-custom"])
 def test_an_encoding_without_a_bounded_decoder_is_refused(header: str) -> None:
-    with pytest.raises(UnsupportedType) as caught:
+    with pytest.raises(UnsupportedTypeError) as caught:
         coding_of(header, "evil.test")
     assert header in str(caught.value)
 
@@ -92,5 +92,5 @@ def test_gzip_members_raw_deflate_and_trailing_bytes() -> None:
 
 
 def test_a_broken_body_is_refused() -> None:
-    with pytest.raises(UnsupportedType):
+    with pytest.raises(UnsupportedTypeError):
         decode(Decoder("gzip"), b"\x1f\x8bnot gzip at all" * 10)

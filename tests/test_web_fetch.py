@@ -27,16 +27,16 @@ from aiohttp import web
 from tests.fakes.web import FakeSite
 from web.addresses import parse_allowance
 from web.errors import (
-    BadUrl,
-    BlockedAddress,
-    ConnectFailure,
-    DnsFailure,
-    HttpStatus,
-    TlsFailure,
-    TooLarge,
-    TooManyRedirects,
-    TooSlow,
-    UnsupportedType,
+    BadUrlError,
+    BlockedAddressError,
+    ConnectFailedError,
+    DnsError,
+    HttpStatusError,
+    TlsError,
+    TooLargeError,
+    TooManyRedirectsError,
+    TooSlowError,
+    UnsupportedTypeError,
 )
 from web.fetch import MAX_PAGE_BYTES, AddrInfo, fetch, guarded_client, with_scheme
 
@@ -103,7 +103,7 @@ async def test_a_redirect_to_a_loopback_address_outside_the_allowance_never_reac
     site: FakeSite,
 ) -> None:
     target = site.url("/article", "127.0.0.2")
-    with pytest.raises(BlockedAddress) as caught:
+    with pytest.raises(BlockedAddressError) as caught:
         await _fetch(site.url(f"/redirect?to={target}"))
     assert "127.0.0.2" in str(caught.value) and "loopback" in str(caught.value)
     assert site.requests["127.0.0.1"] == 1
@@ -117,7 +117,7 @@ async def test_the_metadata_address_is_refused_without_a_connection_attempt() ->
         ("http://[::ffff:169.254.169.254]/latest/meta-data/", None),
         ("http://metadata.test/computeMetadata/v1/", names({"metadata.test": ["169.254.169.254"]})),
     ):
-        with pytest.raises(BlockedAddress) as caught:
+        with pytest.raises(BlockedAddressError) as caught:
             await _fetch(url, resolver=resolver, recorder=recorder)
         assert "metadata" in str(caught.value) or "link-local" in str(caught.value)
     assert recorder.asked == []
@@ -160,17 +160,17 @@ async def test_at_most_five_redirects_are_followed(site: FakeSite) -> None:
     fetched = await _fetch(site.url("/chain/4"))  # 5 redirects, then the article
     assert fetched.url == site.url("/article") and fetched.kind == "html"
     before = site.requests["127.0.0.1"]
-    with pytest.raises(TooManyRedirects):
+    with pytest.raises(TooManyRedirectsError):
         await _fetch(site.url("/chain/5"))
     assert site.requests["127.0.0.1"] - before == 6  # the first request and five redirects
 
 
 async def test_a_redirect_to_another_scheme_is_refused(site: FakeSite) -> None:
     for target in ("file:///etc/passwd", "gopher://127.0.0.1:70/"):
-        with pytest.raises(BadUrl):
+        with pytest.raises(BadUrlError):
             await _fetch(site.url(f"/redirect?to={target}"))
     for url in ("file:///etc/passwd", "ftp://example.org/", "http://", "not a url"):
-        with pytest.raises(BadUrl):
+        with pytest.raises(BadUrlError):
             await _fetch(url)
     # A link written without a scheme is read as https; other schemes stay what they are.
     assert with_scheme(" example.org/a ") == "https://example.org/a"
@@ -179,12 +179,12 @@ async def test_a_redirect_to_another_scheme_is_refused(site: FakeSite) -> None:
 
 
 async def test_twelve_megabytes_of_html_end_at_the_cap(site: FakeSite) -> None:
-    with pytest.raises(TooLarge) as caught:
+    with pytest.raises(TooLargeError) as caught:
         await _fetch(site.url("/big"))
     assert "5 MB" in str(caught.value)
     # The stream was given up at the cap: the fake could not write all 12 MB.
     assert site.sent_bytes["big"] < 12 * 1024 * 1024
-    with pytest.raises(TooLarge):
+    with pytest.raises(TooLargeError):
         await _fetch(site.url("/big-declared"))
     assert site.sent_bytes["big-declared"] < 12 * 1024 * 1024
 
@@ -195,7 +195,7 @@ async def test_a_compressed_page_is_counted_after_decompression(site: FakeSite) 
     assert len(body) < 100_000
     site.pages["bomb"] = ("text/html", body)
     site.headers["bomb"] = {"Content-Encoding": "gzip"}
-    with pytest.raises(TooLarge):
+    with pytest.raises(TooLargeError):
         await _fetch(site.url("/page/bomb"))
 
 
@@ -206,7 +206,7 @@ async def _failure_and_peak(site: FakeSite, body: bytes, coding: str) -> tuple[E
     site.headers["bomb"] = {"Content-Encoding": coding}
     tracemalloc.start()
     try:
-        with pytest.raises((TooLarge, UnsupportedType)) as caught:
+        with pytest.raises((TooLargeError, UnsupportedTypeError)) as caught:
             await _fetch(site.url("/page/bomb"))
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -220,7 +220,7 @@ async def test_a_deflate_bomb_ends_at_the_cap_within_the_cap_s_memory(site: Fake
     body = zlib.compress(b"\0" * (64 * 1024 * 1024), 9)
     assert len(body) <= 66 * 1024
     failure, peak = await _failure_and_peak(site, body, "deflate")
-    assert isinstance(failure, TooLarge) and "5 MB" in str(failure)
+    assert isinstance(failure, TooLargeError) and "5 MB" in str(failure)
     assert peak < 2 * MAX_PAGE_BYTES, f"peak {peak / 2**20:.1f} MiB"
 
 
@@ -228,7 +228,7 @@ async def test_a_body_encoded_twice_is_refused_before_it_is_decoded(site: FakeSi
     """`gzip, gzip` on 1 KiB inflated to 512 MiB in one call; now it is refused by its header."""
     body = gzip.compress(gzip.compress(b"\0" * (64 * 1024 * 1024), 9), 9)
     failure, peak = await _failure_and_peak(site, body, "gzip, gzip")
-    assert isinstance(failure, UnsupportedType)
+    assert isinstance(failure, UnsupportedTypeError)
     assert "encoded several times (gzip, gzip)" in str(failure)
     assert peak < 4 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB"
 
@@ -240,7 +240,7 @@ async def test_only_bounded_codings_are_asked_for(site: FakeSite) -> None:
 
 
 async def test_a_trickling_page_ends_at_the_deadline(site: FakeSite) -> None:
-    with pytest.raises(TooSlow) as caught:
+    with pytest.raises(TooSlowError) as caught:
         await _fetch(site.url("/trickle"), timeout=1.0)
     assert "within 1 s" in str(caught.value)
     assert site.sent_bytes["trickle"] < 300
@@ -248,7 +248,7 @@ async def test_a_trickling_page_ends_at_the_deadline(site: FakeSite) -> None:
 
 async def test_kinds_that_are_not_read_are_refused_before_their_body(site: FakeSite) -> None:
     site.pages["png"] = ("image/png", b"\x89PNG\r\n\x1a\n" + b"\x00" * MAX_PAGE_BYTES)
-    with pytest.raises(UnsupportedType) as caught:
+    with pytest.raises(UnsupportedTypeError) as caught:
         await _fetch(site.url("/page/png"))
     assert "image/png" in str(caught.value)
     site.pages["bare"] = ("", b"<!DOCTYPE html><html><body><p>hi</p></body></html>")
@@ -260,23 +260,23 @@ async def test_kinds_that_are_not_read_are_refused_before_their_body(site: FakeS
 
 
 async def test_error_statuses_dns_and_refused_connections_are_errors(site: FakeSite) -> None:
-    with pytest.raises(HttpStatus) as status:
+    with pytest.raises(HttpStatusError) as status:
         await _fetch(site.url("/status/404"))
     assert status.value.status == 404 and "404" in str(status.value)
-    with pytest.raises(DnsFailure) as dns:
+    with pytest.raises(DnsError) as dns:
         await _fetch("http://nothing.invalid/", resolver=names({}))
     assert "nothing.invalid resolves to no address" in str(dns.value)
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    with pytest.raises(ConnectFailure):
+    with pytest.raises(ConnectFailedError):
         await _fetch(f"http://127.0.0.1:{port}/")
 
 
 async def test_the_system_resolver_is_the_one_checked(site: FakeSite) -> None:
     """ "localhost" goes through getaddrinfo (/etc/hosts, no DNS traffic) and is loopback."""
     recorder = Recorder()
-    with pytest.raises(BlockedAddress):
+    with pytest.raises(BlockedAddressError):
         await _fetch(
             f"http://localhost:{site.ports['127.0.0.2']}/",
             allowance=parse_allowance(""),
@@ -334,7 +334,7 @@ async def test_tls_is_checked_against_the_urls_name_while_the_socket_goes_to_the
     )
     assert fetched.body == f"Host: site.test:{tls_site}".encode()
     # The same server under another name: the certificate does not match what was asked for.
-    with pytest.raises(TlsFailure) as mismatch:
+    with pytest.raises(TlsError) as mismatch:
         await _fetch(
             f"https://other.test:{tls_site}/echo",
             allowance=allowance,
@@ -343,7 +343,7 @@ async def test_tls_is_checked_against_the_urls_name_while_the_socket_goes_to_the
         )
     assert "other.test" in str(mismatch.value)
     # With the CAs a real read trusts, a self-signed certificate is a TLS error, said as one.
-    with pytest.raises(TlsFailure) as untrusted:
+    with pytest.raises(TlsError) as untrusted:
         await _fetch(f"https://site.test:{tls_site}/echo", allowance=allowance, resolver=resolver)
     assert "certificate" in str(untrusted.value)
 
@@ -372,7 +372,7 @@ async def test_ip_literals_in_every_form_are_judged_without_a_resolver(
     asked, resolver = asked_resolver()
     recorder = Recorder()
     port = site.ports["127.0.0.1"]
-    with pytest.raises(BlockedAddress) as caught:
+    with pytest.raises(BlockedAddressError) as caught:
         await _fetch(
             f"http://{host}:{port}/article",
             allowance=parse_allowance(""),
@@ -404,7 +404,7 @@ async def test_ip_literals_in_every_form_are_judged_without_a_resolver(
 async def test_a_host_that_is_not_a_plain_name_never_reaches_the_resolver(host: str) -> None:
     asked, resolver = asked_resolver()
     recorder = Recorder()
-    with pytest.raises(BadUrl):
+    with pytest.raises(BadUrlError):
         await _fetch(f"http://{host}/page", resolver=resolver, recorder=recorder)
     assert asked == [] and recorder.asked == []
 
@@ -415,7 +415,7 @@ async def test_a_redirect_to_an_ip_literal_form_is_judged_without_a_resolver(
     asked, resolver = asked_resolver()
     recorder = Recorder()
     target = f"http://0x7f000002:{site.ports['127.0.0.2']}/article"
-    with pytest.raises(BlockedAddress):
+    with pytest.raises(BlockedAddressError):
         await _fetch(site.url(f"/redirect?to={target}"), resolver=resolver, recorder=recorder)
     assert asked == [] and recorder.asked == ["127.0.0.1"]
     assert site.requests["127.0.0.2"] == 0
@@ -424,6 +424,6 @@ async def test_a_redirect_to_an_ip_literal_form_is_judged_without_a_resolver(
 async def test_plain_names_still_go_to_the_resolver() -> None:
     asked, resolver = asked_resolver()
     for host in ("news.example.org", "xn--bcher-kva.example", "ec2-54-1-2-3.compute-1.example"):
-        with pytest.raises(DnsFailure):
+        with pytest.raises(DnsError):
             await _fetch(f"http://{host}/", resolver=resolver)
     assert asked == ["news.example.org", "xn--bcher-kva.example", "ec2-54-1-2-3.compute-1.example"]

@@ -21,7 +21,7 @@ from media.page_charset import choose_charset, decode_body
 from tests.e2e_bot import MEDIA, TESTDATA
 from tests.fakes.web import FakeSite, benchmark_page
 from web.addresses import parse_allowance
-from web.errors import EmptyText, TooLarge, UnsupportedType
+from web.errors import EmptyTextError, TooLargeError, UnsupportedTypeError
 from web.read import cut_text, page_block, read_url
 
 LOOPBACK = parse_allowance("127.0.0.1")
@@ -86,7 +86,7 @@ async def test_a_page_without_text_is_an_error_not_an_empty_success(site: FakeSi
         b"<html><head><title>App</title><script>render()</script></head>"
         b"<body><div id=root></div><noscript></noscript></body></html>",
     )
-    with pytest.raises(EmptyText) as caught:
+    with pytest.raises(EmptyTextError) as caught:
         await _read(site.url("/page/app"))
     assert "JavaScript" in str(caught.value)
 
@@ -140,10 +140,10 @@ async def test_text_json_and_pdf_are_read_too(site: FakeSite) -> None:
 
 
 async def test_each_bound_holds_through_read_url(site: FakeSite) -> None:
-    with pytest.raises(TooLarge):
+    with pytest.raises(TooLargeError):
         await _read(site.url("/big"))
     site.pages["zip"] = ("application/zip", b"PK\x03\x04")
-    with pytest.raises(UnsupportedType):
+    with pytest.raises(UnsupportedTypeError):
         await _read(site.url("/page/zip"))
 
 

@@ -13,7 +13,7 @@ from aiohttp import web
 from tests.fakes.loopback import loopback_server
 from tests.fakes.web import FakeSearx, searx_result
 from tests.searx_engine import real_searx, require_searx
-from web.errors import BlockedAddress, SearchFailure
+from web.errors import BlockedAddressError, SearchError
 from web.search import format_results, search
 
 GUARD = 60
@@ -45,7 +45,7 @@ async def test_results_come_back_as_title_url_and_snippet(searx: FakeSearx) -> N
 
 async def test_json_off_is_one_line_saying_what_to_change(searx: FakeSearx) -> None:
     searx.formats = ["html"]
-    with pytest.raises(SearchFailure) as caught:
+    with pytest.raises(SearchError) as caught:
         await _search(searx.base_url)
     line = str(caught.value)
     assert "\n" not in line and "403" in line and "search.formats" in line and "json" in line
@@ -53,7 +53,7 @@ async def test_json_off_is_one_line_saying_what_to_change(searx: FakeSearx) -> N
 
 async def test_the_limiter_is_one_line_too(searx: FakeSearx) -> None:
     searx.status = 429
-    with pytest.raises(SearchFailure) as caught:
+    with pytest.raises(SearchError) as caught:
         await _search(searx.base_url)
     assert "429" in str(caught.value) and "limiter" in str(caught.value)
 
@@ -62,7 +62,7 @@ async def test_an_empty_search_is_an_error_naming_the_engines_that_failed(
     searx: FakeSearx,
 ) -> None:
     searx.unresponsive = [["duckduckgo", "timeout"], ["brave", "CAPTCHA"]]
-    with pytest.raises(SearchFailure) as caught:
+    with pytest.raises(SearchError) as caught:
         await _search(searx.base_url)
     assert "found nothing" in str(caught.value)
     assert "duckduckgo: timeout" in str(caught.value) and "brave: CAPTCHA" in str(caught.value)
@@ -88,7 +88,7 @@ async def test_the_backend_s_own_host_is_reached_and_no_other_private_one() -> N
         backend = web.Application()
         backend.router.add_get("/search", redirect)
         async with loopback_server(backend) as base:
-            with pytest.raises(BlockedAddress) as caught:
+            with pytest.raises(BlockedAddressError) as caught:
                 await _search(base)
     assert "127.0.0.2" in str(caught.value) and reached == []
 
@@ -131,6 +131,6 @@ async def test_the_real_engine_finding_nothing_is_an_error(tmp_path: Path) -> No
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     async with real_searx(f"http://127.0.0.1:{port}/api", tmp_path) as base:
-        with pytest.raises(SearchFailure) as caught:
+        with pytest.raises(SearchError) as caught:
             await _search(base)
     assert "found nothing" in str(caught.value) and "loopback" in str(caught.value)

@@ -15,6 +15,7 @@ from agent.tools.web import CACHE_SECONDS, UNTRUSTED_NOTE, WebSettings, WebTools
 from memory.db import Database
 from memory.web_calls import WebCalls
 from models.types import ToolCall
+from tests.clocks import SettableClock
 from tests.e2e_bot import FRIEND, OWNER, bot_under_test
 from tests.fakes.providers import Reply, ToolCallReply
 from tests.fakes.web import FakeSearx, FakeSite, benchmark_page, searx_result
@@ -22,14 +23,6 @@ from web.addresses import parse_allowance
 
 CHAT = 7
 USER = 70
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -52,7 +45,7 @@ def tools(
     *,
     search_url: str | None = None,
     daily: int = 100,
-    clock: Clock | None = None,
+    clock: SettableClock[float] | None = None,
     allow: str = "127.0.0.1",
 ) -> WebTools:
     settings = WebSettings(
@@ -61,7 +54,7 @@ def tools(
         read_max_chars=15_000,
         daily_calls=daily,
     )
-    return WebTools(settings, WebCalls(db), monotonic=clock or Clock())
+    return WebTools(settings, WebCalls(db), monotonic=clock or SettableClock(1000.0))
 
 
 def call(name: str, **args: object) -> ToolCall:
@@ -98,7 +91,7 @@ async def test_every_outcome_is_untrusted_errors_included(db: Database, site: Fa
 async def test_a_page_read_again_soon_comes_from_the_chats_cache(
     db: Database, site: FakeSite
 ) -> None:
-    clock = Clock()
+    clock = SettableClock(1000.0)
     web = tools(db, clock=clock)
     first = await web.run(CHAT, USER, call("web_read", url=site.url("/article")))
     again = await web.run(CHAT, USER, call("web_read", url=site.url("/article")))

@@ -12,6 +12,7 @@ import aiohttp
 from bot.app import build_application, prepare
 from bot.runner import serve
 from tests.e2e_bot import OWNER, FakeServers, fake_settings, free_port
+from tests.waits import within
 
 SECRET = "whsec-3b7e0c2f9a41d8e6b5c4a3f2e1d0c9b8"
 PUBLIC_URL = "https://bot.example.org/tg/hook-7f3a"
@@ -89,7 +90,7 @@ async def test_webhook_refuses_missing_or_wrong_secret_and_handles_the_right_one
             assert figures["queue_depth"] == 0
         finally:
             stop.set()
-            await asyncio.wait_for(running, timeout=30)
+            await within(running, timeout=30)
         # Stopped: the webhook server no longer listens.
         async with aiohttp.ClientSession() as http:
             try:

@@ -13,6 +13,7 @@ from bot.runner import serve
 from models.worker.pool import WORKER
 from tests.e2e_bot import OWNER, FakeServers, fake_settings, free_port
 from tests.fakes.providers import Fault
+from tests.waits import within
 
 
 async def test_healthz_reports_figures_and_turns_503_when_stopping() -> None:
@@ -93,4 +94,4 @@ async def test_healthz_in_polling_mode_shows_the_consolidation_backlog(tmp_path:
             assert worker["rss_mib"] > 10
         finally:
             stop.set()
-            await asyncio.wait_for(running, timeout=30)
+            await within(running, timeout=30)

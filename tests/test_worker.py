@@ -22,9 +22,11 @@ from models.worker.ipc import ClientSpec
 from models.worker.pool import WORKER, WorkerSettings
 from models.worker.process import EXTRA_WORKER_NICE
 from models.worker.wire import WireRecord
+from primitives.tasks import stop_tasks
 from tests.conftest import make_gateways, make_transport
 from tests.e2e_bot import wait_until
 from tests.fakes.providers import Reply
+from tests.waits import within
 
 HI = [{"role": "user", "content": "Tell me a long story about a lighthouse, please."}]
 LONG = "The keeper climbed the stairs and lit the lamp again. " * 40
@@ -170,9 +172,7 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
         await wait_until(lambda: len(_peer_pids(port)) == 2, "both workers to be connected", 60.0)
         assert _peer_pids(port) == set(WORKER.pids) and os.getpid() not in WORKER.pids
         assert sorted(w.in_flight for w in WORKER.workers) == [1, 1]
-        for task in (first, second):
-            task.cancel()
-        await asyncio.gather(first, second, return_exceptions=True)
+        await stop_tasks([first, second])
     finally:
         await t.aclose()  # the pool is reset after each test (tests/conftest.py)
 
@@ -219,7 +219,7 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
         port = _port(fake_openai.base_url)
         await wait_until(lambda: _peer_pids(port) == {first, second}, "both to stream", 60.0)
         os.kill(second, signal.SIGKILL)
-        results = await asyncio.wait_for(asyncio.gather(one, two), 60)
+        results = await within(asyncio.gather(one, two), 60)
         assert [model for _, model in results] == ["gpt-5", "gpt-5"]
         assert [text for text, _ in results] == [LONG * 4, LONG * 4]
         assert second not in WORKER.pids and WORKER.restarts >= 1
@@ -271,9 +271,7 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
             await wait_until(lambda: extra.pid is not None, "the third worker's process", 60.0)
             assert extra.pid is not None
             seen = (_parent_pid(extra.pid), os.getpriority(os.PRIO_PROCESS, extra.pid))
-            for task in streams:
-                task.cancel()
-            await asyncio.gather(*streams, return_exceptions=True)
+            await stop_tasks(streams)
             await wait_until(lambda: extra not in WORKER.workers, "the idle extra to retire", 60)
             assert set(WORKER.pids) == at_rest
             assert all(w.state == "ready" for w in WORKER.workers)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from models.worker import process
-from models.worker.ipc import WorkerLost
+from models.worker.ipc import WorkerLostError
 from models.worker.pool import WorkerPool
 from models.worker.settings import WorkerSettings
 
@@ -34,7 +34,7 @@ async def test_a_worker_that_cannot_spawn_is_replaced_in_its_slot_with_back_off(
     pool = WorkerPool(WorkerSettings(max_workers=max_workers))
     try:
         for _ in range(3):
-            with pytest.raises((WorkerLost, OSError)):
+            with pytest.raises((WorkerLostError, OSError)):
                 await pool.wait_ready()  # what a call does first: pick (start) a worker
         # One slot, re-used: not one more dead worker per call.
         assert [(w["number"], w["restarts"]) for w in pool.status()] == [(1, 3)]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from web.errors import BlockedAddress
+from web.errors import BlockedAddressError
 from web.special_addresses import special_purpose
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -93,14 +93,14 @@ def refusal(address: IPAddress) -> str | None:
 
 
 def check_address(host: str, address: IPAddress, allowance: Allowance) -> None:
-    """Raise BlockedAddress unless `address` (which `host` resolved to) may be connected to."""
+    """Raise BlockedAddressError unless `address` (which `host` resolved to) may be connected to."""
     reason = refusal(address)
     if reason is None or allowance.allows(host, address):
         return
     shown = host if host == str(address) else f"{host} ({address})"
     if address == ipaddress.ip_address("169.254.169.254"):
         reason = "link-local, the cloud metadata address"
-    raise BlockedAddress(
+    raise BlockedAddressError(
         f"refused: {shown} is a {reason} address; web reads reach only public addresses "
         "unless WEB_ALLOW_PRIVATE lists it"
     )

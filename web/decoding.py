@@ -19,7 +19,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 
-from web.errors import UnsupportedType
+from web.errors import UnsupportedTypeError
 
 # The most bytes one zlib call may produce: small enough that a call is a fraction of a
 # millisecond, large enough that a 5 MB page takes about 80 calls.
@@ -61,7 +61,7 @@ class Decoder:
                     self._tried_raw = True
                     self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
                     continue
-                raise UnsupportedType("the page's compressed body is broken") from None
+                raise UnsupportedTypeError("the page's compressed body is broken") from None
             self._started = True
             data = self._zlib.unconsumed_tail
             if self._zlib.eof:
@@ -89,18 +89,18 @@ class Decoder:
 
 def coding_of(header: str, host: str | None) -> str | None:
     """The one coding `header` (a Content-Encoding value) names, or None for none; raises
-    UnsupportedType for a stacked value or a coding with no bounded decoder here."""
+    UnsupportedTypeError for a stacked value or a coding with no bounded decoder here."""
     codings = [part.strip().lower() for part in header.split(",")]
     codings = [coding for coding in codings if coding and coding != "identity"]
     if not codings:
         return None
     shown = header.strip()[:60]
     if len(codings) > 1:
-        raise UnsupportedType(
+        raise UnsupportedTypeError(
             f"{host} sent its body encoded several times ({shown}); web_read decodes one layer"
         )
     if codings[0] not in _CODINGS:
-        raise UnsupportedType(
+        raise UnsupportedTypeError(
             f"{host} sent its body encoded as {shown}; web_read decodes gzip and deflate"
         )
     return codings[0]

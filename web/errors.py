@@ -13,55 +13,55 @@ from web import WebError
 __all__ = ["WebError"]
 
 
-class BadUrl(WebError):
+class BadUrlError(WebError):
     """Not an http(s) URL with a host."""
 
     kind = "bad_url"
 
 
-class BlockedAddress(WebError):
+class BlockedAddressError(WebError):
     """The host is (or resolves to) a loopback, private, link-local, … address not allowed."""
 
     kind = "private_address"
 
 
-class DnsFailure(WebError):
+class DnsError(WebError):
     """The host name resolves to no address."""
 
     kind = "dns"
 
 
-class ConnectFailure(WebError):
+class ConnectFailedError(WebError):
     """No connection could be made (refused, unreachable, reset)."""
 
     kind = "connect"
 
 
-class TlsFailure(WebError):
+class TlsError(WebError):
     """The TLS handshake failed (bad certificate, wrong name, old protocol)."""
 
     kind = "tls"
 
 
-class TooManyRedirects(WebError):
+class TooManyRedirectsError(WebError):
     kind = "too_many_redirects"
 
 
-class TooLarge(WebError):
+class TooLargeError(WebError):
     kind = "too_large"
 
 
-class TooSlow(WebError):
+class TooSlowError(WebError):
     kind = "too_slow"
 
 
-class UnsupportedType(WebError):
+class UnsupportedTypeError(WebError):
     """The answer is no kind we read (HTML, text, JSON, PDF)."""
 
     kind = "unsupported_type"
 
 
-class HttpStatus(WebError):
+class HttpStatusError(WebError):
     """The server answered with an error status (404, 500, …); `status` is that status."""
 
     kind = "http_status"
@@ -71,13 +71,13 @@ class HttpStatus(WebError):
         self.status = status
 
 
-class EmptyText(WebError):
+class EmptyTextError(WebError):
     """The page was read, but no text came out of it."""
 
     kind = "empty_text"
 
 
-class SearchFailure(WebError):
+class SearchError(WebError):
     """The search backend failed, refused JSON, or found nothing."""
 
     kind = "search"

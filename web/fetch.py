@@ -41,16 +41,16 @@ import httpx
 from web.addresses import Allowance, IPAddress, check_address
 from web.decoding import ACCEPT_ENCODING, Decoder, coding_of
 from web.errors import (
-    BadUrl,
-    BlockedAddress,
-    ConnectFailure,
-    DnsFailure,
-    HttpStatus,
-    TlsFailure,
-    TooLarge,
-    TooManyRedirects,
-    TooSlow,
-    UnsupportedType,
+    BadUrlError,
+    BlockedAddressError,
+    ConnectFailedError,
+    DnsError,
+    HttpStatusError,
+    TlsError,
+    TooLargeError,
+    TooManyRedirectsError,
+    TooSlowError,
+    UnsupportedTypeError,
     WebError,
 )
 from web.hosts import plain_host
@@ -94,14 +94,14 @@ async def resolve(host: str, port: int, resolver: Resolver) -> list[IPAddress]:
         infos = await resolver(target, port)
     except (socket.gaierror, UnicodeError) as exc:
         detail = getattr(exc, "strerror", None) or str(exc)
-        raise DnsFailure(f"{host} resolves to no address ({detail})") from None
+        raise DnsError(f"{host} resolves to no address ({detail})") from None
     addresses: list[IPAddress] = []
     for info in infos:
         address = ipaddress.ip_address(info[4][0].split("%")[0])
         if address not in addresses:
             addresses.append(address)
     if not addresses:
-        raise DnsFailure(f"{host} resolves to no address")
+        raise DnsError(f"{host} resolves to no address")
     return addresses
 
 
@@ -133,16 +133,16 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         if (str(plain_host(host)), port) in self._refused:
-            raise BlockedAddress(
+            raise BlockedAddressError(
                 f"refused: {host}:{port} is the search backend, which only web_search uses"
             )
         addresses = await resolve(host, port, self._resolver)
         allowed: list[IPAddress] = []
-        refused: BlockedAddress | None = None
+        refused: BlockedAddressError | None = None
         for address in addresses:
             try:
                 check_address(host, address, self._allowance)
-            except BlockedAddress as exc:
+            except BlockedAddressError as exc:
                 refused = refused or exc
             else:
                 allowed.append(address)
@@ -167,7 +167,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
         socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        raise BlockedAddress("refused: unix sockets are not web addresses")
+        raise BlockedAddressError("refused: unix sockets are not web addresses")
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
@@ -249,15 +249,17 @@ def with_scheme(url: str) -> str:
 
 
 def check_url(url: str) -> httpx.URL:
-    """`url` parsed, if it is http(s) with a host; raises BadUrl."""
+    """`url` parsed, if it is http(s) with a host; raises BadUrlError."""
     try:
         parsed = httpx.URL(url.strip())
     except (httpx.InvalidURL, TypeError, ValueError):
-        raise BadUrl(f"not a valid URL: {url[:200]}") from None
+        raise BadUrlError(f"not a valid URL: {url[:200]}") from None
     if parsed.scheme not in ("http", "https"):
-        raise BadUrl(f"only http and https URLs are read, not {parsed.scheme or 'this'}: {url}")
+        raise BadUrlError(
+            f"only http and https URLs are read, not {parsed.scheme or 'this'}: {url}"
+        )
     if not parsed.host:
-        raise BadUrl(f"the URL has no host: {url[:200]}")
+        raise BadUrlError(f"the URL has no host: {url[:200]}")
     plain_host(parsed.raw_host.decode("ascii", errors="replace"))
     return parsed
 
@@ -310,28 +312,28 @@ async def fetch(
                         current = check_url(str(current.join(response.headers["location"])))
                         continue
                     return await _body(response, max_bytes, max_pdf_bytes)
-            raise TooManyRedirects(f"more than {max_redirects} redirects from {url}")
+            raise TooManyRedirectsError(f"more than {max_redirects} redirects from {url}")
     except TimeoutError:
-        raise TooSlow(f"{current.host} did not answer in full within {timeout:g} s") from None
+        raise TooSlowError(f"{current.host} did not answer in full within {timeout:g} s") from None
     except httpx.TimeoutException:
-        raise TooSlow(f"{current.host} did not answer in full within {timeout:g} s") from None
+        raise TooSlowError(f"{current.host} did not answer in full within {timeout:g} s") from None
     except httpx.ConnectError as exc:
         raise _connect_failure(current, exc) from None
     except httpx.HTTPError as exc:
-        raise ConnectFailure(f"{current.host}: {type(exc).__name__}: {exc}"[:300]) from None
+        raise ConnectFailedError(f"{current.host}: {type(exc).__name__}: {exc}"[:300]) from None
 
 
 async def _body(response: httpx.Response, max_bytes: int, max_pdf_bytes: int) -> Fetched:
     """The answer's body, refused before reading when its status or kind is wrong, and cut
-    off with TooLarge as soon as it passes its cap."""
+    off with TooLargeError as soon as it passes its cap."""
     host = response.url.host
     if response.status_code >= 400:
-        raise HttpStatus(
+        raise HttpStatusError(
             f"{host} answered HTTP {response.status_code} {_phrase(response.status_code)}".strip(),
             response.status_code,
         )
     if response.status_code != 200:
-        raise HttpStatus(
+        raise HttpStatusError(
             f"{host} answered HTTP {response.status_code}, not a page", response.status_code
         )
     content_type = response.headers.get("content-type", "")
@@ -345,20 +347,20 @@ async def _body(response: httpx.Response, max_bytes: int, max_pdf_bytes: int) ->
         kind = content_kind(content_type, head)
         if kind is None:
             shown = content_type.split(";")[0] or "no content type"
-            raise UnsupportedType(
+            raise UnsupportedTypeError(
                 f"{host} sent {shown}; web_read reads HTML, plain text, JSON and PDF"
             )
         cap = max_pdf_bytes if kind == "pdf" else max_bytes
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > cap:
-            raise TooLarge(_too_large(host, cap))
+            raise TooLargeError(_too_large(host, cap))
         body = bytearray(head)
         async for piece in pieces:
             body += piece
             if len(body) > cap:
-                raise TooLarge(_too_large(host, cap))
+                raise TooLargeError(_too_large(host, cap))
     if len(body) > cap:
-        raise TooLarge(_too_large(host, cap))
+        raise TooLargeError(_too_large(host, cap))
     return Fetched(str(response.url), kind, content_type, bytes(body))
 
 
@@ -372,7 +374,7 @@ async def _decoded(
     async for chunk in response.aiter_raw():
         raw += len(chunk)
         if raw > cap:
-            raise TooLarge(_too_large(host, cap))
+            raise TooLargeError(_too_large(host, cap))
         for piece in decoder.feed(chunk):
             yield piece
             await asyncio.sleep(0)
@@ -398,9 +400,9 @@ def _connect_failure(url: httpx.URL, exc: httpx.ConnectError) -> WebError:
     while cause is not None:
         if isinstance(cause, ssl.SSLError):
             reason = getattr(cause, "verify_message", None) or cause.reason or str(cause)
-            return TlsFailure(f"TLS with {url.host} failed: {reason}")
+            return TlsError(f"TLS with {url.host} failed: {reason}")
         cause = cause.__cause__ or cause.__context__
     text = str(exc)
     if "SSL" in text or "certificate" in text.lower() or "TLS" in text:
-        return TlsFailure(f"TLS with {url.host} failed: {text[:200]}")
-    return ConnectFailure(f"could not connect to {url.host}: {text[:200] or 'refused'}")
+        return TlsError(f"TLS with {url.host} failed: {text[:200]}")
+    return ConnectFailedError(f"could not connect to {url.host}: {text[:200] or 'refused'}")

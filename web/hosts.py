@@ -21,7 +21,7 @@ import ipaddress
 import re
 from itertools import pairwise
 
-from web.errors import BadUrl
+from web.errors import BadUrlError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -38,7 +38,7 @@ _HEX = frozenset("0123456789abcdef")
 
 def plain_host(host: str) -> str | IPAddress:
     """`host` (a URL's host, ASCII after IDNA) as the address it spells, or as a name fit for
-    a resolver; raises BadUrl for anything else."""
+    a resolver; raises BadUrlError for anything else."""
     bare = host.strip("[]")
     try:
         return ipaddress.ip_address(bare)
@@ -49,7 +49,7 @@ def plain_host(host: str) -> str | IPAddress:
     if _ends_in_number(labels[-1]):
         address = _numeric_ipv4(labels)
         if address is None:
-            raise BadUrl(f"not a valid IP address: {host[:80]}")
+            raise BadUrlError(f"not a valid IP address: {host[:80]}")
         return address
     _check_name(host, name, labels)
     return name
@@ -58,16 +58,18 @@ def plain_host(host: str) -> str | IPAddress:
 def _check_name(host: str, name: str, labels: list[str]) -> None:
     shown = host[:80]
     if not name.isascii() or len(name) > MAX_HOST_CHARS:
-        raise BadUrl(f"not a host name web reads use: {shown}")
+        raise BadUrlError(f"not a host name web reads use: {shown}")
     if len(labels) > MAX_LABELS:
-        raise BadUrl(f"refused: {shown} has more than {MAX_LABELS} labels, not a plain host name")
+        raise BadUrlError(
+            f"refused: {shown} has more than {MAX_LABELS} labels, not a plain host name"
+        )
     for label in labels:
         if len(label) > MAX_LABEL_CHARS or not _LDH.fullmatch(label):
-            raise BadUrl(
+            raise BadUrlError(
                 f"not a host name web reads use (letters, digits and hyphens only): {shown}"
             )
         if looks_encoded(label):
-            raise BadUrl(f"refused: {shown} carries a label that reads as encoded data")
+            raise BadUrlError(f"refused: {shown} carries a label that reads as encoded data")
 
 
 def looks_encoded(label: str) -> bool:

@@ -21,7 +21,7 @@ import structlog
 from media.document_reader import Share, read_document, read_page
 from media.documents import DocumentError
 from web.addresses import Allowance
-from web.errors import EmptyText, WebError
+from web.errors import EmptyTextError, WebError
 from web.fetch import (
     MAX_PAGE_BYTES,
     MAX_PDF_BYTES,
@@ -126,7 +126,7 @@ async def extract(
         raise WebError(f"the page at {fetched.url} could not be read: {reason}") from None
     text = text.strip()
     if not text:
-        raise EmptyText(f"no readable text at {fetched.url} (the page may need JavaScript)")
+        raise EmptyTextError(f"no readable text at {fetched.url} (the page may need JavaScript)")
     return PageRead(
         url=fetched.url,
         title=title,

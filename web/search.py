@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import httpx
 
 from web.addresses import Allowance, parse_allowance
-from web.errors import HttpStatus, SearchFailure, WebError
+from web.errors import HttpStatusError, SearchError, WebError
 from web.fetch import Origin, Resolver, fetch, guarded_client, loaded_tls, origin, system_resolver
 
 SEARCH_TIMEOUT_SECONDS = 15.0
@@ -64,11 +64,11 @@ async def search(
     resolver: Resolver = system_resolver,
     timeout: float = SEARCH_TIMEOUT_SECONDS,  # noqa: ASYNC109 - one deadline for the search
 ) -> list[SearchResult]:
-    """At most `limit` (1–10) results for `query`; raises SearchFailure (or another WebError
+    """At most `limit` (1–10) results for `query`; raises SearchError (or another WebError
     on the way there: address refused, too slow, …) when there are none."""
     query = " ".join(query.split())
     if not query:
-        raise SearchFailure("the search query is empty")
+        raise SearchError("the search query is empty")
     limit = max(1, min(MAX_RESULTS, limit))
     tls = await loaded_tls()
     allowance = backend_allowance(base_url)
@@ -78,21 +78,21 @@ async def search(
             answer = await fetch(
                 search_url(base_url, query), client, timeout=timeout, max_bytes=MAX_ANSWER_BYTES
             )
-        except HttpStatus as exc:
-            raise SearchFailure(_status_line(base_url, exc)) from None
+        except HttpStatusError as exc:
+            raise SearchError(_status_line(base_url, exc)) from None
     if answer.kind != "json":
-        raise SearchFailure(f"the search backend at {base_url} did not answer JSON")
+        raise SearchError(f"the search backend at {base_url} did not answer JSON")
     try:
         data = json.loads(answer.body)
     except ValueError:
-        raise SearchFailure(f"the search backend at {base_url} sent invalid JSON") from None
+        raise SearchError(f"the search backend at {base_url} sent invalid JSON") from None
     results = _results(data, limit)
     if not results:
-        raise SearchFailure(_nothing_found(query, data))
+        raise SearchError(_nothing_found(query, data))
     return results
 
 
-def _status_line(base_url: str, exc: HttpStatus) -> str:
+def _status_line(base_url: str, exc: HttpStatusError) -> str:
     if exc.status == 403:
         return (
             f"the search backend at {base_url} refuses JSON (HTTP 403): add json to "

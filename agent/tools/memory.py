@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,13 +32,14 @@ from memory.facts import (
     matching_lines,
     remove_lines,
 )
-from memory.framing import Framing
 from memory.longterm import LongTermMemory, memory_of, write_memory
 from memory.pending_writes import PendingWrite
 from memory.provenance import RECALL, Provenance, label, tool_provenance
 from memory.recall.search import DEFAULT_LIMIT, MAX_LIMIT, Recall, RecallHit, trimmed
-from memory.store import to_iso, utc_now
+from memory.store import to_iso
 from models.types import ToolCall
+from primitives.clock import Clock, utc_now
+from primitives.framing import Framing
 from reminders.book import Reminder, ReminderBook
 
 # A forget_fact whose words match more lines than this is too vague to act on.
@@ -156,7 +157,7 @@ class ChatTools:
         db: Database,
         *,
         memory_max_chars: int,
-        clock: Callable[[], datetime] = utc_now,
+        clock: Clock[datetime] = utc_now,
         reminders: ReminderBook | None = None,
     ) -> None:
         self.db = db

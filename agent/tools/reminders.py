@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
 from memory.timezones import to_local, zone
-from reminders.book import REMINDER, TASK, Reminder, ReminderBook, ScheduleRefused
+from reminders.book import REMINDER, TASK, Reminder, ReminderBook, ScheduleRefusedError
 from reminders.rules import REPEATS
 
 SCHEDULE_REMINDER_TOOL: dict[str, Any] = {
@@ -219,7 +219,7 @@ def _schedule(
             topic_id=topic_id,
             kind=TASK if task else REMINDER,
         )
-    except ScheduleRefused as exc:
+    except ScheduleRefusedError as exc:
         return ReminderResult(f"error: not scheduled: {exc}", ok=False)
     content = f"scheduled: {describe(reminder)}"
     if not reminder.zone_known:

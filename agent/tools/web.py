@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +29,7 @@ from agent.tools.memory import ToolOutcome
 from memory.provenance import tool_provenance
 from memory.web_calls import WebCalls
 from models.types import ToolCall
+from primitives.clock import Clock
 from web.addresses import Allowance
 from web.errors import WebError
 from web.fetch import READ_TIMEOUT_SECONDS
@@ -122,7 +122,7 @@ class WebTools:
         settings: WebSettings,
         calls: WebCalls,
         *,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Clock[float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.calls = calls

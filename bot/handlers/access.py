@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -17,6 +17,7 @@ from telegram import Message, Update
 from telegram.error import BadRequest, TelegramError
 
 from bot.ui.i18n import t
+from primitives.clock import Clock
 
 if TYPE_CHECKING:
     from bot.config import Settings
@@ -43,7 +44,7 @@ class RefusalThrottle:
         self,
         interval: float = REFUSAL_INTERVAL_S,
         capacity: int = REFUSAL_MEMORY,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock[float] = time.monotonic,
     ) -> None:
         self.interval = interval
         self.capacity = capacity

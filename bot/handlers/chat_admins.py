@@ -10,12 +10,13 @@ cancel is undone by asking again, a wrong cancel is not.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import structlog
 from telegram import Chat, ChatMember
 from telegram.error import TelegramError
+
+from primitives.clock import Clock
 
 log = structlog.get_logger("bot.chat_admins")
 
@@ -31,7 +32,7 @@ def is_group(chat: Chat | None) -> bool:
 class ChatAdmins:
     """getChatMember answers for (chat, user), kept for a minute, in bounded memory."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Clock[float] = time.monotonic) -> None:
         self._clock = clock
         self._known: dict[tuple[int, int], tuple[bool, float]] = {}
 

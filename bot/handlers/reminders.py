@@ -55,6 +55,7 @@ from bot.ui.reminder_texts import (
 )
 from memory.store import Store
 from memory.timezones import to_local, zone
+from primitives.clock import Clock
 from reminders.book import Claim, Reminder, ReminderBook, ReminderStats
 from reminders.scheduler import (
     Delivered,
@@ -146,7 +147,7 @@ class TelegramDelivery:
     bot: Bot
     settings: Settings
     store: Store
-    clock: Callable[[], datetime]
+    clock: Clock[datetime]
     # Told (old id, new id) when a send finds the chat moved: the chat's data follows it.
     on_migrated: OnMigrated | None = None
     # Per chat, the earliest moment its next reminder may leave (monotonic): each send takes

@@ -69,6 +69,8 @@ from memory.store import Store
 from memory.timezones import chat_zone_of
 from models.catalog import ModelEntry
 from models.types import TransportError
+from primitives.clock import Clock
+from primitives.tasks import stop_tasks
 from reminders.book import Claim, Reminder, ReminderBook
 from reminders.scheduler import Delivered, DeliveryOutcome, RetryLater, Settled, Stopped
 from reminders.task_runs import TaskRun, TaskRuns, finish_in
@@ -113,7 +115,7 @@ class TaskDelivery:
     # The reminders' per-chat pacing (bot/handlers/reminders.py): a task's message and a ⏰
     # message of the same chat never share a second.
     pace: Pace
-    clock: Callable[[], datetime]
+    clock: Clock[datetime]
     _running: dict[int, asyncio.Task[TaskAnswer]] = field(default_factory=dict)
     _stopped: set[int] = field(default_factory=set)
 
@@ -122,7 +124,7 @@ class TaskDelivery:
         running = self._running.get(task_id)
         if running is not None and not running.done():
             self._stopped.add(task_id)
-            running.cancel()
+            running.cancel()  # synchronous (a /cancel's handler): the run's own await ends it
 
     @property
     def max_late(self) -> timedelta:
@@ -214,8 +216,7 @@ class TaskDelivery:
         try:
             await asyncio.wait({running})
         except asyncio.CancelledError:  # the bot is stopping: the run goes on after the start
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
+            await stop_tasks([running])
             raise
         finally:
             self._running.pop(task.id, None)

@@ -20,6 +20,8 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from primitives.tasks import stop_tasks
+
 T = TypeVar("T")
 
 # The cancellation message of /forget's stop (`cancel(reason=...)`): the work it stops keeps
@@ -129,10 +131,7 @@ class ChatTurns:
         """Cancel every running reply (graceful stop after the grace period); each ends with
         its note and stores what it showed."""
         tasks = self.running_tasks()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=wait)
+        await stop_tasks(tasks, patience=wait)
         return len(tasks)
 
     @contextmanager
@@ -181,6 +180,5 @@ class ChatTurns:
         task = self._running.get(chat_id)
         if task is None or task.done():
             return False
-        task.cancel(reason)
-        await asyncio.wait({task}, timeout=wait)
+        await stop_tasks([task], patience=wait, reason=reason)
         return True

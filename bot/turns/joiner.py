@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from bot.ui.render import utf16_len
+from primitives.clock import Clock
+from primitives.waits import wait_or_timeout
 
 # A part at least this long (UTF-16 units) may have been cut by the client. Clients cut at a
 # boundary before 4096, so real parts fall a little short of the limit; a human message of this
@@ -90,7 +92,7 @@ class MessageJoiner(Generic[RefT]):
         full_part_units: int = DEFAULT_FULL_PART_UNITS,
         max_parts: int = MAX_SPLIT_PARTS,
         max_chars: int | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock[float] = time.monotonic,
     ) -> None:
         self.window = window
         self.full_part_units = full_part_units
@@ -149,9 +151,7 @@ class MessageJoiner(Generic[RefT]):
         try:
             while not group.closed:
                 group.more.clear()
-                try:
-                    await asyncio.wait_for(group.more.wait(), timeout=self.window)
-                except TimeoutError:
+                if not await wait_or_timeout(group.more, timeout=self.window):
                     break
         finally:
             group.closed = True

@@ -16,6 +16,7 @@ from bot.turns.joiner import MessageJoiner
 from bot.turns.rate_limit import UserRateLimiter
 from bot.ui.money import BUDGET_KEYS, money
 from memory.usage import Budgets, UsageLedger
+from primitives.clock import Clock
 
 
 def input_too_long(text: str, max_chars: int) -> bool:
@@ -57,7 +58,7 @@ class TurnGuard:
         max_input_chars: int,
         split_window: float,
         admins: Collection[int] = (),
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock[float] = time.monotonic,
         on_part_joined: Callable[[int], None] | None = None,
     ) -> None:
         self.ledger = ledger

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
+
+from primitives.clock import Clock
 
 WINDOW_SECONDS = 60.0
 
@@ -34,7 +35,7 @@ class UserRateLimiter:
     switches the limit off.
     """
 
-    def __init__(self, per_minute: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, per_minute: int, *, clock: Clock[float] = time.monotonic) -> None:
         self.per_minute = per_minute
         self._clock = clock
         self._accepted: dict[int, deque[float]] = {}

@@ -18,8 +18,9 @@ from bot.ui.money import money
 from memory.consolidation.stats import ConsolidationStats, consolidation_stats
 from memory.db import Database
 from memory.pending_writes import PendingWrites
-from memory.store import Clock, from_iso, to_iso, utc_now
+from memory.store import from_iso, to_iso
 from memory.usage import PeriodUsage, UsageLedger, UsageReport, UserTotal, day_start
+from primitives.clock import Clock, utc_now
 
 
 def tokens(count: int) -> str:
@@ -271,7 +272,7 @@ async def build_stats_text(
     transport_status: Mapping[str, Any],
     lang: str | None,
     *,
-    clock: Clock = utc_now,
+    clock: Clock[datetime] = utc_now,
     outcomes_days: int = 7,
     turns_in_flight: int | None = None,
 ) -> str:

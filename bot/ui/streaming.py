@@ -58,12 +58,14 @@ from bot.ui.render import (
     utf16_len,
 )
 from bot.ui.segments import plain_segments
+from primitives.backoff import Backoff
+from primitives.waits import wait_or_timeout
 
 log = structlog.get_logger("bot.streaming")
 
 TYPING_REPEAT_S = 4.0  # Telegram shows a chat action for about 5 s
 FINAL_ATTEMPTS = 3  # network errors on the final text: tries per piece
-FINAL_BACKOFF_S = (0.5, 1.0, 2.0)
+FINAL_BACKOFF = Backoff((0.5, 1.0, 2.0))
 MAX_PENALTY_WAITS = 5  # RetryAfter rounds waited out per final piece before giving up
 FIRST_HOLD_INTERVALS = 1.5  # default hold before the first streamed message, in edit intervals
 FIRST_SEND_CHARS = 500  # text this long is shown at once: worth reading before the answer ends
@@ -299,8 +301,7 @@ class StreamingReply:
                 continue
             except TelegramError as error:
                 log.info("typing_action_failed", chat_id=self._chat_id, error=str(error))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wait_for(self._visible), TYPING_REPEAT_S)
+            await wait_or_timeout(self._visible, self._closing, timeout=TYPING_REPEAT_S)
 
     async def _flush_loop(self) -> None:
         """Bring Telegram in line with the text, one request at a time, within the limits."""
@@ -608,7 +609,7 @@ class StreamingReply:
                 )
                 if failures >= FINAL_ATTEMPTS:
                     return None
-                await asyncio.sleep(FINAL_BACKOFF_S[min(failures, len(FINAL_BACKOFF_S)) - 1])
+                await asyncio.sleep(FINAL_BACKOFF.after(failures))
         return None  # the chat kept "migrating": an earlier piece already said so in the log
 
     async def _wait_allowed(self, shown: _Shown | None) -> None:
@@ -635,18 +636,10 @@ class StreamingReply:
 
     async def _wait_for(self, event: asyncio.Event) -> None:
         """Wait for `event` or for closing, whichever comes first."""
-        if event.is_set() or self._closing.is_set():
-            return
-        waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._closing.wait())]
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        await wait_or_timeout(event, self._closing, timeout=None)
 
     async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._closing.wait(), seconds)
+        await wait_or_timeout(self._closing, timeout=seconds)
 
 
 def _with_note(piece: _FinalPiece, note: str) -> _FinalPiece:

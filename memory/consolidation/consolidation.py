@@ -25,13 +25,13 @@ from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from memory import MemoryLayerError
 from memory.consolidation.transcript import Chunk, timestamp_label
-from memory.framing import Framing
 from memory.longterm import LongTermMemory
 from models.calls import CallOptions
 from models.catalog import Catalog, ModelEntry
 from models.policy.pacing import Priority
 from models.tokens import estimate_tokens
 from models.types import ChatResult, Message, Outcome, SpendCallback, TransportError
+from primitives.framing import Framing
 
 log = structlog.get_logger("memory.consolidation.consolidation")
 
@@ -93,7 +93,7 @@ class SaveMemoryArgs(BaseModel):
     memory_update: StrictStr
 
 
-class InvalidCall(MemoryLayerError):
+class InvalidCallError(MemoryLayerError):
     """The model answered, but not with a usable save_memory call."""
 
     def __init__(self, outcome: str, detail: str) -> None:
@@ -122,7 +122,7 @@ class Consolidation:
     attempts: list[ModelAttempt] = field(default_factory=list)
 
 
-class ConsolidationFailed(MemoryLayerError):
+class ConsolidationError(MemoryLayerError):
     """Every model of the chain failed; nothing may be deleted."""
 
     def __init__(self, attempts: list[ModelAttempt]) -> None:
@@ -147,36 +147,36 @@ def validate_call(
     if not calls:
         if result.tool_calls:
             names = ", ".join(sorted({c.name for c in result.tool_calls}))
-            raise InvalidCall("no_tool_call", f"called {names} instead of save_memory")
-        raise InvalidCall("no_tool_call", f"answered with text ({len(result.text)} chars)")
+            raise InvalidCallError("no_tool_call", f"called {names} instead of save_memory")
+        raise InvalidCallError("no_tool_call", f"answered with text ({len(result.text)} chars)")
     if len(calls) > 1:
-        raise InvalidCall("invalid_call", f"{len(calls)} save_memory calls")
+        raise InvalidCallError("invalid_call", f"{len(calls)} save_memory calls")
     try:
         raw = json.loads(calls[0].arguments or "")
     except json.JSONDecodeError as exc:
-        raise InvalidCall("invalid_json", f"arguments are not JSON ({exc.msg})") from None
+        raise InvalidCallError("invalid_json", f"arguments are not JSON ({exc.msg})") from None
     if not isinstance(raw, dict):
-        raise InvalidCall("invalid_json", f"arguments are a JSON {type(raw).__name__}")
+        raise InvalidCallError("invalid_json", f"arguments are a JSON {type(raw).__name__}")
     try:
         args = SaveMemoryArgs.model_validate(raw)
     except ValidationError as exc:
         problems = ", ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['type']}" for e in exc.errors()
         )
-        raise InvalidCall("invalid_arguments", problems) from None
+        raise InvalidCallError("invalid_arguments", problems) from None
     entry = args.history_entry.strip()
     if not entry:
-        raise InvalidCall("empty_history", "history_entry is empty")
+        raise InvalidCallError("empty_history", "history_entry is empty")
     if len(entry) > MAX_HISTORY_ENTRY_CHARS:
-        raise InvalidCall(
+        raise InvalidCallError(
             "history_too_long",
             f"history_entry is {len(entry)} characters, at most {MAX_HISTORY_ENTRY_CHARS}",
         )
     if memory.content.strip() and not args.memory_update.strip():
-        raise InvalidCall("empty_memory", "memory_update is empty but memory existed")
+        raise InvalidCallError("empty_memory", "memory_update is empty but memory existed")
     size = len(args.memory_update.strip())
     if memory_max_chars is not None and size > memory_max_chars and size > len(memory.content):
-        raise InvalidCall(
+        raise InvalidCallError(
             "memory_too_long", f"memory_update is {size} characters, budget {memory_max_chars}"
         )
     if not entry.startswith("["):
@@ -245,7 +245,7 @@ class Consolidator:
         self, memory: LongTermMemory, chunk: Chunk, framing: Framing | None = None
     ) -> list[Message]:
         """The consolidation prompt. The current memory and the transcript sit in frames whose
-        tags carry a random nonce (memory.framing.Framing, as in the chat prompt): a document,
+        tags carry a random nonce (primitives.framing.Framing, as in the chat prompt): a document,
         a transcript, a quote or a recall result copied into the conversation cannot close the
         frame and pass as instructions."""
         framing = framing or Framing()
@@ -337,7 +337,7 @@ class Consolidator:
         job_id: int | None = None,
         on_spend: SpendCallback | None = None,
     ) -> Consolidation:
-        """Return the first valid save_memory call of the chain, or raise ConsolidationFailed.
+        """Return the first valid save_memory call of the chain, or raise ConsolidationError.
 
         `on_spend` hears every request a provider may bill, as the transport reports it: the
         answers (invalid ones too: a text reply is paid for), and a request cut off by a
@@ -364,7 +364,7 @@ class Consolidator:
             else:
                 try:
                     args = validate_call(result, memory, stamp, self.memory_max_chars)
-                except InvalidCall as exc:
+                except InvalidCallError as exc:
                     outcome, detail = exc.outcome, exc.detail
                 else:
                     attempt = ModelAttempt(entry.id, "saved", "", time.monotonic() - started)
@@ -387,7 +387,7 @@ class Consolidator:
                 chat_id=chat_id,
                 job_id=job_id,
             )
-        raise ConsolidationFailed(attempts)
+        raise ConsolidationError(attempts)
 
 
 def summarise_attempts(attempts: Sequence[ModelAttempt]) -> str:

@@ -31,7 +31,7 @@ import structlog
 
 from memory.consolidation.consolidation import (
     Consolidation,
-    ConsolidationFailed,
+    ConsolidationError,
     ModelAttempt,
     summarise_attempts,
 )
@@ -49,6 +49,7 @@ from memory.recall.archive import ArchivedRow, archive_in, index_pending, prepar
 from memory.store import Store, StoredMessage, to_iso
 from memory.usage import SpendRecorder
 from models.types import Spend
+from primitives.backoff import Backoff
 
 log = structlog.get_logger("memory.consolidation.jobs")
 
@@ -100,11 +101,6 @@ class CommitResult(StrEnum):
     COMMITTED = "committed"
     CONFLICT = "conflict"  # memory version moved or messages vanished: run again from fresh
     NOT_OURS = "not_ours"  # the job is no longer running under our claim
-
-
-def retry_delay(delays: Sequence[float], failed_runs: int) -> float:
-    """Failed run n waits the n-th delay; the last delay repeats."""
-    return float(delays[min(failed_runs, len(delays)) - 1])
 
 
 class JobQueue:
@@ -327,11 +323,11 @@ class JobQueue:
     async def record_failure(
         self,
         job: Job,
-        failure: ConsolidationFailed,
+        failure: ConsolidationError,
         chunk: Chunk,
         spending: SpendRecorder,
         *,
-        delays: Sequence[float],
+        backoff: Backoff,
         now: datetime,
     ) -> tuple[int, float]:
         """Every model failed: keep the messages, schedule the next whole-chain run (and
@@ -349,7 +345,7 @@ class JobQueue:
                 _insert_spent(conn, job, chunk, spends, self.store, stamp)
                 return job.attempts, 0.0
             failed_runs = int(row["attempts"]) + 1
-            delay = retry_delay(delays, failed_runs)
+            delay = backoff.after(failed_runs)
             conn.execute(
                 "UPDATE consolidation_jobs SET state = 'pending', attempts = ?, "
                 "next_attempt_at = ?, last_error = ?, started_at = NULL, updated_at = ? "

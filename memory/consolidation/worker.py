@@ -8,23 +8,26 @@ under it too often steps back, and a failed run waits out its retry delay.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import structlog
 
-from memory.consolidation.consolidation import ConsolidationFailed, Consolidator, summarise_attempts
+from memory.consolidation.consolidation import ConsolidationError, Consolidator, summarise_attempts
 from memory.consolidation.jobs import CommitResult, Job, JobQueue, chunk_owner
 from memory.consolidation.transcript import DEFAULT_MAX_MESSAGE_CHARS, Chunk, chunk_messages
 from memory.db import Database
 from memory.longterm import LongTermMemory, memory_of
 from memory.recall.archive import index_pending
-from memory.store import Store, from_iso, to_iso, utc_now
+from memory.store import Store, from_iso, to_iso
 from memory.usage import SpendRecorder
+from primitives.backoff import Backoff
+from primitives.clock import Clock, utc_now
+from primitives.tasks import stop_tasks
+from primitives.waits import wait_or_timeout
 
 log = structlog.get_logger("memory.consolidation.worker")
 
-Clock = Callable[[], datetime]
 
 # How often one run may find its memory or messages changed under it before it steps back.
 MAX_CONFLICTS_PER_RUN = 3
@@ -45,7 +48,7 @@ class ConsolidationWorker:
         concurrency: int = 2,
         memory_max_chars: int = 6000,
         max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
-        clock: Clock = utc_now,
+        clock: Clock[datetime] = utc_now,
         idle_poll_seconds: float = 30.0,
     ) -> None:
         if not retry_delays:
@@ -55,7 +58,7 @@ class ConsolidationWorker:
         self.store = store
         self.queue = JobQueue(store)
         self.consolidator = consolidator
-        self.retry_delays = list(retry_delays)
+        self.backoff = Backoff(retry_delays)
         self.concurrency = concurrency
         self.memory_max_chars = memory_max_chars
         self.max_message_chars = max_message_chars
@@ -98,14 +101,9 @@ class ConsolidationWorker:
         if self._loop_task is not None:
             await self._loop_task
             self._loop_task = None
-        tasks = list(self._running.values())
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=grace)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
-                log.info("consolidation_jobs_left_to_resume", count=len(pending))
+        cut = await stop_tasks(self._running.values(), grace=grace)
+        if cut:
+            log.info("consolidation_jobs_left_to_resume", count=len(cut))
 
     @property
     def busy(self) -> int:
@@ -125,10 +123,7 @@ class ConsolidationWorker:
             self.last_idle_s = idle
             if self.passes == 1:
                 log.info("consolidation_worker_ready", launched=len(launched))
-            try:
-                await asyncio.wait_for(self._wake.wait(), idle)
-            except TimeoutError:
-                pass
+            await wait_or_timeout(self._wake, timeout=idle)
 
     async def _idle_seconds(self) -> float:
         """Sleep until the next job is due; when every slot is busy, until a job finishes."""
@@ -202,7 +197,7 @@ class ConsolidationWorker:
                     if conflicts >= MAX_CONFLICTS_PER_RUN:
                         # Not at once: memory that keeps changing under the job would have it
                         # claimed and run (paid) again the moment it is released.
-                        retry_at = to_iso(self.clock() + timedelta(seconds=self.retry_delays[0]))
+                        retry_at = to_iso(self.clock() + timedelta(seconds=self.backoff.first))
                         await self.queue.release(
                             job, self.now(), retry_at=retry_at, reason="memory kept changing"
                         )
@@ -211,7 +206,7 @@ class ConsolidationWorker:
         except Exception:
             # A bug must not spin: step back for the first retry delay, messages untouched.
             log.exception("consolidation_job_crashed", job_id=job.id)
-            retry_at = to_iso(self.clock() + timedelta(seconds=self.retry_delays[0]))
+            retry_at = to_iso(self.clock() + timedelta(seconds=self.backoff.first))
             await self.queue.release(job, self.now(), retry_at=retry_at, reason="internal error")
 
     async def _consolidate_chunk(
@@ -223,9 +218,9 @@ class ConsolidationWorker:
             result = await self.consolidator.consolidate(
                 memory, chunk, chat_id=job.chat_id, job_id=job.id, on_spend=spending.add
             )
-        except ConsolidationFailed as failure:
+        except ConsolidationError as failure:
             failed_runs, delay = await self.queue.record_failure(
-                job, failure, chunk, spending, delays=self.retry_delays, now=self.clock()
+                job, failure, chunk, spending, backoff=self.backoff, now=self.clock()
             )
             log.warning(
                 "consolidation_job_failed",

@@ -18,7 +18,7 @@ import asyncio
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +28,8 @@ import structlog
 from memory.db import Database
 from memory.recall.terms import text_terms
 from memory.store import StoredMessage, to_iso
+from primitives.clock import Clock
+from primitives.tasks import stop_task
 
 log = structlog.get_logger("memory.recall.archive")
 
@@ -196,7 +198,7 @@ async def archived_messages(db: Database, chat_id: int) -> list[ArchivedMessage]
 class ArchivePurger:
     """Deletes archived messages older than `days` at start-up and then once a day."""
 
-    def __init__(self, db: Database, days: float, clock: Callable[[], datetime]) -> None:
+    def __init__(self, db: Database, days: float, clock: Clock[datetime]) -> None:
         self.db = db
         self.days = days
         self.clock = clock
@@ -228,7 +230,5 @@ class ArchivePurger:
             await self._purge_logged()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await stop_task(self._task)  # _run logs each failed purge; it never raises
+        self._task = None

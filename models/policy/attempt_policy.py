@@ -37,12 +37,13 @@ from models.policy.pacing import GatewayPacer, Priority, Ticket
 from models.policy.ratelimits import exhausted_until_reset, read_windows, refusal_windows
 from models.tokens import estimate_messages
 from models.types import NO_KEY, Attempt, Message, Outcome, TransportError
-from models.worker.ipc import LocalFailure
+from models.worker.ipc import LocalError
+from primitives.backoff import Backoff
+from primitives.clock import Clock
 
 log = structlog.get_logger(__name__)
 
 Sleep = Callable[[float], Awaitable[Any]]
-Clock = Callable[[], float]
 
 # Attempts a call may retry after local failures (a worker lost under it) before it gives up.
 _LOCAL_RETRIES = 3
@@ -77,10 +78,10 @@ class AttemptPolicy:
         retry_budget_per_second: float,
         max_in_flight: int | None,
         sleep: Sleep = asyncio.sleep,
-        clock: Clock = time.monotonic,
+        clock: Clock[float] = time.monotonic,
     ) -> None:
         self.catalog = catalog
-        self.backoff = tuple(backoff)
+        self.backoff = Backoff(backoff)
         self.retry_after_cap = retry_after_cap
         self.breaker_threshold = breaker_threshold
         self.breaker_cooldown = breaker_cooldown
@@ -498,7 +499,7 @@ class CallPlan:
             log.info("retry_budget_empty", model=entry.id, gateway=entry.gateway)
             self._advance()
             return
-        delay = self.policy.backoff[self.retries]
+        delay = self.policy.backoff.after(self.retries + 1)
         self.retries += 1
         if other_key:
             delay = 0.0  # another key carries the load right away
@@ -510,7 +511,7 @@ class CallPlan:
             slot.state.keys.rest_until(slot.key_index, self.policy.clock() + delay, entry.wire_name)
         self.pending_delay = delay
 
-    def report_local(self, slot: Slot, error: LocalFailure) -> None:
+    def report_local(self, slot: Slot, error: LocalError) -> None:
         """An attempt lost to our own failure: no breaker, key or retry budget hears of it;
         the same model is tried again (another worker), a few times; no fallback, which
         would fail the same way and bill another provider."""

@@ -8,11 +8,10 @@ instead of sleeping; the transport uses them from its one event loop, so they ne
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-Clock = Callable[[], float]
+from primitives.clock import Clock
 
 
 class BreakerState(StrEnum):
@@ -38,7 +37,7 @@ class CircuitBreaker:
     (its caller was cancelled) is forgotten after another cool-down so the breaker cannot wedge.
     """
 
-    def __init__(self, name: str, threshold: int, cooldown: float, clock: Clock) -> None:
+    def __init__(self, name: str, threshold: int, cooldown: float, clock: Clock[float]) -> None:
         self.name = name
         self.threshold = threshold
         self.cooldown = cooldown
@@ -107,7 +106,7 @@ class RetryBudget:
     """
 
     def __init__(
-        self, *, initial: float, cap: float, ratio: float, per_second: float, clock: Clock
+        self, *, initial: float, cap: float, ratio: float, per_second: float, clock: Clock[float]
     ) -> None:
         self.cap = cap
         self.ratio = ratio

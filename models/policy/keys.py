@@ -11,10 +11,10 @@ key for that model: a 429 for one model says nothing about another model on the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-Clock = Callable[[], float]
+from primitives.clock import Clock
 
 
 @dataclass
@@ -41,7 +41,7 @@ class KeyState:
 class KeyRing:
     """Round-robin over a gateway's keys, skipping those resting (for the model asked)."""
 
-    def __init__(self, gateway: str, keys: Sequence[str], clock: Clock) -> None:
+    def __init__(self, gateway: str, keys: Sequence[str], clock: Clock[float]) -> None:
         self.gateway = gateway
         self._keys = tuple(keys)
         self._clock = clock

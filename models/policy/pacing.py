@@ -45,8 +45,9 @@ from typing import Any
 
 from models.policy.ratelimits import MINUTE, Window
 from models.policy.token_bucket import TokenBucket
+from primitives.clock import Clock
+from primitives.waits import wait_or_timeout
 
-Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[Any]]
 
 # Pace at this share of what the provider allows: "just under" its limits.
@@ -91,7 +92,7 @@ class _Track:
 class ModelLimits:
     """What one model's provider-side limits allow now, learned from its responses."""
 
-    def __init__(self, model: str, clock: Clock) -> None:
+    def __init__(self, model: str, clock: Clock[float]) -> None:
         self.model = model
         self._clock = clock
         self.known = False  # a response said what the limits are (possibly: none sent)
@@ -215,7 +216,7 @@ class GatewayPacer:
         *,
         ceiling_rps: float | None,
         burst: float | None,
-        clock: Clock,
+        clock: Clock[float],
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.name = name
@@ -455,11 +456,11 @@ class GatewayPacer:
 
     async def _nap(self, seconds: float) -> None:
         """Sleep until `seconds` pass or something changes (a new waiter, news on limits)."""
-        waker = asyncio.ensure_future(self._wake.wait())
+        # The sleep is a parameter (a test's clock), so it is a task of ours to wait on beside
+        # the event, not wait_or_timeout's timeout.
         sleeper = asyncio.ensure_future(self._sleep(seconds)) if math.isfinite(seconds) else None
-        pending = {waker} | ({sleeper} if sleeper is not None else set())
         try:
-            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            await wait_or_timeout(self._wake, *([sleeper] if sleeper else []), timeout=None)
         finally:
-            for task in pending:
-                task.cancel()
+            if sleeper is not None:
+                sleeper.cancel()  # our own sleep: nothing else awaits it

@@ -7,9 +7,7 @@ sleeping. It takes no lock of its own: whoever shares one between threads guards
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-Clock = Callable[[], float]
+from primitives.clock import Clock
 
 
 class TokenBucket:
@@ -18,7 +16,7 @@ class TokenBucket:
     take a token, so a crowd of waiters costs one timer, not one wake-up each per token.
     """
 
-    def __init__(self, rate: float, burst: float, clock: Clock) -> None:
+    def __init__(self, rate: float, burst: float, clock: Clock[float]) -> None:
         if rate <= 0 or burst < 1:
             raise ValueError("rate must be positive and burst at least 1")
         self.rate = rate

@@ -158,7 +158,7 @@ class _Worker:
             case Cancel(call_id):
                 task = self._tasks.get(call_id)
                 if task is not None:
-                    task.cancel()
+                    task.cancel()  # the bot stopped the call: the call reports its own End
             case Fork(call_id, index):
                 self._track(call_id, self._fork(index))
             case Prepare(call_id, specs):
@@ -281,7 +281,7 @@ class _Worker:
 
     async def aclose(self) -> None:
         for task in list(self._tasks.values()):
-            task.cancel()
+            task.cancel()  # the worker is exiting: each call's finally closes its response
         for pool in list(self._pools):
             await self._close_pool(pool)
 
@@ -394,8 +394,8 @@ def _serve_forked(fd: int) -> NoReturn:
 def main() -> None:
     """`python -c ... main()` with the socket's descriptor (and, when the bot may ask for
     copies of us, the spare sockets') as the last arguments."""
-    sock = socket.socket(fileno=int(sys.argv[2]))
-    spares = dict(enumerate(int(fd) for fd in sys.argv[3:]))
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    spares = dict(enumerate(int(fd) for fd in sys.argv[2:]))
     _log_through_the_scrubber()
     # Ctrl-C in a terminal (and a stop sent to the whole group) reaches us with the bot: the bot
     # stops gracefully and still needs us for the replies it lets finish. We leave when it has

@@ -22,8 +22,8 @@ class ProviderWorkers(Protocol):
         """litellm's `acompletion` ("completion") or `atranscription` ("transcription") with
         `kwargs` (`client` a ClientSpec). `wire` receives the HTTP status, headers and error
         body; `gate` (the pacer's slot) lets the request leave and hears when it left. A
-        provider's failure is raised as ProviderFailure; ours as a LocalFailure (WorkerLost,
-        CallNotEncoded); a stream comes back as an async iterator of chunks with `aclose`."""
+        provider's failure is raised as ProviderCallError; ours as a LocalError (WorkerLostError,
+        CallNotEncodedError); a stream comes back as an async iterator of chunks with `aclose`."""
         ...
 
     async def wait_ready(self) -> None:

@@ -25,7 +25,7 @@ from models.gateways import Gateway
 WireFields = tuple[int | None, dict[str, str], Any, float | None]
 
 
-class LocalFailure(ModelsError):
+class LocalError(ModelsError):
     """A call that failed on our side of the wire, never the provider's doing: the transport
     counts it against no breaker, key or retry budget. `retry`: the same call may succeed on
     another worker."""
@@ -33,11 +33,11 @@ class LocalFailure(ModelsError):
     retry = True
 
 
-class WorkerLost(LocalFailure):
+class WorkerLostError(LocalError):
     """The worker stopped answering, died or sent a frame we could not read."""
 
 
-class CallNotEncoded(LocalFailure):
+class CallNotEncodedError(LocalError):
     """The call's arguments could not be pickled (or are too large): it never left the bot,
     and sending it again would fail the same way."""
 
@@ -67,7 +67,7 @@ class ClientSpec:
             object.__setattr__(self, "gateway", dataclasses.replace(self.gateway, keys=()))
 
 
-class ProviderFailure(ModelsError):
+class ProviderCallError(ModelsError):
     """A call that failed in the worker, already classified there (where the exception and the
     HTTP response it came with were)."""
 

@@ -12,8 +12,8 @@ fallbacks stay in the bot (models/transport.py, models/policy/attempt_policy.py)
 
 The bot depends on a worker for every answer, so the pool supervises them:
 - a worker that stops answering (no message for `heartbeat_s`, pings every quarter of it), dies,
-  or sends a frame that cannot be read is killed and its calls fail with `WorkerLost`, which the
-  transport retries on another worker and never blames on a provider;
+  or sends a frame that cannot be read is killed and its calls fail with `WorkerLostError`,
+  which the transport retries on another worker and never blames on a provider;
 - a replacement starts after a backoff that grows while workers keep dying young, and is warmed
   up (clients built, litellm's first-request loading done) before it takes calls;
 - a worker over `max_rss_mb` takes no new calls, and stops once its calls are done;
@@ -47,15 +47,17 @@ from typing import Any
 
 import structlog
 
-from models.worker.ipc import ClientSpec, WorkerLost
+from models.worker.ipc import ClientSpec, WorkerLostError
 from models.worker.process import STOP_GRACE_S, ProviderWorker
 from models.worker.protocol import ClosePool, Prepare, Warm
 from models.worker.settings import WorkerSettings
 from models.worker.wire import SendGate, WireRecord
+from primitives.backoff import Backoff
+from primitives.tasks import stop_task
 
 log = structlog.get_logger(__name__)
 
-RESTART_BACKOFF_S = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+RESTART_BACKOFF = Backoff((0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0))
 YOUNG_S = 30.0  # a worker lost sooner than this after its start counts towards the backoff
 
 
@@ -137,16 +139,15 @@ class WorkerPool:
                 try:
                     async with asyncio.timeout(STOP_GRACE_S):
                         await worker.request(ClosePool, pool)
-                except (TimeoutError, WorkerLost):
+                except (TimeoutError, WorkerLostError):
                     pass
 
     async def aclose(self) -> None:
         """Stop every worker (bounded: STOP_GRACE_S each, at once). The pool may start again
         afterwards, on another loop too."""
         workers, self.workers = self.workers, []
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            self._supervisor = None
+        supervisor, self._supervisor = self._supervisor, None
+        await stop_task(supervisor)
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
         self._loop = None
 
@@ -161,7 +162,7 @@ class WorkerPool:
         """Replace `worker` (its number, one more restart); a young death delays the next."""
         if time.monotonic() - worker.started_at < YOUNG_S:
             self._young_deaths += 1
-            delay = RESTART_BACKOFF_S[min(self._young_deaths, len(RESTART_BACKOFF_S)) - 1]
+            delay = RESTART_BACKOFF.after(self._young_deaths)
         else:
             self._young_deaths, delay = 0, 0.0
         self._next_start = time.monotonic() + delay

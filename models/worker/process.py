@@ -10,14 +10,12 @@ import contextlib
 import os
 import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
 
-from models.worker.ipc import ClientSpec, WorkerLost
+from models.worker.ipc import ClientSpec, WorkerLostError
 from models.worker.proc import ForkedProcess, cpu_seconds, reap, rss_mib
 from models.worker.protocol import (
     Call,
@@ -35,11 +33,11 @@ from models.worker.protocol import (
 from models.worker.remote import CallsInFlight, PendingCall
 from models.worker.settings import WorkerSettings
 from models.worker.wire import SendGate, WireRecord
+from primitives.interpreter import child_env, python_command
 
 log = structlog.get_logger(__name__)
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from models.worker.child import main; main()"
+_BOOT = "from models.worker.child import main; main()"
 STOP_GRACE_S = 5.0  # a stopped worker's time to leave before it is killed
 EXTRA_WORKER_NICE = 10  # an extra worker's nice steps below the bot's (see `_start`)
 # Copies one spawned worker can make (`fork`): an extra worker retires after a quiet spell, and
@@ -169,7 +167,7 @@ class ProviderWorker:
         if self.usable:
             return
         if self.state in ("stopped", "lost"):
-            raise WorkerLost(f"provider worker {self.number} {self.state}")
+            raise WorkerLostError(f"provider worker {self.number} {self.state}")
         if self._starting is None:
             self._starting = asyncio.get_running_loop().create_task(self._start())
         await asyncio.shield(self._starting)
@@ -179,8 +177,8 @@ class ProviderWorker:
     ) -> Any:
         """litellm's `acompletion` ("completion") or `atranscription` ("transcription") here.
         `wire` gets the HTTP fields; `gate` (the slot) is passed right before the request
-        leaves and told when it left. A provider's failure is raised as ProviderFailure,
-        classified; ours as WorkerLost or CallNotEncoded; a stream comes back as a
+        leaves and told when it left. A provider's failure is raised as ProviderCallError,
+        classified; ours as WorkerLostError or CallNotEncodedError; a stream comes back as a
         RemoteStream."""
         call_id = self.calls.next_id()
         first = asyncio.get_running_loop().create_future()
@@ -189,7 +187,7 @@ class ProviderWorker:
         frame = encode(Call(call_id, name, kwargs, client, call.gate is not None))
         link = self._link
         if not self.usable or link is None:
-            raise WorkerLost(f"provider worker {self.number} {self.state}")
+            raise WorkerLostError(f"provider worker {self.number} {self.state}")
         self.calls.add(call_id, call)
         self.last_busy = time.monotonic()
         try:
@@ -203,7 +201,7 @@ class ProviderWorker:
             self._lose(link, f"write failed: {type(exc).__name__}")
             if first.done() and first.exception() is not None:
                 raise first.exception() from None  # type: ignore[misc]
-            raise WorkerLost(f"provider worker {self.number} lost") from exc
+            raise WorkerLostError(f"provider worker {self.number} lost") from exc
 
     async def request(self, kind: type[Housekeeping], arg: Any) -> Any:
         """A housekeeping request (prepare clients, warm up, close a pool, fork), answered
@@ -231,7 +229,7 @@ class ProviderWorker:
         try:
             async with asyncio.timeout(self.pool.settings.start_timeout_s):
                 pid = await self.request(Fork, index)
-        except (TimeoutError, WorkerLost):
+        except (TimeoutError, WorkerLostError):
             pid = None
         if not isinstance(pid, int):
             spare.close()
@@ -244,8 +242,8 @@ class ProviderWorker:
             return
         self.state = "stopped"
         if self._starting is not None and not self._starting.done():
-            self._starting.cancel()
-        self._detach(WorkerLost(f"provider worker {self.number} stopped"))
+            self._starting.cancel()  # not awaited: what the start spawned is reaped just below
+        self._detach(WorkerLostError(f"provider worker {self.number} stopped"))
         self._close_sockets()
         if self.process is not None:
             await reap(self.process, STOP_GRACE_S)
@@ -315,10 +313,10 @@ class ProviderWorker:
                 ours = self._spawn()
             except OSError as error:
                 # EMFILE, ENOMEM, EAGAIN: lost like a worker that died at once, so the pool
-                # backs off (RESTART_BACKOFF_S) and reuses the slot. Left "lost" by itself it
+                # backs off (RESTART_BACKOFF) and reuses the slot. Left "lost" by itself it
                 # was never replaced: every call appended a new worker and spawned again.
                 self._lose(None, f"spawn failed: {error.strerror or type(error).__name__}")
-                raise WorkerLost(f"provider worker {self.number} did not start") from error
+                raise WorkerLostError(f"provider worker {self.number} did not start") from error
             if self.number > self.pool.settings.at_rest:
                 # An extra worker spawned under load: its import and warm-up (seconds of CPU)
                 # yield the cores to the bot and the busy worker (its own calls too, later: it
@@ -346,16 +344,16 @@ class ProviderWorker:
                     # intake p99 204–320 ms unwarmed, 36–136 ms warmed, 3 runs each).
                     await self.request(Warm, names)
                     self.warmed = list(names)
-        except (TimeoutError, WorkerLost, ConnectionError) as exc:
+        except (TimeoutError, WorkerLostError, ConnectionError) as exc:
             if self.state == "starting":
                 self._lose(self._link, f"start failed: {type(exc).__name__}")
-            raise WorkerLost(f"provider worker {self.number} did not start") from exc
+            raise WorkerLostError(f"provider worker {self.number} did not start") from exc
         if self.state == "starting":
             self.state = "ready"
             self.last_heard = asyncio.get_running_loop().time()
             log.info("provider_worker_ready", number=self.number, pid=self.process.pid)
         elif self.state in ("stopped", "lost"):
-            raise WorkerLost(f"provider worker {self.number} {self.state}")
+            raise WorkerLostError(f"provider worker {self.number} {self.state}")
 
     def _spawn(self) -> socket.socket:
         """A new process (it imports litellm: seconds of CPU); our end of its socket. When the
@@ -372,12 +370,12 @@ class ProviderWorker:
             # Not asyncio's subprocess: `reap` polls, so no child watcher is involved (a copy
             # made by `fork` is not our child either). Spawning does not block long.
             self.process = subprocess.Popen(
-                (sys.executable, "-c", _BOOT, _ROOT, *map(str, fds)),
+                [*python_command(_BOOT), *map(str, fds)],
                 pass_fds=fds,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=self.pool.stderr,
-                env=worker_environment(os.environ),
+                env=child_env(worker_environment(os.environ)),
             )
         except BaseException:
             ours.close()
@@ -419,7 +417,7 @@ class ProviderWorker:
             self._ready.exception()  # retrieved: nobody may be waiting
         if link is not None:
             if link.task is not None and link.task is not asyncio.current_task():
-                link.task.cancel()
+                link.task.cancel()  # synchronous here: the reader's own end closes nothing more
             link.close()
 
     def _lose(self, link: _Link | None, reason: str) -> None:
@@ -439,7 +437,7 @@ class ProviderWorker:
         )
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
-        self._detach(WorkerLost(f"provider worker lost ({reason})"))
+        self._detach(WorkerLostError(f"provider worker lost ({reason})"))
         self._close_sockets()
         self.pool.lost(self)
         if self.process is not None:

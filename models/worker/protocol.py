@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from models.errors import Classified
-from models.worker.ipc import CallNotEncoded, ChunkData, ClientSpec, FrameError, WireFields
+from models.worker.ipc import CallNotEncodedError, ChunkData, ClientSpec, FrameError, WireFields
 
 _LENGTH = struct.Struct("!I")
 # A photo crosses as a data URL (~27 MB for Telegram's largest); a few of them fit.
@@ -224,14 +224,14 @@ KINDS: dict[str, type[Message]] = {cls.kind: cls for cls in (*TO_WORKER, *TO_BOT
 
 
 def encode(message: Message) -> bytes:
-    """The frame of `message`. Raises CallNotEncoded when it cannot cross."""
+    """The frame of `message`. Raises CallNotEncodedError when it cannot cross."""
     fields = tuple(getattr(message, name) for name in message.__match_args__)
     try:
         body = pickle.dumps((message.kind, *fields), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # PicklingError, TypeError, RecursionError, ...
-        raise CallNotEncoded(f"call could not be encoded: {type(exc).__name__}") from exc
+        raise CallNotEncodedError(f"call could not be encoded: {type(exc).__name__}") from exc
     if len(body) > MAX_FRAME:
-        raise CallNotEncoded(f"call too large to send ({len(body)} bytes)")
+        raise CallNotEncodedError(f"call too large to send ({len(body)} bytes)")
     return _LENGTH.pack(len(body)) + body
 
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from models.worker.ipc import (
-    CallNotEncoded,
-    ProviderFailure,
+    CallNotEncodedError,
+    ProviderCallError,
     WireFields,
     chunk_from,
     response_from,
@@ -80,7 +80,7 @@ class PendingCall:
 
     def fail(self, error: BaseException) -> None:
         if self.gate_wait is not None:
-            self.gate_wait.cancel()
+            self.gate_wait.cancel()  # its Go is moot for a failed call; nothing awaits it
         if self.stream is not None:
             self.stream.finish(error)
         elif not self.first.done():
@@ -168,7 +168,7 @@ class CallsInFlight:
         call = self._calls.pop(call_id, None)
         if call is not None:
             if call.gate_wait is not None:
-                call.gate_wait.cancel()
+                call.gate_wait.cancel()  # no Go for a call the worker is told to stop
             self._send(Cancel(call_id))
 
     def fail_all(self, error: BaseException | None) -> None:
@@ -198,7 +198,7 @@ class CallsInFlight:
                 del self._calls[call_id]
                 call.note(wire)
                 if call.stream is not None:
-                    call.stream.finish(ProviderFailure(failure) if failure is not None else None)
+                    call.stream.finish(ProviderCallError(failure) if failure is not None else None)
             case Result(_, data, headers, wire):
                 del self._calls[call_id]
                 call.note(wire)
@@ -206,10 +206,10 @@ class CallsInFlight:
             case Error(_, failure, wire):
                 del self._calls[call_id]
                 call.note(wire)
-                call.fail(ProviderFailure(failure))
+                call.fail(ProviderCallError(failure))
             case Local(_, detail):  # the worker could not send the answer (not the provider's)
                 del self._calls[call_id]
-                call.fail(CallNotEncoded(detail))
+                call.fail(CallNotEncodedError(detail))
             case Done(_, result):
                 del self._calls[call_id]
                 settle(call.first, result)

@@ -13,7 +13,6 @@ other value is JSON-encoded; JSON bodies and multipart forms are decoded too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import itertools
 import json
@@ -27,6 +26,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import ClientSession, ClientTimeout, web
+
+from primitives.tasks import stop_task
+from primitives.waits import wait_or_timeout
 
 MAX_TEXT_UTF16 = 4096
 # A draft is a preview: it vanishes this long after its last update unless a message replaces it.
@@ -502,11 +504,8 @@ class FakeTelegram:
     async def stop(self) -> None:
         self._closing = True
         self._new_update.set()
-        if self._webhook_task is not None:
-            self._webhook_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._webhook_task
-            self._webhook_task = None
+        await stop_task(self._webhook_task)
+        self._webhook_task = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -947,8 +946,7 @@ class FakeTelegram:
             if self._updates or remaining <= 0:
                 break
             self._new_update.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._new_update.wait(), remaining)
+            await wait_or_timeout(self._new_update, timeout=remaining)
         return self._updates[:limit]
 
     async def _api_sendmessage(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from bot.turns.turn import TurnRequest, run_chat_turn, send_plain
 from bot.ui.i18n import t
 from media.document_reader import read_document
 from media.documents import DocumentError
-from memory.framing import Framing
 from memory.provenance import DOCUMENT, Provenance
+from primitives.framing import Framing
 
 # The name these events have always been logged under (they were part of
 # bot/handlers/media/media.py).
@@ -39,7 +39,7 @@ DOCUMENT_NOTE = (
 def document_prompt(file_name: str, caption: str, text: str, framing: Framing | None = None) -> str:
     """The user message a document becomes: its name, the caption as the question, the text.
 
-    The text is framed like every data block of a prompt (memory.framing): its tag carries a
+    The text is framed like every data block of a prompt (primitives.framing): its tag carries a
     nonce drawn now and removed from the text, so no spelling of a closing tag inside the
     document ends the frame. The file name, the sender's claim, is one escaped line."""
     framing = framing or Framing()
