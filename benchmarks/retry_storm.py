@@ -41,6 +41,7 @@ from models.catalog import Catalog, ModelEntry  # noqa: E402
 from models.gateways import Gateway  # noqa: E402
 from models.transport import Transport  # noqa: E402
 from models.types import TransportError  # noqa: E402
+from models.worker.pool import WorkerPool  # noqa: E402
 from tests.fakes.providers import FakeProvider, Fault, Reply  # noqa: E402
 
 KINDS = ("openai", "groq", "anthropic", "openai", "groq", "anthropic")
@@ -148,6 +149,7 @@ async def serve_fleet(latency: float) -> None:
 
 
 def ours(fleet: Fleet) -> tuple[Callable[[], Awaitable[bool]], Callable[[], Awaitable[None]]]:
+    workers = WorkerPool()
     transport = Transport(
         fleet.catalog(),
         fleet.gateways(),
@@ -163,6 +165,7 @@ def ours(fleet: Fleet) -> tuple[Callable[[], Awaitable[bool]], Callable[[], Awai
         retry_budget_per_second=0.5,
         timeout_grace=1.0,
         max_in_flight=16,
+        workers=workers,
     )
 
     async def call() -> bool:
@@ -173,7 +176,11 @@ def ours(fleet: Fleet) -> tuple[Callable[[], Awaitable[bool]], Callable[[], Awai
             return False
         return bool(result.text.strip())
 
-    return call, transport.aclose
+    async def close() -> None:
+        await transport.aclose()
+        await workers.aclose()
+
+    return call, close
 
 
 def naive(fleet: Fleet) -> tuple[Callable[[], Awaitable[bool]], Callable[[], Awaitable[None]]]:

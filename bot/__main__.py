@@ -34,7 +34,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Subcommands register a function in `func`; add new ones with `add_subcommand`."""
+    """Subcommands register a function in `func`; a new one is a function in SUBCOMMANDS."""
     parser = argparse.ArgumentParser(prog="python -m bot", description="mnemobot")
     parser.set_defaults(func=_run)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -45,17 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Functions taking the subparsers action and adding one subcommand (export, backup, ...).
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
-
-
 def _add_export(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from bot.cli.export import add_export_command
 
     add_export_command(subparsers)
-
-
-SUBCOMMANDS.append(_add_export)
 
 
 def _add_backup(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -64,7 +57,11 @@ def _add_backup(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     add_backup_command(subparsers)
 
 
-SUBCOMMANDS.append(_add_backup)
+# Functions taking the subparsers action and adding one subcommand (export, backup, ...).
+SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
+    _add_export,
+    _add_backup,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import structlog
@@ -39,6 +39,7 @@ from bot.config import (
 )
 from bot.handlers.access import RefusalThrottle
 from bot.handlers.chat import register_handlers, stray_callback
+from bot.handlers.guard import register_access_guard
 from bot.handlers.mcp import register_mcp_handlers
 from bot.handlers.memory import register_memory_handlers
 from bot.handlers.migration import migrate_chat, register_migration_handlers
@@ -48,7 +49,7 @@ from bot.handlers.reminders import TelegramDelivery, register_reminder_handlers
 from bot.handlers.stop import register_stop_handler
 from bot.handlers.tasks import TaskDelivery, register_task_handlers
 from bot.lifecycle import Lifecycle, UpdateTracker
-from bot.runner import ALLOWED_UPDATES, run_bot
+from bot.runner import ALLOWED_UPDATES, run_bot, started
 from bot.services import (
     App,
     BotData,
@@ -84,6 +85,11 @@ from reminders.book import TASK, ReminderBook
 from reminders.scheduler import ReminderScheduler
 from reminders.task_runs import TaskRuns
 from web.addresses import parse_allowance
+
+if TYPE_CHECKING:
+    from telegram.ext import Updater
+
+    from models.worker.interface import ProviderWorkers
 
 log = structlog.get_logger("bot.app")
 
@@ -246,9 +252,13 @@ async def open_services(
     transport_options: dict[str, Any] | None = None,
     edit_interval: float = 1.0,
     clock: Clock[datetime] | None = None,
+    workers: ProviderWorkers | None = None,
 ) -> Services:
     """Open the database and build every long-lived object, each once and complete: what one
     needs of another is a constructor argument, so nothing is rewired after it is built.
+
+    The provider worker pool is built here from the settings and stopped with the services,
+    unless the caller brings `workers` (tests share one pool across bots) and stops them.
 
     Two pairs name each other: the store wakes the consolidation worker when it queues a job
     (and the worker reads the store), the reminder book wakes the scheduler when a reminder is
@@ -256,16 +266,20 @@ async def open_services(
     with a callback that calls the second by name; both exist before any turn runs."""
     # Imported here: a configuration error is reported before the transport's imports.
     from models.transport import Transport
-    from models.worker.pool import WORKER, WorkerSettings
+    from models.worker.pool import WorkerPool, WorkerSettings
 
     settings = prepared.settings
-    WORKER.configure(
-        WorkerSettings(
-            max_workers=provider_workers(settings),
-            at_rest=settings.PROVIDER_WORKERS_AT_REST,
+    own_workers = None
+    if workers is None:
+        workers = own_workers = WorkerPool(
+            WorkerSettings(
+                max_workers=provider_workers(settings),
+                at_rest=settings.PROVIDER_WORKERS_AT_REST,
+            )
         )
+    transport = Transport(
+        prepared.catalog, prepared.gateways, workers=workers, **(transport_options or {})
     )
-    transport = Transport(prepared.catalog, prepared.gateways, **(transport_options or {}))
     db = await Database.open(settings.DATABASE_PATH)
     idle = settings.SESSION_IDLE_MINUTES
 
@@ -412,6 +426,7 @@ async def open_services(
         languages={},
         warm_up=ProviderWarmUp(transport),
         edit_interval=edit_interval,
+        own_workers=own_workers,
     )
     return services
 
@@ -422,11 +437,13 @@ def build_application(
     transport_options: dict[str, Any] | None = None,
     edit_interval: float = 1.0,
     clock: Clock[datetime] | None = None,
+    workers: ProviderWorkers | None = None,
 ) -> App:
     """The PTB Application, handlers registered; services open in post_init.
 
     `clock` is the time the store (message stamps, idle sessions) and the consolidation
-    worker go by; tests move it forward instead of waiting hours."""
+    worker go by; tests move it forward instead of waiting hours. `workers`: see
+    `open_services`."""
     settings = prepared.settings
     redactor().add(secrets_of(settings))
     # PTB's update processor, built with the application: it knows which update each handler
@@ -441,6 +458,7 @@ def build_application(
             transport_options=transport_options,
             edit_interval=edit_interval,
             clock=clock,
+            workers=workers,
         )
         # Held from here on, so that post_shutdown closes what a failed start opened.
         application.bot_data.open(services)
@@ -452,7 +470,7 @@ def build_application(
             # Each server's first start, a few seconds at most: a server still starting (or
             # failing) goes on in the background and never holds the bot up.
             await services.mcp.start()
-        await set_admin_commands(application.bot, settings.ADMIN_USER_IDS)
+        await set_admin_commands(application, settings.ADMIN_USER_IDS)
         await services.reminders.scheduler.start()
         await services.tasks.scheduler.start()
         await register_commands(application)
@@ -483,6 +501,8 @@ def build_application(
         .post_shutdown(post_shutdown)
         .build()
     )
+    # First of all: a stranger's update goes no further (bot/handlers/guard.py).
+    register_access_guard(application, settings)
     register_handlers(application)
     register_memory_handlers(application)
     register_operations_handlers(application)
@@ -504,34 +524,19 @@ async def running(
     poll_interval: float = 0.0,
     poll_timeout: int = 10,
 ) -> AsyncIterator[App]:
-    """Run the application polling inside the current event loop (tests, benchmarks).
+    """The application polling inside the current event loop (tests, benchmarks), started and
+    stopped as `python -m bot` does it (bot/runner.py `started`)."""
 
-    Mirrors `run_polling`'s order: initialize, post_init, polling, start; then the reverse.
-    """
-    await application.initialize()
-    try:
-        if application.post_init:
-            await application.post_init(application)
-        assert application.updater is not None
-        await application.updater.start_polling(
+    async def poll(updater: Updater) -> None:
+        await updater.start_polling(
             poll_interval=poll_interval,
             timeout=poll_timeout,
             drop_pending_updates=False,
             allowed_updates=ALLOWED_UPDATES,
         )
-        await application.start()
-        application.bot_data.services.warm_up_providers()
-        try:
-            yield application
-        finally:
-            if application.updater.running:
-                await application.updater.stop()
-            if application.running:
-                await application.stop()
-    finally:
-        await application.shutdown()
-        if application.post_shutdown:
-            await application.post_shutdown(application)
+
+    async with started(application, poll) as app:
+        yield app
 
 
 def run_polling(prepared: Prepared) -> None:

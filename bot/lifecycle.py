@@ -58,8 +58,14 @@ class UpdateTracker(BaseUpdateProcessor):
             await coroutine
             return
         self._active[task] = update
+        chat = update.effective_chat
+        # Every log line of this update's handlers, and of the tasks they start (a chat turn,
+        # its streamed reply), carries the update and its chat: each update runs in a task of
+        # its own, whose context these are bound in.
+        bound = {"update_id": update.update_id, **({"chat_id": chat.id} if chat else {})}
         try:
-            await coroutine
+            with structlog.contextvars.bound_contextvars(**bound):
+                await coroutine
         finally:
             del self._active[task]
             self._parts.pop(update.update_id, None)

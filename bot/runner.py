@@ -24,7 +24,8 @@ import asyncio
 import contextlib
 import gc
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -40,6 +41,8 @@ from primitives.tasks import stop_task
 from primitives.waits import wait_or_timeout
 
 if TYPE_CHECKING:
+    from telegram.ext import Updater
+
     from bot.config import Settings
 
 log = structlog.get_logger("bot.runner")
@@ -89,6 +92,41 @@ def webhook_path(url: str) -> str:
     return urlsplit(url).path.strip("/")
 
 
+@asynccontextmanager
+async def started(
+    application: App,
+    start_updates: Callable[[Updater], Awaitable[object]],
+    *,
+    before_updates: Callable[[], Awaitable[None]] | None = None,
+) -> AsyncIterator[App]:
+    """The PTB Application running inside the current event loop, for polling and for the
+    webhook alike (`start_updates` starts one of them), in `run_polling`'s order: initialize,
+    post_init, `before_updates`, updates, start; on the way out whatever still runs is
+    stopped, then shutdown and post_shutdown, also when the start failed halfway."""
+    updater = application.updater
+    assert updater is not None
+    await application.initialize()
+    try:
+        if application.post_init:
+            await application.post_init(application)
+        if before_updates is not None:
+            await before_updates()
+        await start_updates(updater)
+        await application.start()
+        application.bot_data.services.warm_up_providers()
+        yield application
+    finally:
+        with contextlib.suppress(RuntimeError):
+            if updater.running:
+                await updater.stop()
+        with contextlib.suppress(RuntimeError):
+            if application.running:
+                await application.stop()
+        await application.shutdown()
+        if application.post_shutdown:
+            await application.post_shutdown(application)
+
+
 async def serve(
     application: App,
     settings: Settings,
@@ -109,17 +147,13 @@ async def serve(
             installed.append(signum)
     mode = settings.TELEGRAM_MODE
     health: HealthServer | None = None
-    updater = application.updater
-    assert updater is not None
     notifier = SystemdNotifier()
-    # Started first, so that a start-up frozen in post_init (round four's scheduler did that)
-    # already misses its watchdog pings.
+    # Started first, so that a start-up frozen in post_init already misses its watchdog pings.
     loop_watch = LoopWatch(notifier)
     loop_watch.start()
-    try:
-        await application.initialize()
-        if application.post_init:
-            await application.post_init(application)
+
+    async def before_updates() -> None:
+        nonlocal health
         if freeze_heap:
             _freeze_heap()
         # Held at the last stop: queued before anything new is fetched.
@@ -132,6 +166,8 @@ async def serve(
                 loop_watch=loop_watch,
             )
             await health.start()
+
+    async def start_updates(updater: Updater) -> None:
         if mode == "webhook":
             assert settings.WEBHOOK_URL and settings.WEBHOOK_SECRET
             await updater.start_webhook(
@@ -147,26 +183,18 @@ async def serve(
             await updater.start_polling(
                 allowed_updates=ALLOWED_UPDATES, drop_pending_updates=False, timeout=30
             )
-        await application.start()
-        application.bot_data.services.warm_up_providers()
-        notifier.ready()
-        log.info("bot_running", mode=mode, health_port=health.port if health else None)
-        await stop.wait()
-        notifier.stopping()
-        log.info("bot_stopping", grace_s=settings.SHUTDOWN_GRACE_SECONDS)
-        if health is not None:
-            health.mark_stopping()
-        await stop_gracefully(application, settings.SHUTDOWN_GRACE_SECONDS, force=force)
+
+    try:
+        async with started(application, start_updates, before_updates=before_updates):
+            notifier.ready()
+            log.info("bot_running", mode=mode, health_port=health.port if health else None)
+            await stop.wait()
+            notifier.stopping()
+            log.info("bot_stopping", grace_s=settings.SHUTDOWN_GRACE_SECONDS)
+            if health is not None:
+                health.mark_stopping()
+            await stop_gracefully(application, settings.SHUTDOWN_GRACE_SECONDS, force=force)
     finally:
-        with contextlib.suppress(RuntimeError):
-            if updater.running:
-                await updater.stop()
-        with contextlib.suppress(RuntimeError):
-            if application.running:
-                await application.stop()
-        await application.shutdown()
-        if application.post_shutdown:
-            await application.post_shutdown(application)
         if health is not None:
             await health.stop()
         await loop_watch.stop()

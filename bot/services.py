@@ -41,6 +41,7 @@ from reminders.task_runs import TaskRuns
 
 if TYPE_CHECKING:
     from models.transport import Transport
+    from models.worker.pool import WorkerPool
 
 log = structlog.get_logger("bot.services")
 
@@ -146,6 +147,9 @@ class Services:
     chat_admins: ChatAdmins = field(default_factory=ChatAdmins)
     # The operator's MCP servers (mcp_client/hub.py); None without MCP_CONFIG.
     mcp: McpHub | None = None
+    # The provider worker pool the root built for this bot, stopped with it; None when the
+    # caller brought the transport's workers (tests sharing one pool) and stops them itself.
+    own_workers: WorkerPool | None = None
 
     def available_models(self) -> list[ModelEntry]:
         return available_models(self.catalog, self.gateways)
@@ -192,6 +196,8 @@ class Services:
             except Exception:
                 log.exception("service_close_failed")
         await self.transport.aclose()
+        if self.own_workers is not None:
+            await self.own_workers.aclose()
         await self.db.close()
 
 

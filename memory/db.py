@@ -13,6 +13,7 @@ loop twice (there and back), and every other read behind it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 import sqlite3
 from collections.abc import Callable, Iterable
@@ -173,7 +174,8 @@ class Database:
         queue = self._background if background else self._pending
         queue.append(write)
         if self._drainer is None or self._drainer.done():
-            self._drainer = asyncio.create_task(self._drain_writes())
+            # Drains every caller's writes: it carries none of their log context.
+            self._drainer = asyncio.create_task(self._drain_writes(), context=contextvars.Context())
         cancelled = False
         while not write.outcome.done():
             try:
@@ -251,7 +253,7 @@ class Database:
         self._pending_reads.append(read)
         if self._idle_readers:
             reader = self._idle_readers.pop()
-            drainer = asyncio.create_task(self._drain_reads(reader))
+            drainer = asyncio.create_task(self._drain_reads(reader), context=contextvars.Context())
             self._read_drainers.add(drainer)
             drainer.add_done_callback(self._read_drainers.discard)
         return await read.outcome  # type: ignore[no-any-return]

@@ -57,7 +57,6 @@ from models.types import (
 )
 from models.worker.interface import ProviderWorkers
 from models.worker.ipc import ClientSpec, LocalError, ProviderCallError
-from models.worker.pool import WORKER
 from models.worker.wire import WireRecord
 from primitives.clock import Clock
 
@@ -88,8 +87,8 @@ class Transport:
       applies `timeout` itself); for streams the guard is on silence between chunks.
     - `max_in_flight`: at most this many requests open per gateway (None: no cap), so a
       provider that hangs holds a bounded number of our requests.
-    - `workers`: where litellm runs (models/worker/interface.py); the bot's process pool
-      `WORKER` unless a test swaps in another.
+    - `workers`: where litellm runs (models/worker/interface.py): the bot's process pool,
+      built by the composition root, or what a test swaps in.
     """
 
     def __init__(
@@ -114,10 +113,10 @@ class Transport:
         max_in_flight: int | None = None,
         sleep: Sleep = asyncio.sleep,
         clock: Clock[float] = time.monotonic,
-        workers: ProviderWorkers | None = None,
+        workers: ProviderWorkers,
     ) -> None:
         self.catalog = catalog
-        self.workers: ProviderWorkers = workers if workers is not None else WORKER
+        self.workers = workers
         self.timeout_grace = timeout_grace
         self.policy = AttemptPolicy(
             catalog,

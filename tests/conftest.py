@@ -17,9 +17,9 @@ import pytest
 import pytest_timeout
 from telegram import Bot
 
-from models.worker.pool import WORKER, WorkerSettings
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import FakeTelegram
+from tests.shared_workers import close_shared_workers, shared_workers
 
 TG_TOKEN = "123456:TEST-TOKEN"
 
@@ -82,12 +82,14 @@ def make_gateways(
 
 
 def make_transport(openai: FakeProvider, groq: FakeProvider, anthropic: FakeProvider, **options):
-    """A Transport over the three fakes with the default catalog and fast backoff."""
+    """A Transport over the three fakes with the default catalog and fast backoff, on the
+    session's shared provider workers unless `workers=` names others."""
     from models.catalog import load_catalog
     from models.transport import Transport
 
     options.setdefault("backoff", (0.01, 0.02, 0.04))
     options.setdefault("retry_after_cap", 0.5)
+    options.setdefault("workers", shared_workers())
     return Transport(load_catalog(), make_gateways(openai, groq, anthropic), **options)
 
 
@@ -109,19 +111,11 @@ async def transport(fake_openai, fake_groq, fake_anthropic):
     await t.aclose()
 
 
-@pytest.fixture(autouse=True)
-async def one_provider_worker_between_tests() -> AsyncIterator[None]:
-    """The provider worker pool is one per process, on the run's one loop. A test that
-    builds the bot here (`prepare`) configures it from the machine (2 workers on 2 CPUs), and
-    under load the pool then grows a second worker on its own: the next test would start with
-    a pool it did not ask for. Each test starts from the default, one worker at most. The
-    extra ones are stopped on the loop (`stop`), never by closing their sockets behind it: the
-    loop would go on watching a descriptor number the next socket then reuses."""
+@pytest.fixture(scope="session", autouse=True)
+async def shared_worker_pool() -> AsyncIterator[None]:
+    """The session's shared provider worker pool (tests/shared_workers.py) stops at its end."""
     yield
-    WORKER.configure(WorkerSettings())
-    for extra in WORKER.workers[1:]:
-        WORKER.workers.remove(extra)
-        await extra.stop()
+    await close_shared_workers()
 
 
 SLOW_TIMEOUT_S = 600  # pyproject's bound is 300 s a test; the slow-marked crash runs get twice

@@ -18,7 +18,9 @@ from memory.store import Store
 from models.catalog import Catalog, load_catalog
 from models.gateways import Gateway
 from models.transport import Transport
+from models.worker.interface import ProviderWorkers
 from tests.fakes.providers import FakeProvider, ToolCallReply
+from tests.shared_workers import shared_workers
 
 CHAIN = [
     "llama-3.3-70b-versatile",
@@ -118,7 +120,10 @@ async def open_stack(
     latency: float = 0.0,
     transport_options: dict[str, Any] | None = None,
     gateway_keys: dict[str, str] | None = None,
+    workers: ProviderWorkers | None = None,
 ) -> Stack:
+    """Fakes, transport, store and consolidation worker, on `workers` (by default the running
+    loop's shared pool: tests/shared_workers.py)."""
     groq = FakeProvider("groq", latency=latency)
     openai = FakeProvider("openai", latency=latency)
     anthropic = FakeProvider("anthropic", latency=latency)
@@ -142,7 +147,7 @@ async def open_stack(
         "retry_budget_cap": 1e9,
     }
     options |= transport_options or {}
-    transport = Transport(catalog, gateways, **options)
+    transport = Transport(catalog, gateways, workers=workers or shared_workers(), **options)
     db = await Database.open(db_path)
     clock = StepClock()
     store = Store(db, clock)

@@ -30,6 +30,7 @@ from bot.services import MemoryFeature, Prepared, ReminderFeature, Services
 from primitives.litellm_env import LITELLM_FLAGS
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import BotMessage, FakeTelegram
+from tests.shared_workers import shared_workers
 
 REPO = Path(__file__).resolve().parents[1]
 TESTDATA = REPO.parent / "shared" / "testdata"
@@ -114,9 +115,8 @@ def fake_settings(fakes: FakeServers, **values: Any) -> Settings:
         "ALLOWED_USER_IDS": f"{OWNER},{FRIEND}",
         "DEFAULT_MODEL": "gpt-5",
         "LOG_FORMAT": "json",
-        # As for the bots run as processes: one worker, whatever the machine. The pool is one
-        # per process, so a bot built here with the machine's default (2 on 2 CPUs) would leave
-        # later tests a pool that grows a second worker on its own under CI's load.
+        # As for the bots run as processes: one worker, whatever the machine, so a bot that
+        # builds its own pool does not grow a second one on its own under CI's load.
         "PROVIDER_WORKERS": "1",
         **values,
     }
@@ -186,6 +186,7 @@ class BotUnderTest(_ProviderShortcuts):
             transport_options=self.transport_options,
             edit_interval=self.edit_interval,
             clock=self.clock,
+            workers=shared_workers(),
         )
         self._application = await self._stack.enter_async_context(
             running(application, poll_timeout=1)
@@ -199,6 +200,11 @@ class BotUnderTest(_ProviderShortcuts):
     async def restart(self) -> None:
         await self.stop()
         await self.start()
+
+    @property
+    def application(self) -> Any:
+        """The running PTB Application (its handlers, its bot)."""
+        return self._application
 
     @property
     def services(self) -> Services:

@@ -187,3 +187,27 @@ async def test_unknown_commands_are_answered_not_sent_to_the_model(tmp_path: Pat
         [answer] = await bot.ask(CHAT, "/frobnicate now")
         assert answer.text == t("unknown_command")
         assert not bot.model_requests()
+
+
+async def test_the_menu_is_read_from_the_registered_handlers(tmp_path: Path) -> None:
+    """Everyone's menu lists each registered command but the admins' ones, in registration
+    order, described by the locale; the admins' menu adds /stats and /mcp; /help lists
+    everyone's."""
+    from bot.ui.commands import registered_commands
+
+    async with bot_under_test(tmp_path, ADMIN_USER_IDS=str(OWNER)) as bot:
+        defaults = [c for c in bot.tg.calls_of("setMyCommands") if "scope" not in c.params]
+        [english] = [c for c in defaults if "language_code" not in c.params]
+        names = [c["command"] for c in english.params["commands"]]
+        assert names == ["start", "help", "model", "new", "cancel", "memory", "forget",
+                         "recall", "usage", "timezone", "reminders"]  # fmt: skip
+        assert all(c["description"] == t(f"cmd_{c['command']}") for c in english.params["commands"])
+        admin_only = {"stats", "mcp"}
+        assert set(names) | admin_only == registered_commands(bot.application)
+        [admins] = [c for c in bot.tg.calls_of("setMyCommands") if "scope" in c.params]
+        listed = [c["command"] for c in admins.params["commands"]]
+        assert [n for n in listed if n not in admin_only] == names
+        assert set(listed) - set(names) == admin_only
+        [help_] = await bot.ask(CHAT, "/help")
+        assert all(f"/{name} — " in help_.text for name in names)
+        assert "/stats" not in help_.text and "/mcp" not in help_.text

@@ -15,6 +15,7 @@ from models.transport import Transport
 from models.types import Outcome
 from tests.conftest import TEST_KEYS, make_transport
 from tests.fakes.providers import Fault, Reply
+from tests.shared_workers import shared_workers
 
 HI = [{"role": "user", "content": "hi"}]
 KEYS = ("gsk_key_zero_0000", "gsk_key_one_1111", "gsk_key_two_2222")
@@ -42,7 +43,7 @@ def transport_with_groq_keys(
     settings = load_settings(**values)
     options.setdefault("backoff", (0.01, 0.02, 0.04))
     options.setdefault("retry_after_cap", 0.5)
-    return Transport(load_catalog(), build_gateways(settings), **options)
+    return Transport(load_catalog(), build_gateways(settings), workers=shared_workers(), **options)
 
 
 async def test_keys_are_used_in_turn(fake_openai, fake_groq, fake_anthropic) -> None:

@@ -15,6 +15,7 @@ from models.types import Outcome, TransportError
 from tests.clocks import SettableClock
 from tests.conftest import make_gateways, make_transport
 from tests.fakes.providers import Fault
+from tests.shared_workers import shared_workers
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -35,7 +36,7 @@ async def test_a_full_ceiling_makes_requests_wait_never_fall_back(
     """Our own ceiling (GROQ_RPS) is a pace, not a refusal: every request waits for its turn on
     the model asked for, none skips down the chain."""
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": 8.0})
-    t = Transport(load_catalog(), gateways, backoff=())
+    t = Transport(load_catalog(), gateways, backoff=(), workers=shared_workers())
     await t.warm_up()  # the pace is under test, not a worker's first start
     results = await asyncio.gather(
         *(t.complete("qwen3-32b", HI, CallOptions(timeout=5)) for _ in range(12))
@@ -57,7 +58,7 @@ async def test_a_turn_beyond_the_timeout_is_not_waited_for(
     """Only when the pace puts a request's turn past its timeout does it move on, as a
     timeout would, and that is never recorded against the model's or gateway's health."""
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": 1.0})
-    t = Transport(load_catalog(), gateways, backoff=(), bucket_burst=1.0)
+    t = Transport(load_catalog(), gateways, backoff=(), bucket_burst=1.0, workers=shared_workers())
     await t.warm_up()  # the pace is under test, not a worker's first start
     results = await asyncio.gather(
         *(t.complete("qwen3-32b", HI, CallOptions(timeout=3)) for _ in range(5))
@@ -83,7 +84,7 @@ async def test_no_provider_sees_more_than_its_ceiling(
 ) -> None:
     rate = 20.0
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"groq": rate})
-    t = Transport(load_catalog(), gateways, bucket_burst=1.0, backoff=())
+    t = Transport(load_catalog(), gateways, bucket_burst=1.0, backoff=(), workers=shared_workers())
     await asyncio.gather(*(t.complete("qwen3-32b", HI, CallOptions(timeout=5)) for _ in range(30)))
     times = sorted(r.at for r in fake_groq.requests)
     assert len(times) == 30

@@ -26,6 +26,7 @@ from models.types import Outcome, TransportError
 from tests.conftest import TEST_KEYS
 from tests.fakes.loopback import loopback_server
 from tests.fakes.providers import FakeProvider, Reply
+from tests.shared_workers import shared_workers
 
 TOKEN = "123456:SECRET-bot-token"
 GATEWAY: dict[str, Any] = {
@@ -177,7 +178,13 @@ async def test_a_redirect_is_not_followed_with_the_key(
         gateways = {
             protocol: Gateway(protocol, protocol, redirector + base_suffix, (TEST_KEYS[protocol],))
         }
-        transport = Transport(load_catalog(), gateways, backoff=(0.01,), retry_after_cap=0.1)
+        transport = Transport(
+            load_catalog(),
+            gateways,
+            backoff=(0.01,),
+            retry_after_cap=0.1,
+            workers=shared_workers(),
+        )
         try:
             with pytest.raises(TransportError) as failed:
                 await transport.complete(

@@ -21,6 +21,7 @@ from tests.clocks import SettableClock
 from tests.conftest import make_gateways
 from tests.e2e_bot import wait_until
 from tests.fakes.providers import Reply
+from tests.shared_workers import shared_workers
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -32,7 +33,7 @@ def _transport(fake_openai, fake_groq, fake_anthropic, **options) -> Transport:
         for name, g in gateways.items()
     }
     options.setdefault("backoff", ())
-    return Transport(load_catalog(), gateways, **options)
+    return Transport(load_catalog(), gateways, workers=shared_workers(), **options)
 
 
 @pytest.mark.parametrize("model", ["gpt-4.1", "claude-haiku-4-5"])

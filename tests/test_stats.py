@@ -14,8 +14,8 @@ from memory.store import Store, to_iso
 from memory.usage import UsageLedger
 from models.calls import CallOptions
 from models.types import Usage
-from models.worker.pool import WORKER
 from tests.fakes.providers import Reply
+from tests.shared_workers import shared_workers
 
 NOW = datetime(2026, 6, 3, 12, 0, tzinfo=UTC)
 ANN, BOB = 1001, 1002
@@ -87,7 +87,7 @@ async def test_stats_text_shows_queue_outcomes_breakers_workers_and_spend(
 
     fake_openai.script("gpt-5", Reply("hello"))
     await transport.complete("gpt-5", [{"role": "user", "content": "hi"}], CallOptions(timeout=10))
-    [worker] = WORKER.workers
+    [worker] = transport.workers.workers
 
     text = await build_stats_text(db, transport.status(), "en", clock=lambda: NOW)
 
@@ -154,7 +154,7 @@ async def test_stats_show_who_waits_for_a_turn_and_the_longest_wait(
     from tests.e2e_bot import wait_until
 
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic, {"openai": 2.0})
-    transport = Transport(load_catalog(), gateways, bucket_burst=1.0)
+    transport = Transport(load_catalog(), gateways, bucket_burst=1.0, workers=shared_workers())
     hi = [{"role": "user", "content": "hi"}]
     asks = [
         asyncio.create_task(transport.complete("gpt-4.1", hi, CallOptions(timeout=30, user_key=n)))

@@ -10,6 +10,7 @@ from models.calls import CallOptions
 from models.types import Outcome, StreamDone, StreamRestart, TextDelta, TransportError
 from tests.conftest import TEST_KEYS, make_gateways, make_transport
 from tests.fakes.providers import Fault, Reply
+from tests.shared_workers import shared_workers
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -92,7 +93,7 @@ async def test_gateway_without_keys_is_skipped(fake_openai, fake_groq, fake_anth
     # Configured without a Groq key (GROQ_API_KEY unset), not emptied afterwards.
     gateways = make_gateways(fake_openai, fake_groq, fake_anthropic)
     gateways["groq"] = replace(gateways["groq"], keys=())
-    t = Transport(load_catalog(), gateways, backoff=(0.01,))
+    t = Transport(load_catalog(), gateways, backoff=(0.01,), workers=shared_workers())
     fake_openai.set_default("*", Reply("mini here"))
     result = await t.complete("llama-3.3-70b-versatile", HI, CallOptions(timeout=5))
     assert result.model_id == "gpt-4.1-mini"

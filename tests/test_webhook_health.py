@@ -10,7 +10,6 @@ import aiohttp
 from bot.app import build_application, prepare
 from bot.health import HealthServer
 from bot.runner import serve
-from models.worker.pool import WORKER
 from tests.e2e_bot import OWNER, FakeServers, fake_settings, free_port
 from tests.fakes.providers import Fault
 from tests.waits import within
@@ -87,7 +86,7 @@ async def test_healthz_in_polling_mode_shows_the_consolidation_backlog(tmp_path:
             assert body["turns_in_flight"] == 0
             [worker] = body["provider_workers"]  # its one call: the hanging consolidation
             assert (worker["pid"], worker["state"], worker["in_flight"]) == (
-                WORKER.pid,
+                app.bot_data.services.transport.workers.pid,
                 "ready",
                 1,
             )

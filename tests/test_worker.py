@@ -19,13 +19,14 @@ import models.worker.process as worker_process
 from models.calls import CallOptions
 from models.types import Outcome, Spend, StreamDone, StreamRestart, TextDelta
 from models.worker.ipc import ClientSpec
-from models.worker.pool import WORKER, WorkerSettings
+from models.worker.pool import WorkerPool, WorkerSettings
 from models.worker.process import EXTRA_WORKER_NICE
 from models.worker.wire import WireRecord
 from primitives.tasks import stop_tasks
 from tests.conftest import make_gateways, make_transport
 from tests.e2e_bot import wait_until
 from tests.fakes.providers import Reply
+from tests.shared_workers import shared_workers
 from tests.waits import within
 
 HI = [{"role": "user", "content": "Tell me a long story about a lighthouse, please."}]
@@ -49,7 +50,7 @@ async def test_a_worker_killed_mid_stream_is_replaced_and_the_same_model_answers
         async for event in stream:
             events.append(event)
             if killed is None and isinstance(event, TextDelta):
-                killed = WORKER.pid
+                killed = t.workers.pid
                 assert killed is not None and killed != os.getpid()
                 os.kill(killed, signal.SIGKILL)
     [restart] = [e for e in events if isinstance(e, StreamRestart)]
@@ -66,7 +67,7 @@ async def test_a_worker_killed_mid_stream_is_replaced_and_the_same_model_answers
         ("gpt-5", "success", False),
     ]
     assert spends[0].usage.completion_tokens > 0
-    assert WORKER.pid not in (None, killed)
+    assert t.workers.pid not in (None, killed)
     await t.aclose()
 
 
@@ -94,7 +95,7 @@ async def test_the_worker_holds_the_clients_and_a_closed_transport_frees_them(
     fake_openai.script("gpt-4.1", Reply("short answer"))
     result = await t.complete("gpt-4.1", HI, CallOptions(timeout=5))
     assert result.text == "short answer"
-    worker = WORKER.pid
+    worker = t.workers.pid
     assert worker is not None and worker != os.getpid()
     peers = _peer_pids(_port(fake_openai.base_url))
     assert peers == {worker}
@@ -144,8 +145,8 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
 ) -> None:
     """PROVIDER_WORKERS=2: one worker at rest; a second starts when the first is busy, and
     a call goes to the worker with fewer calls in flight."""
-    WORKER.configure(WorkerSettings(max_workers=2, scale_calls=1))
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    pool = WorkerPool(WorkerSettings(max_workers=2, scale_calls=1))
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, workers=pool)
     try:
         # ~30 s each unless cut: both must still stream once the second worker is ready.
         for _ in range(2):
@@ -160,21 +161,22 @@ async def test_with_two_workers_concurrent_calls_are_spread_over_both(
 
         fake_openai.script("gpt-4.1", Reply("up"))
         await t.complete("gpt-4.1", HI, CallOptions(timeout=5))  # a worker is up
-        assert len(WORKER.pids) == 1
+        assert len(pool.pids) == 1
         first = asyncio.create_task(read())
-        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker to start", 30.0)
-        await wait_until(lambda: len(WORKER.pids) == 2, "a second worker to run", 30.0)
+        await wait_until(lambda: len(pool.workers) == 2, "a second worker to start", 30.0)
+        await wait_until(lambda: len(pool.pids) == 2, "a second worker to run", 30.0)
         await wait_until(
-            lambda: all(w.state == "ready" for w in WORKER.workers), "it to be ready", 30.0
+            lambda: all(w.state == "ready" for w in pool.workers), "it to be ready", 30.0
         )
         second = asyncio.create_task(read())
         port = _port(fake_openai.base_url)
         await wait_until(lambda: len(_peer_pids(port)) == 2, "both workers to be connected", 60.0)
-        assert _peer_pids(port) == set(WORKER.pids) and os.getpid() not in WORKER.pids
-        assert sorted(w.in_flight for w in WORKER.workers) == [1, 1]
+        assert _peer_pids(port) == set(pool.pids) and os.getpid() not in pool.pids
+        assert sorted(w.in_flight for w in pool.workers) == [1, 1]
         await stop_tasks([first, second])
     finally:
-        await t.aclose()  # the pool is reset after each test (tests/conftest.py)
+        await t.aclose()
+        await pool.aclose()
 
 
 async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervised_alike(
@@ -184,12 +186,11 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
     it imports nothing, so it serves within the rush that asked for it. It serves calls from
     its own connections, and it is supervised like a spawned one: killed, it is replaced and
     its stream is finished on the same model by a worker that is left."""
-    await WORKER.aclose()
-    WORKER.configure(WorkerSettings(max_workers=2, scale_calls=1))
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    pool = WorkerPool(WorkerSettings(max_workers=2, scale_calls=1))
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, workers=pool)
     try:
         await t.warm_up()
-        [first] = WORKER.pids
+        [first] = pool.pids
         for _ in range(3):
             fake_openai.script("gpt-5", Reply(LONG * 4, chunk_chars=16, chunk_delay=0.05))
         fake_openai.script("gpt-5-mini", Reply("a fallback must not answer"))
@@ -206,15 +207,15 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
             return text, model
 
         one = asyncio.create_task(read())
-        await wait_until(lambda: len(WORKER.workers) == 2, "a second worker under load", 60.0)
+        await wait_until(lambda: len(pool.workers) == 2, "a second worker under load", 60.0)
         await wait_until(
-            lambda: all(w.state == "ready" for w in WORKER.workers), "it to be ready", 30.0
+            lambda: all(w.state == "ready" for w in pool.workers), "it to be ready", 30.0
         )
-        second = next(pid for pid in WORKER.pids if pid != first)
+        second = next(pid for pid in pool.pids if pid != first)
         assert _parent_pid(second) == first
         # The copy made the warm-up's first calls on its own loop before it took a call.
-        [copy] = [w for w in WORKER.workers if w.pid == second]
-        assert copy.warmed and copy.warmed == WORKER.workers[0].warmed
+        [copy] = [w for w in pool.workers if w.pid == second]
+        assert copy.warmed and copy.warmed == pool.workers[0].warmed
         two = asyncio.create_task(read())
         port = _port(fake_openai.base_url)
         await wait_until(lambda: _peer_pids(port) == {first, second}, "both to stream", 60.0)
@@ -222,9 +223,10 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
         results = await within(asyncio.gather(one, two), 60)
         assert [model for _, model in results] == ["gpt-5", "gpt-5"]
         assert [text for text, _ in results] == [LONG * 4, LONG * 4]
-        assert second not in WORKER.pids and WORKER.restarts >= 1
+        assert second not in pool.pids and pool.restarts >= 1
     finally:
-        await t.aclose()  # the pool is reset after each test (tests/conftest.py)
+        await t.aclose()
+        await pool.aclose()
 
 
 async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retire(
@@ -236,20 +238,19 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
     another spare socket; with the spares used up (three here) the extra one is spawned, at
     10 nice steps below the bot while it imports."""
     monkeypatch.setattr(worker_process, "SPARE_SOCKETS", 3)
-    await WORKER.aclose()  # from a pool with no worker: which one has a spare is known
-    WORKER.configure(
+    pool = WorkerPool(  # a new pool: which worker has a spare is known
         WorkerSettings(max_workers=3, at_rest=2, scale_calls=1, idle_s=0.5, heartbeat_s=2.0)
     )
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, workers=pool)
     try:
         await t.warm_up()
         await wait_until(
-            lambda: len(WORKER.workers) == 2 and all(w.state == "ready" for w in WORKER.workers),
+            lambda: len(pool.workers) == 2 and all(w.state == "ready" for w in pool.workers),
             "both workers kept at rest to be ready, with no call made",
             60.0,
         )
-        at_rest = set(WORKER.pids)
-        first, second = WORKER.pids
+        at_rest = set(pool.pids)
+        first, second = pool.pids
         assert _parent_pid(second) == first  # a copy: no second import of litellm
         # Priorities relative to the bot's own (the suite may itself run under `nice`).
         own = os.getpriority(os.PRIO_PROCESS, 0)
@@ -266,15 +267,15 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
                     pass
 
             streams = [asyncio.create_task(read()) for _ in range(2)]
-            await wait_until(lambda: len(WORKER.workers) == 3, "a third worker under load", 60.0)
-            [extra] = [w for w in WORKER.workers if w.pid not in at_rest]
+            await wait_until(lambda: len(pool.workers) == 3, "a third worker under load", 60.0)
+            [extra] = [w for w in pool.workers if w.pid not in at_rest]
             await wait_until(lambda: extra.pid is not None, "the third worker's process", 60.0)
             assert extra.pid is not None
             seen = (_parent_pid(extra.pid), os.getpriority(os.PRIO_PROCESS, extra.pid))
             await stop_tasks(streams)
-            await wait_until(lambda: extra not in WORKER.workers, "the idle extra to retire", 60)
-            assert set(WORKER.pids) == at_rest
-            assert all(w.state == "ready" for w in WORKER.workers)
+            await wait_until(lambda: extra not in pool.workers, "the idle extra to retire", 60)
+            assert set(pool.pids) == at_rest
+            assert all(w.state == "ready" for w in pool.workers)
             return seen
 
         assert await rush() == (first, own)  # a copy of the first, at the bot's priority
@@ -282,7 +283,8 @@ async def test_workers_kept_at_rest_start_with_the_bot_and_only_extra_ones_retir
         # The first's spares are used up (the second at rest took one): spawned, niced.
         assert await rush() == (os.getpid(), niced)
     finally:
-        await t.aclose()  # the pool is reset after each test (tests/conftest.py)
+        await t.aclose()
+        await pool.aclose()
 
 
 class _RecordingGate:
@@ -311,7 +313,7 @@ async def test_the_worker_says_when_a_request_really_left(fake_openai) -> None:
     gate = _RecordingGate()
     record = WireRecord()
     asked_at = time.monotonic()
-    response = await WORKER.call(
+    response = await shared_workers().call(
         "completion",
         {
             "model": "openai/gpt-4.1",

@@ -26,7 +26,7 @@ from models.catalog import load_catalog
 from models.gateways import Gateway
 from models.transport import Transport
 from models.types import ChatResult, Outcome, StreamDone, TextDelta, TransportError
-from models.worker.pool import WORKER
+from models.worker.pool import WorkerPool, WorkerSettings
 from tests.conftest import make_transport
 from tests.e2e_bot import wait_until
 from tests.fakes.loopback import loopback_server
@@ -74,7 +74,9 @@ async def _signal_every_worker_mid_stream(
     started: set[int] = set()
     tasks = [asyncio.create_task(_stream_all(t, started, n)) for n in range(streams)]
     await wait_until(lambda: len(started) == streams, "the replies to stream", 60.0)
-    signalled += WORKER.pids
+    pool = t.workers
+    assert isinstance(pool, WorkerPool)
+    signalled += pool.pids
     for pid in signalled:
         os.kill(pid, signum)
     async with asyncio.timeout(45):
@@ -82,7 +84,7 @@ async def _signal_every_worker_mid_stream(
     assert [(r.model_id, r.text) for r in results] == [("gpt-5", "again, whole")] * streams
     for result in results:
         assert [a.outcome for a in result.attempts] == [Outcome.LOCAL, Outcome.SUCCESS]
-    assert not set(signalled) & set(WORKER.pids)
+    assert not set(signalled) & set(pool.pids)
     assert not [r for r in fake_openai.requests if r.model != "gpt-5"]  # no fallback
     _assert_provider_untouched(t)
 
@@ -93,9 +95,8 @@ async def test_every_worker_frozen_while_six_replies_stream(
 ) -> None:
     """SIGSTOP: the silence is noticed within the heartbeat, the worker killed and replaced,
     all six replies come from gpt-5 (no fallback), and the next message too."""
-    before = WORKER.settings
-    WORKER.configure(replace(before, heartbeat_s=2.0))
-    t = make_transport(fake_openai, fake_groq, fake_anthropic)
+    pool = WorkerPool(replace(WorkerSettings(), heartbeat_s=2.0))
+    t = make_transport(fake_openai, fake_groq, fake_anthropic, workers=pool)
     frozen: list[int] = []
     try:
         await _signal_every_worker_mid_stream(t, fake_openai, 6, signal.SIGSTOP, frozen)
@@ -106,8 +107,8 @@ async def test_every_worker_frozen_while_six_replies_stream(
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        WORKER.configure(before)
         await t.aclose()
+        await pool.aclose()
 
 
 @pytest.mark.slow
@@ -149,7 +150,7 @@ async def test_a_garbage_frame_from_a_worker_replaces_it_and_its_call_is_retried
         started: set[int] = set()
         stream = asyncio.create_task(_stream_all(t, started, 0))
         await wait_until(lambda: bool(started), "the reply to stream", 60.0)
-        [garbled] = WORKER.pids
+        [garbled] = t.workers.pids
         # The retry is held at the fake until the breaker was looked at: once it succeeds,
         # the success resets the count, and a lost worker counted as the provider's failure
         # would not show any more.
@@ -166,7 +167,7 @@ async def test_a_garbage_frame_from_a_worker_replaces_it_and_its_call_is_retried
         [lost, success] = result.attempts
         assert (lost.outcome, success.outcome) == (Outcome.LOCAL, Outcome.SUCCESS)
         assert "unreadable frame: UnpicklingError" in lost.detail
-        assert garbled not in WORKER.pids
+        assert garbled not in t.workers.pids
         _assert_provider_untouched(t)
     finally:
         await t.aclose()
@@ -186,7 +187,7 @@ async def test_a_call_that_cannot_be_encoded_fails_clearly_and_leaves_nothing_in
         [attempt] = raised.value.attempts
         assert attempt.outcome is Outcome.LOCAL
         assert attempt.detail == "call could not be encoded: TypeError"
-        assert sum(w.in_flight for w in WORKER.workers) == 0
+        assert sum(w.in_flight for w in t.workers.workers) == 0
         assert t.status()["gateways"]["openai"]["in_flight"] == 0
         assert len(fake_openai.requests) == requests  # nothing left for the provider
         _assert_provider_untouched(t)
@@ -225,29 +226,30 @@ async def test_the_worker_holds_no_bot_token_and_its_stderr_no_key(
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", BOT_TOKEN)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("LOG_LEVEL", "DEBUG")  # the worker logs each failed call's error
-    await WORKER.aclose()  # the next worker starts with this environment
+    pool = WorkerPool()  # its worker starts with this environment
     stderr_path = tmp_path / "worker-stderr"
     async with loopback_server(_echoing_gateway()) as gateway:
         t = Transport(
             load_catalog(),
             {"openai": Gateway("openai", "openai", f"{gateway}/v1", keys=(KEY,))},
             backoff=(),
+            workers=pool,
         )
         try:
             with stderr_path.open("wb") as stderr:
-                WORKER.stderr = stderr
+                pool.stderr = stderr
                 with pytest.raises(TransportError) as raised:
                     await t.complete("gpt-5", HI, CallOptions(timeout=10, walk_chain=False))
                 assert raised.value.attempts[0].outcome is Outcome.AUTH
-                [pid] = WORKER.pids
+                [pid] = pool.pids
                 environ = await asyncio.to_thread(Path(f"/proc/{pid}/environ").read_bytes)
                 names = {entry.split(b"=", 1)[0] for entry in environ.split(b"\0") if entry}
                 assert b"TELEGRAM_BOT_TOKEN" not in names and b"OPENAI_API_KEY" not in names
                 assert BOT_TOKEN.encode() not in environ and KEY.encode() not in environ
-                await WORKER.aclose()  # everything it wrote is written
+                await pool.aclose()  # everything it wrote is written
         finally:
-            WORKER.stderr = None
             await t.aclose()
+            await pool.aclose()
     text = await asyncio.to_thread(stderr_path.read_text)
     assert KEY not in text
     failed = [json.loads(line) for line in text.splitlines() if "provider_call_failed" in line]

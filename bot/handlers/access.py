@@ -1,8 +1,6 @@
-"""Who may talk to the bot (whether a group message is meant for it: bot/handlers/incoming.py).
-
-Both checks run before anything is stored or any model is called: a stranger costs nothing,
-and group chatter the bot was not asked about is never read into a session. `admit` is the one
-preamble every handler module runs, so all commands refuse strangers the same way.
+"""Who may talk to the bot (whether a group message is meant for it: bot/handlers/incoming.py),
+and the plain reply every handler uses. The guard that applies the allowlist to every update,
+before any handler: bot/handlers/guard.py.
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ import structlog
 from telegram import Message, Update
 from telegram.error import BadRequest, TelegramError
 
+from bot.ui.flood import after_penalty
 from bot.ui.i18n import t
 from primitives.clock import Clock
 
@@ -92,11 +91,12 @@ def user_language(update: Update) -> str | None:
 
 
 async def say(message: Message, text: str, **kwargs: Any) -> bool:
-    """A plain-text reply; True if Telegram took it. Never raised into PTB, never silent:
-    a refused send is logged, and when Telegram refused the message itself (too long, bad
-    text) rather than the connection, the user is told that a reply is missing."""
+    """A plain-text reply; True if Telegram took it. A flood penalty is waited out in this
+    chat (bot/ui/flood.py). Never raised into PTB, never silent: a refused send is logged, and
+    when Telegram refused the message itself (too long, bad text) rather than the connection,
+    the user is told that a reply is missing."""
     try:
-        await message.reply_text(text, do_quote=False, **kwargs)
+        await after_penalty(lambda: message.reply_text(text, do_quote=False, **kwargs))
         return True
     except TelegramError as exc:
         log.warning("reply_failed", chat_id=message.chat_id, error=str(exc),
@@ -109,49 +109,3 @@ async def say(message: Message, text: str, **kwargs: Any) -> bool:
     except TelegramError as exc:
         log.warning("reply_failed_notice_failed", chat_id=message.chat_id, error=str(exc))
     return False
-
-
-async def admit(
-    update: Update,
-    settings: Settings,
-    *,
-    addressed: bool = True,
-    refusals: RefusalThrottle | None = None,
-) -> bool:
-    """True if the sender may use the bot; a stranger gets one polite line with their id.
-
-    A button press is answered with an alert. In groups a stranger is told only when they
-    addressed the bot, so group chatter does not make the bot talk; and with `refusals`, at
-    most once an hour. Someone writing as a group or channel is asked to write as themselves:
-    their id is Telegram's shared stand-in, which must never be suggested to the owner.
-    """
-    user = update.effective_user
-    anonymous = is_anonymous(update)
-    if not anonymous and user_allowed(settings, user.id if user else None):
-        return True
-    lang = user_language(update)
-    if anonymous:
-        refusal = t("anonymous_refused", lang)
-    else:
-        refusal = t("not_allowed", lang, user_id=user.id if user else "?")
-    message = update.effective_message
-    sender = _sender_id(update)
-    tell = refusals is None or sender is None or refusals.allow(sender)
-    if update.callback_query is not None:
-        # A press must be answered (or the client spins); the alert only once an hour.
-        await update.callback_query.answer(refusal if tell else None, show_alert=tell)
-    elif message is not None and addressed and (user is not None or anonymous):
-        log.info("stranger_refused", user_id=sender, chat_id=message.chat_id, told=tell,
-                 anonymous=anonymous)  # fmt: skip
-        if tell:
-            await say(message, refusal)
-    return False
-
-
-def _sender_id(update: Update) -> int | None:
-    """Who a refusal is counted against: the chat written as, else the person."""
-    message = update.effective_message
-    if message is not None and message.sender_chat is not None:
-        return message.sender_chat.id
-    user = update.effective_user
-    return user.id if user is not None else None

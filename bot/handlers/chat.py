@@ -1,8 +1,9 @@
 """Telegram handlers: commands, chat text, /model callbacks; media lives in
 bot/handlers/media/media.py.
 
-Every handler runs the access check first, so a stranger costs no model call and leaves no row
-in the database. Handlers only translate updates into calls on `Services` and `bot.turns`.
+A stranger's update never reaches them (bot/handlers/guard.py stops it first), so a stranger
+costs no model call and leaves no row in the database. Handlers only translate updates into
+calls on `Services` and `bot.turns`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from telegram import Update
 from telegram.error import TelegramError
 from telegram.ext import CallbackQueryHandler, CommandHandler, MessageHandler, filters
 
-from bot.handlers.access import admit, say, user_language
+from bot.handlers.access import say, user_language
 from bot.handlers.incoming import (
     clean_text,
     is_addressed_to_bot,
@@ -23,7 +24,7 @@ from bot.handlers.media.media import media_message
 from bot.handlers.media.voice import RETRY_PREFIX, retry_callback
 from bot.services import App, Context, Services
 from bot.turns.turn import MessageSavedError, run_chat_turn, turn_request_for
-from bot.ui.commands import BOT_COMMANDS
+from bot.ui.commands import menu_commands, registered_commands
 from bot.ui.i18n import t
 from bot.ui.keyboards import is_model_callback, model_keyboard, resolve_model_callback
 
@@ -36,37 +37,34 @@ def _services(context: Context) -> Services:
     return context.bot_data.services
 
 
-async def _admit(update: Update, context: Context, *, addressed: bool = True) -> bool:
-    services = _services(context)
-    return await admit(update, services.settings, addressed=addressed, refusals=services.refusals)
-
-
-def _commands_text(lang: str | None) -> str:
-    return "\n".join(f"/{name} — {t(key, lang)}" for name, key in BOT_COMMANDS)
+def _commands_text(application: App, lang: str | None) -> str:
+    return "\n".join(f"/{name} — {t(key, lang)}" for name, key in menu_commands(application))
 
 
 async def start_command(update: Update, context: Context) -> None:
     message = update.effective_message
-    if message is None or not await _admit(update, context):
+    if message is None:
         return
     user = update.effective_user
     name = user.first_name if user else ""
     lang = user_language(update)
-    await say(message, t("start", lang, name=name, commands=_commands_text(lang)))
+    await say(
+        message, t("start", lang, name=name, commands=_commands_text(context.application, lang))
+    )
 
 
 async def help_command(update: Update, context: Context) -> None:
     message = update.effective_message
-    if message is None or not await _admit(update, context):
+    if message is None:
         return
     lang = user_language(update)
-    await say(message, t("help", lang, commands=_commands_text(lang)))
+    await say(message, t("help", lang, commands=_commands_text(context.application, lang)))
 
 
 async def model_command(update: Update, context: Context) -> None:
     """`/model` shows the keyboard; `/model ID` switches directly (same checks)."""
     message = update.effective_message
-    if message is None or not await _admit(update, context):
+    if message is None:
         return
     services = _services(context)
     lang = user_language(update)
@@ -80,7 +78,7 @@ async def model_command(update: Update, context: Context) -> None:
             await say(message, t("model_unknown", lang, model_id=wanted[:64]))
             return
         await services.store.set_chat_model(message.chat_id, wanted)
-        log.info("model_chosen", chat_id=message.chat_id, model=wanted, via="command")
+        log.info("model_chosen", model=wanted, via="command")
         await say(message, t("model_set", lang, label=services.label(wanted)))
         return
     current = await services.chat_model(message.chat_id)
@@ -94,7 +92,7 @@ async def model_command(update: Update, context: Context) -> None:
 async def model_callback(update: Update, context: Context) -> None:
     """A press on the /model keyboard. The key is re-checked against the models available now."""
     query = update.callback_query
-    if query is None or not await _admit(update, context, addressed=False):
+    if query is None:
         return
     services = _services(context)
     lang = user_language(update)
@@ -109,7 +107,7 @@ async def model_callback(update: Update, context: Context) -> None:
         return
     chat_id = message.chat.id
     await services.store.set_chat_model(chat_id, entry.id)
-    log.info("model_chosen", chat_id=chat_id, model=entry.id, via="keyboard")
+    log.info("model_chosen", model=entry.id, via="keyboard")
     await query.answer(t("model_set", lang, label=entry.label))
     try:
         await query.edit_message_text(
@@ -123,7 +121,7 @@ async def model_callback(update: Update, context: Context) -> None:
 async def new_command(update: Update, context: Context) -> None:
     """Cancel a running reply in this chat, then close the session and open a fresh one."""
     message = update.effective_message
-    if message is None or not await _admit(update, context):
+    if message is None:
         return
     services = _services(context)
     # Under the session gate: a question stored before this point has its reply registered,
@@ -134,7 +132,6 @@ async def new_command(update: Update, context: Context) -> None:
         result = await services.store.start_new_session(message.chat_id)
     log.info(
         "session_started",
-        chat_id=message.chat_id,
         closed_session=result.closed_session_id,
         session=result.new_session_id,
     )
@@ -143,7 +140,7 @@ async def new_command(update: Update, context: Context) -> None:
 
 async def cancel_command(update: Update, context: Context) -> None:
     message = update.effective_message
-    if message is None or not await _admit(update, context):
+    if message is None:
         return
     cancelled = await _services(context).turns.cancel(message.chat_id)
     await say(message, t("cancelled" if cancelled else "nothing_to_cancel", user_language(update)))
@@ -162,8 +159,6 @@ async def chat_message(update: Update, context: Context) -> None:
             text = strip_bot_mentions(message, bot.username, bot.id)
         elif not _continues_split_message(update, context):
             return
-    if not await _admit(update, context):
-        return
     lang = user_language(update)
     if not text.strip():
         await say(message, t("empty_message", lang))
@@ -195,16 +190,6 @@ def _continues_split_message(update: Update, context: Context) -> bool:
     return _services(context).guard.joiner.leader_ref((message.chat_id, user.id)) is not None
 
 
-def _known_commands(application: App) -> set[str]:
-    return {
-        command
-        for handlers in application.handlers.values()
-        for handler in handlers
-        if isinstance(handler, CommandHandler)
-        for command in handler.commands
-    }
-
-
 async def unknown_command(update: Update, context: Context) -> None:
     """A "/word" that is no command of ours: say so, rather than silently ignoring it.
 
@@ -215,13 +200,11 @@ async def unknown_command(update: Update, context: Context) -> None:
     if message is None or message.text is None:
         return
     command, _, addressee = message.text.split(maxsplit=1)[0][1:].partition("@")
-    if command.lower() in _known_commands(context.application):
+    if command.lower() in registered_commands(context.application):
         return  # handled by its own CommandHandler in the first group
     if addressee and addressee.lower() != context.bot.username.lower():
         return
     if is_group(message) and not addressee:
-        return
-    if not await _admit(update, context):
         return
     await say(message, t("unknown_command", user_language(update)))
 
@@ -233,9 +216,7 @@ async def stray_callback(update: Update, context: Context) -> None:
     query = update.callback_query
     if query is None:
         return
-    log.info(
-        "callback_unknown", chat_id=update.effective_chat.id if update.effective_chat else None
-    )
+    log.info("callback_unknown")
     try:
         await query.answer()
     except TelegramError as exc:  # too old to answer: nothing a user waits for

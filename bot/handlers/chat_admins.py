@@ -44,7 +44,7 @@ class ChatAdmins:
         try:
             member = await bot.get_chat_member(chat_id, user_id)
         except TelegramError as exc:
-            log.warning("chat_member_unknown", chat_id=chat_id, error=str(exc))
+            log.warning("chat_member_unknown", error=str(exc))
             return False  # not kept: the next press asks again
         admin = member.status in ADMIN_STATUSES
         if len(self._known) >= ADMIN_CACHE_ENTRIES:

@@ -1,7 +1,8 @@
 """What an incoming message says and whom it is for: group or private, addressed to the bot,
 its text without the bot's mention, and the text it quotes.
 
-Telegram-specific reading only; who may talk at all is bot/handlers/access.py.
+Telegram-specific reading only; who may talk at all is
+bot/handlers/access.py (applied by bot/handlers/guard.py).
 """
 
 from __future__ import annotations

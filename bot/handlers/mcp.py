@@ -5,11 +5,12 @@ agent/tools/mcp.py.)"""
 from __future__ import annotations
 
 from telegram import Update
-from telegram.ext import CommandHandler, filters
+from telegram.ext import filters
 
-from bot.handlers.access import admit, say, user_language
+from bot.handlers.access import say, user_language
 from bot.handlers.incoming import is_group
 from bot.services import App, Context
+from bot.ui.commands import AdminCommandHandler
 from bot.ui.i18n import t
 from bot.ui.mcp_status import mcp_status_text
 
@@ -18,8 +19,6 @@ async def mcp_command(update: Update, context: Context) -> None:
     services = context.bot_data.services
     user, message = update.effective_user, update.effective_message
     if user is None or message is None:
-        return
-    if not await admit(update, services.settings, refusals=services.refusals):
         return
     lang = user_language(update)
     if user.id not in services.settings.ADMIN_USER_IDS:
@@ -36,4 +35,6 @@ async def mcp_command(update: Update, context: Context) -> None:
 
 
 def register_mcp_handlers(application: App) -> None:
-    application.add_handler(CommandHandler("mcp", mcp_command, filters=filters.UpdateType.MESSAGE))
+    application.add_handler(
+        AdminCommandHandler("mcp", mcp_command, filters=filters.UpdateType.MESSAGE)
+    )

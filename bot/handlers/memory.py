@@ -16,11 +16,10 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import CallbackQueryHandler, CommandHandler
 
-from bot.handlers.access import admit, say, user_language
+from bot.handlers.access import say, user_language
 from bot.handlers.incoming import clean_text
 from bot.services import App, Context
 from bot.turns.chat_turns import FORGETTING
-from bot.ui.commands import BOT_COMMANDS
 from bot.ui.i18n import t
 from bot.ui.render import split_plain
 from memory.forget import forget_chat
@@ -39,9 +38,6 @@ RECALL_RESULTS = 5
 
 # Control characters are no search terms (a NUL even breaks SQLite's FTS5 parse).
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-MEMORY_COMMANDS = [("memory", "cmd_memory"), ("forget", "cmd_forget"), ("recall", "cmd_recall")]
-
 
 # --- text helpers ------------------------------------------------------------------------------
 
@@ -69,14 +65,9 @@ def _who(role: str | None, lang: str | None) -> str:
 # --- handlers ----------------------------------------------------------------------------------
 
 
-async def _admit(update: Update, context: Context) -> bool:
-    services = context.bot_data.services
-    return await admit(update, services.settings, refusals=services.refusals)
-
-
 async def memory_command(update: Update, context: Context) -> None:
     message = update.effective_message
-    if message is None or not await _admit(update, context):
+    if message is None:
         return
     lang = user_language(update)
     feature = context.bot_data.services.memory
@@ -96,7 +87,7 @@ async def memory_command(update: Update, context: Context) -> None:
 
 async def forget_command(update: Update, context: Context) -> None:
     message = update.effective_message
-    if message is None or not await _admit(update, context):
+    if message is None:
         return
     lang = user_language(update)
     asker = update.effective_user.id if update.effective_user else 0
@@ -127,7 +118,7 @@ async def _reminders_stay(context: Context, chat_id: int, lang: str | None) -> s
 async def forget_callback(update: Update, context: Context) -> None:
     """The confirmation press. Access is checked again: a button is no credential."""
     query = update.callback_query
-    if query is None or not await _admit(update, context):
+    if query is None:
         return
     lang = user_language(update)
     message = query.message
@@ -138,7 +129,7 @@ async def forget_callback(update: Update, context: Context) -> None:
     parsed = _FORGET_DATA.match(query.data or "")
     if parsed is None or int(parsed.group(2)) != query.from_user.id:
         # Someone else's /forget (a group): only its asker decides. Told privately, no effect.
-        log.info("forget_press_refused", chat_id=chat_id, user_id=query.from_user.id)
+        log.info("forget_press_refused", user_id=query.from_user.id)
         await query.answer(t("forget_not_yours", lang), show_alert=True)
         return
     if parsed.group(1) == "y":
@@ -155,7 +146,6 @@ async def forget_callback(update: Update, context: Context) -> None:
                 web.forget_chat(chat_id)  # the pages and searches it read go too
         log.info(
             "memory_forgotten",
-            chat_id=chat_id,
             history_entries=forgotten.history_entries,
             messages=forgotten.messages,
             archived=forgotten.archived,
@@ -173,7 +163,7 @@ async def forget_callback(update: Update, context: Context) -> None:
 
 async def recall_command(update: Update, context: Context) -> None:
     message = update.effective_message
-    if message is None or not await _admit(update, context):
+    if message is None:
         return
     lang = user_language(update)
     user_id = update.effective_user.id if update.effective_user else 0
@@ -211,10 +201,7 @@ async def recall_command(update: Update, context: Context) -> None:
 
 
 def register_memory_handlers(application: App) -> None:
-    """Add the commands (and their /help lines) before the application starts."""
-    for command in MEMORY_COMMANDS:
-        if command not in BOT_COMMANDS:
-            BOT_COMMANDS.append(command)
+    """Add the commands before the application starts (the menu and /help read them)."""
     application.add_handler(CommandHandler("memory", memory_command))
     application.add_handler(CommandHandler("forget", forget_command))
     application.add_handler(CommandHandler("recall", recall_command))

@@ -14,8 +14,6 @@ what the bot already holds for that group.
 
 from __future__ import annotations
 
-import asyncio
-
 import structlog
 from telegram import Update
 from telegram.ext import MessageHandler, filters
@@ -26,9 +24,6 @@ from memory.chat_move import ChatMove, move_chat
 from memory.store import Store, to_iso
 
 log = structlog.get_logger("bot.migration")
-
-# Moves started from inside a turn: referenced until done, so none is collected half-way.
-_background: set[asyncio.Task[ChatMove]] = set()
 
 
 async def migrate_chat(
@@ -57,9 +52,7 @@ def migrate_later(
     turns: ChatTurns, store: Store, old_chat_id: int, new_chat_id: int, *, via: str
 ) -> None:
     """From inside a turn of the old chat (which holds its lock): move once that turn ends."""
-    task = asyncio.create_task(migrate_chat(turns, store, old_chat_id, new_chat_id, via=via))
-    _background.add(task)
-    task.add_done_callback(_background.discard)
+    turns.after_turn(migrate_chat(turns, store, old_chat_id, new_chat_id, via=via))
 
 
 async def migration_message(update: Update, context: Context) -> None:

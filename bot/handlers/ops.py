@@ -11,16 +11,16 @@ import re
 from collections.abc import Collection
 
 import structlog
-from telegram import Bot, BotCommand, BotCommandScopeChat, Update
+from telegram import BotCommandScopeChat, Update
 from telegram.error import TelegramError
 from telegram.ext import CommandHandler, TypeHandler, filters
 
-from bot.handlers.access import admit, say, user_allowed, user_language
+from bot.handlers.access import say, user_allowed, user_language
 from bot.handlers.incoming import is_group
 from bot.handlers.reminders import reminder_stats_text
 from bot.handlers.tasks import task_stats_text
 from bot.services import App, Context, Services
-from bot.ui.commands import BOT_COMMANDS
+from bot.ui.commands import AdminCommandHandler, bot_commands
 from bot.ui.i18n import t
 from bot.ui.stats import build_stats_text, everyone_text, usage_text
 from memory.mcp_calls import McpCalls
@@ -29,14 +29,12 @@ from memory.web_calls import WebCalls
 log = structlog.get_logger("bot.ops")
 
 
-async def set_admin_commands(bot: Bot, admin_ids: Collection[int]) -> None:
+async def set_admin_commands(application: App, admin_ids: Collection[int]) -> None:
     """Admins see /stats in their command list; everyone else does not (run in post_init)."""
+    commands = bot_commands(application, "en", admin=True)
     for admin_id in admin_ids:
-        commands = [BotCommand(name, t(key, "en")) for name, key in BOT_COMMANDS]
-        commands.append(BotCommand("stats", t("cmd_stats", "en")))
-        commands.append(BotCommand("mcp", t("cmd_mcp", "en")))
         try:
-            await bot.set_my_commands(commands, scope=BotCommandScopeChat(admin_id))
+            await application.bot.set_my_commands(commands, scope=BotCommandScopeChat(admin_id))
         except TelegramError as exc:  # e.g. the admin never opened a chat with the bot
             log.info("admin_commands_not_set", admin_id=admin_id, error=str(exc))
 
@@ -58,7 +56,7 @@ async def remember_language(update: Update, context: Context) -> None:
         return
     services = context.bot_data.services
     if not user_allowed(services.settings, user.id):
-        return
+        return  # a group's move to a supergroup passes the guard, whoever made it
     known = services.languages
     if known.get(chat.id) == user.language_code:
         return
@@ -83,7 +81,7 @@ async def usage_command(update: Update, context: Context) -> None:
     those two only in a private chat."""
     services = context.bot_data.services
     user = update.effective_user
-    if user is None or not await admit(update, services.settings, refusals=services.refusals):
+    if user is None:
         return
     lang = user_language(update)
     ledger = services.ledger
@@ -140,7 +138,7 @@ async def stats_command(update: Update, context: Context) -> None:
     breakers, spend today."""
     services = context.bot_data.services
     user = update.effective_user
-    if user is None or not await admit(update, services.settings, refusals=services.refusals):
+    if user is None:
         return
     lang = user_language(update)
     if not _is_admin(services, user.id):
@@ -165,6 +163,4 @@ def register_operations_handlers(application: App) -> None:
     # Group -1 runs before the command and chat handlers of group 0, for every update.
     application.add_handler(TypeHandler(Update, remember_language), group=-1)
     application.add_handler(CommandHandler("usage", usage_command, filters=new_messages))
-    application.add_handler(CommandHandler("stats", stats_command, filters=new_messages))
-    if ("usage", "cmd_usage") not in BOT_COMMANDS:
-        BOT_COMMANDS.append(("usage", "cmd_usage"))
+    application.add_handler(AdminCommandHandler("stats", stats_command, filters=new_messages))

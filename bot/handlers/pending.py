@@ -23,7 +23,7 @@ from telegram.error import TelegramError
 from telegram.ext import CallbackQueryHandler
 
 from agent.tools.held import HeldRun
-from bot.handlers.access import admit, user_language
+from bot.handlers.access import user_language
 from bot.services import App, Context
 from bot.turns.turn import receipt_line
 from bot.ui.i18n import t
@@ -48,9 +48,7 @@ async def pending_callback(update: Update, context: Context) -> None:
     """A press of ✅ or ❌ under a held write."""
     query = update.callback_query
     services = context.bot_data.services
-    if query is None or not await admit(
-        update, services.settings, addressed=False, refusals=services.refusals
-    ):
+    if query is None:
         return
     lang = user_language(update)
     data = query.data or ""
@@ -84,14 +82,14 @@ async def pending_callback(update: Update, context: Context) -> None:
         await _edit(query, f"{t(f'{texts}_expired', lang, hours=ttl_hours())}\n{line}")
         return
     if not keep:
-        log.info("pending_write_dropped", chat_id=write.chat_id, tool=write.tool)
+        log.info("pending_write_dropped", tool=write.tool)
         await query.answer()
         await _edit(query, f"{t(f'{texts}_dropped', lang)}\n{line}")
         return
     ran = tapped.result if isinstance(tapped, Kept) else None
     assert ran is not None  # a ✅ that claimed the call ran it
     outcome = ran.outcome
-    log.info("pending_write_kept", chat_id=write.chat_id, tool=write.tool, done=ran.done)
+    log.info("pending_write_kept", tool=write.tool, done=ran.done)
     await query.answer()
     if outcome.receipt is not None:
         await _edit(query, f"{t('pending_kept', lang)}\n{receipt_line(outcome.receipt, lang)}")

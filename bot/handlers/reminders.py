@@ -38,11 +38,11 @@ from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, Tele
 from telegram.ext import CallbackQueryHandler, CommandHandler, filters
 
 from bot.config import Settings
-from bot.handlers.access import admit, say, user_allowed, user_language
+from bot.handlers.access import say, user_allowed, user_language
 from bot.handlers.chat_admins import is_group
 from bot.handlers.incoming import clean_text
 from bot.services import App, Context, Services
-from bot.ui.commands import BOT_COMMANDS
+from bot.ui.flood import penalty_seconds
 from bot.ui.i18n import t
 from bot.ui.keyboards import callback_row_id
 from bot.ui.reminder_texts import (
@@ -166,11 +166,10 @@ class TelegramDelivery:
             await self._pace(chat_id)
             try:
                 message = await self._send(chat_id, topic_id, plain, reminder, html=True)
-            except RetryAfter as error:
-                seconds = error.retry_after
-                wait = seconds.total_seconds() if hasattr(seconds, "total_seconds") else seconds
+            except RetryAfter as error:  # the scheduler tries again after it (bot/ui/flood.py)
+                wait = penalty_seconds(error)
                 log.warning("reminder_flood_control", chat_id=chat_id, retry_after_s=wait)
-                return RetryLater(float(wait))
+                return RetryLater(wait)
             except ChatMigrated as error:
                 # The group became a supergroup: its data moves there, and so does this one.
                 log.warning("reminder_chat_migrated", chat_id=chat_id, reminder_id=reminder.id,
@@ -257,11 +256,6 @@ async def reminder_stats_text(services: Services, lang: str | None) -> str:
 # --- handlers ---------------------------------------------------------------------------------
 
 
-async def _admit(update: Update, context: Context, *, addressed: bool = True) -> bool:
-    services = context.bot_data.services
-    return await admit(update, services.settings, addressed=addressed, refusals=services.refusals)
-
-
 async def _may_set_zone(update: Update, context: Context) -> bool:
     """A group's time zone sets every member's reminder times: its admins change it. An
     anonymous admin writes as the group itself (sender_chat), which only admins can."""
@@ -290,7 +284,7 @@ def _now_in(book: ReminderBook, name: str, lang: str | None) -> str:
 async def timezone_command(update: Update, context: Context) -> None:
     """`/timezone Area/City` sets the chat's zone; bare, it shows the zone and some buttons."""
     message = update.effective_message
-    if message is None or not await _admit(update, context):
+    if message is None:
         return
     lang = user_language(update)
     book = context.bot_data.services.reminders.book
@@ -311,13 +305,13 @@ async def timezone_command(update: Update, context: Context) -> None:
     if name is None:
         await say(message, t("timezone_unknown", lang, name=wanted[:64]))
         return
-    log.info("timezone_set", chat_id=message.chat_id, zone=name)
+    log.info("timezone_set", zone=name)
     await say(message, t("timezone_set", lang, zone=name, now=_now_in(book, name, lang)))
 
 
 async def timezone_callback(update: Update, context: Context) -> None:
     query = update.callback_query
-    if query is None or not await _admit(update, context, addressed=False):
+    if query is None:
         return
     lang = user_language(update)
     book = context.bot_data.services.reminders.book
@@ -331,7 +325,7 @@ async def timezone_callback(update: Update, context: Context) -> None:
     if name is None:
         await query.answer(t("timezone_unknown", lang, name=(query.data or "")[3:64]))
         return
-    log.info("timezone_set", chat_id=query.message.chat.id, zone=name, via="keyboard")
+    log.info("timezone_set", zone=name, via="keyboard")
     text = t("timezone_set", lang, zone=name, now=_now_in(book, name, lang))
     await query.answer()
     try:
@@ -391,7 +385,7 @@ async def reminders_command(update: Update, context: Context) -> None:
     """/reminders: the chat's pending reminders, each with a ❌ button that cancels it, in
     pages when they do not fit one message."""
     message = update.effective_message
-    if message is None or not await _admit(update, context):
+    if message is None:
         return
     lang = user_language(update)
     pending = await context.bot_data.services.reminders.book.pending(message.chat_id)
@@ -402,7 +396,7 @@ async def reminders_command(update: Update, context: Context) -> None:
 async def page_callback(update: Update, context: Context) -> None:
     """◀ or ▶ (or the page number): the list again, at that page, in the same message."""
     query = update.callback_query
-    if query is None or not await _admit(update, context, addressed=False):
+    if query is None:
         return
     page = callback_row_id(query.data, PAGE_PREFIX)
     await query.answer()
@@ -416,7 +410,7 @@ async def cancel_callback(update: Update, context: Context) -> None:
     """A ❌ press. The reminder must belong to the chat the button was pressed in: a button
     (or forged callback data) from another chat cancels nothing."""
     query = update.callback_query
-    if query is None or not await _admit(update, context, addressed=False):
+    if query is None:
         return
     lang = user_language(update)
     reminder_id = callback_row_id(query.data, CANCEL_PREFIX)
@@ -436,24 +430,21 @@ async def cancel_callback(update: Update, context: Context) -> None:
                 context.bot, chat_id, presser
             )
         ):
-            log.info("reminder_cancel_not_yours", chat_id=chat_id, reminder_id=reminder_id)
+            log.info("reminder_cancel_not_yours", reminder_id=reminder_id)
             await query.answer(t("reminder_cancel_not_yours", lang), show_alert=True)
             return
     cancelled = await book.cancel(chat_id, reminder_id)
     if cancelled is None:
-        log.info("reminder_cancel_refused", chat_id=chat_id, reminder_id=reminder_id)
+        log.info("reminder_cancel_refused", reminder_id=reminder_id)
         await query.answer(t("reminder_cancel_gone", lang), show_alert=True)
     else:
-        log.info("reminder_cancelled", chat_id=chat_id, reminder_id=cancelled.id, via="button")
+        log.info("reminder_cancelled", reminder_id=cancelled.id, via="button")
         await query.answer(t("reminder_cancel_done", lang, text=cancelled.text[:150]))
     await _show_page(query, await book.pending(chat_id), lang, _page_shown(query.message))
 
 
 def register_reminder_handlers(application: App) -> None:
     new_messages = filters.UpdateType.MESSAGE
-    for command in (("timezone", "cmd_timezone"), ("reminders", "cmd_reminders")):
-        if command not in BOT_COMMANDS:
-            BOT_COMMANDS.append(command)
     application.add_handler(CommandHandler("timezone", timezone_command, filters=new_messages))
     application.add_handler(CommandHandler("reminders", reminders_command, filters=new_messages))
     application.add_handler(CallbackQueryHandler(cancel_callback, pattern=f"^{CANCEL_PREFIX}"))

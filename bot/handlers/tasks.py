@@ -45,12 +45,13 @@ from telegram.ext import CallbackQueryHandler
 
 from agent.task_run import TaskAnswer, TaskRequest, TaskRunner
 from bot.config import Settings
-from bot.handlers.access import admit, user_allowed, user_language
+from bot.handlers.access import user_allowed, user_language
 from bot.handlers.chat_admins import is_group
 from bot.handlers.reminders import _stop_reason, _topic_gone
 from bot.services import App, Context, Services
 from bot.turns.limits import TurnGuard
 from bot.turns.turn import failure_reason
+from bot.ui.flood import penalty_seconds
 from bot.ui.i18n import t
 from bot.ui.keyboards import callback_row_id
 from bot.ui.pending_texts import send_pending
@@ -285,9 +286,7 @@ class TaskDelivery:
 
     def _retry_or_stop(self, task: Reminder, error: TelegramError) -> RetryLater | Stopped:
         if isinstance(error, RetryAfter):
-            wait = error.retry_after
-            seconds = wait.total_seconds() if isinstance(wait, timedelta) else float(wait)
-            return RetryLater(seconds)
+            return RetryLater(penalty_seconds(error))
         reason = _stop_reason(error) if isinstance(error, Forbidden | BadRequest) else None
         if reason is not None:
             return Stopped(reason)
@@ -393,10 +392,7 @@ async def task_stats_text(services: Services, lang: str | None) -> str:
 async def resume_callback(update: Update, context: Context) -> None:
     """▶ on a paused task: it runs again from its next time. In a group, its setter or an admin."""
     query = update.callback_query
-    if query is None or not await admit(
-        update, context.bot_data.services.settings, addressed=False,
-        refusals=context.bot_data.services.refusals,
-    ):  # fmt: skip
+    if query is None:
         return
     services = context.bot_data.services
     lang = user_language(update)

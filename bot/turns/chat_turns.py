@@ -55,6 +55,9 @@ class ChatTurns:
         self._gate_users: dict[int, int] = {}
         self._running: dict[int, asyncio.Task[Any]] = {}
         self._switches: dict[int, StopSwitch] = {}
+        # Work a turn started for after itself (a chat's move), referenced until done, so
+        # none is collected half-way.
+        self._after: set[asyncio.Task[Any]] = set()
 
     @asynccontextmanager
     async def serialised(self, chat_id: int) -> AsyncIterator[None]:
@@ -182,3 +185,11 @@ class ChatTurns:
             return False
         await stop_tasks([task], patience=wait, reason=reason)
         return True
+
+    def after_turn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Start `work` now, for a turn that cannot wait for it: work that needs the chat
+        (`serialised`) runs once that turn lets go."""
+        task = asyncio.create_task(work)
+        self._after.add(task)
+        task.add_done_callback(self._after.discard)
+        return task

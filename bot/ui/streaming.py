@@ -29,15 +29,14 @@ servers fetch, with what it read in the URL. sendMessageDraft has no preview set
 reply stops drafting and streams into a real message instead.
 
 Telegram's flood control punishes retrying during a penalty by extending it, so a RetryAfter
-is never retried early: intermediate updates are skipped until the penalty ends, the final
-text waits it out and is then sent once. "Message is not modified" is success.
+is never retried early (bot/ui/flood.py): intermediate updates are skipped until the penalty
+ends, the final text waits it out and is then sent once. "Message is not modified" is success.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dtm
 import html
 import secrets
 import time
@@ -50,6 +49,7 @@ from telegram import Bot, LinkPreviewOptions, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 
+from bot.ui.flood import MAX_PENALTY_WAITS, penalty_seconds
 from bot.ui.render import (
     TELEGRAM_TEXT_LIMIT,
     plain_text,
@@ -66,7 +66,6 @@ log = structlog.get_logger("bot.streaming")
 TYPING_REPEAT_S = 4.0  # Telegram shows a chat action for about 5 s
 FINAL_ATTEMPTS = 3  # network errors on the final text: tries per piece
 FINAL_BACKOFF = Backoff((0.5, 1.0, 2.0))
-MAX_PENALTY_WAITS = 5  # RetryAfter rounds waited out per final piece before giving up
 FIRST_HOLD_INTERVALS = 1.5  # default hold before the first streamed message, in edit intervals
 FIRST_SEND_CHARS = 500  # text this long is shown at once: worth reading before the answer ends
 # "Chat migrated" answers followed per reply. A group becomes a supergroup once; answers that
@@ -625,7 +624,7 @@ class StreamingReply:
     # ---- helpers ----------------------------------------------------------------------------
 
     def _penalise(self, error: RetryAfter) -> None:
-        seconds = _seconds(error.retry_after)
+        seconds = penalty_seconds(error)
         self._blocked_until = max(self._blocked_until, time.monotonic() + seconds)
         log.warning("telegram_flood_control", chat_id=self._chat_id, retry_after_s=seconds)
 
@@ -663,12 +662,6 @@ def _render_pieces(markdown: str, limit: int) -> list[_FinalPiece]:
         for part in split_for_telegram(markdown, limit)
     ]
     return [piece for piece in pieces if piece.plain]
-
-
-def _seconds(value: int | float | dtm.timedelta) -> float:
-    if isinstance(value, dtm.timedelta):
-        return value.total_seconds()
-    return float(value)
 
 
 def _is_not_modified(error: BadRequest) -> bool:

@@ -36,6 +36,7 @@ limits; keys of separate accounts are then paced conservatively).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Hashable
@@ -408,7 +409,10 @@ class GatewayPacer:
     def _poke(self) -> None:
         self._wake.set()
         if self._dispatcher is None or self._dispatcher.done():
-            self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
+            # Serves every caller: it carries none of their log context (chat, update).
+            self._dispatcher = asyncio.get_running_loop().create_task(
+                self._dispatch(), context=contextvars.Context()
+            )
 
     async def _dispatch(self) -> None:
         while not self._idle():

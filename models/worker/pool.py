@@ -27,18 +27,21 @@ The bot depends on a worker for every answer, so the pool supervises them:
   253–549 ms spawning (benchmarks/turn_overhead.py);
 - start-up (`start_timeout_s`) and stop (`STOP_GRACE_S`) are bounded.
 
-The pool belongs to one event loop, the bot's: its workers' sockets are read there and its
-supervision runs there. A call from another loop is refused (tests share one loop:
-pyproject's asyncio loop scopes). Where the work lives: models/worker/process.py (one worker
-process from spawn to end), models/worker/remote.py (the calls in flight on a worker),
-models/worker/protocol.py (every message), models/worker/proc.py (processes by pid). What
-the transport asks of the pool is models/worker/interface.py `ProviderWorkers`.
+A pool belongs to one event loop: its workers' sockets are read there and its supervision
+runs there, so a call from another loop is refused. There is no pool per process: the
+composition root (bot/app.py `open_services`) builds the bot's and hands it to the transport,
+and a benchmark or a test that runs its own loop builds its own. Where the work lives:
+models/worker/process.py (one worker process from spawn to end), models/worker/remote.py (the
+calls in flight on a worker), models/worker/protocol.py (every message), models/worker/proc.py
+(processes by pid). What the transport asks of the pool is models/worker/interface.py
+`ProviderWorkers`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextvars
 import itertools
 import socket
 import time
@@ -177,7 +180,10 @@ class WorkerPool:
     def watch(self) -> None:
         """Run the supervision (once)."""
         if self._supervisor is None:
-            self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
+            # The pool serves every caller: its tasks carry none of their log context.
+            self._supervisor = asyncio.get_running_loop().create_task(
+                self._supervise(), context=contextvars.Context()
+            )
         if not self._exit_hook:
             self._exit_hook = True
             atexit.register(self._kill_at_exit)
@@ -190,8 +196,8 @@ class WorkerPool:
             self._loop = loop
         elif self._loop is not loop:
             raise RuntimeError(
-                "the provider worker pool runs on one event loop; this call came from another"
-                " (tests: share one loop, pyproject's asyncio_default_test_loop_scope)"
+                "a provider worker pool runs on one event loop; this call came from another"
+                " (build one pool per loop)"
             )
         if not self.workers:
             self.workers.append(ProviderWorker(self, 1))
@@ -235,7 +241,7 @@ class WorkerPool:
         number = next(n for n in itertools.count(1) if n not in numbers)
         worker = ProviderWorker(self, number)
         self.workers.append(worker)
-        task = asyncio.get_running_loop().create_task(worker.ready())
+        task = asyncio.get_running_loop().create_task(worker.ready(), context=contextvars.Context())
         task.add_done_callback(_quiet)
 
     async def _supervise(self) -> None:
@@ -268,7 +274,10 @@ class WorkerPool:
     def _retire(self, worker: ProviderWorker) -> None:
         log.info("provider_worker_retired", number=worker.number, pid=worker.pid)
         self.workers.remove(worker)
-        asyncio.get_running_loop().create_task(worker.stop()).add_done_callback(_quiet)
+        stopping = asyncio.get_running_loop().create_task(
+            worker.stop(), context=contextvars.Context()
+        )
+        stopping.add_done_callback(_quiet)
 
     def _kill_at_exit(self) -> None:
         for worker in self.workers:
@@ -278,6 +287,3 @@ class WorkerPool:
 def _quiet(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.info("provider_worker_start_failed", error=str(task.exception()))
-
-
-WORKER = WorkerPool()

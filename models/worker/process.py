@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 import socket
 import subprocess
@@ -169,7 +170,10 @@ class ProviderWorker:
         if self.state in ("stopped", "lost"):
             raise WorkerLostError(f"provider worker {self.number} {self.state}")
         if self._starting is None:
-            self._starting = asyncio.get_running_loop().create_task(self._start())
+            # The worker serves every caller: its tasks carry none of their log context.
+            self._starting = asyncio.get_running_loop().create_task(
+                self._start(), context=contextvars.Context()
+            )
         await asyncio.shield(self._starting)
 
     async def call(
@@ -398,7 +402,7 @@ class ProviderWorker:
         loop = asyncio.get_running_loop()
         self._link = link
         self._ready = loop.create_future()
-        link.task = loop.create_task(self._read(link))
+        link.task = loop.create_task(self._read(link), context=contextvars.Context())
         self.last_heard = loop.time()
         await self._ready
         self.pool.watch()
@@ -441,7 +445,9 @@ class ProviderWorker:
         self._close_sockets()
         self.pool.lost(self)
         if self.process is not None:
-            asyncio.get_running_loop().create_task(reap(self.process, 0.0))
+            asyncio.get_running_loop().create_task(
+                reap(self.process, 0.0), context=contextvars.Context()
+            )
 
     async def _read(self, link: _Link) -> None:
         loop = asyncio.get_running_loop()

@@ -89,14 +89,13 @@ async def answer_document(
                 timeout=settings.DOCUMENT_TIMEOUT,
             )
         except DocumentError as exc:
-            log.info("document_unreadable", chat_id=turn.chat_id, reason=exc.reason)
+            log.info("document_unreadable", reason=exc.reason)
             seconds = f"{settings.DOCUMENT_TIMEOUT:g}"
             reply = t(_DOCUMENT_ERRORS[exc.reason], lang, name=name, seconds=seconds)
             await send_plain(bot, turn, reply)
             return None
         log.info(
             "document_read",
-            chat_id=turn.chat_id,
             kind=document.kind,
             pages=document.pages,
             tokens=document.total_tokens,

@@ -1,11 +1,12 @@
 """A media message in: voice, audio, video notes, photos and documents, checked and routed.
 
-Everything a text message goes through applies here first and in the same order: group
-addressing, the allowlist (`admit`), then the checks that need no download (duration, the size
-Telegram announces, the least duration that size allows, whether the chat's model can see,
-whether we read that kind of document), then the rate limit and the spending caps
-(`TurnGuard.check_spend`). Only then is anything downloaded, so a stranger, an over-long note
-or a user over their cap costs nothing. Then each kind becomes a chat turn of its own module:
+Everything a text message goes through applies here first and in the same order: the
+allowlist (bot/handlers/guard.py, before any handler), group addressing, then the checks that
+need no download (duration, the size Telegram announces, the least duration that size allows,
+whether the chat's model can see, whether we read that kind of document), then the rate limit
+and the spending caps (`TurnGuard.check_spend`). Only then is anything downloaded, so a
+stranger, an over-long note or a user over their cap costs nothing. Then each kind becomes a
+chat turn of its own module:
 
 - voice, audio, video notes: bot/handlers/media/voice.py (transcribed, shown, answered; Retry);
 - photos and image documents: bot/handlers/media/photos.py (an image part for a model that sees);
@@ -21,7 +22,7 @@ from __future__ import annotations
 import structlog
 from telegram import InlineKeyboardMarkup, Message, Update
 
-from bot.handlers.access import admit, say, user_language
+from bot.handlers.access import say, user_language
 from bot.handlers.incoming import clean_text, is_addressed_to_bot, is_group, strip_bot_mentions
 from bot.handlers.media.documents import answer_document
 from bot.handlers.media.media_files import Incoming, incoming_media
@@ -54,8 +55,6 @@ async def media_message(update: Update, context: Context) -> None:
     if group and not is_addressed_to_bot(message, bot.username, bot.id):
         return
     services = context.bot_data.services
-    if not await admit(update, services.settings, refusals=services.refusals):
-        return
     lang = user_language(update)
     incoming = incoming_media(message)
     if incoming is None:
@@ -80,7 +79,6 @@ async def media_message(update: Update, context: Context) -> None:
     request = turn_request_for(message, user.id, bot, update.update_id, text="", lang=lang)
     log.info(
         "media_received",
-        chat_id=message.chat_id,
         kind=incoming.kind,
         file_size=incoming.file_size,
         duration=incoming.duration,

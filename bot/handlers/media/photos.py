@@ -60,11 +60,11 @@ async def answer_photo(
         try:
             image = await fit_image_bounded(got.data, limit)
         except ImageError as exc:
-            log.info("image_refused", chat_id=turn.chat_id, reason=exc.reason, size=len(got.data))
+            log.info("image_refused", reason=exc.reason, size=len(got.data))
             await send_plain(bot, turn, t(f"image_{exc.reason}", turn.language))
             return None
         if image.scaled:
-            log.info("image_scaled", chat_id=turn.chat_id, size=len(got.data), sent=len(image.data))
+            log.info("image_scaled", size=len(got.data), sent=len(image.data))
         encoded = base64.b64encode(image.data).decode("ascii")
         url = f"data:{image.mime_type};base64,{encoded}"
         # What a photo shows (a screenshot's text) may be anyone's words; the caption is the

