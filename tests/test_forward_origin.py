@@ -12,7 +12,7 @@ import pytest
 from telegram import Update
 
 from bot.handlers.incoming import forward_origin_of, quotes_others
-from bot.turns.turn import TurnRequest
+from bot.turns.request import TurnRequest
 
 UPDATES = json.loads((Path(__file__).parent / "data" / "forwarded_updates.json").read_text())
 

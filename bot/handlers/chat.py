@@ -23,7 +23,8 @@ from bot.handlers.incoming import (
 from bot.handlers.media.media import media_message
 from bot.handlers.media.voice import RETRY_PREFIX, retry_callback
 from bot.services import App, Context, Services
-from bot.turns.turn import MessageSavedError, run_chat_turn, turn_request_for
+from bot.turns.request import turn_request_for
+from bot.turns.turn import MessageSavedError, run_chat_turn
 from bot.ui.commands import menu_commands, registered_commands
 from bot.ui.i18n import t
 from bot.ui.keyboards import is_model_callback, model_keyboard, resolve_model_callback

@@ -36,7 +36,7 @@ from bot.handlers.media.media_limits import (
 from bot.handlers.media.photos import answer_photo
 from bot.handlers.media.voice import transcribe_and_answer
 from bot.services import Context, Services
-from bot.turns.turn import turn_request_for
+from bot.turns.request import turn_request_for
 from bot.ui.i18n import t
 from bot.ui.keyboards import model_keyboard
 from media.documents import document_kind
