@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from telegram import Update
 
-from bot.handlers.incoming import forward_origin_of, quotes_others
+from bot.incoming import forward_origin_of, quotes_others
 from bot.turns.request import TurnRequest
 
 UPDATES = json.loads((Path(__file__).parent / "data" / "forwarded_updates.json").read_text())

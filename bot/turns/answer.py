@@ -27,8 +27,8 @@ from agent.events import (
     UntrustedContent,
 )
 from agent.loop import MAX_KEPT_TOOL_CALLS, AgentTurn
-from bot.handlers.migration import migrate_later
 from bot.turns.chat_turns import StopSwitch
+from bot.turns.migrate import migrate_later
 from bot.turns.request import TurnRequest
 from bot.ui.i18n import t
 from bot.ui.pending_texts import send_pending

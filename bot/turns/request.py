@@ -9,7 +9,7 @@ from telegram import Bot, Message, User
 from telegram.constants import ChatType
 
 from agent.prompt import with_forward, with_quote
-from bot.handlers.incoming import (
+from bot.incoming import (
     forward_origin_of,
     is_group,
     plain_name,
@@ -45,7 +45,7 @@ class TurnRequest:
     speaker: str | None = None
     # The sender's name as Telegram shows it (a reminder set in a group mentions them).
     user_name: str | None = None
-    # A forwarded message: whose words it holds (bot.handlers.incoming.forward_origin_of),
+    # A forwarded message: whose words it holds (bot.incoming.forward_origin_of),
     # stored with it and shown as theirs, never as the sender's own statement.
     forward_origin: dict[str, object] | None = None
     # The message quotes words that are not the sender's own (another member's, the bot's).
