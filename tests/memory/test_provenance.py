@@ -16,6 +16,7 @@ from memory.provenance import (
     AUDIO,
     DOCUMENT,
     FORWARD,
+    KINDS,
     MCP,
     PHOTO,
     QUOTE,
@@ -23,6 +24,7 @@ from memory.provenance import (
     WEB_READ,
     WEB_SEARCH,
     Provenance,
+    label,
     stub,
 )
 from memory.recall.search import RecallHit, Turn
@@ -54,6 +56,20 @@ def test_each_kind_is_one_line_naming_its_kind_and_source_never_its_text() -> No
     assert stub(Provenance(RECALL, 'a document the user sent ("a.txt")')) == (
         "[recall result holding a document the user sent ('a.txt'): not shown]"
     )
+
+
+def test_every_kind_has_a_one_line_stub_and_label_that_name_their_source() -> None:
+    """A kind added to KINDS without its words would break the memory writer's transcript or
+    a recall hit's introduction at the first such message: each kind has both."""
+    for kind in sorted(KINDS - {PHOTO, WEB_SEARCH}):
+        part = Provenance(kind, "club-notes.example", chars=1200)
+        for words in (stub(part), label(part)):
+            assert "\n" not in words and "club-notes.example" in words, (kind, words)
+        assert stub(part).startswith("[") and stub(part).endswith("not shown]")
+        assert "1,200 characters" in stub(part)
+    for kind in (PHOTO, WEB_SEARCH):  # named by kind alone to the chat model
+        part = Provenance(kind, "club-notes.example")
+        assert stub(part).endswith("not shown]") and "\n" not in label(part)
 
 
 def test_a_source_cannot_break_out_of_its_stub() -> None:
