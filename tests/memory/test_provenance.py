@@ -4,14 +4,13 @@ back, and the migration that fills it in for rows written before it existed."""
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from agent.tools.memory import format_hits, recall_provenance
-from memory.db import MIGRATIONS_DIR, Database
+from memory.db import Database
 from memory.provenance import (
     AUDIO,
     DOCUMENT,
@@ -29,6 +28,7 @@ from memory.provenance import (
 )
 from memory.recall.search import RecallHit, Turn
 from primitives.framing import Framing
+from tests.support.old_schema import database_before
 
 
 def test_each_kind_is_one_line_naming_its_kind_and_source_never_its_text() -> None:
@@ -127,13 +127,7 @@ def test_recall_frames_what_is_not_the_user_s_and_names_it() -> None:
 
 
 async def test_the_migration_fills_in_rows_written_before_it(tmp_path: Path) -> None:
-    [migration] = sorted(MIGRATIONS_DIR.glob("*_provenance.sql"))
-    before = tmp_path / "migrations"
-    before.mkdir()
-    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
-        if path.name < migration.name:
-            shutil.copy(path, before / path.name)
-    db = await Database.open(tmp_path / "m.sqlite3", migrations=before)
+    db = await database_before(tmp_path / "m.sqlite3", "provenance")
     web_call = [{"id": "c1", "name": "web_read", "arguments": '{"url": "https://a.example/x"}'}]
     rows = [
         ("user", "my own words", None, None, None, None),
