@@ -1,8 +1,8 @@
-"""Tool calls held for the asker's ✅ instead of carried out (design brief, "Web", "MCP").
+"""Tool calls held for the asker's ✅ instead of carried out.
 
 Some calls must not run on the model's word alone: a memory or reminder write asked for with
 untrusted content in view (agent/untrusted.py), a web call that would carry words out of the
-bot after such content (agent/tools/egress.py), and next an MCP tool with effects. Each family
+bot after such content (agent/tools/egress.py), and an MCP tool with effects. Each family
 registers once with `HeldCalls.register` (a `HeldFamily`): which tools it covers, when one of
 its calls waits, how its arguments are checked before it is kept, what the model is told, how
 the ✅ message names it, how it runs on ✅, and whether its result then joins the session.
