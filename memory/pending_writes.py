@@ -1,4 +1,4 @@
-"""Tool calls that wait for the asker's ✅ (design brief, "Web", "MCP").
+"""Tool calls that wait for the asker's ✅.
 
 A model that read untrusted content (a web page, search results, a document, a forwarded or
 quoted message of someone else) may have been told by that content to write the memory or to
