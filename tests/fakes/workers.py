@@ -7,7 +7,7 @@ HTTP requests to the fake providers, and every message still goes through the pr
 framing (models/worker/protocol.py), so what could not cross fails as it would. Only the
 process and its socket are gone: no start-up, nothing to supervise, no litellm import in a
 child per test run. What the process adds (a worker that dies, freezes, garbles, forks) is
-tested against the real pool: tests/test_worker.py, tests/test_worker_supervision.py.
+tested against the real pool: tests/models/test_worker.py, tests/models/test_worker_supervision.py.
 """
 
 from __future__ import annotations
