@@ -19,6 +19,7 @@ from PIL import Image
 
 import media.image_reader
 from bot.ui.i18n import t
+from media.document_reader import ReaderSlots
 from media.image_reader import fit_image_bounded
 from media.images import STRICTEST, ImageError
 from tests.support.e2e_bot import OWNER, bot_under_test
@@ -43,7 +44,7 @@ async def rise_of(data: bytes, **options: int) -> tuple[int, object]:
     peak_reset()
     before = current_mib()
     try:
-        outcome: object = await fit_image_bounded(data, STRICTEST, **options)
+        outcome: object = await fit_image_bounded(data, STRICTEST, slots=ReaderSlots(), **options)
     except ImageError as exc:
         outcome = exc
     return peak_mib() - before, outcome
