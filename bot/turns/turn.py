@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -152,7 +152,8 @@ def speaker_label(user: User) -> str:
     return f"{name} (id {user.id})" if name else f"id {user.id}"
 
 
-Prepare = Callable[[TurnRequest], Awaitable[TurnRequest | None]]
+# A coroutine, not any awaitable: it runs as the chat's cancellable task (ChatTurns.begin).
+Prepare = Callable[[TurnRequest], Coroutine[Any, Any, TurnRequest | None]]
 OnStored = Callable[[StoredMessage], Awaitable[None]]
 
 
