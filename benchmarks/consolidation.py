@@ -41,9 +41,9 @@ from memory.longterm import LongTermMemory
 from memory.store import to_iso
 from models.calls import CallOptions
 from models.types import ChatResult, Outcome, SpendCallback, TransportError
-from tests.consolidation_stack import WIRE, Stack, good_call, open_stack
 from tests.fakes.providers import Fault, Reply, Step, ToolCallReply
-from tests.memory_sessions import (
+from tests.support.consolidation_stack import WIRE, Stack, good_call, open_stack
+from tests.support.memory_sessions import (
     SessionMessage,
     claude_code_session,
     oasst_multilingual,

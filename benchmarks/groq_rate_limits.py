@@ -44,8 +44,8 @@ from benchmarks.consolidation import (  # the same sessions and fault mix
     seed,
     session_pool,
 )
-from tests.consolidation_stack import CHAIN, WIRE, good_call, open_stack
 from tests.fakes.providers import Fault, Step
+from tests.support.consolidation_stack import CHAIN, WIRE, good_call, open_stack
 
 FAILURE_RATE = 0.15
 GROQ_RETRY_AFTER_S = 2.0  # what Groq's TPM 429 asks for ("try again in 1.5s", header 2)

@@ -1,6 +1,6 @@
 """MCP calls through the bot's hub against the same calls made directly with the SDK.
 
-Two servers run as the bot would run them (our MCPServer, tests/mcp_servers/ours.py, and the
+Two servers run as the bot would run them (our MCPServer, tests/fakes/mcp_servers/ours.py, and the
 real mcp-server-time, both over stdio through the launcher). Measured:
 - latency of a read-only call through `McpHub.call` (metering, the ledger's two writes, the
   result made bounded text) and of the same call on a session of the bare SDK: the overhead is
@@ -26,7 +26,7 @@ from mcp_client.hub import McpHub
 from memory.db import Database
 from memory.mcp_calls import McpCalls
 from primitives.backoff import Backoff
-from tests.mcp_stack import BOT_ENV, config, ours_entry, time_entry, until
+from tests.support.mcp_stack import BOT_ENV, config, ours_entry, time_entry, until
 
 CALLS = 300
 CONCURRENT = 20

@@ -62,9 +62,9 @@ try:
 except ImportError:  # the code before the archive (measuring the baseline)
     from memory.recall.search import _STOPWORDS as RECALL_STOPWORDS  # type: ignore[attr-defined,no-redef]
 from memory.recall.search import Recall
-from tests.consolidation_stack import open_stack
 from tests.fakes.providers import Respond
-from tests.memory_sessions import (
+from tests.support.consolidation_stack import open_stack
+from tests.support.memory_sessions import (
     TESTDATA,
     SessionMessage,
     SettableClock,
@@ -137,7 +137,7 @@ def real_sessions(total: int) -> list[list[SessionMessage]]:
 
 
 def covered_text(session: list[SessionMessage]) -> str:
-    """What the summary keeps of a session: see tests.memory_sessions.extractive_summary."""
+    """What the summary keeps of a session: see tests.support.memory_sessions.extractive_summary."""
     lines = [f"[{m.at.strftime('%Y-%m-%d %H:%M')}] {m.role}: {m.content}" for m in session]
     return extractive_summary("\n".join(lines)).split("] ", 1)[-1]
 

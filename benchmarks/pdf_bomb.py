@@ -4,7 +4,7 @@ The bot runs in this process (real PTB and litellm against the fakes on 127.0.0.
 end-to-end tests); a ticker on the bot's event loop measures how late it wakes up (the loop
 stall) from the moment the document is sent until the sender gets an answer. One text turn
 runs first, so the figure is the bomb's, not the first turn's one-time imports. Each page of the
-bomb (tests/hostile_pdfs.py, made in code) costs pypdf ~0.6 s of CPU and shows no text.
+bomb (tests/support/hostile_pdfs.py, made in code) costs pypdf ~0.6 s of CPU and shows no text.
 
 Printed: the file's size, the stall of the idle bot over a few seconds (the machine's own
 noise: other processes' load shows there too), the answer the sender got, and a last line
@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 from benchmarks.common import LoopLag  # noqa: E402
-from tests.e2e_bot import OWNER, bot_under_test  # noqa: E402
-from tests.hostile_pdfs import pdf_bomb  # noqa: E402
+from tests.support.e2e_bot import OWNER, bot_under_test  # noqa: E402
+from tests.support.hostile_pdfs import pdf_bomb  # noqa: E402
 
 TICK_S = 0.005
 IDLE_S = 5.0

@@ -54,9 +54,9 @@ from benchmarks.common import LoopLag, percentile
 from bot.app import build_application, prepare, running
 from memory.db import Database
 from memory.store import to_iso
-from tests.e2e_bot import FakeServers, fake_settings
 from tests.fakes.telegram import FakeTelegram
-from tests.reminder_rows import add_pending
+from tests.support.e2e_bot import FakeServers, fake_settings
+from tests.support.reminder_rows import add_pending
 
 USERS_BASE = 10_000_000  # chat i is the private chat of user USERS_BASE + i
 TELEGRAM_MESSAGES_PER_SECOND = 30

@@ -40,8 +40,8 @@ from pathlib import Path
 import structlog
 
 from benchmarks.common import LoopLag, percentile
-from tests.e2e_bot import BotUnderTest, bot_under_test
-from tests.reminder_rows import add_pending
+from tests.support.e2e_bot import BotUnderTest, bot_under_test
+from tests.support.reminder_rows import add_pending
 
 TASK_USERS = 30_000_000  # task chat c is the private chat of user TASK_USERS + c
 TALKERS = 40_000_000  # talking chat c is the private chat of user TALKERS + c

@@ -38,8 +38,8 @@ from telegram.ext import AIORateLimiter
 
 import bot.app as composition
 from bot.ui.i18n import t
-from tests.e2e_bot import FRIEND, OWNER, BotUnderTest, bot_under_test
 from tests.fakes.providers import Reply
+from tests.support.e2e_bot import FRIEND, OWNER, BotUnderTest, bot_under_test
 
 # Groups: their replies are edited in place as they stream (a private chat shows a draft).
 CHATS = (-2001, -2002, -2003)

@@ -1,8 +1,8 @@
 """Token estimate: how far `estimate_tokens` is above tiktoken's o200k_base count, and its cost.
 
-For every text in ../shared/testdata (tests/testdata_texts.py: each file whole, each line, each
-JSON string), per folder: the ratio estimate / real count, min / mean / max, and how many texts
-it undercounts, for the estimate in models/tokens.py and, beside it, the one it replaced
+For every text in ../shared/testdata (tests/support/testdata_texts.py: each file whole, each
+line, each JSON string), per folder: the ratio estimate / real count, min / mean / max, and how
+many texts it undercounts, for the estimate in models/tokens.py and, beside it, the one it replaced
 (2.5 UTF-8 bytes a token). What the pacer charges a request against a tokens-per-minute window,
 per real prompt token, now (`estimate_messages`) and before (a token per 4 characters of the
 messages' texts), on windows of 6 real messages. Then what it costs: microseconds per 1,000
@@ -21,12 +21,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 from models import tokens  # noqa: E402
-from tests.memory_sessions import (  # noqa: E402
+from tests.support.memory_sessions import (  # noqa: E402
     claude_code_session,
     locomo_conversations,
     oasst_multilingual,
 )
-from tests.testdata_texts import texts_by_folder  # noqa: E402
+from tests.support.testdata_texts import texts_by_folder  # noqa: E402
 
 Messages = list[dict[str, Any]]
 

@@ -66,6 +66,7 @@ from bot.turns.limits import TurnGuard
 from bot.ui.commands import register_commands
 from mcp_client.config import McpConfig, McpConfigError, load_config
 from mcp_client.hub import McpHub
+from media.document_reader import ReaderSlots
 from media.inbox import MediaInbox
 from memory.consolidation.consolidation import Consolidator
 from memory.consolidation.worker import ConsolidationWorker
@@ -330,6 +331,8 @@ async def open_services(
         if prepared.mcp is not None
         else None
     )
+    # One set of reader slots for the whole bot: documents, photos and web pages.
+    readers = ReaderSlots()
     agent = AgentLoop(
         store=store,
         transport=transport,
@@ -337,7 +340,7 @@ async def open_services(
         tools=ChatTools(
             db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock, reminders=book
         ),
-        web=WebTools(web_settings(settings), WebCalls(db, store.clock)),
+        web=WebTools(web_settings(settings), WebCalls(db, store.clock), readers),
         mcp=McpTools(mcp, settings.ADMIN_USER_IDS) if mcp is not None else None,
         max_steps=settings.AGENT_MAX_STEPS,
         timeout=settings.CHAT_TIMEOUT,
@@ -425,6 +428,7 @@ async def open_services(
         refusals=RefusalThrottle(),
         languages={},
         warm_up=ProviderWarmUp(transport),
+        readers=readers,
         edit_interval=edit_interval,
         own_workers=own_workers,
     )

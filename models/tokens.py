@@ -134,8 +134,8 @@ def _framed_message(message: dict[str, Any], count: Callable[[str], int], image_
 # shuffled: real characters in orders no word has), on random hex, base64, letters, digits,
 # punctuation and whitespace, and on lists of letters, digits, words and scripts joined by the
 # usual separators, while overcounting English as little as possible (benchmarks/token_estimate.py
-# prints the ratios; tests/test_tokens.py holds the bound). Where a character's cost cannot be
-# told from its lead byte (combining marks, format and control characters, rare scripts,
+# prints the ratios; tests/models/test_tokens.py holds the bound). Where a character's cost
+# cannot be told from its lead byte (combining marks, format and control characters, rare scripts,
 # 4-byte characters), it counts a token per UTF-8 byte, the most any character can cost.
 # Every step is a bytes.translate or bytes.count: linear, no regex, no tokenizer; about 20 µs
 # per 1,000 characters (the 2.5-bytes bound it replaced undercounted zalgo by more than half).

@@ -19,7 +19,6 @@ cannot cross to it is our failure, not the provider's: the attempt is retried on
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
@@ -61,8 +60,6 @@ from models.worker.wire import WireRecord
 from primitives.clock import Clock
 
 log = structlog.get_logger(__name__)
-
-_POOL_IDS = itertools.count(1)
 
 
 class Transport:
@@ -138,7 +135,7 @@ class Transport:
             sleep=sleep,
             clock=clock,
         )
-        self._pool = next(_POOL_IDS)  # this transport's HTTP clients in the worker
+        self._pool = workers.new_pool()  # this transport's HTTP clients in the worker
 
     # --- public API ---------------------------------------------------------------------------
 

@@ -11,17 +11,18 @@ from primitives.litellm_env import LITELLM_FLAGS
 os.environ.update(LITELLM_FLAGS)
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_timeout
 from telegram import Bot
 
+from memory.db import Database
 from tests.fakes.providers import FakeProvider
 from tests.fakes.telegram import FakeTelegram
-from tests.shared_workers import close_shared_workers, shared_workers
-
-TG_TOKEN = "123456:TEST-TOKEN"
+from tests.support.shared_workers import close_shared_workers
+from tests.support.transport import TG_TOKEN, make_transport
 
 
 @pytest.fixture
@@ -36,6 +37,17 @@ async def bot(tg: FakeTelegram) -> AsyncIterator[Bot]:
     """The real PTB Bot talking to the fake Bot API."""
     async with Bot(TG_TOKEN, base_url=tg.base_url) as real_bot:
         yield real_bot
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    """A migrated SQLite file of the test's own (as the bot lays it out, DATA_DIR/bot.sqlite3),
+    closed after the test: every test that needs a plain database takes this one."""
+    database = await Database.open(tmp_path / "data" / "bot.sqlite3")
+    try:
+        yield database
+    finally:
+        await database.close()
 
 
 @pytest.fixture
@@ -54,43 +66,6 @@ async def fake_groq() -> AsyncIterator[FakeProvider]:
 async def fake_anthropic() -> AsyncIterator[FakeProvider]:
     async with FakeProvider("anthropic") as fp:
         yield fp
-
-
-# Keys the fakes see; tests assert on them (and that they never reach logs).
-TEST_KEYS = {
-    "openai": "sk-test-openai-0001",
-    "groq": "gsk_test_groq_0001",
-    "anthropic": "sk-ant-test-0001",
-}
-
-
-def make_gateways(
-    openai: FakeProvider,
-    groq: FakeProvider,
-    anthropic: FakeProvider,
-    rps: dict[str, float] | None = None,
-):
-    """Gateways over the three fakes, one test key each (requests per second per gateway)."""
-    rps = rps or {}
-    from models.gateways import Gateway
-
-    fakes = {"openai": openai, "groq": groq, "anthropic": anthropic}
-    return {
-        name: Gateway(name, name, fp.base_url, (TEST_KEYS[name],), rps.get(name, 50.0))
-        for name, fp in fakes.items()
-    }
-
-
-def make_transport(openai: FakeProvider, groq: FakeProvider, anthropic: FakeProvider, **options):
-    """A Transport over the three fakes with the default catalog and fast backoff, on the
-    session's shared provider workers unless `workers=` names others."""
-    from models.catalog import load_catalog
-    from models.transport import Transport
-
-    options.setdefault("backoff", (0.01, 0.02, 0.04))
-    options.setdefault("retry_after_cap", 0.5)
-    options.setdefault("workers", shared_workers())
-    return Transport(load_catalog(), make_gateways(openai, groq, anthropic), **options)
 
 
 @pytest.fixture
@@ -113,7 +88,8 @@ async def transport(fake_openai, fake_groq, fake_anthropic):
 
 @pytest.fixture(scope="session", autouse=True)
 async def shared_worker_pool() -> AsyncIterator[None]:
-    """The session's shared provider worker pool (tests/shared_workers.py) stops at its end."""
+    """The session's shared provider worker pool (tests/support/shared_workers.py) stops at
+    its end."""
     yield
     await close_shared_workers()
 

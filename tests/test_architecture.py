@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from primitives.litellm_env import LITELLM_FLAGS
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
 # Highest first: each layer may import itself and what comes after it. Packages in one tuple
 # share a rank: neither may import the other.
 RANKS: tuple[tuple[str, ...], ...] = (
@@ -46,7 +46,7 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
-def our_modules(root: Path = ROOT) -> dict[str, Path]:
+def our_modules(root: Path = REPO) -> dict[str, Path]:
     modules: dict[str, Path] = {}
     for layer in LAYERS:
         for path in sorted((root / layer).rglob("*.py")) if (root / layer).is_dir() else []:
@@ -118,7 +118,7 @@ def find_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return components
 
 
-def layer_violations(modules: dict[str, Path], root: Path = ROOT) -> list[str]:
+def layer_violations(modules: dict[str, Path], root: Path = REPO) -> list[str]:
     problems = []
     for name, path in modules.items():
         layer = name.split(".")[0]
@@ -237,7 +237,7 @@ def bot_process_modules(modules: dict[str, Path]) -> set[str]:
     return seen
 
 
-def worker_imports_in_the_bot(modules: dict[str, Path], root: Path = ROOT) -> list[str]:
+def worker_imports_in_the_bot(modules: dict[str, Path], root: Path = REPO) -> list[str]:
     problems = []
     for name in sorted(bot_process_modules(modules)):
         path = modules[name]
@@ -274,8 +274,8 @@ TURN_IN_A_FRESH_PROCESS = """
 import asyncio, sys, tempfile
 from pathlib import Path
 
-from tests.consolidation_stack import good_call
-from tests.e2e_bot import OWNER, bot_under_test
+from tests.support.consolidation_stack import good_call
+from tests.support.e2e_bot import OWNER, bot_under_test
 from tests.fakes.providers import Reply, ToolCallReply
 
 
@@ -315,7 +315,7 @@ def test_the_bot_process_does_not_load_litellm_while_it_answers() -> None:
     env = {**os.environ, **LITELLM_FLAGS}
     done = subprocess.run(
         [sys.executable, "-c", TURN_IN_A_FRESH_PROCESS],
-        cwd=ROOT,
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from agent.tools.memory import ToolOutcome
+from media.document_reader import ReaderSlots
 from memory.provenance import tool_provenance
 from memory.web_calls import WebCalls
 from models.types import ToolCall
@@ -121,11 +122,14 @@ class WebTools:
         self,
         settings: WebSettings,
         calls: WebCalls,
+        readers: ReaderSlots,
         *,
         monotonic: Clock[float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.calls = calls
+        # The page readers' slots, shared with the bot's document and photo readers.
+        self.readers = readers
         self.monotonic = monotonic
         self._cache: OrderedDict[int, OrderedDict[tuple[str, str], tuple[float, _Entry]]] = (
             OrderedDict()
@@ -190,6 +194,7 @@ class WebTools:
         page = await read_url(
             url,
             allowance=self.settings.allowance,
+            slots=self.readers,
             max_chars=self.settings.read_max_chars,
             timeout=self.settings.read_timeout,
             refused=backend_origin(self.settings.search_url),

@@ -4,7 +4,7 @@
 from someone the allowlist does not name, tells them no (with their id, so the owner can add
 them) and stops the update there with `ApplicationHandlerStop`. A stranger costs nothing and
 leaves no row; group chatter the bot was not asked about is never read into a session; and a
-handler added later is behind the guard without a line of its own (tests/test_access_guard.py
+handler added later is behind the guard without a line of its own (tests/bot/test_access_guard.py
 walks every registered handler).
 """
 

@@ -3,7 +3,7 @@
 The texts live in one TOML file per language, `bot/locales/<code>.toml` (a format translators'
 tools and Python's stdlib `tomllib` both read), so a translation is a data change, not code.
 Keys are stable identifiers; handlers call `t(key, lang, **values)`. Add English first; other
-languages may lag and then fall back to English per key (tests/test_i18n.py fails until they
+languages may lag and then fall back to English per key (tests/bot/test_i18n.py fails until they
 catch up).
 """
 

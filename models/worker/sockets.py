@@ -100,7 +100,8 @@ def transport(limits: httpx.Limits, verify: ssl.SSLContext) -> httpx.AsyncHTTPTr
     """httpx's transport with the socket-keeping backend in its connection pool.
 
     httpx takes no backend argument, so the pool it built is given ours before any connection
-    exists (tests/test_wire_pool.py checks this still holds for the pinned httpx/httpcore)."""
+    exists (tests/models/test_wire_pool.py checks this still holds for the pinned
+    httpx/httpcore)."""
     built = httpx.AsyncHTTPTransport(limits=limits, verify=verify)
     pool = built._pool
     assert isinstance(pool, httpcore.AsyncConnectionPool), "a proxy transport: none here"

@@ -87,6 +87,7 @@ async def answer_document(
                 mime_type=incoming.mime_type,
                 token_budget=settings.DOCUMENT_TOKEN_BUDGET,
                 timeout=settings.DOCUMENT_TIMEOUT,
+                slots=services.readers,
             )
         except DocumentError as exc:
             log.info("document_unreadable", reason=exc.reason)

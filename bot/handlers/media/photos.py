@@ -58,7 +58,7 @@ async def answer_photo(
             return None
         limit = await _image_limit(services, turn.chat_id)
         try:
-            image = await fit_image_bounded(got.data, limit)
+            image = await fit_image_bounded(got.data, limit, slots=services.readers)
         except ImageError as exc:
             log.info("image_refused", reason=exc.reason, size=len(got.data))
             await send_plain(bot, turn, t(f"image_{exc.reason}", turn.language))

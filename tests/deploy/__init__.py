@@ -1,0 +1,1 @@
+"""Tests of the deployment files in deploy/: the image, compose, systemd units, README."""
