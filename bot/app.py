@@ -42,7 +42,7 @@ from bot.handlers.chat import register_handlers, stray_callback
 from bot.handlers.guard import register_access_guard
 from bot.handlers.mcp import register_mcp_handlers
 from bot.handlers.memory import register_memory_handlers
-from bot.handlers.migration import migrate_chat, register_migration_handlers
+from bot.handlers.migration import register_migration_handlers
 from bot.handlers.ops import register_operations_handlers, set_admin_commands
 from bot.handlers.pending import register_pending_handlers
 from bot.handlers.reminders import TelegramDelivery, register_reminder_handlers
@@ -63,6 +63,7 @@ from bot.services import (
 )
 from bot.turns.chat_turns import ChatTurns
 from bot.turns.limits import TurnGuard
+from bot.turns.migrate import migrate_chat
 from bot.ui.commands import register_commands
 from mcp_client.config import McpConfig, McpConfigError, load_config
 from mcp_client.hub import McpHub

@@ -134,6 +134,56 @@ def layer_violations(modules: dict[str, Path], root: Path = REPO) -> list[str]:
     return sorted(set(problems))
 
 
+# Inside a layer, the message path reads one way: handlers → turns (→ agent → memory). A turn
+# never calls back into a handler; what both need sits in turns or below both (bot/incoming.py).
+NEVER_IMPORTS: tuple[tuple[str, str], ...] = (("bot.turns", "bot.handlers"),)
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(f"{package}.")
+
+
+def path_violations(modules: dict[str, Path], root: Path = REPO) -> list[str]:
+    """Every import of a package by one that must never import it (NEVER_IMPORTS)."""
+    problems = []
+    for name, path in modules.items():
+        for importer, imported in NEVER_IMPORTS:
+            if not _within(name, importer):
+                continue
+            for target, line in imported_names(path, name):
+                if _within(target, imported):
+                    where = f"{path.relative_to(root)}:{line}"
+                    problems.append(f"{where}: {importer} imports {imported}")
+    return sorted(set(problems))
+
+
+def test_turns_never_import_handlers() -> None:
+    assert path_violations(our_modules()) == []
+
+
+def test_path_check_sees_every_import_of_a_handler_from_a_turn(tmp_path: Path) -> None:
+    modules = _write(
+        tmp_path,
+        {
+            "bot/turns/a.py": "def f():\n    from bot.handlers.incoming import is_group\n",
+            "bot/turns/b.py": "from bot import handlers\n",
+            "bot/turns/c.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n"
+                "    import bot.handlers.chat\n"
+            ),
+            "bot/turns/ok.py": "from bot.incoming import is_group\nfrom bot.turns import a\n",
+            "bot/handlers/ok.py": "from bot.turns.turn import run_chat_turn\n",
+        },
+    )
+    problems = path_violations(modules, tmp_path)
+    assert [p.split(":")[0] for p in problems] == [
+        "bot/turns/a.py",
+        "bot/turns/b.py",
+        "bot/turns/c.py",
+    ]
+
+
 def test_no_import_cycles_between_our_modules() -> None:
     cycles = find_cycles(import_graph(our_modules()))
     assert not cycles, f"import cycles: {cycles}"

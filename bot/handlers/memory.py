@@ -17,7 +17,7 @@ from telegram.error import TelegramError
 from telegram.ext import CallbackQueryHandler, CommandHandler
 
 from bot.handlers.access import say, user_language
-from bot.handlers.incoming import clean_text
+from bot.incoming import clean_text
 from bot.services import App, Context
 from bot.turns.chat_turns import FORGETTING
 from bot.ui.i18n import t

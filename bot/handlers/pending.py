@@ -25,7 +25,6 @@ from telegram.ext import CallbackQueryHandler
 from agent.tools.held import HeldRun
 from bot.handlers.access import user_language
 from bot.services import App, Context
-from bot.turns.turn import receipt_line
 from bot.ui.i18n import t
 from bot.ui.pending_texts import (
     DROP_PREFIX,
@@ -35,6 +34,7 @@ from bot.ui.pending_texts import (
     ttl_hours,
     write_line,
 )
+from bot.ui.turn_texts import receipt_line
 from memory.pending_writes import Claim, Kept, Tapped
 
 log = structlog.get_logger("bot.pending")

@@ -40,7 +40,7 @@ from telegram.ext import CallbackQueryHandler, CommandHandler, filters
 from bot.config import Settings
 from bot.handlers.access import say, user_allowed, user_language
 from bot.handlers.chat_admins import is_group
-from bot.handlers.incoming import clean_text
+from bot.incoming import clean_text
 from bot.services import App, Context, Services
 from bot.ui.flood import penalty_seconds
 from bot.ui.i18n import t

@@ -50,7 +50,6 @@ from bot.handlers.chat_admins import is_group
 from bot.handlers.reminders import _stop_reason, _topic_gone
 from bot.services import App, Context, Services
 from bot.turns.limits import TurnGuard
-from bot.turns.turn import failure_reason
 from bot.ui.flood import penalty_seconds
 from bot.ui.i18n import t
 from bot.ui.keyboards import callback_row_id
@@ -63,6 +62,7 @@ from bot.ui.task_texts import (
     skipped_budget_line,
     skipped_late_line,
 )
+from bot.ui.turn_texts import failure_reason
 from memory.pending_writes import PendingWrites
 from memory.provenance import TASK as TASK_PROVENANCE
 from memory.provenance import Provenance

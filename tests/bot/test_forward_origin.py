@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from telegram import Update
 
-from bot.handlers.incoming import forward_origin_of, quotes_others
-from bot.turns.turn import TurnRequest
+from bot.incoming import forward_origin_of, quotes_others
+from bot.turns.request import TurnRequest
 from tests.support.paths import DATA
 
 UPDATES = json.loads((DATA / "forwarded_updates.json").read_text())

@@ -18,7 +18,8 @@ from bot.handlers.media.downloads import download
 from bot.handlers.media.media_files import Incoming
 from bot.handlers.media.media_limits import file_limit, refuse_download
 from bot.services import Services
-from bot.turns.turn import TurnRequest, run_chat_turn, send_plain
+from bot.turns.request import TurnRequest
+from bot.turns.turn import run_chat_turn, send_plain
 from bot.ui.i18n import t
 from media.document_reader import read_document
 from media.documents import DocumentError

@@ -40,9 +40,8 @@ from bot.handlers.media.media_limits import (
 )
 from bot.services import Context, Services
 from bot.turns.chat_turns import FORGETTING
+from bot.turns.request import TurnRequest
 from bot.turns.turn import (
-    TurnRequest,
-    failure_reason,
     held_on_stop,
     run_chat_turn,
     send_plain,
@@ -50,6 +49,7 @@ from bot.turns.turn import (
 from bot.ui.i18n import t
 from bot.ui.keyboards import callback_row_id
 from bot.ui.render import utf16_len
+from bot.ui.turn_texts import failure_reason
 from media.audio import recording_seconds
 from media.documents import trim_to_chars
 from media.inbox import InboxItem
