@@ -114,7 +114,7 @@ class Database:
         """Apply every migration newer than PRAGMA user_version, each in its own transaction."""
         async with self._lock:
             row = await (await self._conn.execute("PRAGMA user_version")).fetchone()
-            current = int(row[0])
+            current = int(row[0]) if row is not None else 0  # the pragma always answers one row
             known = list(migrations)
             if current > len(known):
                 raise MigrationError(
@@ -193,7 +193,7 @@ class Database:
             raise error
         if cancelled:
             _cancel_at_next_await()
-        return write.outcome.result()  # type: ignore[no-any-return]
+        return write.outcome.result()
 
     async def _drain_writes(self) -> None:
         """Send the queued writes to the writer's thread, all that are waiting at once, under
@@ -248,7 +248,7 @@ class Database:
         """
         if not self._readers:
             async with self._lock:
-                return await self._conn._execute(fn, self._conn._conn)  # type: ignore[no-any-return]
+                return await self._conn._execute(fn, self._conn._conn)
         read = _Read(fn, asyncio.get_running_loop().create_future())
         self._pending_reads.append(read)
         if self._idle_readers:
@@ -256,7 +256,7 @@ class Database:
             drainer = asyncio.create_task(self._drain_reads(reader), context=contextvars.Context())
             self._read_drainers.add(drainer)
             drainer.add_done_callback(self._read_drainers.discard)
-        return await read.outcome  # type: ignore[no-any-return]
+        return await read.outcome
 
     async def _drain_reads(self, reader: aiosqlite.Connection) -> None:
         """Send waiting queries to `reader`'s thread, its share of them at a time (the others
@@ -375,15 +375,16 @@ def _run_reads(
 
 def _deliver(batch: list[_Write], call: asyncio.Future[list[tuple[bool, Any]]]) -> None:
     """Hand each write of a batch its outcome (all of them the error if the call failed)."""
-    failed = call.cancelled() or call.exception() is not None
+    error = None if call.cancelled() else call.exception()
+    failed = call.cancelled() or error is not None
     outcomes = [] if failed else call.result()
     for index, write in enumerate(batch):
         if write.outcome.done():
             continue
         if call.cancelled():
             write.outcome.cancel()  # the caller's outcome future takes the batch's cancellation
-        elif failed:
-            write.outcome.set_exception(call.exception())  # type: ignore[arg-type]
+        elif error is not None:
+            write.outcome.set_exception(error)
         else:
             ok, value = outcomes[index]
             if ok:

@@ -46,8 +46,9 @@ def model_callback_data(model_id: str) -> str:
     return HASHED_PREFIX + hashlib.sha256(model_id.encode("utf-8")).hexdigest()[:12]
 
 
-def is_model_callback(data: str | None) -> bool:
-    return bool(data) and data.startswith((MODEL_PREFIX, HASHED_PREFIX))  # type: ignore[union-attr]
+def is_model_callback(data: object) -> bool:
+    """PTB hands a pattern the callback data as it is (a string from Telegram, or None)."""
+    return isinstance(data, str) and data.startswith((MODEL_PREFIX, HASHED_PREFIX))
 
 
 def resolve_model_callback(data: str, available: Sequence[ModelEntry]) -> ModelEntry | None:

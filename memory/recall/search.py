@@ -199,8 +199,10 @@ def _search(
         # The trigram index of the history finds the longer words a query word begins itself.
         history = _history_rows(conn, chat_id, forms)
         messages = _message_rows(conn, chat_id, exclude)
+        archive_df: dict[str, int] = {}
+        archive_n = 0
         if plain is not None:
-            archive, archive_df, archive_n = _archive_containing(conn, chat_id, plain), {}, 0
+            archive = _archive_containing(conn, chat_id, plain)
         else:
             archive_df, archive_n = _archive_stats(conn, chat_id, terms)
             terms = [term.expanded(archive_df) for term in terms]
@@ -287,9 +289,9 @@ def _archive_candidates(
         # CROSS JOIN: the match's postings first, each turn looked up by id (joined freely,
         # SQLite may walk the chat's turns instead and ask the index about each: 1 s a query
         # at 20,000 turns). The chat condition only double-checks what the tokens ensure.
-        postings = conn.cursor()
-        postings.row_factory = None  # plain tuples: up to MATCH_POSTINGS of them
-        rows = postings.execute(
+        cursor = conn.cursor()
+        cursor.row_factory = None  # plain tuples: up to MATCH_POSTINGS of them
+        rows = cursor.execute(
             f"SELECT a.id, substr(a.terms, 1, {_TERMS_READ}) FROM archive_fts "
             "CROSS JOIN archived_messages a ON a.id = archive_fts.rowid "
             "WHERE archive_fts MATCH ? AND a.chat_id = ?",

@@ -11,6 +11,7 @@ from bot.ui.i18n import t
 from bot.ui.render import TELEGRAM_TEXT_LIMIT, utf16_len
 from memory.facts import MAX_FACT_CHARS, clean_fact
 from tests.e2e.test_e2e_agent import openai_chat
+from tests.e2e.test_e2e_web import INJECTION, memory_of, question, web_bot
 from tests.fakes.providers import Fault, Reply, ToolCallReply
 from tests.support.e2e_bot import OWNER, bot_under_test
 from tests.support.paths import TESTDATA
@@ -82,6 +83,28 @@ async def test_a_failure_in_a_later_round_still_shows_the_receipts(tmp_path: Pat
         lines = shown.text.splitlines()
         assert lines[0].startswith("Sorry, no model could answer right now")
         assert lines[1:] == [f"🧠 Remembered: {fact}" for fact in facts]
+
+
+async def test_a_failure_in_a_later_round_still_asks_about_the_held_write(tmp_path: Path) -> None:
+    """A write held for the asker's tap (a page was in view) is asked about although the next
+    round failed and the turn ended with no answer: the loop hands each held write over to the
+    caller as it is held, not with the answer."""
+    [fact] = long_facts(1, 60, 120)
+    async with web_bot(tmp_path) as (bot, site, _):
+        site.pages["bread"] = ("text/html; charset=utf-8", INJECTION.encode())
+        url = site.url("/page/bread")
+        bot.openai.script(
+            "gpt-5",
+            ToolCallReply("web_read", {"url": url}),
+            ToolCallReply("remember", {"fact": fact}),
+        )
+        bot.openai.set_default("*", Fault("server_500"))
+        [shown, *_] = await bot.ask(CHAT, f"what does this page say? {url}")
+        assert shown.text.startswith("Sorry, no model could answer right now")
+        await bot.wait(lambda: any(m.button_data() for m in bot.messages(CHAT)))
+        asking = question(bot, CHAT)
+        assert asking.text == f"{t('pending_question')}\n{t('pending_remember', fact=fact)}"
+        assert await memory_of(bot, CHAT) == ""  # held: nothing written before the tap
 
 
 async def test_a_cancel_after_a_write_still_shows_its_receipt(tmp_path: Path) -> None:

@@ -14,11 +14,11 @@ from typing import Any
 
 import structlog
 
-from tests.e2e_bot import OWNER, bot_under_test
+from tests.e2e.test_e2e_reminders import fall_due, in_an_hour, marked, schedule
+from tests.e2e.test_e2e_tasks import LISBON, due, set_task, settled, task_bot
 from tests.fakes.providers import Fault, Reply
-from tests.memory_sessions import SettableClock
-from tests.test_e2e_reminders import fall_due, in_an_hour, marked, schedule
-from tests.test_e2e_tasks import LISBON, due, set_task, settled, task_bot
+from tests.support.e2e_bot import OWNER, bot_under_test
+from tests.support.memory_sessions import SettableClock
 
 CHAT = OWNER
 
