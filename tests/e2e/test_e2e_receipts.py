@@ -41,8 +41,8 @@ def remember_all(facts: list[str]) -> ToolCallReply:
 
 
 async def test_fourteen_long_facts_get_receipts_that_fit_a_message(tmp_path: Path) -> None:
-    """Before: the footer of 14 receipts of ~300 characters left the answer a negative budget,
-    render raised ValueError and the user got "internal error" and no answer."""
+    """14 receipts of ~300 characters never leave the answer a negative budget (render would
+    raise ValueError, and the user get "internal error" and no answer)."""
     facts = long_facts(14, 260, 340)
     async with bot_under_test(tmp_path, MEMORY_MAX_CHARS=50_000) as bot:
         bot.openai.script(
@@ -63,7 +63,7 @@ async def test_fourteen_long_facts_get_receipts_that_fit_a_message(tmp_path: Pat
 
 
 async def test_a_receipt_shows_the_whole_fact_that_was_saved(tmp_path: Path) -> None:
-    """Before: a receipt was cut at 299 characters while the saved fact may be 500."""
+    """A receipt shows the whole saved fact, up to MAX_FACT_CHARS."""
     [fact] = long_facts(1, 400, MAX_FACT_CHARS)
     async with bot_under_test(tmp_path) as bot:
         bot.openai.script("gpt-5", remember_all([fact]), Reply("Saved."))
@@ -74,7 +74,7 @@ async def test_a_receipt_shows_the_whole_fact_that_was_saved(tmp_path: Path) -> 
 
 
 async def test_a_failure_in_a_later_round_still_shows_the_receipts(tmp_path: Path) -> None:
-    """Before: the fact saved in round 1 was kept, but the failure note named nothing."""
+    """The fact saved in round 1 is kept, and the failure note names it."""
     facts = long_facts(2, 60, 120)
     async with bot_under_test(tmp_path) as bot:
         bot.openai.script("gpt-5", remember_all(facts))
@@ -108,7 +108,7 @@ async def test_a_failure_in_a_later_round_still_asks_about_the_held_write(tmp_pa
 
 
 async def test_a_cancel_after_a_write_still_shows_its_receipt(tmp_path: Path) -> None:
-    """Before: /cancel in the round after a write showed "(stopped)" and no receipt."""
+    """/cancel in the round after a write still shows the write's receipt under the note."""
     [fact] = long_facts(1, 60, 120)
     async with bot_under_test(tmp_path) as bot:
         bot.openai.script(
