@@ -1,6 +1,6 @@
 """The context of a scheduled task's run: its transcript, kept in memory for the run only.
 
-A run is one model turn whose user message is the task's instruction (design brief, "Scheduled
+A run is one model turn whose user message is the task's instruction (README, "Scheduled
 tasks"). Its prompt is the system prompt with the chat's long-term memory and nothing of the
 chat's session; its tool rounds (pages read, search results) stay here and go with the run.
 None of it is stored in the chat's session: the instruction is not something the user said

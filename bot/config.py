@@ -233,7 +233,8 @@ class Settings(BaseSettings):
 # (`api_key_env = "TELEGRAM_BOT_TOKEN"` would send the bot token to that gateway's host).
 SETTING_NAMES = frozenset(Settings.model_fields)
 
-# Settings that became constants (issue 24): a .env that still sets one is told so by name.
+# Former settings that are constants: a .env that still sets one is told so by name, and
+# what the value is fixed at, instead of an unknown-setting error.
 RETIRED_SETTINGS = {
     "CONSOLIDATION_CONCURRENCY": "fixed at 2 jobs at once (memory/consolidation/worker.py)",
     "PROVIDER_WORKER_HEARTBEAT_S": "fixed at 5 s (models/worker/pool.py WorkerSettings)",

@@ -4,7 +4,7 @@ Writes go through ONE connection guarded by a lock, which keeps transactions who
 aiosqlite, two coroutines sharing a connection would otherwise interleave statements inside each
 other's transactions. Reads go to a small pool of read-only connections beside it: in WAL mode
 a reader sees the last committed state and neither waits for nor blocks the writer, so under
-load (a hundred chats at once) a turn's reads no longer queue behind every other turn's writes.
+load (a hundred chats at once) a turn's reads do not queue behind every other turn's writes.
 Reads, like writes, go to a connection's thread in batches: every round trip to a thread also
 waits for a turn of the event loop, so under load a read asked for alone would wait for a busy
 loop twice (there and back), and every other read behind it.
@@ -400,13 +400,13 @@ def _run_writes(
 
     Group commit: the bodies share one transaction, each inside its own savepoint, so a body
     that fails is undone alone and only its caller gets the error; and the batch costs one
-    COMMIT, one fsync of the WAL (synchronous=FULL), not one per write. At 300 chats the
-    fsyncs of a batch of a few hundred single-write transactions kept writers waiting 2.5 s.
+    COMMIT, one fsync of the WAL (synchronous=FULL), not one per write: at 300 chats, a few
+    hundred single-write transactions, each with its own fsync, keep writers waiting 2.5 s.
     No caller hears of its write before the COMMIT, so a crash loses nothing anyone was told
     of. If the COMMIT itself fails (a deferred constraint, an I/O error, SQLITE_BUSY), the
-    batch is rolled back and every body runs again alone, in its own transaction, as before
-    batching: the failure then lands on the write that causes it (bodies only touch the
-    database, which the rollback restored).
+    batch is rolled back and every body runs again alone, in its own transaction: the failure
+    then lands on the write that causes it (bodies only touch the database, which the
+    rollback restored).
     """
     if len(bodies) == 1:
         return _run_alone(conn, bodies)

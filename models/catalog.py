@@ -157,7 +157,7 @@ DEFAULT_ENTRIES: tuple[ModelEntry, ...] = (
         "groq", "llama-3.1-8b-instant", fallback=None,
         input_price_per_mtok=0.05, output_price_per_mtok=0.08, context_window=131_072,
     ),
-    # Hidden consolidation chain (seed): Groq-hosted, cheap and fast, then reliable tool callers.
+    # Hidden consolidation chain: Groq-hosted, cheap and fast, then reliable tool callers.
     ModelEntry(
         "llama-3.3-70b-versatile", "Llama 3.3 70B", "background",
         "Consolidation head: cheap, fast tool calls on Groq.",

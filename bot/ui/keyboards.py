@@ -21,7 +21,7 @@ CURRENT_MARK = "✅ "
 
 
 # The largest row id SQLite stores (a signed 64-bit integer): a longer number in a button was
-# written by no button of ours, and binding it raised OverflowError in the handler.
+# written by no button of ours, and binding it would raise OverflowError in the handler.
 MAX_ROW_ID = 2**63 - 1
 
 

@@ -20,7 +20,7 @@ from models.worker.wire import on_request, on_response
 # connections are closed and reopened (TCP and TLS set-up, a thread for the DNS lookup each).
 # But one big pool is no answer either: httpcore scans every connection of a pool whenever a
 # request starts or ends (a socket check per idle one, and a quadratic count of idle ones), which
-# at 500 connections was a third of the provider loop's CPU. So each gateway (and key) gets
+# at 500 connections takes a third of the provider loop's CPU. So each gateway (and key) gets
 # POOL_SHARDS small clients used in turn.
 POOL_SHARDS = 8
 SHARD_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=30.0)

@@ -319,7 +319,7 @@ class ProviderWorker:
             except OSError as error:
                 # EMFILE, ENOMEM, EAGAIN: lost like a worker that died at once, so the pool
                 # backs off (RESTART_BACKOFF) and reuses the slot. Left "lost" by itself it
-                # was never replaced: every call appended a new worker and spawned again.
+                # would never be replaced, and every call would append a worker and spawn again.
                 self._lose(None, f"spawn failed: {error.strerror or type(error).__name__}")
                 raise WorkerLostError(f"provider worker {self.number} did not start") from error
             if self.number > self.pool.settings.at_rest:
