@@ -224,7 +224,8 @@ class AgentLoop:
     ) -> AsyncGenerator[AgentEvent, None]:
         """One turn. `receipts`, when given, gets each memory write's receipt the moment the
         write is done: a caller sees them however the turn ends (an answer, a /cancel, a
-        failure in a later round, a session closed under the turn), not only in AgentDone.
+        failure in a later round, a session closed under the turn); AgentDone cannot carry
+        them, since a turn cut short ends without one.
         `pending` gets, the same way, each write held for the asker's ✅: its buttons are shown
         even when the turn ends badly."""
         # Every model call of the turn reports what it cost as it ends (an answer, a tool

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -28,7 +28,8 @@ class MessageSavedError(BotError):
     `on_error`) says the message is saved exactly when it is."""
 
 
-Prepare = Callable[[TurnRequest], Awaitable[TurnRequest | None]]
+# A coroutine, not any awaitable: it runs as the chat's cancellable task (ChatTurns.begin).
+Prepare = Callable[[TurnRequest], Coroutine[Any, Any, TurnRequest | None]]
 OnStored = Callable[[StoredMessage], Awaitable[None]]
 
 
