@@ -35,6 +35,7 @@ from agent.prompt import (
     time_text,
     with_image,
 )
+from agent.record import Question, TurnRecord
 from agent.tools.egress import link_origins, user_origins, web_family
 from agent.tools.held import HeldCalls, InView, write_family
 from agent.tools.mcp import McpTools, mcp_family
@@ -53,7 +54,7 @@ from agent.turn import (
 from agent.untrusted import calls_web, untrusted_in_prompt
 from memory.messages import ToolResult
 from memory.pending_writes import GATED_TOOLS, PendingWrite, PendingWrites
-from memory.store import SessionClosedError, Store
+from memory.store import Store, TurnStart
 from memory.usage import SpendRecorder
 from models.calls import CallOptions
 from models.catalog import Catalog
@@ -70,7 +71,6 @@ from models.types import (
     TextDelta,
     ToolCall,
     TransportError,
-    Usage,
 )
 from primitives.clock import Clock, utc_now
 
@@ -119,6 +119,8 @@ class AgentLoop:
         clock: Clock[datetime] = utc_now,
     ) -> None:
         self.store = store
+        # Every write of a chat turn: its question, rounds, answer and what a cut left shown.
+        self.record = TurnRecord(store)
         self.transport = transport
         self.catalog = catalog
         self.tools = tools
@@ -203,6 +205,16 @@ class AgentLoop:
             tool_argument_chars=MAX_KEPT_TOOL_ARGUMENT_CHARS,
         )
 
+    async def ask(self, question: Question) -> TurnStart | None:
+        """Store the user's message that starts a turn, before any model is asked (see
+        agent/record.py); None when its key was handled before and nothing is to be answered.
+        The turn is then `run` on the stored message's session."""
+        return await self.record.question(question)
+
+    async def answered(self, key: str) -> bool:
+        """Whether the input `key` was handled before and needs no answer (TurnRecord)."""
+        return await self.record.answered(key)
+
     async def run(
         self,
         turn: AgentTurn,
@@ -212,7 +224,8 @@ class AgentLoop:
     ) -> AsyncGenerator[AgentEvent, None]:
         """One turn. `receipts`, when given, gets each memory write's receipt the moment the
         write is done: a caller sees them however the turn ends (an answer, a /cancel, a
-        failure in a later round, a session closed under the turn), not only in AgentDone.
+        failure in a later round, a session closed under the turn); AgentDone cannot carry
+        them, since a turn cut short ends without one.
         `pending` gets, the same way, each write held for the asker's ✅: its buttons are shown
         even when the turn ends badly."""
         # Every model call of the turn reports what it cost as it ends (an answer, a tool
@@ -358,7 +371,7 @@ class AgentLoop:
         except (asyncio.CancelledError, GeneratorExit):
             # Cancelled inside the stream, or closed by the caller (cancelled while it
             # handled a piece we yielded): either way the round ends here.
-            await self._keep_shown(state.turn, now, now.answering)
+            await self.record.shown(state.turn, now.shown(), now.answering)
             raise
 
     @staticmethod
@@ -377,28 +390,7 @@ class AgentLoop:
     async def _answer(self, state: TurnState, result: ChatResult, text: str) -> AgentDone:
         """The round answered in words: store the answer with its spend, end the turn."""
         turn, spending = state.turn, state.spending
-        if text.strip() and turn.task is None:  # an empty answer is not stored
-            # The answer and what its attempts cost, in one transaction: one wait for
-            # the writer, and never one without the other.
-            spends = spending.pending()
-            try:
-                await self.store.add_answer(
-                    turn.chat_id,
-                    turn.user_id,
-                    text,
-                    model_id=result.model_id,
-                    usage=result.usage,
-                    session_id=turn.session_id,
-                    spends=[(s.model_id, s.usage) for s in spends],
-                )
-                spending.written(len(spends))
-            except SessionClosedError:
-                # See _store_answer; the spend is recorded by the flush below.
-                log.warning(
-                    "answer_not_stored_session_closed",
-                    chat_id=turn.chat_id,
-                    session_id=turn.session_id,
-                )
+        await self.record.answer(turn, text, result, spending)
         await spending.flush()
         return state.done(
             result.model_id,
@@ -446,7 +438,7 @@ class AgentLoop:
         except (asyncio.CancelledError, GeneratorExit):
             # Cancelled while the tools ran, or closed while the front end showed the
             # round's text: that text was seen, so it is kept, as a cut stream's is.
-            await self._keep_shown(state.turn, now, result.model_id)
+            await self.record.shown(state.turn, now.shown(), result.model_id)
             raise
 
     async def _outcome(
@@ -479,38 +471,20 @@ class AgentLoop:
         calls: list[ToolCall],
         text: str,
     ) -> bool:
-        """Store the round's calls and results in one transaction (a task's run keeps them in
-        its transcript); False when the session was closed under the turn, which then ends
-        with what was shown."""
-        turn, task = state.turn, state.turn.task
-        stored = True
-        try:
-            results = [
-                ToolResult(
-                    o.call_id,
-                    o.content,
-                    o.stored_provenance(),
-                    o.pending.id if o.pending is not None else None,
-                )
-                for o in now.outcomes
-            ]
-            if task is not None:
-                task.add_tool_round(text, list(calls), results, result.model_id)
-            else:
-                await self.store.add_tool_round(
-                    turn.chat_id,
-                    turn.session_id,
-                    text=text,
-                    calls=list(calls),
-                    results=results,
-                    model_id=result.model_id,
-                    usage=result.usage,
-                )
-        except SessionClosedError:
-            # /new or /forget closed the session under this turn (see _store_answer): it
-            # ends here, with what was shown; the model is not asked again.
-            log.warning("tool_round_not_stored_session_closed", chat_id=turn.chat_id)
-            stored = False
+        """Store the round's calls and results (agent/record.py); False when /new or /forget
+        closed the session under the turn, which then ends with what was shown: the model is
+        not asked again."""
+        turn = state.turn
+        results = [
+            ToolResult(
+                o.call_id,
+                o.content,
+                o.stored_provenance(),
+                o.pending.id if o.pending is not None else None,
+            )
+            for o in now.outcomes
+        ]
+        stored = await self.record.tool_round(turn, text, calls, results, result)
         await state.spending.flush()
         if stored:
             state.steps += 1
@@ -523,13 +497,6 @@ class AgentLoop:
                 stopped=turn.stop_requested,
             )
         return stored
-
-    async def _keep_shown(self, turn: AgentTurn, now: Round, model_id: str) -> None:
-        """A round cut short: keep what the user saw of it, so the next turn's context matches
-        the screen (a task's run keeps nothing)."""
-        partial = now.shown()
-        if partial and turn.task is None:
-            await self._store_answer(turn, partial, model_id=model_id)
 
     def _calls_mcp(self, calls: list[ToolCall]) -> bool:
         """Whether a round calls an MCP tool: its result is a server's words, so a write in
@@ -592,30 +559,3 @@ class AgentLoop:
                 call.id, call.name, "error: the call could not be kept for confirmation; "
                 "nothing was done", ok=False,
             )  # fmt: skip
-
-    async def _store_answer(
-        self, turn: AgentTurn, text: str, *, model_id: str, usage: Usage | None = None
-    ) -> None:
-        """Store the answer next to its question, unless that session no longer takes messages.
-
-        That happens only when /new or /forget closed the session while this turn ran and their
-        cancel did not reach it in time, and the closed session's consolidation has already
-        started (or /forget deleted it). The answer is then not stored: in the closed session it
-        would never be consolidated nor forgotten, and in the new one it would be an answer
-        without its question. The user has seen it; the spend is recorded by the caller.
-        """
-        try:
-            await self.store.add_message(
-                turn.chat_id,
-                "assistant",
-                text,
-                model_id=model_id,
-                usage=usage,
-                session_id=turn.session_id,
-            )
-        except SessionClosedError:
-            log.warning(
-                "answer_not_stored_session_closed",
-                chat_id=turn.chat_id,
-                session_id=turn.session_id,
-            )

@@ -41,7 +41,7 @@ class AgentTurn:
     # The turn's message carries words of others: it was forwarded (its origin is stored with
     # it), or it quotes a message that is not the sender's own. Such content is not the user's
     # statement and must write nothing by itself: a memory or reminder write asked for in this
-    # turn waits for the user's tap (design.md "Untrusted content writes nothing by itself").
+    # turn waits for the user's tap (agent/tools/held.py).
     others_words: bool = False
     # A scheduled task's run (agent/task_run.py): its transcript instead of the session, its
     # own tools and time, every write held for a tap, background priority, billed as a task.

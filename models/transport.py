@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,7 +151,7 @@ class Transport:
 
     def stream(
         self, model_id: str, messages: list[Message], options: CallOptions
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
 
         A failure before any text was shown falls through silently to the next attempt. After
@@ -254,7 +254,7 @@ class Transport:
 
     async def _attempts(
         self, call: Call[Answer]
-    ) -> AsyncIterator[TextDelta | StreamRestart | Answer]:
+    ) -> AsyncGenerator[TextDelta | StreamRestart | Answer, None]:
         """The one attempt loop of `complete`, `stream` and `transcribe`: take the next slot
         the plan allows and run one attempt on it (`_attempt`), until an answer (the last
         item) or the plan runs out (`TransportError`). What differs per kind is the `call`'s
@@ -289,7 +289,7 @@ class Transport:
 
     async def _attempt(
         self, call: Call[Answer], plan: CallPlan, slot: Slot, progress: _Progress
-    ) -> AsyncIterator[TextDelta | StreamRestart | Answer]:
+    ) -> AsyncGenerator[TextDelta | StreamRestart | Answer, None]:
         """One attempt on `slot`: send the call's request through a provider worker under our
         own guard, read what arrives, and end it as it came out — cut at the answer's bounds,
         lost to our own failure, failed at the provider, or answered (`progress.ended`)."""
@@ -371,7 +371,7 @@ class Transport:
         slot: Slot,
         exchange: _Exchange,
         progress: _Progress,
-    ) -> AsyncIterator[TextDelta | Answer]:
+    ) -> AsyncGenerator[TextDelta | Answer, None]:
         """The provider answered: the text held back for the end, then the answer; an empty
         answer is a failure of its own (the plan moves on)."""
         tail = call.tail()
@@ -475,7 +475,9 @@ def _success_headers(response: Any) -> Mapping[str, str]:
     return out
 
 
-async def _answer(attempts: AsyncIterator[object], kind: type[Answer]) -> Answer:
+async def _answer(
+    attempts: AsyncIterator[TextDelta | StreamRestart | Answer], kind: type[Answer]
+) -> Answer:
     """Run an attempt loop whose call shows nothing on the way: its one item is the answer.
     Iterated to its end, so the attempt's slot is closed before the answer is returned."""
     last: object = None

@@ -296,8 +296,8 @@ class ReminderScheduler:
             delay = self.backoff.after(attempts + 1)
             if outcome.after_s is not None:
                 # Telegram's own wait, but never below our first delay: a retry_after of 0 (a
-                # proxy, a local Bot API server) made the retry due at once, and a send that
-                # answered so every time was resent in a loop, one request per pass.
+                # proxy, a local Bot API server) would make the retry due at once, and a send
+                # answered so every time would be resent in a loop, one request per pass.
                 delay = max(outcome.after_s, self.backoff.first)
             log.warning("reminder_retry", attempt=attempts + 1, after_s=delay)
             self._retries.append((self.clock() + timedelta(seconds=delay), attempts + 1, claim))

@@ -184,6 +184,43 @@ def test_path_check_sees_every_import_of_a_handler_from_a_turn(tmp_path: Path) -
     ]
 
 
+# One room stores a turn: the agent writes the user's message, the tool rounds and the answer
+# (agent/record.py), on the store's methods; no other layer calls them.
+TURN_WRITES = frozenset({"store_user_turn", "add_message", "add_answer", "add_tool_round"})
+TURN_WRITERS = ("agent", "memory")
+
+
+def turn_writes_outside_the_agent(modules: dict[str, Path], root: Path = REPO) -> list[str]:
+    """Every call of a turn's write (TURN_WRITES) from a layer other than TURN_WRITERS."""
+    problems = []
+    for name, path in modules.items():
+        if name.split(".")[0] in TURN_WRITERS:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in TURN_WRITES:
+                problems.append(f"{path.relative_to(root)}:{node.lineno}: {node.attr}")
+    return sorted(problems)
+
+
+def test_only_the_agent_stores_a_turn() -> None:
+    assert turn_writes_outside_the_agent(our_modules()) == []
+
+
+def test_turn_write_check_sees_a_write_from_the_bot(tmp_path: Path) -> None:
+    modules = _write(
+        tmp_path,
+        {
+            "bot/turns/t.py": "async def f(s):\n    await s.store.store_user_turn(1, 'x')\n",
+            "bot/ui/u.py": "def g(store):\n    return store.add_answer\n",
+            "agent/record.py": "async def f(store):\n    await store.add_answer(1)\n",
+            "bot/ok.py": "async def f(agent, q):\n    await agent.ask(q)\n",
+        },
+    )
+    problems = turn_writes_outside_the_agent(modules, tmp_path)
+    assert [p.split(":")[0] for p in problems] == ["bot/turns/t.py", "bot/ui/u.py"]
+
+
 def test_no_import_cycles_between_our_modules() -> None:
     cycles = find_cycles(import_graph(our_modules()))
     assert not cycles, f"import cycles: {cycles}"

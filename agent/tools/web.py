@@ -1,4 +1,4 @@
-"""The chat model's web tools: `web_search(query, limit)` and `web_read(url)` (design, "Web").
+"""The chat model's web tools: `web_search(query, limit)` and `web_read(url)`.
 
 `web_read` is offered whenever web use is on (WEB_DAILY_CALLS > 0), `web_search` only when a
 SearXNG is configured (WEB_SEARCH_URL). What they return is untrusted data: every outcome, an

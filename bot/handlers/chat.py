@@ -232,7 +232,7 @@ async def on_error(update: object, context: Context) -> None:
     chat_id = None
     if isinstance(update, Update) and update.effective_chat is not None:
         chat_id = update.effective_chat.id
-    error = context.error
+    error: BaseException | None = context.error
     saved = isinstance(error, MessageSavedError) or (
         isinstance(update, Update)
         and context.bot_data.services.lifecycle.tracker.stored(update.update_id)

@@ -9,6 +9,7 @@ from telegram import Bot, Message, User
 from telegram.constants import ChatType
 
 from agent.prompt import with_forward, with_quote
+from agent.record import Question
 from bot.incoming import (
     forward_origin_of,
     is_group,
@@ -74,6 +75,19 @@ class TurnRequest:
         if self.quoted_text and self.quoted_text.strip():
             return with_quote(text, self.quoted_text)
         return text
+
+    def question(self) -> Question:
+        """The message as the agent stores it (agent/record.py): what arrived, how it came and
+        whose words it holds."""
+        return Question(
+            self.chat_id,
+            self.user_id,
+            self.stored_text(),
+            key=self.turn_key,
+            media=self.stored_media(),
+            forward_origin=self.forward_origin,
+            provenance=self.stored_provenance(),
+        )
 
     def stored_media(self) -> dict[str, object] | None:
         """The JSON stored beside the text: how it came, and who said it in a group."""

@@ -1,8 +1,8 @@
-"""One chat turn: store the user's words, stream the model's answer, store the answer."""
+"""One chat turn: hand the user's words to the agent, which stores them, then show its answer."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -13,7 +13,7 @@ from bot import BotError
 from bot.turns.answer import answer_turn
 from bot.turns.request import TurnRequest
 from bot.ui.i18n import t
-from memory.store import StoredMessage
+from memory.store import StoredMessage, TurnStart
 
 if TYPE_CHECKING:
     from bot.services import Services
@@ -28,7 +28,8 @@ class MessageSavedError(BotError):
     `on_error`) says the message is saved exactly when it is."""
 
 
-Prepare = Callable[[TurnRequest], Awaitable[TurnRequest | None]]
+# A coroutine, not any awaitable: it runs as the chat's cancellable task (ChatTurns.begin).
+Prepare = Callable[[TurnRequest], Coroutine[Any, Any, TurnRequest | None]]
 OnStored = Callable[[StoredMessage], Awaitable[None]]
 
 
@@ -61,7 +62,7 @@ async def run_chat_turn(
     prepare: Prepare | None = None,
     on_stored: OnStored | None = None,
 ) -> bool:
-    """Store the user's message, stream the model's answer into Telegram, store the answer.
+    """Have the agent store the user's message and answer it; stream the answer into Telegram.
 
     The user's message is written before any model is called, so an outage, a crash or a
     /cancel never loses it. Serialised per chat; the streaming part is cancellable.
@@ -83,71 +84,26 @@ async def run_chat_turn(
         async with services.lifecycle.admitted_turn(services.turns, request.chat_id) as admitted:
             if not admitted:
                 return False  # held: handled after the restart
-            store, turns = services.store, services.turns
-            refused = await services.guard.check_budget(request.user_id)
-            if refused is not None and refused.reply_key is not None:
-                # What the chat's previous turn cost is recorded by now: the cap holds.
-                await send_plain(
-                    bot, request, t(refused.reply_key, request.language, **refused.reply_values)
-                )
-                log.info("turn_refused_budget", chat_id=request.chat_id, cap=refused.reply_key)
-                return False
-            if (
-                prepare is not None
-                and request.turn_key is not None
-                and await store.turn_answered(request.turn_key)
-            ):
-                # Handled before (a held update Telegram sent again): not transcribed again; a
-                # text turn needs no extra read, store_user_turn below skips it.
-                log.info("turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key)
+            if await _over_budget(services, bot, request):
                 return False
             if prepare is not None:
-                # The preparation is the chat's turn in progress, like the reply after it: /cancel
-                # and /new stop it, a graceful stop gives it the grace and then cancels it.
-                preparing = turns.begin(request.chat_id, prepare(request))
-                await turns.join(request.chat_id, preparing)
-                if preparing.cancelled():
-                    if held_on_stop(services, request):
-                        # Cut short by a stop: the update is kept and handled afresh at the next
-                        # start (bot/lifecycle.py), so the note, photo or document is not lost.
-                        await services.lifecycle.hold_current()
-                    return False
-                prepared = preparing.result()
+                prepared = await _prepared(services, request, prepare)
                 if prepared is None:
                     return False
                 request = prepared
+            turns = services.turns
             # The question is stored and the reply registered (cancellable) under the session
             # gate, which /new and /forget hold while they cancel and close: see ChatTurns.
             async with turns.session_gate(request.chat_id):
-                # One transaction: the idempotency key, the idle-session check (close, open,
-                # enqueue) and the message, so a restart at any point loses or repeats nothing.
-                started = await store.store_user_turn(
-                    request.chat_id,
-                    request.stored_text(),
-                    user_id=request.user_id,
-                    key=request.turn_key,
-                    media=request.stored_media(),
-                    forward_origin=request.forward_origin,
-                    provenance=request.stored_provenance(),
-                )
+                # The agent stores the whole turn, its question first (agent/record.py).
+                started = await services.agent.ask(request.question())
                 saved = True  # from here on, an error reply may say the message is saved
                 if started is None:
                     log.info(
                         "turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key
                     )
                     return True
-                if started.resumed:
-                    log.info(
-                        "turn_resumed_unanswered", chat_id=request.chat_id, key=request.turn_key
-                    )
-                if started.idle_closed_session_id is not None:
-                    log.info(
-                        "session_idle_closed",
-                        chat_id=request.chat_id,
-                        closed_session=started.idle_closed_session_id,
-                        session=started.message.session_id,
-                        job_id=started.job_id,
-                    )
+                _log_start(request, started)
                 if on_stored is not None:
                     await on_stored(started.message)
                 reply = turns.begin(request.chat_id, answer_turn(services, bot, request, started))
@@ -157,3 +113,53 @@ async def run_chat_turn(
             raise MessageSavedError("the turn broke after the user's message was stored") from error
         raise
     return True
+
+
+async def _over_budget(services: Services, bot: Bot, request: TurnRequest) -> bool:
+    """Whether a budget refuses the turn (the user is told which); what the chat's previous
+    turn cost is recorded by now, so the cap holds."""
+    refused = await services.guard.check_budget(request.user_id)
+    if refused is None or refused.reply_key is None:
+        return False
+    await send_plain(bot, request, t(refused.reply_key, request.language, **refused.reply_values))
+    log.info("turn_refused_budget", chat_id=request.chat_id, cap=refused.reply_key)
+    return True
+
+
+async def _prepared(
+    services: Services, request: TurnRequest, prepare: Prepare
+) -> TurnRequest | None:
+    """The request `prepare` makes ready (a voice note transcribed), or None: nothing to
+    answer, an input handled before, or a stop that cut the preparation short."""
+    if request.turn_key is not None and await services.agent.answered(request.turn_key):
+        # Handled before (a held update Telegram sent again): not transcribed again; a
+        # text turn needs no extra read, storing its question skips it.
+        log.info("turn_duplicate_skipped", chat_id=request.chat_id, key=request.turn_key)
+        return None
+    # The preparation is the chat's turn in progress, like the reply after it: /cancel and
+    # /new stop it, a graceful stop gives it the grace and then cancels it.
+    turns = services.turns
+    preparing = turns.begin(request.chat_id, prepare(request))
+    await turns.join(request.chat_id, preparing)
+    if preparing.cancelled():
+        if held_on_stop(services, request):
+            # Cut short by a stop: the update is kept and handled afresh at the next start
+            # (bot/lifecycle.py), so the note, photo or document is not lost.
+            await services.lifecycle.hold_current()
+        return None
+    return preparing.result()
+
+
+def _log_start(request: TurnRequest, started: TurnStart) -> None:
+    """A resumed question (a crash cut its first answer short) and an idle session closed
+    by it are logged."""
+    if started.resumed:
+        log.info("turn_resumed_unanswered", chat_id=request.chat_id, key=request.turn_key)
+    if started.idle_closed_session_id is not None:
+        log.info(
+            "session_idle_closed",
+            chat_id=request.chat_id,
+            closed_session=started.idle_closed_session_id,
+            session=started.message.session_id,
+            job_id=started.job_id,
+        )

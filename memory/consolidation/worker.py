@@ -8,6 +8,7 @@ under it too often steps back, and a failed run waits out its retry delay.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -142,11 +143,11 @@ class ConsolidationWorker:
         for job in jobs:
             task = asyncio.create_task(self._run_job(job), name=f"consolidation-job-{job.id}")
             self._running[job.id] = task
-            task.add_done_callback(lambda _t, job_id=job.id: self._finished(job_id))
+            task.add_done_callback(functools.partial(self._finished, job.id))
             tasks.append(task)
         return tasks
 
-    def _finished(self, job_id: int) -> None:
+    def _finished(self, job_id: int, _task: asyncio.Task[None]) -> None:
         self._running.pop(job_id, None)
         self._wake.set()
 

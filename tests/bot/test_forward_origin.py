@@ -1,6 +1,6 @@
-"""What a forwarded or quoting message says about whose words it holds (issue 23, item 4):
-the origin stored with a forward, and the flag a turn carries when its message holds words of
-others (W2's confirmation gate reads it). Real Bot API 7.0 payloads: tests/data/SOURCE.md."""
+"""What a forwarded or quoting message says about whose words it holds: the origin stored
+with a forward, and the flag a turn carries when its message holds words of others (the ✅
+gate of agent/tools/held.py reads it). Real Bot API 7.0 payloads: tests/data/SOURCE.md."""
 
 from __future__ import annotations
 

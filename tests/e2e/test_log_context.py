@@ -1,7 +1,7 @@
 """A log line of a reminder's delivery, a scheduled task's run or a consolidation job carries
 its chat and its reminder's, task's or job's id from structlog's context, bound once where each
 runs (reminders/scheduler.py, memory/consolidation/worker.py), as a handled update carries its
-chat (bot/lifecycle.py). The lines below are the ones that no longer name the chat themselves,
+chat (bot/lifecycle.py). The lines below are the ones that do not name the chat themselves,
 and a provider attempt of a task's run, which never knew it."""
 
 from __future__ import annotations

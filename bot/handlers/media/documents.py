@@ -26,8 +26,8 @@ from media.documents import DocumentError
 from memory.provenance import DOCUMENT, Provenance
 from primitives.framing import Framing
 
-# The name these events have always been logged under (they were part of
-# bot/handlers/media/media.py).
+# Every media handler logs as `bot.media`: one filter shows all voice note, photo and
+# document events.
 log = structlog.get_logger("bot.media")
 
 

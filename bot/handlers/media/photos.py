@@ -26,8 +26,8 @@ from media.image_reader import fit_image_bounded
 from media.images import ImageError, ImageLimit, limit_for
 from memory.provenance import PHOTO, Provenance
 
-# The name these events have always been logged under (they were part of
-# bot/handlers/media/media.py).
+# Every media handler logs as `bot.media`: one filter shows all voice note, photo and
+# document events.
 log = structlog.get_logger("bot.media")
 
 

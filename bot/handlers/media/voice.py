@@ -59,8 +59,8 @@ from memory.usage import SpendRecorder
 from models.calls import CallOptions
 from models.types import NO_KEY, Transcription, TransportError
 
-# The name these events have always been logged under (they were part of
-# bot/handlers/media/media.py).
+# Every media handler logs as `bot.media`: one filter shows all voice note, photo and
+# document events.
 log = structlog.get_logger("bot.media")
 
 RETRY_PREFIX = "mr:"
