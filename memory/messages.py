@@ -40,7 +40,8 @@ class StoredMessage:
     tool_call_id: str | None = None
     user_id: int | None = None
     model_id: str | None = None
-    # How it was sent, if not as text (file id, kind…); in a group, who sent it ("speaker").
+    # How it was sent, if not as text (file id, kind…); in a group, who sent it ("speaker"); a
+    # reply's quoted text ("quote", QUOTE_KEY).
     media: dict[str, object] | None = None
     # A forwarded message: whose words these are ({"type", "name", "date"}, migration 0016).
     forward_origin: dict[str, object] | None = None
