@@ -7,9 +7,9 @@ the operator's `autoApprove` lists, runs at once; any other call is a held famil
 the same call runs once through the same hub (counted and recorded then), its result shown
 and kept in the session.
 
-Every outcome is untrusted (`untrusted=True`): a server's words, errors included, are not the
-user's. A turn that read one holds its writes, and the memory writer sees a stub naming the
-tool (memory/provenance.py), never its text.
+Every outcome is untrusted (it has an MCP provenance): a server's words, errors included, are
+not the user's. A turn that read one holds its writes, and the memory writer sees a stub naming
+the tool (memory/provenance.py), never its text.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 from agent.tools.held import CallHooks, Description, HeldFamily, InView, outward_family
 from agent.tools.memory import ToolOutcome
 from mcp_client.hub import McpHub, McpTool, parse_arguments
+from memory.provenance import tool_provenance
 from models.types import ToolCall
 
 MCP_HELD_NOTE = (
@@ -91,7 +92,8 @@ def missing_arguments(tool: McpTool, arguments: dict[str, Any]) -> str | None:
 
 
 def _outcome(call: ToolCall, content: str, *, ok: bool) -> ToolOutcome:
-    return ToolOutcome(call.id, call.name, content, ok=ok, untrusted=True)
+    provenance = tool_provenance(call.name, content)  # an MCP result, named by its tool
+    return ToolOutcome(call.id, call.name, content, ok=ok, provenance=provenance)
 
 
 def mcp_family(tools: McpTools) -> HeldFamily:

@@ -35,7 +35,7 @@ from memory.facts import (
 )
 from memory.longterm import LongTermMemory, memory_of, write_memory
 from memory.pending_writes import PendingWrite
-from memory.provenance import RECALL, Provenance, label, tool_provenance
+from memory.provenance import RECALL, Provenance, label
 from memory.recall.search import DEFAULT_LIMIT, MAX_LIMIT, Recall, RecallHit, trimmed
 from memory.store import to_iso
 from models.types import ToolCall
@@ -125,9 +125,10 @@ class Receipt:
 class ToolOutcome:
     """The result text the model receives, and the receipt when memory really changed.
 
-    `untrusted`: the content came from outside the chat (a web page, search results, a recall of
-    such words), so a turn that received it must not write memory or reminders on the model's
-    word alone; `provenance` says what it is, stored with the result (`stored_provenance`).
+    `provenance`: the content came from outside the chat (a web page, search results, an MCP
+    server's result, a recall of such words) and this is what it is, stored with the result;
+    None for a result of our own. It is the one signal: `untrusted` is read from it, and a turn
+    that received such a result must not write memory or reminders on the model's word alone.
     `pending`: the call was not carried out but waits for the asker's ✅ (agent/tools/held.py).
     `links`: the URLs the result offers for a read (a search's results): a read of one of them
     may run at once later in the turn (agent/tools/egress.py)."""
@@ -137,17 +138,18 @@ class ToolOutcome:
     content: str
     ok: bool
     receipt: Receipt | None = None
-    untrusted: bool = False
     pending: PendingWrite | None = None
     provenance: Provenance | None = None
     links: tuple[str, ...] = ()
 
+    @property
+    def untrusted(self) -> bool:
+        """Whether the content is not the chat's own (it has a provenance)."""
+        return self.provenance is not None
+
     def stored_provenance(self) -> Provenance | None:
-        """What the stored result records: its own provenance, or for an untrusted result
-        that named none, its tool's (memory.provenance.tool_provenance)."""
-        if self.provenance is not None:
-            return self.provenance
-        return tool_provenance(self.name, self.content) if self.untrusted else None
+        """What the stored result records."""
+        return self.provenance
 
 
 class ChatTools:
@@ -224,9 +226,7 @@ class ChatTools:
             return ToolOutcome(call.id, call.name, content, ok=True)
         # Words that were not the user's come back as what they are: the turn holds its
         # writes, and the stored result is stubbed for the memory writer like its source.
-        return ToolOutcome(
-            call.id, call.name, content, ok=True, untrusted=True, provenance=provenance
-        )
+        return ToolOutcome(call.id, call.name, content, ok=True, provenance=provenance)
 
     # remember ---------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 `web_read` is offered whenever web use is on (WEB_DAILY_CALLS > 0), `web_search` only when a
 SearXNG is configured (WEB_SEARCH_URL). What they return is untrusted data: every outcome, an
 error included (its line can carry a server's host name or a redirect target), has
-`untrusted=True`, which the turn reads to hold memory and reminder writes for the asker's
+a provenance, which the turn reads to hold memory and reminder writes for the asker's
 confirmation; the text itself starts by saying it is not the user's words, inside the
 tool_result frame every tool result gets (agent/prompt.py).
 
@@ -249,9 +249,7 @@ def _limit(value: object) -> int:
 
 def _outcome(call: ToolCall, content: str, *, ok: bool, links: tuple[str, ...] = ()) -> ToolOutcome:
     provenance = tool_provenance(call.name, content, _source(call))
-    return ToolOutcome(
-        call.id, call.name, content, ok=ok, untrusted=True, provenance=provenance, links=links
-    )
+    return ToolOutcome(call.id, call.name, content, ok=ok, provenance=provenance, links=links)
 
 
 def _source(call: ToolCall) -> str:
