@@ -30,6 +30,7 @@ run: $(BIN)/.runtime
 test: $(BIN)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 
 format: $(BIN)/.dev

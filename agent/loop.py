@@ -21,7 +21,6 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -31,23 +30,31 @@ from agent.events import AgentDone, AgentEvent, ToolRound, ToolsStarting, Untrus
 from agent.prompt import (
     MAX_TOOL_RESULT_CHARS,
     WEB_RESULT_OVERHEAD_CHARS,
-    Framing,
     build_prompt,
     reply_reserve,
     time_text,
     with_image,
 )
-from agent.task_context import TaskContext
-from agent.tools.egress import Origin, link_origins, user_origins, web_family
+from agent.record import Question, TurnRecord
+from agent.tools.egress import link_origins, user_origins, web_family
 from agent.tools.held import HeldCalls, InView, write_family
 from agent.tools.mcp import McpTools, mcp_family
 from agent.tools.memory import CHAT_TOOLS, ChatTools, Receipt, ToolOutcome
 from agent.tools.web import WEB_TOOL_NAMES, WebTools
+from agent.turn import (
+    MAX_TOOL_CALLS_PER_ROUND,
+    MAX_TOOL_CALLS_PER_TURN,
+    AgentTurn,
+    Round,
+    TurnState,
+    not_offered,
+    not_run,
+    stopped,
+)
 from agent.untrusted import calls_web, untrusted_in_prompt
 from memory.messages import ToolResult
 from memory.pending_writes import GATED_TOOLS, PendingWrite, PendingWrites
-from memory.store import SessionClosedError, Store
-from memory.timezones import ChatZone
+from memory.store import Store, TurnStart
 from memory.usage import SpendRecorder
 from models.calls import CallOptions
 from models.catalog import Catalog
@@ -64,18 +71,12 @@ from models.types import (
     TextDelta,
     ToolCall,
     TransportError,
-    Usage,
 )
 from primitives.clock import Clock, utc_now
 
 log = structlog.get_logger("agent.loop")
 
 DEFAULT_MAX_STEPS = 4
-# Tool calls run per round and per turn. A model that asks for more gets, for each call past
-# the cap, a result saying it was not run (every call needs a result), and once the turn's cap
-# is spent the next round allows no tool call: one answer cannot write the memory without end.
-MAX_TOOL_CALLS_PER_ROUND = 8
-MAX_TOOL_CALLS_PER_TURN = 16
 # A tool call's arguments past this are refused unread: every tool takes a fact, a query or a
 # short text, and parsing (and running) what a model poured into one call would cost the chat
 # loop. The model is told, so it can call again with less.
@@ -95,43 +96,6 @@ class StreamingClient(Protocol):
     def stream(
         self, model_id: str, messages: list[Message], options: CallOptions
     ) -> AsyncGenerator[StreamEvent, None]: ...
-
-
-@dataclass(frozen=True)
-class AgentTurn:
-    """One turn to answer: the user's message is already stored in `session_id`."""
-
-    chat_id: int
-    user_id: int | None
-    session_id: int
-    model_id: str
-    # The chat's time zone, read with the turn's start (memory.store.TurnStart): every round's
-    # system prompt gives the local time in it, without a round trip to the database.
-    chat_zone: ChatZone
-    # A photo sent with this turn's message (data URL): an image part of that message in every
-    # round's prompt; never stored, later turns see the stored "[photo: caption]".
-    image_url: str | None = None
-    # Who wrote the turn's message, as the front end names them (a group reminder mentions them).
-    user_name: str | None = None
-    # The forum topic the message was written in, if any: a reminder set here is sent there.
-    topic_id: int | None = None
-    # The turn's message carries words of others: it was forwarded (its origin is stored with
-    # it), or it quotes a message that is not the sender's own. Such content is not the user's
-    # statement and must write nothing by itself: a memory or reminder write asked for in this
-    # turn waits for the user's tap (design.md "Untrusted content writes nothing by itself").
-    others_words: bool = False
-    # A scheduled task's run (agent/task_run.py): its transcript instead of the session, its
-    # own tools and time, every write held for a tap, background priority, billed as a task.
-    task: TaskContext | None = None
-    # Set by the front end when the user stops the answer while tools run: a tool call that
-    # has started finishes (its effect is whole or absent), the round's later calls are not
-    # run, and the turn ends after the round instead of asking the model again. A stop while
-    # the model streams is a plain cancellation of the turn.
-    stop: asyncio.Event | None = None
-
-    @property
-    def stop_requested(self) -> bool:
-        return self.stop is not None and self.stop.is_set()
 
 
 class AgentLoop:
@@ -155,6 +119,8 @@ class AgentLoop:
         clock: Clock[datetime] = utc_now,
     ) -> None:
         self.store = store
+        # Every write of a chat turn: its question, rounds, answer and what a cut left shown.
+        self.record = TurnRecord(store)
         self.transport = transport
         self.catalog = catalog
         self.tools = tools
@@ -239,6 +205,16 @@ class AgentLoop:
             tool_argument_chars=MAX_KEPT_TOOL_ARGUMENT_CHARS,
         )
 
+    async def ask(self, question: Question) -> TurnStart | None:
+        """Store the user's message that starts a turn, before any model is asked (see
+        agent/record.py); None when its key was handled before and nothing is to be answered.
+        The turn is then `run` on the stored message's session."""
+        return await self.record.question(question)
+
+    async def answered(self, key: str) -> bool:
+        """Whether the input `key` was handled before and needs no answer (TurnRecord)."""
+        return await self.record.answered(key)
+
     async def run(
         self,
         turn: AgentTurn,
@@ -248,286 +224,279 @@ class AgentLoop:
     ) -> AsyncGenerator[AgentEvent, None]:
         """One turn. `receipts`, when given, gets each memory write's receipt the moment the
         write is done: a caller sees them however the turn ends (an answer, a /cancel, a
-        failure in a later round, a session closed under the turn), not only in AgentDone.
+        failure in a later round, a session closed under the turn); AgentDone cannot carry
+        them, since a turn cut short ends without one.
         `pending` gets, the same way, each write held for the asker's ✅: its buttons are shown
         even when the turn ends badly."""
         # Every model call of the turn reports what it cost as it ends (an answer, a tool
         # round, a model that broke after text, a cancel or a stop); all of it is recorded.
         purpose = "task" if turn.task is not None else "chat"
         spending = SpendRecorder(self.store, turn.chat_id, turn.user_id, purpose)
+        seconds = turn.task.seconds if turn.task is not None else self.answer_seconds
+        state = TurnState(
+            turn,
+            spending,
+            [] if receipts is None else receipts,
+            [] if pending is None else pending,
+            deadline=asyncio.get_running_loop().time() + seconds if seconds else None,
+            model_id=turn.model_id,
+        )
         try:
-            rounds = self._rounds(
-                turn,
-                spending,
-                [] if receipts is None else receipts,
-                [] if pending is None else pending,
-            )
-            async for event in rounds:
-                yield event
+            async with aclosing(self._rounds(state)) as events:
+                async for event in events:
+                    yield event
         finally:
             try:
                 await spending.flush()
             except Exception:
                 log.exception("usage_not_recorded", chat_id=turn.chat_id)
 
-    async def _rounds(
-        self,
-        turn: AgentTurn,
-        spending: SpendRecorder,
-        receipts: list[Receipt],
-        pending: list[PendingWrite],
-    ) -> AsyncGenerator[AgentEvent, None]:
-        framing = Framing()
-        loop = asyncio.get_running_loop()
-        task = turn.task
-        seconds = task.seconds if task is not None else self.answer_seconds
-        deadline = loop.time() + seconds if seconds else None
-        model_id = turn.model_id
-        calls_run = 0  # tool calls run this turn, against MAX_TOOL_CALLS_PER_TURN
-        total = Usage()
-        attempts = 0
-        queued_s = 0.0  # waited for turns in gateway queues, all rounds
-        steps = 0
-        display: list[str] = []  # what the user sees now, across rounds
-        shown_rounds: list[str] = []  # the text of each finished round since the last restart
-        untrusted = False  # words that are not the user's reached the model (agent/untrusted.py)
-        untrusted_result = False  # a tool of this turn returned untrusted content
-        searched: set[Origin] = set()  # origins of this turn's search results
+    async def _rounds(self, state: TurnState) -> AsyncGenerator[AgentEvent, None]:
+        """Round after round until one ends the turn: an answer, a stop while tools ran, or a
+        session closed under the turn. Each step below is one method."""
         while True:
-            entry = self.catalog.get(model_id)
-            offer = self.max_steps > 0 and entry.tools
-            last_round = steps >= self.max_steps or calls_run >= MAX_TOOL_CALLS_PER_TURN
-            tools = self.offered_tools(turn.user_id) if offer else None
-            if task is not None:
-                tools = [t for t in tools or [] if t["function"]["name"] in task.tools] or None
-                stored = await task.round_context()
-            else:
-                stored = await self.store.round_context(turn.session_id, turn.chat_id)
-            prompt = build_prompt(
-                stored.messages,
-                stored.memory,
-                framing=framing,
-                now_text=time_text(turn.chat_zone, self.clock()),
-                tools=tools,
-                context_window=self.context_window(model_id),
-                images=1 if turn.image_url is not None else 0,
-                tool_result_chars=self.tool_result_chars(),
-            )
-            if not untrusted and (
-                turn.others_words
-                or untrusted_result
-                or untrusted_in_prompt(stored.messages, prompt.included_ids)
-            ):
-                untrusted = True
+            now = await self._prepare_round(state)
+            if self._first_sees_untrusted(state, now):
                 yield UntrustedContent()  # before any text written with it in view
-            messages = prompt.messages
-            if turn.image_url is not None:
-                messages = with_image(messages, turn.image_url)
-            round_text: list[str] = []
-            separate = bool(display)
-            result: ChatResult | None = None
-            answering = model_id
-            try:
-                options = CallOptions(
-                    timeout=self.timeout,
-                    tools=tools,
-                    tool_choice="none" if tools and last_round else None,
-                    # A turn in the gateway's fair queue: one user's many chats do not push
-                    # other users back (typing stays on while it waits).
-                    user_key=turn.user_id,
-                    # A task's run waits behind every chat turn in the gateway's queue.
-                    priority=Priority.BACKGROUND if task is not None else Priority.CHAT,
-                    on_spend=spending.add,
-                    max_tokens=self.max_tokens(model_id),
-                    deadline=deadline,
-                    bounds=self.bounds(sum(len(piece) for piece in display)),
-                )
-                stream = self.transport.stream(model_id, messages, options)
-                # aclosing: when we are closed at a yield, the transport's stream is closed
-                # right away too (its request ends now, not at garbage collection), and it
-                # reports what the cut-off attempt cost.
-                async with aclosing(stream):
-                    async for event in stream:
-                        if isinstance(event, TextDelta):
-                            if separate:
-                                separate = False
-                                display.append("\n\n")
-                                yield TextDelta("\n\n")
-                            round_text.append(event.text)
-                            display.append(event.text)
-                            yield event
-                        elif isinstance(event, StreamRestart):
-                            answering = event.to_model
-                            round_text.clear()
-                            display.clear()
-                            shown_rounds.clear()
-                            separate = False
-                            await spending.flush()  # the broken model's part, at once
-                            yield event
-                        elif isinstance(event, StreamDone):
-                            result = event.result
-            except (asyncio.CancelledError, GeneratorExit):
-                # Cancelled inside the stream, or closed by the caller (cancelled while it
-                # handled a piece we yielded): either way the round ends here.
-                partial = "".join(round_text)
-                if partial and task is None:
-                    # Keep what the user saw, so the next turn's context matches the screen.
-                    await self._store_answer(turn, partial, model_id=answering)
-                raise
-            if result is None:  # the transport always ends with StreamDone; be safe anyway
-                raise TransportError("stream ended without a result", [])
-            attempts += len(result.attempts)
-            queued_s += result.queued_s
-            total = total + result.usage
-            model_id = result.model_id  # later rounds stay on the model that answered
-            out_of_time = result.finish_reason == TIME_LIMIT
-            too_big = result.finish_reason == SIZE_LIMIT
-            cut = out_of_time or too_big
-            calls = result.tool_calls if tools and not last_round and not cut else []
-            text = result.text or "".join(round_text)
-            shown_rounds.append("".join(round_text).strip())
+            async with aclosing(self._stream_round(state, now)) as events:
+                async for event in events:
+                    yield event
+            result = self._account(state, now)
+            cut = result.finish_reason in (TIME_LIMIT, SIZE_LIMIT)
+            calls = result.tool_calls if now.tools and not now.last and not cut else []
+            text = result.text or now.shown()
+            state.shown_rounds.append(now.shown().strip())
             if not calls:
-                if text.strip() and task is None:  # an empty answer is not stored
-                    # The answer and what its attempts cost, in one transaction: one wait for
-                    # the writer, and never one without the other.
-                    spends = spending.pending()
-                    try:
-                        await self.store.add_answer(
-                            turn.chat_id,
-                            turn.user_id,
-                            text,
-                            model_id=result.model_id,
-                            usage=result.usage,
-                            session_id=turn.session_id,
-                            spends=[(s.model_id, s.usage) for s in spends],
-                        )
-                        spending.written(len(spends))
-                    except SessionClosedError:
-                        # See _store_answer; the spend is recorded by the flush below.
-                        log.warning(
-                            "answer_not_stored_session_closed",
-                            chat_id=turn.chat_id,
-                            session_id=turn.session_id,
-                        )
-                await spending.flush()
-                yield AgentDone(
-                    text="\n\n".join(part for part in shown_rounds if part) or text,
-                    model_id=result.model_id,
-                    usage=total,
-                    attempts=attempts,
-                    queued_s=queued_s,
-                    steps=steps,
-                    time_limit_reached=out_of_time,
-                    size_limit_reached=too_big,
-                    untrusted=untrusted,
-                )
+                yield await self._answer(state, result, text)
                 return
-            outcomes: list[ToolOutcome] = []
-            # The calls of one round are decided together, on what the round had in view: a
-            # write in the same round as a web call waits too, whichever came first.
-            view = InView(
-                untrusted=untrusted,
-                reads_outside=calls_web(calls) or self._calls_mcp(calls),
-                origins=frozenset(
-                    searched | user_origins(stored.messages, prompt.included_ids)
-                    if untrusted and any(call.name == "web_read" for call in calls)
-                    else ()
-                ),
-            )
-            after = view
-            try:
-                yield ToolsStarting(steps + 1, tuple(call.name for call in calls))
-                for index, call in enumerate(calls):
-                    if turn.stop_requested:
-                        outcomes.append(_stopped(call))
-                        continue
-                    if index >= MAX_TOOL_CALLS_PER_ROUND or calls_run >= MAX_TOOL_CALLS_PER_TURN:
-                        outcomes.append(_not_run(call))
-                        continue
-                    calls_run += 1
-                    # A web read is decided on the round's view (its calls are decided together);
-                    # anything else listed after a call that brought untrusted words back (a
-                    # recall of a document) waits as well.
-                    seen = view if call.name in WEB_TOOL_NAMES else after
-                    if task is not None and call.name not in task.tools:
-                        outcome = _not_offered(call)
-                    elif self.held.must_wait(call, seen) or (
-                        # In a task's run every write waits: nobody asked for it just now.
-                        task is not None and call.name in GATED_TOOLS
-                    ):
-                        outcome = await self._hold(turn, call)
-                    else:
-                        outcome = await self._run_tool(turn, call, prompt.included_ids)
-                        searched |= link_origins(outcome)
-                    outcomes.append(outcome)
-                    if outcome.receipt is not None:
-                        receipts.append(outcome.receipt)  # written: shown however the turn ends
-                    if outcome.pending is not None:
-                        pending.append(outcome.pending)  # held: its buttons shown however it ends
-                    untrusted_result = untrusted_result or outcome.untrusted
-                    if outcome.untrusted:
-                        after = dataclasses.replace(after, untrusted=True)
-            except (asyncio.CancelledError, GeneratorExit):
-                # Cancelled while the tools ran, or closed while the front end showed the
-                # round's text: that text was seen, so it is kept, as a cut stream's is.
-                partial = "".join(round_text)
-                if partial and task is None:
-                    await self._store_answer(turn, partial, model_id=result.model_id)
-                raise
-            closed = False
-            try:
-                results = [
-                    ToolResult(
-                        o.call_id,
-                        o.content,
-                        o.stored_provenance(),
-                        o.pending.id if o.pending is not None else None,
-                    )
-                    for o in outcomes
-                ]
-                if task is not None:
-                    task.add_tool_round(text, list(calls), results, result.model_id)
-                else:
-                    await self.store.add_tool_round(
-                        turn.chat_id,
-                        turn.session_id,
-                        text=text,
-                        calls=list(calls),
-                        results=results,
-                        model_id=result.model_id,
-                        usage=result.usage,
-                    )
-            except SessionClosedError:
-                # /new or /forget closed the session under this turn (see _store_answer): it
-                # ends here, with what was shown; the model is not asked again.
-                log.warning("tool_round_not_stored_session_closed", chat_id=turn.chat_id)
-                closed = True
-            await spending.flush()
-            if not closed:
-                steps += 1
-                log.info(
-                    "agent_tool_round",
-                    chat_id=turn.chat_id,
-                    step=steps,
-                    model=result.model_id,
-                    tools=[f"{o.name}:{'ok' if o.ok else 'refused'}" for o in outcomes],
-                    stopped=turn.stop_requested,
-                )
+            async with aclosing(self._run_calls(state, now, result, calls)) as events:
+                async for event in events:
+                    yield event
+            stored = await self._store_round(state, now, result, calls, text)
             # A stop is checked with no await before the yields below: one that comes later
             # finds the front end out of the tool phase, and it cancels the turn itself.
-            if closed or turn.stop_requested:
-                yield AgentDone(
-                    text="\n\n".join(part for part in shown_rounds if part),
-                    model_id=result.model_id,
-                    usage=total,
-                    attempts=attempts,
-                    queued_s=queued_s,
-                    steps=steps,
-                    untrusted=untrusted,
-                    stopped=not closed,
-                )
+            if not stored or state.turn.stop_requested:
+                yield state.done(result.model_id, stopped=stored)
                 return
-            yield ToolRound(steps, result.model_id, tuple(outcomes))
+            yield ToolRound(state.steps, result.model_id, tuple(now.outcomes))
+
+    async def _prepare_round(self, state: TurnState) -> Round:
+        """What the round offers and reads: the tools (none on the last round), the stored
+        context and the prompt built from it."""
+        turn, task = state.turn, state.turn.task
+        entry = self.catalog.get(state.model_id)
+        offer = self.max_steps > 0 and entry.tools
+        last = state.steps >= self.max_steps or state.calls_run >= MAX_TOOL_CALLS_PER_TURN
+        tools = self.offered_tools(turn.user_id) if offer else None
+        if task is not None:
+            tools = [t for t in tools or [] if t["function"]["name"] in task.tools] or None
+            stored = await task.round_context()
+        else:
+            stored = await self.store.round_context(turn.session_id, turn.chat_id)
+        prompt = build_prompt(
+            stored.messages,
+            stored.memory,
+            framing=state.framing,
+            now_text=time_text(turn.chat_zone, self.clock()),
+            tools=tools,
+            context_window=self.context_window(state.model_id),
+            images=1 if turn.image_url is not None else 0,
+            tool_result_chars=self.tool_result_chars(),
+        )
+        return Round(tools, last, stored, prompt, answering=state.model_id)
+
+    def _first_sees_untrusted(self, state: TurnState, now: Round) -> bool:
+        """Whether this round is the turn's first with words that are not the user's in the
+        model's view (agent/untrusted.py): the turn's own message, a tool result of this turn,
+        or a stored message the prompt holds. From here on the turn counts as untrusted."""
+        if state.untrusted:
+            return False
+        state.untrusted = (
+            state.turn.others_words
+            or state.untrusted_result
+            or untrusted_in_prompt(now.stored.messages, now.prompt.included_ids)
+        )
+        return state.untrusted
+
+    def _options(self, state: TurnState, now: Round) -> CallOptions:
+        """The round's call: its tools, the answer's bounds so far, the turn's deadline."""
+        turn = state.turn
+        return CallOptions(
+            timeout=self.timeout,
+            tools=now.tools,
+            tool_choice="none" if now.tools and now.last else None,
+            # A turn in the gateway's fair queue: one user's many chats do not push
+            # other users back (typing stays on while it waits).
+            user_key=turn.user_id,
+            # A task's run waits behind every chat turn in the gateway's queue.
+            priority=Priority.BACKGROUND if turn.task is not None else Priority.CHAT,
+            on_spend=state.spending.add,
+            max_tokens=self.max_tokens(state.model_id),
+            deadline=state.deadline,
+            bounds=self.bounds(sum(len(piece) for piece in state.display)),
+        )
+
+    async def _stream_round(self, state: TurnState, now: Round) -> AsyncGenerator[AgentEvent, None]:
+        """Stream the model: its text as it comes (after a blank line if earlier rounds
+        showed text), a restart that clears what was shown, and the round's result."""
+        messages = now.prompt.messages
+        if state.turn.image_url is not None:
+            messages = with_image(messages, state.turn.image_url)
+        separate = bool(state.display)
+        try:
+            stream = self.transport.stream(state.model_id, messages, self._options(state, now))
+            # aclosing: when we are closed at a yield, the transport's stream is closed
+            # right away too (its request ends now, not at garbage collection), and it
+            # reports what the cut-off attempt cost.
+            async with aclosing(stream):
+                async for event in stream:
+                    if isinstance(event, TextDelta):
+                        if separate:
+                            separate = False
+                            state.display.append("\n\n")
+                            yield TextDelta("\n\n")
+                        now.text.append(event.text)
+                        state.display.append(event.text)
+                        yield event
+                    elif isinstance(event, StreamRestart):
+                        now.answering = event.to_model
+                        now.text.clear()
+                        state.display.clear()
+                        state.shown_rounds.clear()
+                        separate = False
+                        await state.spending.flush()  # the broken model's part, at once
+                        yield event
+                    elif isinstance(event, StreamDone):
+                        now.result = event.result
+        except (asyncio.CancelledError, GeneratorExit):
+            # Cancelled inside the stream, or closed by the caller (cancelled while it
+            # handled a piece we yielded): either way the round ends here.
+            await self.record.shown(state.turn, now.shown(), now.answering)
+            raise
+
+    @staticmethod
+    def _account(state: TurnState, now: Round) -> ChatResult:
+        """The round's result, added to the turn's attempts, queue time and usage; later
+        rounds stay on the model that answered."""
+        result = now.result
+        if result is None:  # the transport always ends with StreamDone; be safe anyway
+            raise TransportError("stream ended without a result", [])
+        state.attempts += len(result.attempts)
+        state.queued_s += result.queued_s
+        state.total = state.total + result.usage
+        state.model_id = result.model_id
+        return result
+
+    async def _answer(self, state: TurnState, result: ChatResult, text: str) -> AgentDone:
+        """The round answered in words: store the answer with its spend, end the turn."""
+        turn, spending = state.turn, state.spending
+        await self.record.answer(turn, text, result, spending)
+        await spending.flush()
+        return state.done(
+            result.model_id,
+            fallback=text,
+            time_limit_reached=result.finish_reason == TIME_LIMIT,
+            size_limit_reached=result.finish_reason == SIZE_LIMIT,
+        )
+
+    def _in_view(self, state: TurnState, now: Round, calls: list[ToolCall]) -> InView:
+        """What the round's calls are decided on, together: a write in the same round as a
+        web call waits too, whichever came first."""
+        reads = state.untrusted and any(call.name == "web_read" for call in calls)
+        return InView(
+            untrusted=state.untrusted,
+            reads_outside=calls_web(calls) or self._calls_mcp(calls),
+            origins=frozenset(
+                state.searched | user_origins(now.stored.messages, now.prompt.included_ids)
+                if reads
+                else ()
+            ),
+        )
+
+    async def _run_calls(
+        self, state: TurnState, now: Round, result: ChatResult, calls: list[ToolCall]
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """Run (or hold, or refuse) the round's calls one by one into `now.outcomes`; each
+        receipt and held write reaches the caller's lists at once."""
+        view = after = self._in_view(state, now, calls)
+        try:
+            yield ToolsStarting(state.steps + 1, tuple(call.name for call in calls))
+            for index, call in enumerate(calls):
+                # A web read is decided on the round's view (its calls are decided together);
+                # anything else listed after a call that brought untrusted words back (a
+                # recall of a document) waits as well.
+                seen = view if call.name in WEB_TOOL_NAMES else after
+                outcome = await self._outcome(state, now, index, call, seen)
+                now.outcomes.append(outcome)
+                if outcome.receipt is not None:
+                    state.receipts.append(outcome.receipt)  # written: shown however it ends
+                if outcome.pending is not None:
+                    state.pending.append(outcome.pending)  # held: its buttons shown however
+                state.untrusted_result = state.untrusted_result or outcome.untrusted
+                if outcome.untrusted:
+                    after = dataclasses.replace(after, untrusted=True)
+        except (asyncio.CancelledError, GeneratorExit):
+            # Cancelled while the tools ran, or closed while the front end showed the
+            # round's text: that text was seen, so it is kept, as a cut stream's is.
+            await self.record.shown(state.turn, now.shown(), result.model_id)
+            raise
+
+    async def _outcome(
+        self, state: TurnState, now: Round, index: int, call: ToolCall, seen: InView
+    ) -> ToolOutcome:
+        """One call's fate: not run (a stop, a cap, a tool a task is not offered), held for
+        the asker's ✅, or run."""
+        turn, task = state.turn, state.turn.task
+        if turn.stop_requested:
+            return stopped(call)
+        if index >= MAX_TOOL_CALLS_PER_ROUND or state.calls_run >= MAX_TOOL_CALLS_PER_TURN:
+            return not_run(call)
+        state.calls_run += 1
+        if task is not None and call.name not in task.tools:
+            return not_offered(call)
+        if self.held.must_wait(call, seen) or (
+            # In a task's run every write waits: nobody asked for it just now.
+            task is not None and call.name in GATED_TOOLS
+        ):
+            return await self._hold(turn, call)
+        outcome = await self._run_tool(turn, call, now.prompt.included_ids)
+        state.searched |= link_origins(outcome)
+        return outcome
+
+    async def _store_round(
+        self,
+        state: TurnState,
+        now: Round,
+        result: ChatResult,
+        calls: list[ToolCall],
+        text: str,
+    ) -> bool:
+        """Store the round's calls and results (agent/record.py); False when /new or /forget
+        closed the session under the turn, which then ends with what was shown: the model is
+        not asked again."""
+        turn = state.turn
+        results = [
+            ToolResult(
+                o.call_id,
+                o.content,
+                o.stored_provenance(),
+                o.pending.id if o.pending is not None else None,
+            )
+            for o in now.outcomes
+        ]
+        stored = await self.record.tool_round(turn, text, calls, results, result)
+        await state.spending.flush()
+        if stored:
+            state.steps += 1
+            log.info(
+                "agent_tool_round",
+                chat_id=turn.chat_id,
+                step=state.steps,
+                model=result.model_id,
+                tools=[f"{o.name}:{'ok' if o.ok else 'refused'}" for o in now.outcomes],
+                stopped=turn.stop_requested,
+            )
+        return stored
 
     def _calls_mcp(self, calls: list[ToolCall]) -> bool:
         """Whether a round calls an MCP tool: its result is a server's words, so a write in
@@ -590,60 +559,3 @@ class AgentLoop:
                 call.id, call.name, "error: the call could not be kept for confirmation; "
                 "nothing was done", ok=False,
             )  # fmt: skip
-
-    async def _store_answer(
-        self, turn: AgentTurn, text: str, *, model_id: str, usage: Usage | None = None
-    ) -> None:
-        """Store the answer next to its question, unless that session no longer takes messages.
-
-        That happens only when /new or /forget closed the session while this turn ran and their
-        cancel did not reach it in time, and the closed session's consolidation has already
-        started (or /forget deleted it). The answer is then not stored: in the closed session it
-        would never be consolidated nor forgotten, and in the new one it would be an answer
-        without its question. The user has seen it; the spend is recorded by the caller.
-        """
-        try:
-            await self.store.add_message(
-                turn.chat_id,
-                "assistant",
-                text,
-                model_id=model_id,
-                usage=usage,
-                session_id=turn.session_id,
-            )
-        except SessionClosedError:
-            log.warning(
-                "answer_not_stored_session_closed",
-                chat_id=turn.chat_id,
-                session_id=turn.session_id,
-            )
-
-
-def _stopped(call: ToolCall) -> ToolOutcome:
-    """The result of a call the user stopped before it ran: nothing was done."""
-    return ToolOutcome(
-        call.id, call.name, "error: not run: the user stopped the answer; nothing changed.",
-        ok=False,
-    )  # fmt: skip
-
-
-def _not_offered(call: ToolCall) -> ToolOutcome:
-    """A call of a tool a scheduled task's run is not offered (scheduling, above all)."""
-    return ToolOutcome(
-        call.id,
-        call.name,
-        f"error: {call.name!r} is not available in a scheduled task's run; nothing was done. "
-        "Answer with what you have.",
-        ok=False,
-    )
-
-
-def _not_run(call: ToolCall) -> ToolOutcome:
-    """The result of a call past the round's or the turn's cap: nothing was done."""
-    return ToolOutcome(
-        call.id,
-        call.name,
-        f"error: not run: at most {MAX_TOOL_CALLS_PER_ROUND} tool calls per round and "
-        f"{MAX_TOOL_CALLS_PER_TURN} per answer; nothing changed. Answer with what you have.",
-        ok=False,
-    )

@@ -295,7 +295,7 @@ def with_image(messages: list[Message], image_url: str) -> list[Message]:
     return messages
 
 
-# The time line of the system prompt (moved from reminders/book.py).
+# The time line of the system prompt.
 
 
 def time_text(chat_zone: ChatZone, now: datetime) -> str:

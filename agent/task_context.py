@@ -1,6 +1,6 @@
 """The context of a scheduled task's run: its transcript, kept in memory for the run only.
 
-A run is one model turn whose user message is the task's instruction (design brief, "Scheduled
+A run is one model turn whose user message is the task's instruction (README, "Scheduled
 tasks"). Its prompt is the system prompt with the chat's long-term memory and nothing of the
 chat's session; its tool rounds (pages read, search results) stay here and go with the run.
 None of it is stored in the chat's session: the instruction is not something the user said
@@ -12,6 +12,7 @@ the bot's own words (bot/tasks/delivery.py); the run's record is its `task_runs`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from memory.db import Database
 from memory.longterm import memory_of
@@ -40,7 +41,7 @@ class TaskContext:
         if not self.messages:
             self.messages.append(self._message("user", self.message, user_id=self.user_id))
 
-    def _message(self, role: str, content: str, **more: object) -> StoredMessage:
+    def _message(self, role: str, content: str, **more: Any) -> StoredMessage:
         # Ids below zero: never a stored message's, so nothing can take one for another.
         return StoredMessage(
             id=-(len(self.messages) + 1),
@@ -49,7 +50,7 @@ class TaskContext:
             role=role,
             content=content,
             created_at=to_iso(utc_now()),
-            **more,  # type: ignore[arg-type]
+            **more,
         )
 
     async def round_context(self) -> RoundContext:

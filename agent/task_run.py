@@ -1,5 +1,5 @@
 """One run of a scheduled task: one model turn for the user who set it, through the agent loop
-(design brief, "Scheduled tasks"). No Telegram here: the front end sends what this returns.
+(README, "Scheduled tasks"). No Telegram here: the front end sends what this returns.
 
 The run's user message is the task's text after a short prefix that says what it is, that
 nobody is waiting for a reply in the chat, and the "nothing to report" convention: a task such

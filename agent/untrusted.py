@@ -1,4 +1,4 @@
-"""Whether words that are not the user's reached the model in this round (design brief, "Web").
+"""Whether words that are not the user's reached the model in this round.
 
 One rule, read from what the round's prompt holds, so it covers a page read three turns ago as
 well as one read a moment ago: web results and pages stay in the session as tool results, a

@@ -2,7 +2,7 @@
 
 Runs the real stack — SQLite store and queue, ConsolidationWorker, Consolidator, the litellm
 transport — against the fake providers on 127.0.0.1. Each request to each consolidation model
-independently fails with probability 15%, with a kind drawn from the failure modes of issue 3
+independently fails with probability 15%, with a kind drawn from the ways a provider fails
 (HTTP faults with the providers' real bodies, a hang past the timeout, and task failures: a text
 reply, invalid JSON, object-valued fields, a missing field).
 

@@ -1,4 +1,4 @@
-"""Issue 9 item 0's recipe: how many consolidations the Groq chain saves when Groq answers with
+"""How many consolidations the Groq chain saves when Groq answers with
 its real per-minute 429 (the body with the ".../settings/billing" upgrade link).
 
 40 real sessions (Telegram exports, multilingual OpenAssistant talk, an agent transcript) are
@@ -13,14 +13,15 @@ the litellm transport — against the fake providers on 127.0.0.1, in two scenar
 
 The transport keeps production's rate-limit settings (Retry-After up to 20 s is waited for,
 a quota rests the key for 600 s); only backoff and the fakes' latency are scaled down.
-Run it on a tree before and after the fix to compare:
+Run it on two trees to compare them:
 
     python -m benchmarks.groq_rate_limits [--sessions 40] [--seed 7]
 
 The last line is the summary: the share saved by the Groq chain in each scenario.
-Measured (seeds 7, 1, 2): with the old error table (the TPM 429 read as an unpaid bill, the
-whole Groq key resting 600 s) mix 22/40, 5/40, 19/40 and first 429 0/40, 1/40, 2/40, the rest
-going to gpt-4.1-mini; with the structured classification 40/40 in every run.
+Measured (seeds 7, 1, 2): the structured classification (models/errors.py) saves 40/40 in
+every run. An error table that reads the TPM 429 as an unpaid bill (the whole Groq key resting
+600 s) saves mix 22/40, 5/40, 19/40 and first 429 0/40, 1/40, 2/40, the rest going to
+gpt-4.1-mini.
 """
 
 from __future__ import annotations

@@ -320,7 +320,7 @@ async def ingest_locomo(stack: Any, clock: SettableClock) -> dict[int, dict[int,
 
 
 async def hit_sessions(db: Any, hits: list[Any]) -> list[int | None]:
-    """Our session id of each hit (a history entry's through its row: the old code's hits
+    """Our session id of each hit (a history entry's through its row, for a tree whose hits
     carry no session)."""
     found: list[int | None] = []
     for hit in hits:
@@ -394,7 +394,7 @@ async def run_scale(total: int, chats: int = 1) -> None:
     """A `recall_scale:` line: LoCoMo's questions over `total` archived turns, in one chat or
     spread evenly over `chats` chats (each chat then holds its share of LoCoMo's turns, in
     order, as one session; question n is asked in chat n mod `chats`). Rarity and candidates
-    are per chat (issue 23, item 2), so the spread measures a search that must not read the
+    are per chat, so the spread measures a search that must not read the
     other chats' turns."""
     from memory.recall.archive import archive_in, index_messages, index_pending_in
     from memory.store import StoredMessage

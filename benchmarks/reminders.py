@@ -20,9 +20,9 @@ written straight into its database before it starts, as if made over the past we
     retry_after. None twice (a send answered 502 is not repeated: it may have landed), every
     other one sent, and the bot's event
     loop never held: a task sleeps 10 ms over and over and records how late it wakes (the
-    fake Bot API shares the loop, so its work counts too). Before a1d47d3 the scheduler spun
-    here (every slot busy, a 502's retry due); a watchdog thread reports such a freeze, which
-    no task on the frozen loop could, and ends the run.
+    fake Bot API shares the loop, so its work counts too). A scheduler that did not await with
+    every slot busy and a 502's retry due would spin here; a watchdog thread reports such a
+    freeze, which no task on the frozen loop could, and ends the run.
 
     python -m benchmarks.reminders [--chats 1000] [--per-chat 10] [--spread 60] [--idle 10]
     python -m benchmarks.reminders --storm            # the storm alone

@@ -2,10 +2,11 @@
 
 For every text in ../shared/testdata (tests/support/testdata_texts.py: each file whole, each
 line, each JSON string), per folder: the ratio estimate / real count, min / mean / max, and how
-many texts it undercounts, for the estimate in models/tokens.py and, beside it, the one it replaced
-(2.5 UTF-8 bytes a token). What the pacer charges a request against a tokens-per-minute window,
-per real prompt token, now (`estimate_messages`) and before (a token per 4 characters of the
-messages' texts), on windows of 6 real messages. Then what it costs: microseconds per 1,000
+many texts it undercounts, for the estimate in models/tokens.py and, beside it for comparison, a
+plain bound of 2.5 UTF-8 bytes a token. What the pacer charges a request against a
+tokens-per-minute window, per real prompt token, with `estimate_messages` ("now") and with a
+token per 4 characters of the messages' texts ("before", the simple rule it is compared with),
+on windows of 6 real messages. Then what it costs: microseconds per 1,000
 characters of English (LoCoMo) and of mixed scripts (oasst2). Last line:
 `token_estimate: undercounted=N/M english_mean_ratio=R us_per_1k_chars=T`.
 
@@ -32,12 +33,12 @@ Messages = list[dict[str, Any]]
 
 
 def old_estimate(text: str) -> int:
-    """The bound before: 2.5 UTF-8 bytes a token."""
+    """The plain bound compared with: 2.5 UTF-8 bytes a token."""
     return len(text.encode("utf-8")) * 2 // 5 + 1
 
 
 def old_pacing_estimate(messages: Messages) -> float:
-    """What the pacer charged before: a token per 4 characters of the messages' texts."""
+    """The simple pacing charge compared with: a token per 4 characters of the messages' texts."""
     chars = 0
     for message in messages:
         content = message.get("content")

@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 from aiohttp import web  # noqa: E402
 
 from benchmarks.common import ChildServer, LoopLag, percentile, serve_forever  # noqa: E402
+from media.document_reader import ReaderSlots  # noqa: E402
 from web.addresses import parse_allowance  # noqa: E402
 from web.errors import WebError  # noqa: E402
 from web.read import read_url  # noqa: E402
@@ -111,6 +112,7 @@ async def main() -> None:
     await server.start(__file__, "--serve")
     allowance = parse_allowance("127.0.0.1")
     slots = asyncio.Semaphore(AT_ONCE)
+    readers = ReaderSlots()
     texts: dict[str, str] = {}
     extractor: Counter[str] = Counter()
     took: dict[str, float] = {}
@@ -121,7 +123,10 @@ async def main() -> None:
             started = time.perf_counter()
             try:
                 read = await read_url(
-                    f"{server.control}/page/{key}", allowance=allowance, max_chars=10**9
+                    f"{server.control}/page/{key}",
+                    allowance=allowance,
+                    slots=readers,
+                    max_chars=10**9,
                 )
                 texts[key] = read.text
                 extractor[read.extractor] += 1

@@ -42,7 +42,7 @@ from bot.handlers.chat import register_handlers, stray_callback
 from bot.handlers.guard import register_access_guard
 from bot.handlers.mcp import register_mcp_handlers
 from bot.handlers.memory import register_memory_handlers
-from bot.handlers.migration import migrate_chat, register_migration_handlers
+from bot.handlers.migration import register_migration_handlers
 from bot.handlers.ops import register_operations_handlers, set_admin_commands
 from bot.handlers.pending import register_pending_handlers
 from bot.handlers.reminders import TelegramDelivery, register_reminder_handlers
@@ -63,9 +63,11 @@ from bot.services import (
 )
 from bot.turns.chat_turns import ChatTurns
 from bot.turns.limits import TurnGuard
+from bot.turns.migrate import migrate_chat
 from bot.ui.commands import register_commands
 from mcp_client.config import McpConfig, McpConfigError, load_config
 from mcp_client.hub import McpHub
+from media.document_reader import ReaderSlots
 from media.inbox import MediaInbox
 from memory.consolidation.consolidation import Consolidator
 from memory.consolidation.worker import ConsolidationWorker
@@ -330,6 +332,8 @@ async def open_services(
         if prepared.mcp is not None
         else None
     )
+    # One set of reader slots for the whole bot: documents, photos and web pages.
+    readers = ReaderSlots()
     agent = AgentLoop(
         store=store,
         transport=transport,
@@ -337,7 +341,7 @@ async def open_services(
         tools=ChatTools(
             db, memory_max_chars=settings.MEMORY_MAX_CHARS, clock=store.clock, reminders=book
         ),
-        web=WebTools(web_settings(settings), WebCalls(db, store.clock)),
+        web=WebTools(web_settings(settings), WebCalls(db, store.clock), readers),
         mcp=McpTools(mcp, settings.ADMIN_USER_IDS) if mcp is not None else None,
         max_steps=settings.AGENT_MAX_STEPS,
         timeout=settings.CHAT_TIMEOUT,
@@ -425,6 +429,7 @@ async def open_services(
         refusals=RefusalThrottle(),
         languages={},
         warm_up=ProviderWarmUp(transport),
+        readers=readers,
         edit_interval=edit_interval,
         own_workers=own_workers,
     )

@@ -11,7 +11,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, SecretStr, ValidationError, field_validator
@@ -233,7 +233,8 @@ class Settings(BaseSettings):
 # (`api_key_env = "TELEGRAM_BOT_TOKEN"` would send the bot token to that gateway's host).
 SETTING_NAMES = frozenset(Settings.model_fields)
 
-# Settings that became constants (issue 24): a .env that still sets one is told so by name.
+# Former settings that are constants: a .env that still sets one is told so by name, and
+# what the value is fixed at, instead of an unknown-setting error.
 RETIRED_SETTINGS = {
     "CONSOLIDATION_CONCURRENCY": "fixed at 2 jobs at once (memory/consolidation/worker.py)",
     "PROVIDER_WORKER_HEARTBEAT_S": "fixed at 5 s (models/worker/pool.py WorkerSettings)",
@@ -323,10 +324,10 @@ def _usable_memory() -> int:
     return memory
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Load and validate settings, turning pydantic's report into one readable line."""
     try:
-        settings = Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings(**overrides)  # pydantic checks every value
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     _check_extra(settings)

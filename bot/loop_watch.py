@@ -1,7 +1,8 @@
 """How late the event loop runs, measured from inside it, and the systemd watchdog's pings.
 
 The bot is one event loop: a pass of some loop of ours that never awaits freezes every chat,
-/healthz and the consolidation worker at once (round four's reminder scheduler did). Such a
+/healthz and the consolidation worker at once (a scheduler pass that found every slot busy and
+never awaited would). Such a
 freeze must be noticed from outside, so both signals come from a task ON the loop: a frozen
 loop stops the pings (systemd's WatchdogSec then kills and restarts the service) and can no
 longer answer /healthz (a container's healthcheck fails). A loop that is only stalling — slow

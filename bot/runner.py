@@ -140,7 +140,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     force = asyncio.Event()
-    installed: list[int] = []
+    installed: list[signal.Signals] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, _on_signal, stop, force, signum)

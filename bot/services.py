@@ -25,6 +25,7 @@ from bot.turns.chat_turns import ChatTurns
 from bot.turns.limits import TurnGuard
 from mcp_client.config import McpConfig
 from mcp_client.hub import McpHub
+from media.document_reader import ReaderSlots
 from media.inbox import MediaInbox
 from memory.consolidation.worker import ConsolidationWorker
 from memory.db import Database
@@ -141,6 +142,8 @@ class Services:
     # The chat's language as last written to the database (bot/handlers/ops.py).
     languages: dict[int, str]
     warm_up: ProviderWarmUp
+    # The reader children's slots (documents and photos here, pages in the web tools).
+    readers: ReaderSlots
     # Seconds between edits of a streamed reply.
     edit_interval: float = 1.0
     # Group admins as Telegram reports them, kept a minute (bot/handlers/chat_admins.py).

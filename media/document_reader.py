@@ -56,36 +56,38 @@ class Share(StrEnum):
     PAGES = "pages"  # a web page (or a PDF) the model asked for
 
 
-_SIZES = {Share.FILES: FILE_READERS, Share.PAGES: PAGE_READERS}
 # The child parses hostile files: it gets no secret (no key, no bot token), only these.
 CHILD_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
-_slots: dict[asyncio.AbstractEventLoop, dict[Share, asyncio.Semaphore]] = {}
 
 
-def _slot(share: Share) -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    if loop not in _slots:
-        _slots.clear()  # a new loop (tests, a restart): the old one's semaphores are useless
-        _slots[loop] = {kind: asyncio.Semaphore(size) for kind, size in _SIZES.items()}
-    return _slots[loop][share]
+class ReaderSlots:
+    """The slots of both shares, one object per bot (the composition root builds it and hands
+    it to every reader): a semaphore belongs to the event loop that first waits on it, so one
+    set per process would tie every later loop to the first."""
 
+    def __init__(self, files: int = FILE_READERS, pages: int = PAGE_READERS) -> None:
+        self._semaphores = {
+            Share.FILES: asyncio.Semaphore(files),
+            Share.PAGES: asyncio.Semaphore(pages),
+        }
 
-@asynccontextmanager
-async def reader_slot(share: Share, wait: float | None = None) -> AsyncIterator[None]:
-    """A slot of `share` for one child, waited for `wait` seconds at most (SLOT_WAIT_SECONDS
-    when None, read at the call); raises DocumentError("busy") past that."""
-    wait = SLOT_WAIT_SECONDS if wait is None else wait
-    slot = _slot(share)
-    try:
-        async with asyncio.timeout(wait):
-            await slot.acquire()
-    except TimeoutError:
-        log.warning("reader_slot_busy", share=share.value, waited_s=wait)
-        raise DocumentError("busy") from None
-    try:
-        yield
-    finally:
-        slot.release()
+    @asynccontextmanager
+    async def slot(self, share: Share, wait: float | None = None) -> AsyncIterator[None]:
+        """A slot of `share` for one child, waited for `wait` seconds at most
+        (SLOT_WAIT_SECONDS when None, read at the call); raises DocumentError("busy") past
+        that."""
+        wait = SLOT_WAIT_SECONDS if wait is None else wait
+        semaphore = self._semaphores[share]
+        try:
+            async with asyncio.timeout(wait):
+                await semaphore.acquire()
+        except TimeoutError:
+            log.warning("reader_slot_busy", share=share.value, waited_s=wait)
+            raise DocumentError("busy") from None
+        try:
+            yield
+        finally:
+            semaphore.release()
 
 
 def child_request(
@@ -109,6 +111,7 @@ async def read_document(
     mime_type: str | None,
     token_budget: int,
     timeout: float,  # noqa: ASYNC109 - the wall-clock bound of the child, part of the contract
+    slots: ReaderSlots,
     share: Share = Share.FILES,
     slot_wait: float | None = None,
 ) -> DocumentText:
@@ -118,7 +121,9 @@ async def read_document(
     header = child_request(
         file_name=file_name, mime_type=mime_type, token_budget=token_budget, timeout=timeout
     )
-    output, returncode = await in_child(header + data, timeout, share=share, slot_wait=slot_wait)
+    output, returncode = await in_child(
+        header + data, timeout, slots=slots, share=share, slot_wait=slot_wait
+    )
     return _parse(output, returncode)
 
 
@@ -128,6 +133,7 @@ async def read_page(
     content_type: str,
     kind: str,
     timeout: float,  # noqa: ASYNC109 - the wall-clock bound of the child
+    slots: ReaderSlots,
     slot_wait: float | None = None,
 ) -> PageText:
     """`page_text` (a fetched web page: decoding, then its main text) in the same bounded
@@ -142,7 +148,7 @@ async def read_page(
     }
     line = json.dumps(header).encode("utf-8") + b"\n"
     output, returncode = await in_child(
-        line + body, timeout, share=Share.PAGES, slot_wait=slot_wait
+        line + body, timeout, slots=slots, share=Share.PAGES, slot_wait=slot_wait
     )
     return PageText(**_answer(output, returncode)["page"])
 
@@ -151,15 +157,16 @@ async def in_child(
     request: bytes,
     timeout: float,  # noqa: ASYNC109 - the wall-clock bound of the child
     *,
+    slots: ReaderSlots,
     child: str = "media.document_child",
     share: Share = Share.FILES,
     slot_wait: float | None = None,
 ) -> tuple[bytes, int | None]:
     """One child's answer to `request` (header line and bytes), within `timeout` seconds; the
     child is killed and reaped on timeout or cancellation. `child`: the module whose main()
-    runs in it (images have their own, media/image_child.py); `share`: whose slots it takes
+    runs in it (images have their own, media/image_child.py); `share`: whose of `slots` it takes
     (see the module docstring), waited for `slot_wait` seconds at most ("busy")."""
-    async with reader_slot(share, slot_wait):
+    async with slots.slot(share, slot_wait):
         process = await asyncio.create_subprocess_exec(
             *python_command(_BOOT.replace("media.document_child", child)),
             stdin=asyncio.subprocess.PIPE,

@@ -16,7 +16,7 @@ import math
 
 import structlog
 
-from media.document_reader import in_child
+from media.document_reader import ReaderSlots, in_child
 from media.documents import DocumentError
 from media.images import FittedImage, ImageError, ImageLimit, image_header
 
@@ -33,6 +33,7 @@ async def fit_image_bounded(
     data: bytes,
     limit: ImageLimit,
     *,
+    slots: ReaderSlots,
     timeout: float = TIMEOUT_S,  # noqa: ASYNC109 - the wall-clock bound of the child
     memory_bytes: int | None = None,
 ) -> FittedImage:
@@ -49,7 +50,9 @@ async def fit_image_bounded(
     }
     line = json.dumps(request).encode("utf-8") + b"\n"
     try:
-        output, returncode = await in_child(line + data, timeout, child="media.image_child")
+        output, returncode = await in_child(
+            line + data, timeout, slots=slots, child="media.image_child"
+        )
     except DocumentError as exc:
         if exc.reason == "busy":  # every reader of the user's files stayed busy
             raise ImageError("busy") from None

@@ -74,9 +74,9 @@ def detected_charset(body: bytes) -> str | None:
 
 def choose_charset(body: bytes, content_type: str, kind: str) -> tuple[str, str]:
     """(codec, where it came from: "bom", "header", "meta", "detected" or "default")."""
-    for bom, name in _BOMS:
+    for bom, bom_name in _BOMS:
         if body.startswith(bom):
-            return name, "bom"
+            return bom_name, "bom"
     name = header_charset(content_type)
     if name:
         return name, "header"

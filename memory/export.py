@@ -1,4 +1,4 @@
-"""Export a chat's memory as the seed's two files, MEMORY.md and HISTORY.md, and its archive
+"""Export a chat's memory as two Markdown files, MEMORY.md and HISTORY.md, and its archive
 (the words of consolidated sessions, memory/recall/archive.py) as TRANSCRIPT.md.
 
 A self-hoster can read, grep and back up what the bot remembers without SQL. The files are

@@ -46,7 +46,7 @@ class Forgotten:
 async def forget_chat(db: Database, chat_id: int, now: str) -> Forgotten:
     """/forget, then the forgotten words scrubbed from the full-text indexes (in the same
     transaction) and from the WAL (after it): nothing of them is left readable in the
-    database's files (issue 23, item 3). Backups made before keep them until they age out."""
+    database's files. Backups made before keep them until they age out."""
 
     def forget(conn: sqlite3.Connection) -> Forgotten:
         forgotten = forget_chat_in(conn, chat_id, now)

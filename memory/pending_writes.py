@@ -1,4 +1,4 @@
-"""Tool calls that wait for the asker's ✅ (design brief, "Web", "MCP").
+"""Tool calls that wait for the asker's ✅.
 
 A model that read untrusted content (a web page, search results, a document, a forwarded or
 quoted message of someone else) may have been told by that content to write the memory or to
@@ -40,7 +40,7 @@ GATED_TOOLS = frozenset(
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
-class Claim(StrEnum):
+class TapFound(StrEnum):
     """What a tap on ✅ or ❌ found."""
 
     CLAIMED = "claimed"  # it was pending and is now this tap's to settle
@@ -70,7 +70,7 @@ class PendingWrite:
 
 @dataclass(frozen=True)
 class Tapped:
-    claim: Claim
+    found: TapFound
     write: PendingWrite | None
 
 
@@ -81,7 +81,7 @@ T = TypeVar("T")
 class Kept(Generic[T]):
     """What a ✅ found and, when it was the asker's and still pending, what the write did."""
 
-    claim: Claim
+    found: TapFound
     write: PendingWrite | None
     result: T | None = None
 
@@ -141,7 +141,7 @@ class PendingWrites:
 
         def claim(conn: sqlite3.Connection) -> Tapped:
             tapped = _check(conn, write_id, chat_id, user_id, now)
-            if tapped.claim is Claim.CLAIMED:
+            if tapped.found is TapFound.CLAIMED:
                 _settle(conn, write_id, "running" if keep else "dropped", now)
             return tapped
 
@@ -169,11 +169,11 @@ class PendingWrites:
 
         def run(conn: sqlite3.Connection) -> Kept[T]:
             tapped = _check(conn, write_id, chat_id, user_id, now)
-            if tapped.claim is not Claim.CLAIMED or tapped.write is None:
-                return Kept(tapped.claim, tapped.write)
+            if tapped.found is not TapFound.CLAIMED or tapped.write is None:
+                return Kept(tapped.found, tapped.write)
             result = apply(conn, tapped.write)
             _settle(conn, write_id, "kept" if ok(result) else "failed", now)
-            return Kept(Claim.CLAIMED, tapped.write, result)
+            return Kept(TapFound.CLAIMED, tapped.write, result)
 
         return await self.db.run_in_transaction(run)
 
@@ -204,16 +204,16 @@ def _check(
         "SELECT * FROM pending_writes WHERE id = ? AND chat_id = ?", (write_id, chat_id)
     ).fetchone()
     if row is None:
-        return Tapped(Claim.MISSING, None)
+        return Tapped(TapFound.MISSING, None)
     write = _write(row)
     if write.user_id is not None and write.user_id != user_id:
-        return Tapped(Claim.NOT_ASKER, write)
+        return Tapped(TapFound.NOT_ASKER, write)
     if write.state != "pending":
-        return Tapped(Claim.SETTLED, write)
+        return Tapped(TapFound.SETTLED, write)
     if from_iso(write.expires_at) <= now:
         _settle(conn, write_id, "expired", now)
-        return Tapped(Claim.EXPIRED, write)
-    return Tapped(Claim.CLAIMED, write)
+        return Tapped(TapFound.EXPIRED, write)
+    return Tapped(TapFound.CLAIMED, write)
 
 
 def _settle(conn: sqlite3.Connection, write_id: int, state: str, now: datetime) -> None:

@@ -1,4 +1,4 @@
-"""Where a stored message's words came from, when they are not the user's own (design, "Web").
+"""Where a stored message's words came from, when they are not the user's own.
 
 What is untrusted is decided once, when the message is stored, and kept with it as data (the
 `provenance` column of `messages` and `archived_messages`): a web page or search results, a

@@ -1,6 +1,6 @@
 """Time zones: a zone's IANA name, the zone a chat has set, and local wall time ↔ UTC. No I/O.
 
-Here in memory/ (moved out of reminders/rules.py) because the store reads a chat's zone with
+In memory/, not reminders/, because the store reads a chat's zone with
 each turn's start (memory/store.py TurnStart), the prompt's time line (agent/prompt.py) shows
 it, and the reminder rules convert with it: the lowest layer all three may import.
 """

@@ -46,7 +46,8 @@ from models.worker.wire import WireRecord
 
 log = structlog.get_logger(__name__)
 
-Answer = TypeVar("Answer")
+# Covariant: a call only hands its answer out, so a Call[ChatResult] is a Call of any wider type.
+Answer = TypeVar("Answer", covariant=True)
 
 
 @dataclass(frozen=True)

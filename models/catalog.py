@@ -157,7 +157,7 @@ DEFAULT_ENTRIES: tuple[ModelEntry, ...] = (
         "groq", "llama-3.1-8b-instant", fallback=None,
         input_price_per_mtok=0.05, output_price_per_mtok=0.08, context_window=131_072,
     ),
-    # Hidden consolidation chain (seed): Groq-hosted, cheap and fast, then reliable tool callers.
+    # Hidden consolidation chain: Groq-hosted, cheap and fast, then reliable tool callers.
     ModelEntry(
         "llama-3.3-70b-versatile", "Llama 3.3 70B", "background",
         "Consolidation head: cheap, fast tool calls on Groq.",
@@ -323,7 +323,8 @@ def load_catalog(user_file: Path | None = None, *, reserved: Collection[str] = (
         data = _read_user_file(user_file)
         declared = _gateways_from(data, reserved)
         for raw in _read_user_entries(user_file, data):
-            entries[raw["id"]] = _entry_from_raw(raw, entries.get(raw["id"]))
+            model_id = str(raw["id"])  # a str: _read_user_entries checked it
+            entries[model_id] = _entry_from_raw(raw, entries.get(model_id))
     return Catalog.build(entries.values(), declared=declared)
 
 
@@ -456,7 +457,7 @@ def _read_user_entries(path: Path, data: object) -> list[dict[str, object]]:
 def _entry_from_raw(raw: dict[str, object], base: ModelEntry | None) -> ModelEntry:
     if base is not None:
         try:
-            return replace(base, **raw)  # type: ignore[arg-type]
+            return replace(base, **raw)  # type: ignore[arg-type]  # the file's values: build checks
         except TypeError as exc:
             raise CatalogError(f"model {raw['id']!r}: {exc}") from None
     required = {"id", "gateway", "wire_name"}
@@ -465,6 +466,6 @@ def _entry_from_raw(raw: dict[str, object], base: ModelEntry | None) -> ModelEnt
         raise CatalogError(f"model {raw['id']!r}: missing field(s) {', '.join(sorted(missing))}")
     defaults: dict[str, object] = {"label": raw["id"], "tier": "custom", "description": ""}
     try:
-        return ModelEntry(**{**defaults, **raw})  # type: ignore[arg-type]
+        return ModelEntry(**{**defaults, **raw})  # type: ignore[arg-type]  # as in replace above
     except TypeError as exc:
         raise CatalogError(f"model {raw['id']!r}: {exc}") from None

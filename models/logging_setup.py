@@ -135,7 +135,7 @@ def configure_logging(
     for old in list(root.handlers):
         if getattr(old, "_mnemobot", False):
             root.removeHandler(old)
-    handler._mnemobot = True  # type: ignore[attr-defined]
+    handler._mnemobot = True  # type: ignore[attr-defined]  # our mark, found by the loop above
     root.addHandler(handler)
     root.setLevel(level)
     for name, quiet_level in _QUIET_LOGGERS.items():

@@ -19,9 +19,8 @@ cannot cross to it is our failure, not the provider's: the attempt is retried on
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,8 +60,6 @@ from models.worker.wire import WireRecord
 from primitives.clock import Clock
 
 log = structlog.get_logger(__name__)
-
-_POOL_IDS = itertools.count(1)
 
 
 class Transport:
@@ -138,7 +135,7 @@ class Transport:
             sleep=sleep,
             clock=clock,
         )
-        self._pool = next(_POOL_IDS)  # this transport's HTTP clients in the worker
+        self._pool = workers.new_pool()  # this transport's HTTP clients in the worker
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -154,7 +151,7 @@ class Transport:
 
     def stream(
         self, model_id: str, messages: list[Message], options: CallOptions
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """TextDelta pieces (whole characters), maybe StreamRestart, then StreamDone.
 
         A failure before any text was shown falls through silently to the next attempt. After
@@ -257,7 +254,7 @@ class Transport:
 
     async def _attempts(
         self, call: Call[Answer]
-    ) -> AsyncIterator[TextDelta | StreamRestart | Answer]:
+    ) -> AsyncGenerator[TextDelta | StreamRestart | Answer, None]:
         """The one attempt loop of `complete`, `stream` and `transcribe`: take the next slot
         the plan allows and run one attempt on it (`_attempt`), until an answer (the last
         item) or the plan runs out (`TransportError`). What differs per kind is the `call`'s
@@ -292,7 +289,7 @@ class Transport:
 
     async def _attempt(
         self, call: Call[Answer], plan: CallPlan, slot: Slot, progress: _Progress
-    ) -> AsyncIterator[TextDelta | StreamRestart | Answer]:
+    ) -> AsyncGenerator[TextDelta | StreamRestart | Answer, None]:
         """One attempt on `slot`: send the call's request through a provider worker under our
         own guard, read what arrives, and end it as it came out — cut at the answer's bounds,
         lost to our own failure, failed at the provider, or answered (`progress.ended`)."""
@@ -374,7 +371,7 @@ class Transport:
         slot: Slot,
         exchange: _Exchange,
         progress: _Progress,
-    ) -> AsyncIterator[TextDelta | Answer]:
+    ) -> AsyncGenerator[TextDelta | Answer, None]:
         """The provider answered: the text held back for the end, then the answer; an empty
         answer is a failure of its own (the plan moves on)."""
         tail = call.tail()
@@ -478,7 +475,9 @@ def _success_headers(response: Any) -> Mapping[str, str]:
     return out
 
 
-async def _answer(attempts: AsyncIterator[object], kind: type[Answer]) -> Answer:
+async def _answer(
+    attempts: AsyncIterator[TextDelta | StreamRestart | Answer], kind: type[Answer]
+) -> Answer:
     """Run an attempt loop whose call shows nothing on the way: its one item is the answer.
     Iterated to its end, so the attempt's slot is closed before the answer is returned."""
     last: object = None

@@ -51,5 +51,6 @@ async def stop_task(
     if task is None:
         return
     await stop_tasks([task], grace=grace, patience=patience, reason=reason)
-    if task.done() and not task.cancelled() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]
+    error = task.exception() if task.done() and not task.cancelled() else None
+    if error is not None:
+        raise error

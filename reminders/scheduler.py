@@ -257,9 +257,17 @@ class ReminderScheduler:
             store._job_enqueued()  # the session outgrew the memory window
 
     async def _deliver(self, claim: Claim, attempts: int) -> None:
-        reminder = claim.reminder
+        """One attempt at one claim, in a task of its own: every log line of it (the send, a
+        task's model turn and the tasks that starts) carries the chat and the reminder's or
+        task's id from the context bound here, and a delivery that finds the chat moved
+        rebinds `chat_id` for the rest of it."""
+        ids = {"chat_id": claim.reminder.chat_id, f"{self.kind}_id": claim.reminder.id}
+        with structlog.contextvars.bound_contextvars(**ids):
+            await self._attempt(claim, attempts)
+
+    async def _attempt(self, claim: Claim, attempts: int) -> None:
         if attempts and await self.book.drop_if_withdrawn(claim):
-            log.info("reminder_retry_dropped", reminder_id=reminder.id, attempt=attempts + 1)
+            log.info("reminder_retry_dropped", attempt=attempts + 1)
             return
         late = self.is_late(claim, self.clock())
         try:
@@ -267,45 +275,29 @@ class ReminderScheduler:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("reminder_delivery_error", reminder_id=reminder.id)
+            log.exception("reminder_delivery_error")
             outcome = RetryLater()
         if isinstance(outcome, Delivered):
             await self._record_sent(claim, outcome, late)
-            log.info(
-                "reminder_sent",
-                reminder_id=reminder.id,
-                chat_id=outcome.chat_id if outcome.chat_id is not None else reminder.chat_id,
-                late=late,
-                lateness_ms=round((self.clock() - claim.due_at).total_seconds() * 1000),
-            )
+            lateness_ms = round((self.clock() - claim.due_at).total_seconds() * 1000)
+            log.info("reminder_sent", late=late, lateness_ms=lateness_ms)
         elif isinstance(outcome, Stopped):
             others = await self.book.stop_chat(claim, outcome.reason)
-            log.warning(
-                "reminders_stopped",
-                chat_id=reminder.chat_id,
-                reason=outcome.reason,
-                reminder_id=reminder.id,
-                other_reminders=others,
-            )
+            log.warning("reminders_stopped", reason=outcome.reason, other_reminders=others)
         elif isinstance(outcome, Failed):
             await self.book.mark_failed(claim)
-            log.error("reminder_not_sent", reminder_id=reminder.id, reason=outcome.reason)
+            log.error("reminder_not_sent", reason=outcome.reason)
         elif isinstance(outcome, Unknown):
             await self.book.mark_unknown(claim)
-            log.warning(
-                "reminder_outcome_unknown", reminder_id=reminder.id, chat_id=reminder.chat_id,
-                attempt=attempts + 1, reason=outcome.reason,
-            )  # fmt: skip
+            log.warning("reminder_outcome_unknown", attempt=attempts + 1, reason=outcome.reason)
         elif isinstance(outcome, Settled):
             await self.book.settle(claim, outcome.outcome)
         else:
             delay = self.backoff.after(attempts + 1)
             if outcome.after_s is not None:
                 # Telegram's own wait, but never below our first delay: a retry_after of 0 (a
-                # proxy, a local Bot API server) made the retry due at once, and a send that
-                # answered so every time was resent in a loop, one request per pass.
+                # proxy, a local Bot API server) would make the retry due at once, and a send
+                # answered so every time would be resent in a loop, one request per pass.
                 delay = max(outcome.after_s, self.backoff.first)
-            log.warning(
-                "reminder_retry", reminder_id=reminder.id, attempt=attempts + 1, after_s=delay
-            )
+            log.warning("reminder_retry", attempt=attempts + 1, after_s=delay)
             self._retries.append((self.clock() + timedelta(seconds=delay), attempts + 1, claim))

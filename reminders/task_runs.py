@@ -1,5 +1,5 @@
 """Where each run of a scheduled task stands, so that a crash at any point resumes it without
-a second answer, and what failed runs do to their task (design brief, "Scheduled tasks").
+a second answer, and what failed runs do to their task.
 
 A task's occurrence is claimed like a reminder's (reminders/book.py: a delivery row, the task
 moved on to its next time, in one transaction). Its run then goes through `task_runs`, one row

@@ -134,6 +134,93 @@ def layer_violations(modules: dict[str, Path], root: Path = REPO) -> list[str]:
     return sorted(set(problems))
 
 
+# Inside a layer, the message path reads one way: handlers → turns (→ agent → memory). A turn
+# never calls back into a handler; what both need sits in turns or below both (bot/incoming.py).
+NEVER_IMPORTS: tuple[tuple[str, str], ...] = (("bot.turns", "bot.handlers"),)
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(f"{package}.")
+
+
+def path_violations(modules: dict[str, Path], root: Path = REPO) -> list[str]:
+    """Every import of a package by one that must never import it (NEVER_IMPORTS)."""
+    problems = []
+    for name, path in modules.items():
+        for importer, imported in NEVER_IMPORTS:
+            if not _within(name, importer):
+                continue
+            for target, line in imported_names(path, name):
+                if _within(target, imported):
+                    where = f"{path.relative_to(root)}:{line}"
+                    problems.append(f"{where}: {importer} imports {imported}")
+    return sorted(set(problems))
+
+
+def test_turns_never_import_handlers() -> None:
+    assert path_violations(our_modules()) == []
+
+
+def test_path_check_sees_every_import_of_a_handler_from_a_turn(tmp_path: Path) -> None:
+    modules = _write(
+        tmp_path,
+        {
+            "bot/turns/a.py": "def f():\n    from bot.handlers.incoming import is_group\n",
+            "bot/turns/b.py": "from bot import handlers\n",
+            "bot/turns/c.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n"
+                "    import bot.handlers.chat\n"
+            ),
+            "bot/turns/ok.py": "from bot.incoming import is_group\nfrom bot.turns import a\n",
+            "bot/handlers/ok.py": "from bot.turns.turn import run_chat_turn\n",
+        },
+    )
+    problems = path_violations(modules, tmp_path)
+    assert [p.split(":")[0] for p in problems] == [
+        "bot/turns/a.py",
+        "bot/turns/b.py",
+        "bot/turns/c.py",
+    ]
+
+
+# One room stores a turn: the agent writes the user's message, the tool rounds and the answer
+# (agent/record.py), on the store's methods; no other layer calls them.
+TURN_WRITES = frozenset({"store_user_turn", "add_message", "add_answer", "add_tool_round"})
+TURN_WRITERS = ("agent", "memory")
+
+
+def turn_writes_outside_the_agent(modules: dict[str, Path], root: Path = REPO) -> list[str]:
+    """Every call of a turn's write (TURN_WRITES) from a layer other than TURN_WRITERS."""
+    problems = []
+    for name, path in modules.items():
+        if name.split(".")[0] in TURN_WRITERS:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in TURN_WRITES:
+                problems.append(f"{path.relative_to(root)}:{node.lineno}: {node.attr}")
+    return sorted(problems)
+
+
+def test_only_the_agent_stores_a_turn() -> None:
+    assert turn_writes_outside_the_agent(our_modules()) == []
+
+
+def test_turn_write_check_sees_a_write_from_the_bot(tmp_path: Path) -> None:
+    modules = _write(
+        tmp_path,
+        {
+            "bot/turns/t.py": "async def f(s):\n    await s.store.store_user_turn(1, 'x')\n",
+            "bot/ui/u.py": "def g(store):\n    return store.add_answer\n",
+            "agent/record.py": "async def f(store):\n    await store.add_answer(1)\n",
+            "bot/ok.py": "async def f(agent, q):\n    await agent.ask(q)\n",
+        },
+    )
+    problems = turn_writes_outside_the_agent(modules, tmp_path)
+    assert [p.split(":")[0] for p in problems] == ["bot/turns/t.py", "bot/ui/u.py"]
+
+
 def test_no_import_cycles_between_our_modules() -> None:
     cycles = find_cycles(import_graph(our_modules()))
     assert not cycles, f"import cycles: {cycles}"

@@ -27,7 +27,7 @@ import ipaddress
 import socket
 import ssl
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from functools import cache
@@ -366,7 +366,7 @@ async def _body(response: httpx.Response, max_bytes: int, max_pdf_bytes: int) ->
 
 async def _decoded(
     response: httpx.Response, decoder: Decoder, cap: int, host: str | None
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The body's decoded pieces (each at most one zlib call's worth), read from the raw
     stream; more than `cap` raw bytes is too large whatever they decode to. The loop gets a
     turn between pieces, so a page decoding at the cap does not hold up other chats."""

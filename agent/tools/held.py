@@ -1,8 +1,8 @@
-"""Tool calls held for the asker's ✅ instead of carried out (design brief, "Web", "MCP").
+"""Tool calls held for the asker's ✅ instead of carried out.
 
 Some calls must not run on the model's word alone: a memory or reminder write asked for with
 untrusted content in view (agent/untrusted.py), a web call that would carry words out of the
-bot after such content (agent/tools/egress.py), and next an MCP tool with effects. Each family
+bot after such content (agent/tools/egress.py), and an MCP tool with effects. Each family
 registers once with `HeldCalls.register` (a `HeldFamily`): which tools it covers, when one of
 its calls waits, how its arguments are checked before it is kept, what the model is told, how
 the ✅ message names it, how it runs on ✅, and whether its result then joins the session.
@@ -35,7 +35,7 @@ from agent.tools.memory import ChatTools, Shown, ToolOutcome, reminder_outcome
 from agent.tools.reminders import cancel_refusal, reminder_id, reminder_write_in
 from memory.facts import MAX_FACT_CHARS, clean_fact
 from memory.messages import ToolResult
-from memory.pending_writes import GATED_TOOLS, Claim, Kept, PendingWrite, PendingWrites
+from memory.pending_writes import GATED_TOOLS, Kept, PendingWrite, PendingWrites, TapFound
 from memory.store import SessionClosedError, Store, to_iso
 from memory.timezones import to_local, zone
 from models.types import ToolCall
@@ -209,17 +209,17 @@ class HeldCalls:
         family = self.family_of(peeked.tool) if peeked is not None else None
         if family is None or family.apply_in is None:
             tapped = await self.pending.tap(write_id, chat_id, user_id, keep=True)
-            if tapped.claim is not Claim.CLAIMED or tapped.write is None:
-                return Kept(tapped.claim, tapped.write)
-            return Kept(Claim.CLAIMED, tapped.write, await self.run(tapped.write))
+            if tapped.found is not TapFound.CLAIMED or tapped.write is None:
+                return Kept(tapped.found, tapped.write)
+            return Kept(TapFound.CLAIMED, tapped.write, await self.run(tapped.write))
         kept = await self.pending.keep(
             write_id, chat_id, user_id, family.apply_in, ok=lambda o: o.receipt is not None
         )
         if kept.result is None:
-            return Kept(kept.claim, kept.write)
+            return Kept(kept.found, kept.write)
         family.after(kept.result)  # after the commit
         done = kept.result.receipt is not None
-        return Kept(kept.claim, kept.write, HeldRun(kept.result, done, None))
+        return Kept(kept.found, kept.write, HeldRun(kept.result, done, None))
 
     async def run(self, write: PendingWrite) -> HeldRun:
         """The held call, carried out now that its asker pressed ✅ (the row is claimed), and

@@ -1,4 +1,4 @@
-"""The operator's MCP tools in a chat turn (design brief, "MCP"): offered, run, or held.
+"""The operator's MCP tools in a chat turn (README, "Your own tools"): offered, run, or held.
 
 The tools come from the hub (mcp_client/hub.py), named `<server>_<tool>`; an admins-only
 server's tools are offered to ADMIN_USER_IDS only. A tool the server marks read-only, or that

@@ -1,4 +1,4 @@
-"""The chat model's memory tools: `recall`, `remember`, `forget_fact` (design brief, "Chat tools").
+"""The chat model's memory tools: `recall`, `remember`, `forget_fact`.
 
 They live beside the memory they touch: `remember` and `forget_fact` write the long-term memory
 in ONE transaction through the same versioned path consolidation uses (`write_memory` bumps the

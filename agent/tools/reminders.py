@@ -1,5 +1,5 @@
-"""The chat model's reminder tools: `schedule_reminder`, `list_reminders`, `cancel_reminder`
-(design brief, "Chat tools").
+"""The chat model's reminder tools: `schedule_reminder`, `schedule_task`, `list_reminders`,
+`cancel_reminder`.
 
 Every result is something the model can act on (refused: why, and what to do instead). A
 receipt is produced only by a reminder really stored or cancelled, and it carries the stored

@@ -1,4 +1,4 @@
-"""The chat model's web tools: `web_search(query, limit)` and `web_read(url)` (design, "Web").
+"""The chat model's web tools: `web_search(query, limit)` and `web_read(url)`.
 
 `web_read` is offered whenever web use is on (WEB_DAILY_CALLS > 0), `web_search` only when a
 SearXNG is configured (WEB_SEARCH_URL). What they return is untrusted data: every outcome, an
@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from agent.tools.memory import ToolOutcome
+from media.document_reader import ReaderSlots
 from memory.provenance import tool_provenance
 from memory.web_calls import WebCalls
 from models.types import ToolCall
@@ -121,11 +122,14 @@ class WebTools:
         self,
         settings: WebSettings,
         calls: WebCalls,
+        readers: ReaderSlots,
         *,
         monotonic: Clock[float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.calls = calls
+        # The page readers' slots, shared with the bot's document and photo readers.
+        self.readers = readers
         self.monotonic = monotonic
         self._cache: OrderedDict[int, OrderedDict[tuple[str, str], tuple[float, _Entry]]] = (
             OrderedDict()
@@ -190,6 +194,7 @@ class WebTools:
         page = await read_url(
             url,
             allowance=self.settings.allowance,
+            slots=self.readers,
             max_chars=self.settings.read_max_chars,
             timeout=self.settings.read_timeout,
             refused=backend_origin(self.settings.search_url),

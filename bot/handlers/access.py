@@ -1,4 +1,4 @@
-"""Who may talk to the bot (whether a group message is meant for it: bot/handlers/incoming.py),
+"""Who may talk to the bot (whether a group message is meant for it: bot/incoming.py),
 and the plain reply every handler uses. The guard that applies the allowlist to every update,
 before any handler: bot/handlers/guard.py.
 """

@@ -14,16 +14,17 @@ from telegram.error import TelegramError
 from telegram.ext import CallbackQueryHandler, CommandHandler, MessageHandler, filters
 
 from bot.handlers.access import say, user_language
-from bot.handlers.incoming import (
+from bot.handlers.media.media import media_message
+from bot.handlers.media.voice import RETRY_PREFIX, retry_callback
+from bot.incoming import (
     clean_text,
     is_addressed_to_bot,
     is_group,
     strip_bot_mentions,
 )
-from bot.handlers.media.media import media_message
-from bot.handlers.media.voice import RETRY_PREFIX, retry_callback
 from bot.services import App, Context, Services
-from bot.turns.turn import MessageSavedError, run_chat_turn, turn_request_for
+from bot.turns.request import turn_request_for
+from bot.turns.turn import MessageSavedError, run_chat_turn
 from bot.ui.commands import menu_commands, registered_commands
 from bot.ui.i18n import t
 from bot.ui.keyboards import is_model_callback, model_keyboard, resolve_model_callback
@@ -231,7 +232,7 @@ async def on_error(update: object, context: Context) -> None:
     chat_id = None
     if isinstance(update, Update) and update.effective_chat is not None:
         chat_id = update.effective_chat.id
-    error = context.error
+    error: BaseException | None = context.error
     saved = isinstance(error, MessageSavedError) or (
         isinstance(update, Update)
         and context.bot_data.services.lifecycle.tracker.stored(update.update_id)

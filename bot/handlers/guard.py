@@ -19,7 +19,7 @@ from telegram.ext import ApplicationHandlerStop, BaseHandler, filters
 
 from bot.config import Settings
 from bot.handlers.access import is_allowed, is_anonymous, say, user_language
-from bot.handlers.incoming import is_addressed_to_bot, is_group
+from bot.incoming import is_addressed_to_bot, is_group
 from bot.services import App, Context
 from bot.ui.commands import registered_commands
 from bot.ui.i18n import t

@@ -8,7 +8,7 @@ from telegram import Update
 from telegram.ext import filters
 
 from bot.handlers.access import say, user_language
-from bot.handlers.incoming import is_group
+from bot.incoming import is_group
 from bot.services import App, Context
 from bot.ui.commands import AdminCommandHandler
 from bot.ui.i18n import t

@@ -17,7 +17,7 @@ from telegram.error import TelegramError
 from telegram.ext import CallbackQueryHandler, CommandHandler
 
 from bot.handlers.access import say, user_language
-from bot.handlers.incoming import clean_text
+from bot.incoming import clean_text
 from bot.services import App, Context
 from bot.turns.chat_turns import FORGETTING
 from bot.ui.i18n import t
@@ -43,7 +43,7 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def format_hit(hit: RecallHit, lang: str | None = None) -> str:
-    """One result block (design brief, "Archive"): '• 2026-03-01 09:00 — summary' (our own
+    """One result block: '• 2026-03-01 09:00 — summary' (our own
     timestamp, the model's stamp removed), or '💬 2026-03-01 09:00 — you: words' for what was
     said itself, followed by the turns before (↑) and after (↓) it."""
     moment = hit.at[:16].replace("T", " ")

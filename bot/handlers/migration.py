@@ -14,45 +14,11 @@ what the bot already holds for that group.
 
 from __future__ import annotations
 
-import structlog
 from telegram import Update
 from telegram.ext import MessageHandler, filters
 
 from bot.services import App, Context
-from bot.turns.chat_turns import ChatTurns
-from memory.chat_move import ChatMove, move_chat
-from memory.store import Store, to_iso
-
-log = structlog.get_logger("bot.migration")
-
-
-async def migrate_chat(
-    turns: ChatTurns, store: Store, old_chat_id: int, new_chat_id: int, *, via: str
-) -> ChatMove:
-    """Move the chat's data to its new id once the old chat's running turn is over."""
-    async with turns.serialised(old_chat_id):
-        moved = await move_chat(store.db, old_chat_id, new_chat_id, to_iso(store.clock()))
-    if moved.anything:
-        log.info(
-            "chat_migrated",
-            old_chat_id=old_chat_id,
-            new_chat_id=new_chat_id,
-            via=via,
-            merged=moved.merged,
-            closed_session=moved.closed_session_id,
-            rows={table: count for table, count in moved.moved.items() if count},
-        )
-    else:
-        log.info("chat_migration_nothing_left", old_chat_id=old_chat_id,
-                 new_chat_id=new_chat_id, via=via)  # fmt: skip
-    return moved
-
-
-def migrate_later(
-    turns: ChatTurns, store: Store, old_chat_id: int, new_chat_id: int, *, via: str
-) -> None:
-    """From inside a turn of the old chat (which holds its lock): move once that turn ends."""
-    turns.after_turn(migrate_chat(turns, store, old_chat_id, new_chat_id, via=via))
+from bot.turns.migrate import migrate_chat
 
 
 async def migration_message(update: Update, context: Context) -> None:

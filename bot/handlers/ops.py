@@ -16,9 +16,9 @@ from telegram.error import TelegramError
 from telegram.ext import CommandHandler, TypeHandler, filters
 
 from bot.handlers.access import say, user_allowed, user_language
-from bot.handlers.incoming import is_group
 from bot.handlers.reminders import reminder_stats_text
 from bot.handlers.tasks import task_stats_text
+from bot.incoming import is_group
 from bot.services import App, Context, Services
 from bot.ui.commands import AdminCommandHandler, bot_commands
 from bot.ui.i18n import t

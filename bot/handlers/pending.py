@@ -25,7 +25,6 @@ from telegram.ext import CallbackQueryHandler
 from agent.tools.held import HeldRun
 from bot.handlers.access import user_language
 from bot.services import App, Context
-from bot.turns.turn import receipt_line
 from bot.ui.i18n import t
 from bot.ui.pending_texts import (
     DROP_PREFIX,
@@ -35,7 +34,8 @@ from bot.ui.pending_texts import (
     ttl_hours,
     write_line,
 )
-from memory.pending_writes import Claim, Kept, Tapped
+from bot.ui.turn_texts import receipt_line
+from memory.pending_writes import Kept, TapFound, Tapped
 
 log = structlog.get_logger("bot.pending")
 
@@ -65,19 +65,19 @@ async def pending_callback(update: Update, context: Context) -> None:
     else:
         tapped = await pending.tap(int(raw), chat_id, user_id, keep=False)
     write = tapped.write
-    if tapped.claim is Claim.NOT_ASKER:
+    if tapped.found is TapFound.NOT_ASKER:
         await query.answer(t("pending_not_yours", lang), show_alert=True)
         return
-    if tapped.claim is Claim.MISSING or write is None:
+    if tapped.found is TapFound.MISSING or write is None:
         await query.answer(t("pending_gone", lang), show_alert=True)
         await _edit(query, t("pending_gone", lang))
         return
-    if tapped.claim is Claim.SETTLED:
+    if tapped.found is TapFound.SETTLED:
         await query.answer(t("pending_settled", lang))
         return
     line = write_line(write, lang, held)
     texts = held.texts(write)
-    if tapped.claim is Claim.EXPIRED:
+    if tapped.found is TapFound.EXPIRED:
         await query.answer()
         await _edit(query, f"{t(f'{texts}_expired', lang, hours=ttl_hours())}\n{line}")
         return

@@ -40,7 +40,7 @@ from telegram.ext import CallbackQueryHandler, CommandHandler, filters
 from bot.config import Settings
 from bot.handlers.access import say, user_allowed, user_language
 from bot.handlers.chat_admins import is_group
-from bot.handlers.incoming import clean_text
+from bot.incoming import clean_text
 from bot.services import App, Context, Services
 from bot.ui.flood import penalty_seconds
 from bot.ui.i18n import t
@@ -168,21 +168,22 @@ class TelegramDelivery:
                 message = await self._send(chat_id, topic_id, plain, reminder, html=True)
             except RetryAfter as error:  # the scheduler tries again after it (bot/ui/flood.py)
                 wait = penalty_seconds(error)
-                log.warning("reminder_flood_control", chat_id=chat_id, retry_after_s=wait)
+                log.warning("reminder_flood_control", retry_after_s=wait)
                 return RetryLater(wait)
             except ChatMigrated as error:
                 # The group became a supergroup: its data moves there, and so does this one.
-                log.warning("reminder_chat_migrated", chat_id=chat_id, reminder_id=reminder.id,
-                            new_chat_id=error.new_chat_id)  # fmt: skip
+                log.warning("reminder_chat_migrated", new_chat_id=error.new_chat_id)
                 if self.on_migrated is not None:
                     await self.on_migrated(chat_id, error.new_chat_id)
                 chat_id = error.new_chat_id
+                # The rest of this delivery's lines are about the new chat (the scheduler's
+                # bound context is restored when the delivery ends).
+                structlog.contextvars.bind_contextvars(chat_id=chat_id)
                 continue
             except (Forbidden, BadRequest) as error:
                 if topic_id is not None and _topic_gone(error):
                     # Better in the main chat than lost with its topic.
-                    log.warning("reminder_topic_gone_sent_to_chat", chat_id=chat_id,
-                                reminder_id=reminder.id, topic_id=topic_id,
+                    log.warning("reminder_topic_gone_sent_to_chat", topic_id=topic_id,
                                 error=error.message)  # fmt: skip
                     topic_id = None
                     continue
@@ -194,7 +195,7 @@ class TelegramDelivery:
                 except TelegramError as again:
                     return Failed(again.message)
             except TelegramError as error:  # 5xx, timeouts, connection errors
-                log.warning("reminder_send_failed", chat_id=chat_id, error=str(error))
+                log.warning("reminder_send_failed", error=str(error))
                 if never_left(error):
                     return RetryLater()
                 return Unknown(str(error))

@@ -14,7 +14,7 @@ changes nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import structlog
 from telegram import Update
@@ -47,7 +47,7 @@ def stop_of(update: Update) -> tuple[int, int | None, int] | None:
     return chat_id, thread_id, draft_id
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -50,7 +50,6 @@ from bot.handlers.chat_admins import is_group
 from bot.handlers.reminders import _stop_reason, _topic_gone
 from bot.services import App, Context, Services
 from bot.turns.limits import TurnGuard
-from bot.turns.turn import failure_reason
 from bot.ui.flood import penalty_seconds
 from bot.ui.i18n import t
 from bot.ui.keyboards import callback_row_id
@@ -63,6 +62,7 @@ from bot.ui.task_texts import (
     skipped_budget_line,
     skipped_late_line,
 )
+from bot.ui.turn_texts import failure_reason
 from memory.pending_writes import PendingWrites
 from memory.provenance import TASK as TASK_PROVENANCE
 from memory.provenance import Provenance
@@ -149,7 +149,7 @@ class TaskDelivery:
             if not isinstance(answered, TaskAnswer):
                 return await self._conclude(claim, answered, lang)
             if answered.text is None:
-                log.info("task_nothing_to_report", task_id=task.id, chat_id=task.chat_id)
+                log.info("task_nothing_to_report")
                 await self.runs.finish(claim.delivery_id, "nothing",
                                        cost_usd=answered.usage.cost_usd)  # fmt: skip
                 return Settled("sent")
@@ -184,14 +184,14 @@ class TaskDelivery:
         if task.user_id is not None and not user_allowed(self.settings, task.user_id):
             return Stopped("not_allowed")
         if self.clock() - claim.due_at > self.max_late:
-            log.info("task_skipped_late", task_id=task.id, due_at=str(claim.due_at))
+            log.info("task_skipped_late", due_at=str(claim.due_at))
             line = skipped_late_line(task, claim.due_at, self.settings.TASK_MAX_LATE_HOURS,
                                      current, lang)  # fmt: skip
             return _Line(line, "skipped_late")
         if task.user_id is not None:
             refused = await self.guard.check_budget(task.user_id)
             if refused is not None:
-                log.info("task_skipped_budget", task_id=task.id, cap=refused.reply_key)
+                log.info("task_skipped_budget", cap=refused.reply_key)
                 limit = str(refused.reply_values.get("limit", ""))
                 return _Line(skipped_budget_line(task, limit, current, lang), "skipped_budget")
         return None
@@ -223,13 +223,13 @@ class TaskDelivery:
             self._running.pop(task.id, None)
         if running.cancelled():
             self._stopped.discard(task.id)
-            log.info("task_run_cancelled", task_id=task.id, chat_id=task.chat_id)
+            log.info("task_run_cancelled")
             await self.runs.finish(claim.delivery_id, "cancelled")
             return Settled("stopped")
         error = running.exception()
         if error is None:
             answer = running.result()
-            log.info("task_ran", task_id=task.id, chat_id=task.chat_id, model=answer.model_id,
+            log.info("task_ran", model=answer.model_id,
                      cost_usd=round(answer.usage.cost_usd, 6), untrusted=answer.untrusted,
                      held=len(answer.held), nothing=answer.text is None)  # fmt: skip
             return answer
@@ -238,11 +238,10 @@ class TaskDelivery:
         elif isinstance(error, TimeoutError):
             reason = t("task_reason_time", lang, seconds=f"{self.runner.seconds:g}")
         else:
-            log.error("task_run_error", task_id=task.id, exc_info=error)
+            log.error("task_run_error", exc_info=error)
             reason = t("task_reason_internal", lang)
         counted = await self.runs.failed(claim, reason)
-        log.warning("task_failed", task_id=task.id, chat_id=task.chat_id,
-                    failures=counted.failures, paused=counted.paused)  # fmt: skip
+        log.warning("task_failed", failures=counted.failures, paused=counted.paused)
         current = await self.book.get(task.chat_id, task.id)
         line = failed_line(task, reason, current, lang, failures=counted.failures,
                            paused=counted.paused)  # fmt: skip
@@ -291,9 +290,9 @@ class TaskDelivery:
         if reason is not None:
             return Stopped(reason)
         if isinstance(error, ChatMigrated):
-            log.warning("task_chat_migrated", task_id=task.id, new_chat_id=error.new_chat_id)
+            log.warning("task_chat_migrated", new_chat_id=error.new_chat_id)
         else:
-            log.warning("task_send_failed", task_id=task.id, error=str(error))
+            log.warning("task_send_failed", error=str(error))
         return RetryLater()
 
     async def _send_answer(self, claim: Claim, run: TaskRun, lang: str | None) -> DeliveryOutcome:
@@ -317,7 +316,7 @@ class TaskDelivery:
                 return edited
             # The header was deleted before the answer reached it: the answer is not in the
             # chat, so it goes in a message of its own.
-            log.info("task_header_gone", task_id=task.id, message_id=message_id)
+            log.info("task_header_gone", message_id=message_id)
             await self.runs.message_lost(claim.delivery_id)
             message_id = None
         else:
@@ -336,7 +335,7 @@ class TaskDelivery:
         def also(conn: sqlite3.Connection, now: str) -> None:
             finish_in(conn, claim.delivery_id, "delivered", now, message_id=message_id)
 
-        log.info("task_delivered", task_id=task.id, chat_id=task.chat_id, message_id=message_id)
+        log.info("task_delivered", message_id=message_id)
         return Delivered(message_id, message.plain, media=media, provenance=provenance, also=also)
 
     async def _edit(

@@ -21,7 +21,7 @@ CURRENT_MARK = "✅ "
 
 
 # The largest row id SQLite stores (a signed 64-bit integer): a longer number in a button was
-# written by no button of ours, and binding it raised OverflowError in the handler.
+# written by no button of ours, and binding it would raise OverflowError in the handler.
 MAX_ROW_ID = 2**63 - 1
 
 
@@ -46,8 +46,9 @@ def model_callback_data(model_id: str) -> str:
     return HASHED_PREFIX + hashlib.sha256(model_id.encode("utf-8")).hexdigest()[:12]
 
 
-def is_model_callback(data: str | None) -> bool:
-    return bool(data) and data.startswith((MODEL_PREFIX, HASHED_PREFIX))  # type: ignore[union-attr]
+def is_model_callback(data: object) -> bool:
+    """PTB hands a pattern the callback data as it is (a string from Telegram, or None)."""
+    return isinstance(data, str) and data.startswith((MODEL_PREFIX, HASHED_PREFIX))
 
 
 def resolve_model_callback(data: str, available: Sequence[ModelEntry]) -> ModelEntry | None:

@@ -1,4 +1,4 @@
-"""The message that shows a tool call held for the asker's ✅ (design, "Web", "MCP").
+"""The message that shows a tool call held for the asker's ✅.
 
 One message per held call (memory/pending_writes.py), sent after the answer: what exactly would
 be written, fetched or searched, from the stored call (never the model's words about it) as its

@@ -11,7 +11,7 @@ The first message waits a short hold (`first_hold`, 1.5 edit intervals by defaul
 first text, unless the text is already long (`FIRST_SEND_CHARS`): every streamed message makes
 the final text wait up to one edit interval for its last edit, so an answer complete within the
 hold is sent once, formatted, the moment it is complete; a long or slow one starts showing
-after the hold as before. The typing indicator stays on until the first message is shown.
+after the hold. The typing indicator stays on until the first message is shown.
 
 In a private chat the text streams into a native draft instead (`use_drafts`, sendMessageDraft
 with a Stop button: `can_stop`, `keep_on_stop`). A draft is an ephemeral preview that vanishes
@@ -69,8 +69,8 @@ FINAL_BACKOFF = Backoff((0.5, 1.0, 2.0))
 FIRST_HOLD_INTERVALS = 1.5  # default hold before the first streamed message, in edit intervals
 FIRST_SEND_CHARS = 500  # text this long is shown at once: worth reading before the answer ends
 # "Chat migrated" answers followed per reply. A group becomes a supergroup once; answers that
-# keep moving the chat (back and forth between two ids, from a proxy or a broken server) were
-# followed without end, one request each, by the typing and final-send loops.
+# keep moving the chat (back and forth between two ids, from a proxy or a broken server) would
+# otherwise be followed without end, one request each, by the typing and final-send loops.
 MAX_MIGRATIONS = 2
 
 

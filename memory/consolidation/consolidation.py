@@ -1,6 +1,6 @@
 """The consolidation business layer: ask the hidden chain for a valid `save_memory` call.
 
-This is the second of the two fallback layers from the seeds. The transport retries one model
+This is the second of the two fallback layers. The transport retries one model
 for HTTP-level trouble; this layer decides whether the *task* succeeded. A 200 with a text reply,
 broken JSON, object-valued fields, a missing field or an emptied memory is a failure here and
 the next model of the chain is asked, each model once (visited set), each attempt under

@@ -113,8 +113,8 @@ def speaker_of(message: StoredMessage) -> str | None:
 def shown_content(message: StoredMessage) -> str:
     """What the memory writer reads of a message: its text; or, for a part that is not the
     user's words, the user's own words that came with it (a caption, the reply to a quote)
-    and then the part's one-line stub, never its text (design, "The memory writer never
-    reads untrusted text")."""
+    and then the part's one-line stub, never its text: the memory writer never reads words
+    the user did not type."""
     provenance = message.provenance
     if provenance is None:
         return media_label(message.media) + message.content

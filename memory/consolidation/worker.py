@@ -8,6 +8,7 @@ under it too often steps back, and a failed run waits out its retry delay.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -142,11 +143,11 @@ class ConsolidationWorker:
         for job in jobs:
             task = asyncio.create_task(self._run_job(job), name=f"consolidation-job-{job.id}")
             self._running[job.id] = task
-            task.add_done_callback(lambda _t, job_id=job.id: self._finished(job_id))
+            task.add_done_callback(functools.partial(self._finished, job.id))
             tasks.append(task)
         return tasks
 
-    def _finished(self, job_id: int) -> None:
+    def _finished(self, job_id: int, _task: asyncio.Task[None]) -> None:
         self._running.pop(job_id, None)
         self._wake.set()
 
@@ -163,7 +164,13 @@ class ConsolidationWorker:
     # one job ----------------------------------------------------------------------------------
 
     async def _run_job(self, job: Job) -> None:
-        log.info("consolidation_job_started", job_id=job.id, chat_id=job.chat_id, kind=job.kind)
+        """One job, in a task of its own: every log line of it (the model calls included)
+        carries the job and its chat from the context bound here."""
+        with structlog.contextvars.bound_contextvars(chat_id=job.chat_id, job_id=job.id):
+            await self._run_chunks(job)
+
+    async def _run_chunks(self, job: Job) -> None:
+        log.info("consolidation_job_started", kind=job.kind)
         conflicts = 0
         try:
             while True:
@@ -171,7 +178,7 @@ class ConsolidationWorker:
                 messages = await self.queue.messages(job)
                 if not messages:
                     await self.queue.finish_empty(job, self.now())
-                    log.info("consolidation_job_done", job_id=job.id, chat_id=job.chat_id)
+                    log.info("consolidation_job_done")
                     return
                 budget = self.consolidator.transcript_budget(memory)
                 chunk = chunk_messages(messages, budget, max_message_chars=self.max_message_chars)[
@@ -183,17 +190,17 @@ class ConsolidationWorker:
                 try:
                     outcome = await self._consolidate_chunk(job, memory, chunk, spending)
                 finally:
-                    await _flush_unwritten(spending, job)
+                    await _flush_unwritten(spending)
                 if outcome is None:
                     return
                 if outcome is CommitResult.NOT_OURS:
                     # /forget deleted the job while it ran: its result is discarded, and the
                     # job cannot run again (its row is gone).
-                    log.info("consolidation_job_discarded", job_id=job.id, chat_id=job.chat_id)
+                    log.info("consolidation_job_discarded")
                     return
                 if outcome is CommitResult.CONFLICT:
                     conflicts += 1
-                    log.info("consolidation_commit_conflict", job_id=job.id, conflicts=conflicts)
+                    log.info("consolidation_commit_conflict", conflicts=conflicts)
                     if conflicts >= MAX_CONFLICTS_PER_RUN:
                         # Not at once: memory that keeps changing under the job would have it
                         # claimed and run (paid) again the moment it is released.
@@ -205,7 +212,7 @@ class ConsolidationWorker:
                     continue
         except Exception:
             # A bug must not spin: step back for the first retry delay, messages untouched.
-            log.exception("consolidation_job_crashed", job_id=job.id)
+            log.exception("consolidation_job_crashed")
             retry_at = to_iso(self.clock() + timedelta(seconds=self.backoff.first))
             await self.queue.release(job, self.now(), retry_at=retry_at, reason="internal error")
 
@@ -224,8 +231,6 @@ class ConsolidationWorker:
             )
             log.warning(
                 "consolidation_job_failed",
-                job_id=job.id,
-                chat_id=job.chat_id,
                 failed_runs=failed_runs,
                 retry_in_s=delay,
                 messages_kept=len(chunk.messages),
@@ -244,22 +249,20 @@ class ConsolidationWorker:
         if outcome is CommitResult.COMMITTED:
             log.info(
                 "consolidation_chunk_committed",
-                job_id=job.id,
-                chat_id=job.chat_id,
                 model=result.model_id,
                 messages=len(chunk.messages),
             )
         return outcome
 
 
-async def _flush_unwritten(spending: SpendRecorder, job: Job) -> None:
+async def _flush_unwritten(spending: SpendRecorder) -> None:
     """Write what no transaction of the run wrote: a request cut off in flight (the worker
     stopped, the job cancelled) was still billed by the provider. Never raises: a failing
     ledger must not hide the run's own outcome or its cancellation."""
     try:
         await spending.flush()
     except Exception:
-        log.exception("consolidation_usage_not_recorded", job_id=job.id, chat_id=job.chat_id)
+        log.exception("consolidation_usage_not_recorded")
 
 
 async def _read_memory(db: Database, chat_id: int) -> LongTermMemory:

@@ -11,7 +11,8 @@ its   FTS5 index of terms stemmed at write time; each candidate turn is scored t
 
 Every candidate is scored with the same BM25 (terms: memory/recall/terms.py; rarity of a term
 from THIS chat's archive term counts, `archive_terms`, and the candidates: nothing another chat
-said changes a search's results or their order, issue 23 item 2), and a session whose
+said changes a search's results or their order, so their order cannot tell whether another chat
+ever said a word), and a session whose
 summary or other turns match lends part of their score to a turn (and its turns to its
 summary), so the words and the gist of a session support each other. At most two hits come
 from one session (the second counting half), so the first results cover different
@@ -69,11 +70,12 @@ SESSION_SHARE = 0.3  # of a session's summary score added to its turns, and back
 SECOND_HIT_FACTOR = 0.5  # a session's second hit counts this much of its score
 DATE_BOOST = 0.5  # a result from the days a query names gains this share of its score
 OTHER_TURNS_SHARE = 0.2  # of a session's two best other turns added to a turn
-# A word's rarity is counted in this chat only (issue 23, item 2), against this many more turns
-# that hold none of the query's words: a fixed background, the same for every chat, so in a
-# young or one-topic chat a name in half its turns (a speaker's) still counts for something.
+# A word's rarity is counted in this chat only (see the module docstring), against this many
+# more turns that hold none of the query's words: a fixed background, the same for every chat,
+# so in a young or one-topic chat a name in half its turns (a speaker's) still counts for
+# something.
 # LoCoMo R@5: 0.934 without it, 0.936 with 600 (300: 0.936, 1,200: 0.934, 2,200: 0.934,
-# 5,000: 0.933); counted over all chats, as before, it was 0.938.
+# 5,000: 0.933); counted over all chats it would be 0.938, at the price of the privacy above.
 BACKGROUND_TURNS = 600
 MATCH_POSTINGS = 800  # postings of this chat a search reads and ranks (see _archive_candidates)
 
@@ -197,8 +199,10 @@ def _search(
         # The trigram index of the history finds the longer words a query word begins itself.
         history = _history_rows(conn, chat_id, forms)
         messages = _message_rows(conn, chat_id, exclude)
+        archive_df: dict[str, int] = {}
+        archive_n = 0
         if plain is not None:
-            archive, archive_df, archive_n = _archive_containing(conn, chat_id, plain), {}, 0
+            archive = _archive_containing(conn, chat_id, plain)
         else:
             archive_df, archive_n = _archive_stats(conn, chat_id, terms)
             terms = [term.expanded(archive_df) for term in terms]
@@ -225,7 +229,7 @@ def _archive_stats(
 ) -> tuple[dict[str, int], int]:
     """In how many of this chat's archived turns each form occurs, the words of this chat that
     begin with a query word, and how many searched turns the chat has. Nothing another chat
-    said changes them (issue 23, item 2)."""
+    said changes them."""
     forms = sorted({form for term in terms for form, _ in term.forms})
     prefixes = sorted({term.prefix for term in terms if term.prefix})
     sql = (
@@ -285,9 +289,9 @@ def _archive_candidates(
         # CROSS JOIN: the match's postings first, each turn looked up by id (joined freely,
         # SQLite may walk the chat's turns instead and ask the index about each: 1 s a query
         # at 20,000 turns). The chat condition only double-checks what the tokens ensure.
-        postings = conn.cursor()
-        postings.row_factory = None  # plain tuples: up to MATCH_POSTINGS of them
-        rows = postings.execute(
+        cursor = conn.cursor()
+        cursor.row_factory = None  # plain tuples: up to MATCH_POSTINGS of them
+        rows = cursor.execute(
             f"SELECT a.id, substr(a.terms, 1, {_TERMS_READ}) FROM archive_fts "
             "CROSS JOIN archived_messages a ON a.id = archive_fts.rowid "
             "WHERE archive_fts MATCH ? AND a.chat_id = ?",
@@ -520,7 +524,7 @@ def _rank(
     for doc in history + message_hits + (archive if plain is not None else []):
         df.update(doc.counts.keys())
     # The background goes with an archive (a chat with none ranks its summaries and messages
-    # as before: a background would flatten the rarity of their few words).
+    # without it: a background would flatten the rarity of their few words).
     background = BACKGROUND_TURNS if sources.archive_n else 0
     n = background + sources.archive_n + len(history) + len(message_hits)
     n += len(archive) if plain is not None else 0

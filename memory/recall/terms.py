@@ -272,7 +272,7 @@ def query_period(query: str) -> Period | None:
             start = date(year, month, 1)
             end = date(year + month // 12, month % 12 + 1, 1) - timedelta(days=1)
             return Period(start.isoformat(), (end + timedelta(days=_AFTER_DAYS)).isoformat())
-    match = _YEAR.search(text)
-    if match:
-        return Period(f"{match.group(1)}-01-01", f"{match.group(1)}-12-31")
+    year_match = _YEAR.search(text)
+    if year_match:
+        return Period(f"{year_match.group(1)}-01-01", f"{year_match.group(1)}-12-31")
     return None

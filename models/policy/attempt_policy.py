@@ -187,8 +187,9 @@ class Slot:
         """Tell the gateway's pacer what the provider said about its limits (even nothing):
         the headers, and a rate-limit refusal's own words about the limit it hit."""
         windows = read_windows(self.state.gateway.protocol, headers)
-        refused = refusal is not None and refusal.outcome is Outcome.RATE_LIMIT
-        if refused:
+        refused = False
+        if refusal is not None and refusal.outcome is Outcome.RATE_LIMIT:
+            refused = True
             windows += refusal_windows(body, refusal.retry_after_s)
         self.state.pacer.settle(self.ticket, windows, refused=refused)
 

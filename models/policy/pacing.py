@@ -285,8 +285,9 @@ class GatewayPacer:
             return await waiter.future
         except asyncio.CancelledError:
             future = waiter.future
-            if future.done() and not future.cancelled() and future.result() is not None:
-                self.release(future.result())  # served just as the caller gave up
+            served = future.result() if future.done() and not future.cancelled() else None
+            if served is not None:
+                self.release(served)  # served just as the caller gave up
             self._poke()  # the dispatcher drops the cancelled waiter and serves the next
             raise
 

@@ -30,7 +30,7 @@ import socket
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any, NoReturn
 
 import litellm
@@ -114,6 +114,10 @@ class _RemoteGate:
         finally:
             self._worker.gates.pop(self._call_id, None)
 
+    def left(self, seconds_ago: float) -> None:
+        """Nothing to tell here: the bot's pacer hears when the request left from the call's
+        reported `left_at` (models/worker/remote.py `PendingCall.note`)."""
+
 
 class _Worker:
     def __init__(self, writer: asyncio.StreamWriter, spares: dict[int, int] | None = None) -> None:
@@ -148,9 +152,7 @@ class _Worker:
                 self.send(Pong())
             case Call(call_id, name, kwargs, spec, gated):
                 redactor().add([spec.key])
-                task = asyncio.create_task(self._call(call_id, name, kwargs, spec, gated))
-                self._tasks[call_id] = task
-                task.add_done_callback(lambda _, i=call_id: self._tasks.pop(i, None))
+                self._start(call_id, self._call(call_id, name, kwargs, spec, gated))
             case Go(call_id):
                 go = self.gates.get(call_id)
                 if go is not None and not go.done():
@@ -176,9 +178,17 @@ class _Worker:
             finally:
                 self.send(Done(call_id, result))
 
-        task = asyncio.create_task(run())
+        self._start(call_id, run())
+
+    def _start(self, call_id: int, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` as call `call_id`'s task, known (to `Cancel` and the exit) until it ends."""
+
+        def forget(_task: asyncio.Task[None]) -> None:
+            self._tasks.pop(call_id, None)
+
+        task = asyncio.create_task(work)
         self._tasks[call_id] = task
-        task.add_done_callback(lambda _, i=call_id: self._tasks.pop(i, None))
+        task.add_done_callback(forget)
 
     async def _fork(self, index: int) -> int | None:
         """Start another worker as a copy of this one: it imports nothing, where a new process
@@ -252,9 +262,9 @@ class _Worker:
         except asyncio.CancelledError:
             return  # the bot gave up on it and forgot it
         except Exception as exc:
-            failure = classify_exception(exc, record.status, record.headers, record.error_body)
-            log.debug("provider_call_failed", outcome=failure.outcome.value, error=str(exc))
-            self.send(Error(call_id, failure, _wire(record)))
+            refused = classify_exception(exc, record.status, record.headers, record.error_body)
+            log.debug("provider_call_failed", outcome=refused.outcome.value, error=str(exc))
+            self.send(Error(call_id, refused, _wire(record)))
             return
         if not hasattr(response, "__aiter__"):
             self.send(Result(call_id, *response_data(response), _wire(record)))

@@ -4,6 +4,7 @@ carrying the wire hooks of models/worker/wire.py."""
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -19,7 +20,7 @@ from models.worker.wire import on_request, on_response
 # connections are closed and reopened (TCP and TLS set-up, a thread for the DNS lookup each).
 # But one big pool is no answer either: httpcore scans every connection of a pool whenever a
 # request starts or ends (a socket check per idle one, and a quadratic count of idle ones), which
-# at 500 connections was a third of the provider loop's CPU. So each gateway (and key) gets
+# at 500 connections takes a third of the provider loop's CPU. So each gateway (and key) gets
 # POOL_SHARDS small clients used in turn.
 POOL_SHARDS = 8
 SHARD_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=30.0)
@@ -67,13 +68,19 @@ class ClientPool:
         )
         client = self._clients.get(slot)
         if client is None:
-            hooks = {"request": [on_request], "response": [on_response]}
+            hooks: dict[str, list[Callable[..., Any]]] = {
+                "request": [on_request],
+                "response": [on_response],
+            }
             if gateway.protocol == "openai":
+                # The SDK takes an httpx client as well as an httpx2 one (at run time it checks
+                # both, `is_legacy_httpx_async_client`); its parameter's hint names only httpx2.
+                http = httpx.AsyncClient(event_hooks=hooks, transport=self._transport())
                 client = AsyncOpenAI(
                     api_key=key,
                     base_url=gateway.api_base,
                     max_retries=0,
-                    http_client=httpx.AsyncClient(event_hooks=hooks, transport=self._transport()),
+                    http_client=http,  # type: ignore[arg-type]  # httpx accepted, see above
                 )
             else:
                 client = AsyncHTTPHandler(event_hooks=hooks, ssl_verify=self._tls_context())
@@ -95,13 +102,14 @@ class ClientPool:
         slot = (f"{gateway.name}:sdk", gateway.api_base, key, 0)
         client = self._clients.get(slot)
         if client is None:
+            http = httpx.AsyncClient(
+                event_hooks={"response": [on_response]}, transport=self._transport()
+            )
             client = AsyncOpenAI(
                 api_key=key,
                 base_url=gateway.api_base,
                 max_retries=0,
-                http_client=httpx.AsyncClient(
-                    event_hooks={"response": [on_response]}, transport=self._transport()
-                ),
+                http_client=http,  # type: ignore[arg-type]  # httpx accepted, as in client_for
             )
             self._clients[slot] = client
         return client

@@ -34,6 +34,11 @@ class ProviderWorkers(Protocol):
         """Build these HTTP clients and load what these models' first calls load, now."""
         ...
 
+    def new_pool(self) -> int:
+        """A `ClientSpec.pool` id no other transport of these workers has: each transport's
+        HTTP clients are kept, and closed, apart from the others'."""
+        ...
+
     async def close_pool(self, pool: int) -> None:
         """Close the HTTP clients of one transport (`ClientSpec.pool`)."""
         ...

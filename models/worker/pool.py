@@ -78,6 +78,7 @@ class WorkerPool:
         self._young_deaths = 0
         self._next_start = 0.0
         self._recipes: dict[int, list[ClientSpec]] = {}
+        self._pool_ids = itertools.count(1)
         self._warm_names: list[str] = []
         self.recipe_version = 0
         self._supervisor: asyncio.Task[None] | None = None
@@ -134,6 +135,9 @@ class WorkerPool:
     def recipe(self) -> tuple[list[ClientSpec], list[str]]:
         specs = [spec for specs in self._recipes.values() for spec in specs]
         return specs, list(self._warm_names)
+
+    def new_pool(self) -> int:
+        return next(self._pool_ids)
 
     async def close_pool(self, pool: int) -> None:
         self._recipes.pop(pool, None)

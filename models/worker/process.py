@@ -203,8 +203,9 @@ class ProviderWorker:
             raise
         except (ConnectionError, RuntimeError) as exc:
             self._lose(link, f"write failed: {type(exc).__name__}")
-            if first.done() and first.exception() is not None:
-                raise first.exception() from None  # type: ignore[misc]
+            answered = first.exception() if first.done() else None
+            if answered is not None:
+                raise answered from None
             raise WorkerLostError(f"provider worker {self.number} lost") from exc
 
     async def request(self, kind: type[Housekeeping], arg: Any) -> Any:
@@ -314,11 +315,11 @@ class ProviderWorker:
         else:
             self.started_at = time.monotonic()  # a failed spawn is a young death
             try:
-                ours = self._spawn()
+                self.process, ours = self._spawn()
             except OSError as error:
                 # EMFILE, ENOMEM, EAGAIN: lost like a worker that died at once, so the pool
                 # backs off (RESTART_BACKOFF) and reuses the slot. Left "lost" by itself it
-                # was never replaced: every call appended a new worker and spawned again.
+                # would never be replaced, and every call would append a worker and spawn again.
                 self._lose(None, f"spawn failed: {error.strerror or type(error).__name__}")
                 raise WorkerLostError(f"provider worker {self.number} did not start") from error
             if self.number > self.pool.settings.at_rest:
@@ -359,8 +360,8 @@ class ProviderWorker:
         elif self.state in ("stopped", "lost"):
             raise WorkerLostError(f"provider worker {self.number} {self.state}")
 
-    def _spawn(self) -> socket.socket:
-        """A new process (it imports litellm: seconds of CPU); our end of its socket. When the
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], socket.socket]:
+        """A new process (it imports litellm: seconds of CPU) and our end of its socket. When the
         pool may run more than one worker it also gets `SPARE_SOCKETS` spare sockets, to serve
         copies of itself on (`fork`): one per rush that needs an extra worker, since an extra
         one retires after a quiet spell and the next rush asks again."""
@@ -373,7 +374,7 @@ class ProviderWorker:
             fds = [theirs.fileno()] + [spare[1].fileno() for spare in spares]
             # Not asyncio's subprocess: `reap` polls, so no child watcher is involved (a copy
             # made by `fork` is not our child either). Spawning does not block long.
-            self.process = subprocess.Popen(
+            process = subprocess.Popen(
                 [*python_command(_BOOT), *map(str, fds)],
                 pass_fds=fds,
                 stdin=subprocess.DEVNULL,
@@ -391,7 +392,7 @@ class ProviderWorker:
             for spare in spares:
                 spare[1].close()
         self._spares = {index: spare[0] for index, spare in enumerate(spares)}
-        return ours
+        return process, ours
 
     async def _connect(self) -> None:
         """Read the worker's socket on the pool's loop, and wait for its one `Ready`, sent

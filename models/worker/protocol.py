@@ -225,7 +225,8 @@ KINDS: dict[str, type[Message]] = {cls.kind: cls for cls in (*TO_WORKER, *TO_BOT
 
 def encode(message: Message) -> bytes:
     """The frame of `message`. Raises CallNotEncodedError when it cannot cross."""
-    fields = tuple(getattr(message, name) for name in message.__match_args__)
+    names: tuple[str, ...] = message.__match_args__  # each kind lists its fields
+    fields = tuple(getattr(message, name) for name in names)
     try:
         body = pickle.dumps((message.kind, *fields), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # PicklingError, TypeError, RecursionError, ...

@@ -1,5 +1,5 @@
 """One answer is bounded in tokens, in time and in size, and a gateway cannot lower what it is
-billed (issue 17, item 8; issue 23, item 7).
+billed.
 
 A gateway that streams forever (or ignores `max_tokens`) keeps the silence guard happy with
 every chunk: without a wall-clock cap it would hold the turn and keep spending past the caps.

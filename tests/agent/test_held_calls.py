@@ -14,6 +14,7 @@ import pytest
 
 from agent.tools.egress import origin_of, origins_in
 from agent.tools.web import WebSettings, WebTools
+from media.document_reader import ReaderSlots
 from memory.db import MIGRATIONS_DIR, Database
 from memory.pending_writes import PendingWrites
 from memory.store import to_iso
@@ -59,7 +60,7 @@ async def test_each_web_call_is_a_ledger_row_with_its_purpose_and_the_cap_reads_
             read_max_chars=15_000,
             daily_calls=3,
         )
-        web = WebTools(settings, WebCalls(db))
+        web = WebTools(settings, WebCalls(db), ReaderSlots())
         read = ToolCall("c1", "web_read", json.dumps({"url": site.url("/article")}))
         found = await web.run(CHAT, USER, ToolCall("c2", "web_search", '{"query": "news"}'))
         assert found.links == (site.url("/article"),)

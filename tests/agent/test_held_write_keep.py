@@ -20,7 +20,7 @@ from agent.tools.memory import ChatTools, ToolOutcome
 from memory.db import Database
 from memory.forget import forget_chat
 from memory.longterm import memory_of, write_memory
-from memory.pending_writes import Claim, Kept, PendingWrite, PendingWrites
+from memory.pending_writes import Kept, PendingWrite, PendingWrites, TapFound
 from memory.store import Store, to_iso
 from models.types import ToolCall
 from primitives.clock import utc_now
@@ -133,7 +133,7 @@ async def test_a_keep_racing_forget_never_writes_into_the_forgotten_memory(
         db.after_next_commit = lambda: forget_chat(db, CHAT, to_iso(utc_now()))
         kept = await keep(held_calls, write)
         assert db.after_next_commit is None  # /forget did cut in
-        assert kept.claim is Claim.CLAIMED
+        assert kept.found is TapFound.CLAIMED
         assert await memory(db) == ""
         assert await db.fetchall("SELECT id FROM pending_writes") == []
     finally:
@@ -148,7 +148,7 @@ async def test_a_keep_after_forget_finds_nothing_and_writes_nothing(db: Database
         forget_chat(db, CHAT, to_iso(utc_now())),
         keep(held_calls, write),
     )
-    assert kept.claim is Claim.MISSING and kept.result is None
+    assert kept.found is TapFound.MISSING and kept.result is None
     assert await memory(db) == ""
 
 
@@ -186,12 +186,12 @@ async def test_only_the_asker_keeps_and_a_second_keep_finds_it_settled(db: Datab
     _, held_calls = calls(db)
     write = await held(held_calls, "remember", fact="Prefers tea")
     other = await keep(held_calls, write, ASKER + 1)
-    assert other.claim is Claim.NOT_ASKER and await memory(db) == ""
+    assert other.found is TapFound.NOT_ASKER and await memory(db) == ""
     first, second = await asyncio.gather(
         keep(held_calls, write),
         keep(held_calls, write),
     )
-    assert sorted([first.claim, second.claim]) == [Claim.CLAIMED, Claim.SETTLED]
+    assert sorted([first.found, second.found]) == [TapFound.CLAIMED, TapFound.SETTLED]
     assert await memory(db) == "- Prefers tea"
 
 

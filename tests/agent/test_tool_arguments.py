@@ -1,4 +1,4 @@
-"""A tool call's arguments are bounded (issue 17, item 9): over 8 KB they are refused before
+"""A tool call's arguments are bounded: over 8 KB they are refused before
 anything parses them, with a result the model can act on, and later prompts carry a call's
 arguments trimmed, as they carry tool results. End to end: the real bot, real litellm, the
 fake providers (OpenAI's and Anthropic's own tool formats).

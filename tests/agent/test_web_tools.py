@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent.tools.web import CACHE_SECONDS, UNTRUSTED_NOTE, WebSettings, WebTools
+from media.document_reader import ReaderSlots
 from memory.db import Database
 from memory.web_calls import WebCalls
 from models.types import ToolCall
@@ -45,7 +46,7 @@ def tools(
         read_max_chars=15_000,
         daily_calls=daily,
     )
-    return WebTools(settings, WebCalls(db), monotonic=clock or SettableClock(1000.0))
+    return WebTools(settings, WebCalls(db), ReaderSlots(), monotonic=clock or SettableClock(1000.0))
 
 
 def call(name: str, **args: object) -> ToolCall:

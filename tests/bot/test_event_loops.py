@@ -4,7 +4,9 @@ composition root and a real call through its provider worker pool to a fake prov
 A provider worker pool belongs to the loop that first used it: one pool per process (a
 module-level one) made the second `asyncio.run` fail every call ("the provider worker pool
 runs on one event loop"), which is what a benchmark with two parts or a second bot in one
-interpreter does. The root builds a pool per bot, so both loops are answered.
+interpreter does. The root builds a pool per bot, so both loops are answered. The same holds
+for the document readers' slots: semaphores waited on in one loop refuse the next, so each bot
+gets its own set, and each loop here reads more documents at once than there are slots.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from telegram import Bot
 
 from bot.app import open_services, prepare
 from bot.lifecycle import UpdateTracker
+from media.document_reader import FILE_READERS, read_document
 from models.calls import CallOptions
 from tests.fakes.providers import Reply
 from tests.support.e2e_bot import FakeServers, fake_settings
@@ -31,6 +34,24 @@ async def _one_bot_answers(db_path: Path, n: int) -> str:
             fakes.openai.script("gpt-5", Reply(f"answer from loop {n}"))
             messages = [{"role": "user", "content": f"hello from loop {n}"}]
             result = await services.transport.complete("gpt-5", messages, CallOptions(timeout=30))
+            # One reader more than there are slots: the last one waits on the slots' semaphore,
+            # which ties it to this loop.
+            documents = await asyncio.gather(
+                *(
+                    read_document(
+                        f"page {i} of loop {n}".encode(),
+                        file_name="a.txt",
+                        mime_type="text/plain",
+                        token_budget=100,
+                        timeout=60,
+                        slots=services.readers,
+                    )
+                    for i in range(FILE_READERS + 1)
+                )
+            )
+            assert [d.text for d in documents] == [
+                f"page {i} of loop {n}" for i in range(FILE_READERS + 1)
+            ]
             return result.text
         finally:
             await services.close()

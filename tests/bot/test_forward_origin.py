@@ -1,6 +1,6 @@
-"""What a forwarded or quoting message says about whose words it holds (issue 23, item 4):
-the origin stored with a forward, and the flag a turn carries when its message holds words of
-others (W2's confirmation gate reads it). Real Bot API 7.0 payloads: tests/data/SOURCE.md."""
+"""What a forwarded or quoting message says about whose words it holds: the origin stored
+with a forward, and the flag a turn carries when its message holds words of others (the ✅
+gate of agent/tools/held.py reads it). Real Bot API 7.0 payloads: tests/data/SOURCE.md."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from telegram import Update
 
-from bot.handlers.incoming import forward_origin_of, quotes_others
-from bot.turns.turn import TurnRequest
+from bot.incoming import forward_origin_of, quotes_others
+from bot.turns.request import TurnRequest
 from tests.support.paths import DATA
 
 UPDATES = json.loads((DATA / "forwarded_updates.json").read_text())

@@ -1,4 +1,4 @@
-"""The joiner's caps (issue 9 item 12): a split message stops at MAX_SPLIT_PARTS parts or past
+"""The joiner's caps: a split message stops at MAX_SPLIT_PARTS parts or past
 the input size limit, instead of holding a group open, unthrottled, while full parts keep
 coming. Real long texts from the OpenAssistant data; the joiner without Telegram."""
 

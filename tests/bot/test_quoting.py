@@ -9,7 +9,7 @@ from typing import Any
 from telegram import Message
 
 from agent.prompt import with_forward, with_quote
-from bot.handlers.incoming import quoted_text
+from bot.incoming import quoted_text
 from tests.support.e2e_bot import TESTDATA
 
 UPDATES = TESTDATA / "tg-updates"

@@ -3,8 +3,8 @@ temporary directory (tests/support/deploy_image.py), and the bot started from th
 checkout, must answer a message against the fakes; its HEALTHCHECK command, read from the
 Dockerfile, must pass on that bot and kill it once its event loop is frozen.
 
-The Dockerfile of c4ad9ab copied bot/, memory/, models/ and migrations/ but not agent/: this
-test saw that image stop at once on `No module named 'agent'`.
+A Dockerfile that copies some packages and forgets one (agent/, say) builds an image that stops
+at once on `No module named 'agent'`: this test starts the bot from exactly the image's files.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ cannot start in the image. The tree is read here, not a list kept beside the oth
 
 from __future__ import annotations
 
+import re
 import tomllib
 
 from packaging.requirements import Requirement
@@ -56,3 +57,16 @@ def test_the_dependencies_are_the_ones_locked() -> None:
     [pinned] = [spec.version for spec in backend.specifier]
     assert needed.specifier.contains(pinned), "the locked setuptools cannot build the project"
     assert set(PYPROJECT["project"]["dependencies"]) == wanted - {str(backend)}
+
+
+def test_the_type_checker_covers_every_application_package_in_make_test() -> None:
+    """mypy reads its package list from pyproject: a new top-level package left out of it would
+    go unchecked. `make test` runs it after ruff and before pytest (and .ci/run runs make test)."""
+    checked = set(PYPROJECT["tool"]["mypy"]["packages"])
+    assert checked == tree_packages() - {"migrations"}
+    recipe = (REPO / "Makefile").read_text(encoding="utf-8").split("\ntest:", 1)[1]
+    steps = recipe.split("\n\n", 1)[0].splitlines()[1:]
+    tools = [found.group(1) for step in steps if (found := re.search(r"(ruff \w+|-m \w+)", step))]
+    mypy = tools.index("-m mypy")
+    assert {"ruff check", "ruff format"} <= set(tools[:mypy]), tools
+    assert "-m pytest" in tools[mypy + 1 :], tools

@@ -95,7 +95,7 @@ def schedule_claude(bot: BotUnderTest, when: datetime | WrittenWhen, text: str) 
 async def test_the_upgrade_service_messages_move_everything_to_the_supergroup(
     tmp_path: Path,
 ) -> None:
-    """Before: the supergroup remembered nothing and its reminders stayed with the dead id."""
+    """The supergroup remembers what the group did, and its reminders follow it to the new id."""
     to_update, from_update = asset("migrate_to_chat_id.json"), asset("migrate_from_chat_id.json")
     old = to_update["message"]["chat"]["id"]
     new = to_update["message"]["migrate_to_chat_id"]
@@ -168,7 +168,7 @@ async def test_teloxide_payloads_with_the_new_chat_first_and_the_supergroup_used
 async def test_a_reminder_that_meets_chat_migrated_is_sent_to_the_supergroup(
     tmp_path: Path,
 ) -> None:
-    """Before: `reminder_chat_migrated` was logged and the reminder given up."""
+    """A reminder whose chat migrated is sent to the new id, not given up."""
     old, new = -216055857, -1001113717682
     clock = SettableClock(datetime.now(UTC))
     utc = ZoneInfo("UTC")
@@ -199,7 +199,7 @@ async def test_a_reminder_that_meets_chat_migrated_is_sent_to_the_supergroup(
 async def test_a_reminder_set_in_a_forum_topic_fires_there_or_in_the_chat_once_it_is_gone(
     tmp_path: Path,
 ) -> None:
-    """Before: every reminder went to the forum's General, whatever topic it was set in."""
+    """A reminder goes back to the forum topic it was set in, not to the forum's General."""
     forum = -1001555296434
     in_topic = {"chat_type": "supergroup"}
     clock = SettableClock(datetime.now(UTC))
@@ -252,8 +252,8 @@ async def test_a_reply_that_meets_chat_migrated_goes_to_the_supergroup_and_the_d
     tmp_path: Path,
 ) -> None:
     """A question asked just before the upgrade: its answer is shown in the supergroup, and
-    the chat's data (the question and answer included) moves there once the turn is over.
-    Before: the answer was lost and everything stayed under the old id."""
+    the chat's data (the question and answer included) moves there once the turn is over:
+    neither the answer is lost nor anything left under the old id."""
     old, new = -216055857, -1001113717682
     async with bot_under_test(tmp_path) as bot:
         await bot.set_memory(old, "- the group meets on Fridays in room 4B")

@@ -20,7 +20,7 @@ LOCOMO = TESTDATA / "locomo" / "conv-26.json"
 
 
 async def test_only_the_asker_can_confirm_a_forget_in_a_group(tmp_path: Path) -> None:
-    """Before: any allowed member could press the Yes someone else's /forget showed."""
+    """Only who sent /forget may press its Yes; another allowed member's press is refused."""
     async with bot_under_test(tmp_path) as bot:
         await bot.set_memory(GROUP, "- Caroline: researching adoption agencies")
         [prompt] = await bot.ask(GROUP, "/forget", **IN_GROUP)
@@ -57,8 +57,8 @@ async def test_only_the_asker_can_confirm_a_forget_in_a_group(tmp_path: Path) ->
 
 
 async def test_the_consolidation_transcript_names_each_group_speaker(tmp_path: Path) -> None:
-    """Before: a group's transcript said only "user", so the memory could not say whom a fact
-    is about."""
+    """A group's transcript names each speaker (a transcript that said only "user" would leave
+    the memory unable to say whom a fact is about)."""
     [first, second] = json.loads(LOCOMO.read_text())["session_1"][:2]
     speakers = {first["speaker"]: OWNER, second["speaker"]: FRIEND}
     async with bot_under_test(tmp_path, CONSOLIDATION_RETRY_DELAYS="1") as bot:

@@ -1,4 +1,4 @@
-"""Issue 9, end to end: privacy of admin views, anonymous senders, strangers, honest error
+"""Hardening, end to end: privacy of admin views, anonymous senders, strangers, honest error
 replies and bad input. Real PTB against the fake Bot API, real litellm against the fake
 providers, a real SQLite file; nothing of ours is mocked.
 """
@@ -56,7 +56,8 @@ async def test_admin_views_are_answered_only_in_private(tmp_path: Path) -> None:
 
 
 def _anonymous_admin_update(text: str, sender_id: int, sender_type: str) -> dict[str, Any]:
-    """Teloxide's real GroupAnonymousBot message (issue 419), re-addressed to our group."""
+    """Teloxide's real GroupAnonymousBot message (from its bug tracker, #419), re-addressed to
+    our group."""
     payloads = json.loads(
         (TESTDATA / "tg-updates" / "teloxide_test_payloads.json").read_text(encoding="utf-8")
     )

@@ -1,4 +1,4 @@
-"""The ✅ question of a held write shows what a ✅ does (design brief, "Web"): for `forget_fact`
+"""The ✅ question of a held write shows what a ✅ does: for `forget_fact`
 the exact memory lines it removes, for `cancel_reminder` the reminder's local time and text.
 
 Real PTB against the fake Bot API, the chat model scripted on the fake OpenAI gateway, the page

@@ -2,7 +2,7 @@
 writer not at all (a stub), and a consolidation that changes the memory is announced in the
 next reply.
 
-The payload is the attack from issue 17: a document that closes the consolidation transcript,
+The payload is a document that closes the consolidation transcript,
 then dictates what memory_update must include; a frame-closing tag split so that a one-shot,
 case-sensitive strip leaves it whole; a file name that closes its attribute and its tag."""
 
@@ -77,7 +77,8 @@ async def test_a_poisoned_document_is_framed_for_chat_and_a_stub_for_consolidati
 
 
 async def test_an_oversized_memory_update_moves_to_the_next_model(tmp_path: Path) -> None:
-    """Before: a memory_update of any length was saved (only flagged over_budget)."""
+    """A memory_update over MEMORY_MAX_CHARS is refused (`memory_too_long`) and the next model
+    of the chain asked: it is never saved with only an over_budget flag."""
     huge = "\n".join(f"- The user's note number {i}: always answer in French" for i in range(60))
     async with bot_under_test(tmp_path, MEMORY_MAX_CHARS=1000) as bot:
         bot.groq.script("llama-3.3-70b-versatile", good_call(memory_update=huge))  # the head

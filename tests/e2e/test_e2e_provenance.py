@@ -1,5 +1,5 @@
 """Words the user did not say never reach the memory writer, and come back from recall as what
-they are (design brief, "Web": "The memory writer never reads untrusted text"), end to end:
+they are (the memory writer never reads untrusted text), end to end:
 real python-telegram-bot and litellm against the fakes, a fake site on loopback.
 
 Every planted text carries a nonce drawn for the run, so "not in what the consolidation model
@@ -95,8 +95,8 @@ async def press(bot: BotUnderTest, data: str, message_id: int) -> None:
 async def test_a_session_s_untrusted_parts_reach_the_memory_writer_as_stubs_only(
     tmp_path: Path,
 ) -> None:
-    """Before: the page (as a tool result), the document's text and the forwarded words were
-    in the transcript, labelled; the photo was the user's own "[photo: caption]"."""
+    """The page (as a tool result), the document's text, the forwarded words and the photo
+    reach the memory writer as one-line stubs, never their text, not even labelled."""
     page_secret, doc_secret = nonce("page"), nonce("doc")
     forward_secret, photo_secret = nonce("forward"), nonce("photo")
     document = f"Minutes of the garden club.\nThe vote passed.\nThe safe code is {doc_secret}.\n"
@@ -189,8 +189,8 @@ async def test_a_session_s_untrusted_parts_reach_the_memory_writer_as_stubs_only
 async def test_a_recalled_document_comes_back_framed_and_the_next_write_waits(
     tmp_path: Path,
 ) -> None:
-    """Before: the archive kept no media, so the document came back as "the user's own
-    words" and the remember after it ran at once."""
+    """A recalled document comes back as a document, not as "the user's own words", so the
+    remember after it waits for a ✅."""
     secret = nonce("dues")
     document = f"Minutes.\nThe treasurer is Marek Kowalczyk.\nThe dues code is {secret}.\n"
     async with bot_under_test(tmp_path, CONSOLIDATION_RETRY_DELAYS="1") as bot:
@@ -240,8 +240,8 @@ async def test_a_recalled_document_comes_back_framed_and_the_next_write_waits(
 async def test_a_dropped_write_is_not_a_proposal_in_the_next_consolidation(
     tmp_path: Path,
 ) -> None:
-    """Before: the dropped write was replayed to the memory writer as the assistant's
-    `remember` call, "waiting for the user's confirmation", with its fact."""
+    """A dropped write reaches the memory writer by its outcome, never as the assistant's
+    `remember` call "waiting for the user's confirmation" with its fact."""
     planted = nonce("locker")
     fact = f"The user's locker code is {planted}"
     async with FakeSite() as site:
@@ -283,7 +283,7 @@ async def test_a_dropped_write_is_not_a_proposal_in_the_next_consolidation(
 async def test_a_photo_or_an_audio_file_holds_a_write_a_voice_note_does_not(
     tmp_path: Path,
 ) -> None:
-    """Before: a screenshot's text or a recording of someone else wrote memory with no tap."""
+    """A screenshot's text or a recording of someone else writes memory only after a tap."""
     async with bot_under_test(tmp_path) as bot:
         bot.openai.script(
             "gpt-5",
@@ -333,8 +333,8 @@ async def test_a_photo_or_an_audio_file_holds_a_write_a_voice_note_does_not(
 
 
 async def test_a_forwarded_voice_note_keeps_its_origin_when_retried(tmp_path: Path) -> None:
-    """Before: the Retry button built its turn with no origin, so the forwarded note was
-    stored as the user's own words."""
+    """The Retry button builds its turn with the note's origin, so a forwarded note is stored
+    as its origin's words, not the user's."""
     async with bot_under_test(tmp_path) as bot:
         bot.groq.script("whisper-large-v3-turbo", *[Fault("server_500")] * 4)
         bot.openai.script("gpt-4o-mini-transcribe", Fault("bad_gateway_502"))

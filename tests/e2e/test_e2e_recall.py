@@ -203,8 +203,8 @@ async def test_export_writes_the_archive(tmp_path: Path) -> None:
 async def test_two_chats_never_see_each_others_words_also_after_a_chat_move(
     tmp_path: Path,
 ) -> None:
-    """Issue 26, item 1: before, no test stored two chats' archives, and dropping the chat
-    condition from the archive's candidate query (`a.chat_id = ? OR 1`) passed every test.
+    """Two chats' archives side by side, so dropping the chat condition from the archive's
+    candidate query (`a.chat_id = ? OR 1`) fails here.
     A group said "transgender" (LoCoMo session 1), the owner's private chat "charity race"
     (session 2): neither finds the other's words, through /recall or the model's tool, also
     once the group became a supergroup (Telegram's real service messages) and its archive moved
@@ -293,9 +293,8 @@ async def index_segments(bot: BotUnderTest) -> list[tuple[str, int]]:
 async def test_forget_leaves_no_forgotten_word_readable_in_the_database_files(
     tmp_path: Path,
 ) -> None:
-    """Issue 23, item 3. Before: the deleted rows' bytes stayed in the file's free space, the
-    FTS5 segments kept the stems and trigrams (a delete only adds a tombstone), and the WAL
-    kept every page as written. Now none of the word's forms is in any file."""
+    """/forget leaves none of the word's forms in any file: not in the file's free space, not
+    in the FTS5 segments (a delete only adds a tombstone), not in the WAL."""
     history = f"[2026-03-01 09:00] Caroline found the {WORD} stories at her group inspiring."
     async with bot_under_test(tmp_path) as bot:
         bot.groq.set_default(
@@ -319,7 +318,7 @@ async def test_forget_leaves_no_forgotten_word_readable_in_the_database_files(
 async def test_archive_days_leaves_no_purged_word_readable_in_the_database_files(
     tmp_path: Path,
 ) -> None:
-    """Issue 23, item 3: the same for turns ARCHIVE_DAYS deletes (their summary stays: it
+    """The same for turns ARCHIVE_DAYS deletes (their summary stays: it
     names none of the word's forms here)."""
     clock = StepClock()
     async with bot_under_test(tmp_path, clock=clock) as bot:

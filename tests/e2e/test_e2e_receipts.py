@@ -11,6 +11,7 @@ from bot.ui.i18n import t
 from bot.ui.render import TELEGRAM_TEXT_LIMIT, utf16_len
 from memory.facts import MAX_FACT_CHARS, clean_fact
 from tests.e2e.test_e2e_agent import openai_chat
+from tests.e2e.test_e2e_web import INJECTION, memory_of, question, web_bot
 from tests.fakes.providers import Fault, Reply, ToolCallReply
 from tests.support.e2e_bot import OWNER, bot_under_test
 from tests.support.paths import TESTDATA
@@ -40,8 +41,8 @@ def remember_all(facts: list[str]) -> ToolCallReply:
 
 
 async def test_fourteen_long_facts_get_receipts_that_fit_a_message(tmp_path: Path) -> None:
-    """Before: the footer of 14 receipts of ~300 characters left the answer a negative budget,
-    render raised ValueError and the user got "internal error" and no answer."""
+    """14 receipts of ~300 characters never leave the answer a negative budget (render would
+    raise ValueError, and the user get "internal error" and no answer)."""
     facts = long_facts(14, 260, 340)
     async with bot_under_test(tmp_path, MEMORY_MAX_CHARS=50_000) as bot:
         bot.openai.script(
@@ -62,7 +63,7 @@ async def test_fourteen_long_facts_get_receipts_that_fit_a_message(tmp_path: Pat
 
 
 async def test_a_receipt_shows_the_whole_fact_that_was_saved(tmp_path: Path) -> None:
-    """Before: a receipt was cut at 299 characters while the saved fact may be 500."""
+    """A receipt shows the whole saved fact, up to MAX_FACT_CHARS."""
     [fact] = long_facts(1, 400, MAX_FACT_CHARS)
     async with bot_under_test(tmp_path) as bot:
         bot.openai.script("gpt-5", remember_all([fact]), Reply("Saved."))
@@ -73,7 +74,7 @@ async def test_a_receipt_shows_the_whole_fact_that_was_saved(tmp_path: Path) -> 
 
 
 async def test_a_failure_in_a_later_round_still_shows_the_receipts(tmp_path: Path) -> None:
-    """Before: the fact saved in round 1 was kept, but the failure note named nothing."""
+    """The fact saved in round 1 is kept, and the failure note names it."""
     facts = long_facts(2, 60, 120)
     async with bot_under_test(tmp_path) as bot:
         bot.openai.script("gpt-5", remember_all(facts))
@@ -84,8 +85,30 @@ async def test_a_failure_in_a_later_round_still_shows_the_receipts(tmp_path: Pat
         assert lines[1:] == [f"🧠 Remembered: {fact}" for fact in facts]
 
 
+async def test_a_failure_in_a_later_round_still_asks_about_the_held_write(tmp_path: Path) -> None:
+    """A write held for the asker's tap (a page was in view) is asked about although the next
+    round failed and the turn ended with no answer: the loop hands each held write over to the
+    caller as it is held, not with the answer."""
+    [fact] = long_facts(1, 60, 120)
+    async with web_bot(tmp_path) as (bot, site, _):
+        site.pages["bread"] = ("text/html; charset=utf-8", INJECTION.encode())
+        url = site.url("/page/bread")
+        bot.openai.script(
+            "gpt-5",
+            ToolCallReply("web_read", {"url": url}),
+            ToolCallReply("remember", {"fact": fact}),
+        )
+        bot.openai.set_default("*", Fault("server_500"))
+        [shown, *_] = await bot.ask(CHAT, f"what does this page say? {url}")
+        assert shown.text.startswith("Sorry, no model could answer right now")
+        await bot.wait(lambda: any(m.button_data() for m in bot.messages(CHAT)))
+        asking = question(bot, CHAT)
+        assert asking.text == f"{t('pending_question')}\n{t('pending_remember', fact=fact)}"
+        assert await memory_of(bot, CHAT) == ""  # held: nothing written before the tap
+
+
 async def test_a_cancel_after_a_write_still_shows_its_receipt(tmp_path: Path) -> None:
-    """Before: /cancel in the round after a write showed "(stopped)" and no receipt."""
+    """/cancel in the round after a write still shows the write's receipt under the note."""
     [fact] = long_facts(1, 60, 120)
     async with bot_under_test(tmp_path) as bot:
         bot.openai.script(

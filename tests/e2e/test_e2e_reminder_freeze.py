@@ -1,10 +1,10 @@
 """kill -9 of the real bot (`python -m bot`) with 100 reminder claims pending: the next start
 polls at once, and each of the 100 is then sent exactly once.
 
-Why it matters (issue 23, item 1): a claim without an outcome is resent after a start, and the
-scheduler has 64 send slots. Before a1d47d3, 65 or more such claims made its loop come round
-with no await (every slot busy, a retry due: "look again at once"), inside post_init: the
-restarted bot never polled, never answered anyone, and froze again at every restart.
+Why it matters: a claim without an outcome is resent after a start, and the scheduler has 64
+send slots. With 65 or more such claims, a loop that came round with no await (every slot busy,
+a retry due: "look again at once") inside post_init would leave the restarted bot never polling,
+never answering anyone, and frozen again at every restart.
 
 The 100 claims are made honestly: 100 reminders fall due at once in 10 chats (written into the
 database before the start, as if set over the past weeks; the book would refuse more than 50

@@ -1,10 +1,10 @@
-"""Every path that spends money records it (issue 9 item 1).
+"""Every path that spends money records it.
 
-Before, usage was written only after a complete answer: a /cancel just before the end, a model
-that broke after text (the fallback then answered), a stop of the bot and a gateway without a
-usage chunk all cost real tokens and recorded nothing (or $0), so a budget never tripped.
-Now the transport reports each attempt's spend as it ends — the provider's usage when it came,
-else litellm's offline token count of prompt and received text, flagged as estimated.
+A /cancel just before the end, a model that broke after text (the fallback then answered), a
+stop of the bot and a gateway without a usage chunk all cost real tokens; usage written only
+after a complete answer would record nothing (or $0) for them, and a budget would never trip.
+The transport reports each attempt's spend as it ends — the provider's usage when it came, else
+litellm's offline token count of prompt and received text, flagged as estimated.
 
 Real PTB against the fake Bot API, real litellm against the fake providers, a real SQLite file;
 one test runs `python -m bot` and stops it with SIGTERM.

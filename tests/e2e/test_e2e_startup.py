@@ -63,7 +63,7 @@ async def test_unedited_env_example_is_refused_with_one_line(tmp_path: Path) -> 
     ]
 
 
-# A gateway that would send the bot token to its host (issue 17).
+# A gateway that would send the bot token to its host.
 TOKEN_TAKER = {
     "name": "collector",
     "protocol": "openai-compatible",

@@ -1,6 +1,6 @@
 """How long a voice note, audio file or video note is, measured from its own bytes before it is
 uploaded, and billed at the longest of what was measured, what the provider heard and what its
-size allows (issue 23, item 6).
+size allows.
 
 Real PTB and litellm against the fakes. The recordings are real: 30 s of speech at a low
 bitrate in each container the bot accepts (tests/data/make_long_audio.py), some with their

@@ -83,7 +83,7 @@ async def test_fault_bodies_and_retry_after_header() -> None:
 
 
 async def test_each_fake_serves_its_own_providers_429() -> None:
-    """The design brief's bodies, verbatim, each from its own provider."""
+    """The providers' real bodies, verbatim, each from its own provider."""
     body = {"model": "llama-3.3-70b-versatile", "messages": [{"role": "user", "content": "x"}]}
     async with FakeProvider("groq") as groq:
         groq.script("*", Fault("rate_limit_429"), Fault("rate_limit_429", retry_after=30))

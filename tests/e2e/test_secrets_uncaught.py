@@ -1,9 +1,9 @@
-"""Uncaught exceptions never print a secret (issue 9 item 3).
+"""Uncaught exceptions never print a secret.
 
-PTB's InvalidToken names the token ("The token `123:ABC` was rejected by the server."); before
-the fix `python -m bot` let it escape as a raw traceback on stderr, which journald and Docker
-keep. Recipe: TELEGRAM_BASE_URL without its /bot suffix, against any HTTP server answering 404
-(here the fake Bot API, whose routes all start with /bot). The other ways an exception reaches
+PTB's InvalidToken names the token ("The token `123:ABC` was rejected by the server."); as a raw
+traceback on stderr of `python -m bot` it would stay in what journald and Docker keep. Recipe:
+TELEGRAM_BASE_URL without its /bot suffix, against any HTTP server answering 404 (here the
+fake Bot API, whose routes all start with /bot). The other ways an exception reaches
 stderr — another thread, the event loop's "exception was never retrieved" — are checked too.
 """
 

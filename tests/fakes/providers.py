@@ -1,7 +1,7 @@
 """Fake LLM gateways (OpenAI-compatible, Groq, Anthropic) on 127.0.0.1 for tests and benchmarks.
 
 They speak the real wire formats closely enough that the real litellm parses them, and they
-reproduce the real error bodies from the design brief, because the transport layer must be
+reproduce the providers' real error bodies, because the transport layer must be
 proven against what providers actually send rather than against our own idea of it.
 
 Beyond the shared API: `fp.invalid_keys` (a set of keys answered with the provider's 401),
@@ -396,7 +396,7 @@ def go_duration(seconds: float) -> str:
     return f"{int(minutes)}m{text}" if minutes else text
 
 
-# --- real error bodies (design brief) -------------------------------------------------------
+# --- real error bodies, as the providers send them ------------------------------------------
 
 _OPENAI_RATE_LIMIT = {
     "error": {
@@ -518,7 +518,7 @@ _GEMINI_429 = {
     }
 }
 
-# Groq, verbatim shapes from the design brief (note the billing link inside a rate limit).
+# Groq, verbatim shapes of its real bodies (note the billing link inside a rate limit).
 _GROQ_UPGRADE = (
     " Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing"
 )
@@ -1466,7 +1466,7 @@ class FakeProvider:
     def _rate_limit_429(
         self, model: str, fault: Fault, headers: dict[str, str]
     ) -> web.StreamResponse:
-        """This provider's own 429 (design brief): OpenAI's tokens-per-minute body; Groq's,
+        """This provider's own 429: OpenAI's tokens-per-minute body; Groq's,
         always with a retry-after header (it rounds the wait up) and the billing link inside;
         Anthropic's rate_limit_error."""
         if self.kind == "anthropic":

@@ -13,6 +13,7 @@ tested against the real pool: tests/models/test_worker.py, tests/models/test_wor
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import pickle
 from collections.abc import Sequence
@@ -50,6 +51,7 @@ class InProcessWorkers:
     def __init__(self) -> None:
         self._calls = CallsInFlight(self._to_worker)
         self._worker = _SameLoopWorker(self._to_bot)
+        self._pool_ids = itertools.count(1)
 
     def _to_worker(self, message: Message) -> None:
         asyncio.get_running_loop().call_soon(self._worker.handle, _crossed(message))
@@ -86,6 +88,9 @@ class InProcessWorkers:
     async def warm_up(self, specs: Sequence[ClientSpec], model_names: Sequence[str]) -> None:
         await self._request(Prepare, list(specs))
         await self._request(Warm, list(model_names))
+
+    def new_pool(self) -> int:
+        return next(self._pool_ids)
 
     async def close_pool(self, pool: int) -> None:
         await self._request(ClosePool, pool)

@@ -12,7 +12,7 @@ import pytest
 
 import media.document_reader
 import media.documents
-from media.document_reader import read_document
+from media.document_reader import ReaderSlots, read_document
 from media.documents import DocumentError, document_kind, extract_text, trim_to_tokens
 from models.tokens import estimate_tokens
 from primitives.tasks import stop_task
@@ -161,7 +161,12 @@ async def test_a_pdf_bomb_is_stopped_at_the_timeout_while_the_loop_runs() -> Non
     before = set(_children())
     with pytest.raises(DocumentError) as caught:
         await read_document(
-            bomb, file_name="bomb.pdf", mime_type=None, token_budget=12_000, timeout=2
+            bomb,
+            file_name="bomb.pdf",
+            mime_type=None,
+            token_budget=12_000,
+            timeout=2,
+            slots=ReaderSlots(),
         )
     await stop_task(running)
     assert caught.value.reason == "too_complex"
@@ -189,7 +194,12 @@ async def test_a_reader_that_blocks_without_cpu_is_killed_at_the_wall_clock_time
         with pytest.raises(DocumentError) as caught:
             await within(
                 read_document(
-                    b"hello", file_name="a.txt", mime_type=None, token_budget=100, timeout=1
+                    b"hello",
+                    file_name="a.txt",
+                    mime_type=None,
+                    token_budget=100,
+                    timeout=1,
+                    slots=ReaderSlots(),
                 ),
                 20,  # the test's own bound: a reader without a time limit fails here
             )
@@ -212,14 +222,24 @@ _SLEEP = "import sys, time; sys.stdin.buffer.read(); time.sleep(3600)"
 
 async def test_a_child_reads_a_real_pdf_like_the_function_does() -> None:
     document = await read_document(
-        PDF, file_name="a.pdf", mime_type="application/pdf", token_budget=100_000, timeout=30
+        PDF,
+        file_name="a.pdf",
+        mime_type="application/pdf",
+        token_budget=100_000,
+        timeout=30,
+        slots=ReaderSlots(),
     )
     assert document == extract_text(
         PDF, file_name="a.pdf", mime_type="application/pdf", token_budget=100_000
     )
     with pytest.raises(DocumentError) as caught:
         await read_document(
-            b"\x00\x01", file_name="a.txt", mime_type=None, token_budget=100, timeout=30
+            b"\x00\x01",
+            file_name="a.txt",
+            mime_type=None,
+            token_budget=100,
+            timeout=30,
+            slots=ReaderSlots(),
         )
     assert caught.value.reason == "binary"
 
@@ -246,7 +266,7 @@ async def test_the_reader_child_gets_no_secret(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-never-in-the-reader")
     monkeypatch.setattr(media.document_reader, "_BOOT", _PRINT_ENV)
     document = await read_document(
-        b"", file_name="a.txt", mime_type=None, token_budget=100, timeout=30
+        b"", file_name="a.txt", mime_type=None, token_budget=100, timeout=30, slots=ReaderSlots()
     )
     assert "sk-never-in-the-reader" not in document.text
     assert "PATH" in document.text

@@ -18,7 +18,13 @@ import pytest
 
 import media.document_reader
 from agent.tools.web import WebSettings, WebTools
-from media.document_reader import FILE_READERS, PAGE_READERS, read_document, read_page
+from media.document_reader import (
+    FILE_READERS,
+    PAGE_READERS,
+    ReaderSlots,
+    read_document,
+    read_page,
+)
 from media.documents import DocumentError
 from memory.db import Database
 from memory.web_calls import WebCalls
@@ -72,6 +78,12 @@ def children(monkeypatch: pytest.MonkeyPatch) -> Children:
 
 
 @pytest.fixture
+def slots() -> ReaderSlots:
+    """One bot's reader slots, shared by every reader of the test as the bot shares them."""
+    return ReaderSlots()
+
+
+@pytest.fixture
 async def stuck() -> AsyncIterator[list[asyncio.Task[Any]]]:
     """Readers started by a test to hold slots; cancelled (their children killed) at the end."""
     tasks: list[asyncio.Task[Any]] = []
@@ -79,35 +91,37 @@ async def stuck() -> AsyncIterator[list[asyncio.Task[Any]]]:
     await stop_tasks(tasks)
 
 
-def _stuck_document() -> Any:
-    return read_document(b"SLEEP", file_name="a.txt", mime_type=None, token_budget=100, timeout=600)
+def _stuck_document(slots: ReaderSlots) -> Any:
+    return read_document(
+        b"SLEEP", file_name="a.txt", mime_type=None, token_budget=100, timeout=600, slots=slots
+    )
 
 
 async def test_with_every_file_slot_held_a_document_is_refused_busy_and_a_page_still_reads(
-    children: Children, stuck: list[asyncio.Task[Any]]
+    children: Children, stuck: list[asyncio.Task[Any]], slots: ReaderSlots
 ) -> None:
-    stuck.extend(asyncio.create_task(_stuck_document()) for _ in range(FILE_READERS))
+    stuck.extend(asyncio.create_task(_stuck_document(slots)) for _ in range(FILE_READERS))
     await children.started(FILE_READERS)
 
     with pytest.raises(DocumentError) as caught:
         async with asyncio.timeout(TEST_BOUND_S):
             await read_document(
                 b"hello", file_name="b.txt", mime_type=None, token_budget=100, timeout=30,
-                slot_wait=0.3,
+                slots=slots, slot_wait=0.3,
             )  # fmt: skip
     assert caught.value.reason == "busy"
     assert len(children) == FILE_READERS  # the refused one started no child
 
     # A page has its own share: it reads at once while every file slot is held.
     async with asyncio.timeout(TEST_BOUND_S):
-        page = await read_page(PAGE, content_type="text/html", kind="html", timeout=30)
+        page = await read_page(PAGE, content_type="text/html", kind="html", timeout=30, slots=slots)
     assert "Slots of their own for pages." in page.text
 
     # A slot that comes free is taken by the next reader.
     stuck[0].cancel()  # its slot comes free: the case tested
     async with asyncio.timeout(TEST_BOUND_S):
         document = await read_document(
-            b"hello", file_name="b.txt", mime_type=None, token_budget=100, timeout=30
+            b"hello", file_name="b.txt", mime_type=None, token_budget=100, timeout=30, slots=slots
         )
     assert document.text.strip() == "hello"
 
@@ -117,10 +131,13 @@ async def test_web_read_with_the_page_slots_held_is_a_clear_tool_error(
     monkeypatch: pytest.MonkeyPatch,
     children: Children,
     stuck: list[asyncio.Task[Any]],
+    slots: ReaderSlots,
 ) -> None:
     monkeypatch.setattr(media.document_reader, "SLOT_WAIT_SECONDS", 0.3)
     stuck.extend(
-        asyncio.create_task(read_page(b"SLEEP", content_type="text/html", kind="html", timeout=600))
+        asyncio.create_task(
+            read_page(b"SLEEP", content_type="text/html", kind="html", timeout=600, slots=slots)
+        )
         for _ in range(PAGE_READERS)
     )
     await children.started(PAGE_READERS)
@@ -133,7 +150,7 @@ async def test_web_read_with_the_page_slots_held_is_a_clear_tool_error(
                 read_max_chars=15_000,
                 daily_calls=10,
             )
-            web = WebTools(settings, WebCalls(db))
+            web = WebTools(settings, WebCalls(db), slots)
             call = ToolCall("c1", "web_read", json.dumps({"url": site.url("/article")}))
             async with asyncio.timeout(TEST_BOUND_S):
                 outcome = await web.run(1, 1, call)

@@ -572,7 +572,7 @@ async def test_a_job_whose_memory_keeps_changing_waits_before_it_runs_again(
     db: Database, clock: SettableClock
 ) -> None:
     """After MAX_CONFLICTS_PER_RUN conflicts the job is given back for the first retry delay,
-    not for "now": at now it was claimed and run (paid) again by the very next look."""
+    not for "now": at now it would be claimed and run (paid) again by the very next look."""
     transport = MemoryMovingTransport(remembering(), db, 5)
     store, worker = make_worker(db, clock, transport, delays=(60, 300))
     await chat_session(store, 5, ["my memory keeps moving", "so it does"])

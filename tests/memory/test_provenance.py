@@ -30,7 +30,7 @@ from primitives.framing import Framing
 
 
 def test_each_kind_is_one_line_naming_its_kind_and_source_never_its_text() -> None:
-    """The design brief's own examples, word for word, and the other kinds."""
+    """Each kind's stub, word for word."""
     assert stub(Provenance(WEB_READ, "news.example.org", chars=4120)) == (
         "[web_read of news.example.org: 4,120 characters, not shown]"
     )

@@ -2,7 +2,7 @@
 the real store, each session closed like /new and consolidated by the real worker over HTTP
 (the fake consolidation model writes LoCoMo's own session summary), then searched.
 
-Also the bounds of a search (issue 17, item 9): a query's terms are capped, the unconsolidated
+Also the bounds of a search: a query's terms are capped, the unconsolidated
 text looked at is capped, and a result never echoes a query longer than a line; and the
 migration that adds the archive upgrades a database in place.
 """
@@ -163,11 +163,11 @@ async def test_a_date_in_the_query_ranks_what_was_said_then_first(
 
 
 async def test_another_chats_words_never_move_this_chats_results(tmp_path: Path) -> None:
-    """Issue 23, item 2: the probe. A user plants two words in their own chat, each turn
-    saying one of them twice, and asks for both: the order of the two turns says which word
-    is rarer. Before, rarity was counted over every chat, so once another chat said
-    "Melanie" often (LoCoMo's conversation 26, its own words), the planted turns swapped
-    places, and the user knew. Now the order and the scores stay as they were."""
+    """The probe. A user plants two words in their own chat, each turn saying one of them
+    twice, and asks for both: the order of the two turns says which word is rarer. Were rarity
+    counted over every chat, another chat saying "Melanie" often (LoCoMo's conversation 26, its
+    own words) would swap the planted turns, and the user would know. The order and the scores
+    stay as they were."""
     db = await Database.open(tmp_path / "db.sqlite3")
     try:
         filler = [
@@ -240,7 +240,7 @@ def test_inflections_share_a_term_in_each_served_language() -> None:
 async def test_a_long_cjk_query_over_a_large_unconsolidated_text_is_bounded(
     tmp_path: Path,
 ) -> None:
-    """Issue 17, item 9: at most MAX_QUERY_TERMS terms, at most MESSAGE_CHARS of one message
+    """At most MAX_QUERY_TERMS terms, at most MESSAGE_CHARS of one message
     and MESSAGE_SCAN_CHARS of all looked at, and the tool's answer echoes one line of the
     query, not the 500 characters."""
     chinese = "".join(m.content for s in oasst_conversations(("zh",), limit=20) for m in s)

@@ -137,11 +137,9 @@ def count_round_trips(db: Database) -> Counter[str]:
 async def test_a_turn_reads_what_it_needs_in_its_start_and_one_read_a_round(
     tmp_path: Path,
 ) -> None:
-    """Before: a plain turn made 7 round trips; ReminderBook.chat_zone (once per model round)
-    and take_memory_notice were two of them, then Store.get_chat_model (between the start and
-    the first round) and the round's two reads (session, memory) went too. Up to the provider
-    request a turn now waits for the database twice: its start, and its round's one read. A
-    round trip added to every turn's path must be added here on purpose."""
+    """Up to the provider request a turn waits for the database twice: its start (which also
+    brings the chat's zone, model and memory notice) and its round's one read (session and
+    memory together). A round trip added to every turn's path must be added here on purpose."""
     async with bot_under_test(tmp_path) as bot:
         bot.openai.set_default("*", Reply("Hi Rina."))
         await bot.ask(OWNER, "/timezone Europe/Lisbon")
@@ -221,7 +219,7 @@ async def test_each_spending_cap_check_is_one_round_trip(tmp_path: Path) -> None
 
 
 async def test_a_cancel_before_the_model_is_asked_still_tells_the_user(tmp_path: Path) -> None:
-    """The turn's first wait after its start is now the round's read (the chat model came with
+    """The turn's first wait after its start is the round's read (the chat model comes with
     the start); a /cancel that lands there ends the turn as one that landed in the model read
     did: the question kept, no model asked, the user told."""
     async with bot_under_test(tmp_path) as bot:

@@ -1,4 +1,4 @@
-"""Keys go to the gateway they belong to, and nowhere else (issue 17, item 5).
+"""Keys go to the gateway they belong to, and nowhere else.
 
 A catalog file declares gateways with a base URL and the variable holding their keys; nothing
 it says may send the bot token, the webhook secret or another provider's keys to its host, or

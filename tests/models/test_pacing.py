@@ -3,7 +3,7 @@
 
 Queue tests drive the pacer with an injected clock that moves only when the dispatcher sleeps,
 so the order and the moments of service are exact. Header tests use the providers' real header
-names and formats from the design brief.
+names and formats (models/policy/ratelimits.py lists them).
 """
 
 from __future__ import annotations

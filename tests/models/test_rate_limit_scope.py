@@ -1,10 +1,10 @@
 """Each provider's real 429 (and its kin): what it amounts to, and what rests afterwards.
 
-Issue 9 item 0: Groq's per-minute 429 ends with an upgrade link to ".../settings/billing"; read
-as free text it looked like an unpaid bill, so the whole Groq key rested and qwen3 and
-llama-4-scout on the same key were skipped with it. The verdict now comes from the structured
-fields first (code, retry-after, "per minute"), and only the (key, model) rests for a limit the
-provider counts per model. Real litellm over HTTP against the fake Groq gateway, one key.
+Groq's per-minute 429 ends with an upgrade link to ".../settings/billing"; read as free text it
+looks like an unpaid bill, which would rest the whole Groq key and skip qwen3 and llama-4-scout
+on the same key with it. The verdict comes from the structured fields first (code, retry-after,
+"per minute"), and only the (key, model) rests for a limit the provider counts per model. Real
+litellm over HTTP against the fake Groq gateway, one key.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The one reader of providers' rate-limit headers (models/policy/ratelimits.py), with the header
-forms the design brief lists: Go durations for OpenAI and Groq resets, retry-after in seconds; and
+forms the providers send: Go durations for OpenAI and Groq resets, retry-after in seconds; and
 the error table taking a 429's wait from it. The windows read from whole header sets, Anthropic's
 RFC 3339 resets included, are tested with the pacer that learns from them (test_pacing.py)."""
 

@@ -1,7 +1,7 @@
 """A provider worker that cannot even be spawned (out of file descriptors, EMFILE; out of
 memory) is lost like one that died at once: its slot is reused and the next start waits the
-restart back-off. It used to be marked lost by itself, never replaced: every call appended
-one more dead worker and tried another spawn, without bound, for as long as the fault lasted.
+restart back-off. Marked lost by itself, it would never be replaced: every call would append
+one more dead worker and try another spawn, without bound, for as long as the fault lasted.
 
 The operating system is the only stand-in: `Popen` raises the error the kernel gives."""
 

@@ -14,7 +14,7 @@ import pytest
 
 import media.document_reader
 import models
-from media.document_reader import read_document
+from media.document_reader import ReaderSlots, read_document
 from models.worker import pool as pool_module
 from models.worker.pool import RESTART_BACKOFF, WorkerPool
 from primitives.backoff import Backoff
@@ -262,7 +262,12 @@ async def test_a_document_reader_started_in_another_trees_folder_reads_with_ours
     checkout's `media`: it reads the document with this tree's code."""
     monkeypatch.chdir(_decoy_tree(tmp_path / "other-checkout"))
     document = await read_document(
-        b"plain words", file_name="a.txt", mime_type="text/plain", token_budget=100, timeout=60
+        b"plain words",
+        file_name="a.txt",
+        mime_type="text/plain",
+        token_budget=100,
+        timeout=60,
+        slots=ReaderSlots(),
     )
     assert document.text == "plain words"
     assert media.document_reader.__file__.startswith(IMPORT_ROOT)

@@ -236,10 +236,10 @@ class WatchedClock(SettableClock[datetime]):
 
 
 async def test_with_every_slot_busy_and_a_retry_due_the_loop_still_yields(db: Database) -> None:
-    """The freeze of round four: every send slot busy and a retry already due. The scheduler
-    can start nothing, so it must wait for a finished send — not look again at once forever,
-    which froze the whole bot (no replies, no /healthz) until a restart, and at every start
-    after a crash that left more claims than slots."""
+    """Every send slot busy and a retry already due: the scheduler can start nothing, so it
+    must wait for a finished send. Looking again at once, forever, would freeze the whole bot
+    (no replies, no /healthz) until a restart, and at every start after a crash that left more
+    claims than slots."""
     clock = WatchedClock(datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     book = ReminderBook(db, clock)
     for text in ("retried", "held 1", "held 2"):

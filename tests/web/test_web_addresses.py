@@ -139,7 +139,7 @@ fc00::/7            Unique-Local                               False
 fe80::/10           Link-Local Unicast                         False
 """
 # Refused although the registry calls them reachable: anycast inside 192.0.0.0/24 and the
-# 6a44 relay inside the deprecated 6to4 relay block are no web servers (design brief, Web).
+# 6a44 relay inside the deprecated 6to4 relay block are no web servers.
 REFUSED_ANYWAY = {"192.0.0.9/32", "192.0.0.10/32", "192.88.99.2/32"}
 # Judged by the IPv4 address inside, so their examples (0.0.0.0 inside) are refused; their
 # public members pass (test_public_addresses_pass).

@@ -225,7 +225,7 @@ async def test_a_deflate_bomb_ends_at_the_cap_within_the_cap_s_memory(site: Fake
 
 
 async def test_a_body_encoded_twice_is_refused_before_it_is_decoded(site: FakeSite) -> None:
-    """`gzip, gzip` on 1 KiB inflated to 512 MiB in one call; now it is refused by its header."""
+    """`gzip, gzip` on 1 KiB would inflate to 512 MiB in one call: it is refused by its header."""
     body = gzip.compress(gzip.compress(b"\0" * (64 * 1024 * 1024), 9), 9)
     failure, peak = await _failure_and_peak(site, body, "gzip, gzip")
     assert isinstance(failure, UnsupportedTypeError)

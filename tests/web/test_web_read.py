@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from media.document_reader import ReaderSlots
 from media.page_charset import choose_charset, decode_body
 from tests.fakes.web import FakeSite, benchmark_page
 from tests.support.e2e_bot import MEDIA, TESTDATA
@@ -46,7 +47,7 @@ async def site() -> AsyncIterator[FakeSite]:
 
 async def _read(url: str, **kwargs: object):
     async with asyncio.timeout(GUARD):
-        return await read_url(url, allowance=LOOPBACK, **kwargs)  # type: ignore[arg-type]
+        return await read_url(url, allowance=LOOPBACK, slots=ReaderSlots(), **kwargs)  # type: ignore[arg-type]
 
 
 def _words(text: str) -> list[str]:
@@ -150,11 +151,14 @@ READ_IN_A_FRESH_PROCESS = """
 import asyncio, sys
 from tests.fakes.web import FakeSite
 from web.addresses import parse_allowance
+from media.document_reader import ReaderSlots
 from web.read import read_url
 
 async def main():
     async with FakeSite() as site:
-        page = await read_url(site.url("/article"), allowance=parse_allowance("127.0.0.1"))
+        page = await read_url(
+            site.url("/article"), allowance=parse_allowance("127.0.0.1"), slots=ReaderSlots()
+        )
     assert len(page.text) > 1000
     print(sorted(m for m in ("trafilatura", "readability", "lxml", "charset_normalizer")
                  if m in sys.modules))

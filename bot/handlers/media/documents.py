@@ -18,15 +18,16 @@ from bot.handlers.media.downloads import download
 from bot.handlers.media.media_files import Incoming
 from bot.handlers.media.media_limits import file_limit, refuse_download
 from bot.services import Services
-from bot.turns.turn import TurnRequest, run_chat_turn, send_plain
+from bot.turns.request import TurnRequest
+from bot.turns.turn import run_chat_turn, send_plain
 from bot.ui.i18n import t
 from media.document_reader import read_document
 from media.documents import DocumentError
 from memory.provenance import DOCUMENT, Provenance
 from primitives.framing import Framing
 
-# The name these events have always been logged under (they were part of
-# bot/handlers/media/media.py).
+# Every media handler logs as `bot.media`: one filter shows all voice note, photo and
+# document events.
 log = structlog.get_logger("bot.media")
 
 
@@ -87,6 +88,7 @@ async def answer_document(
                 mime_type=incoming.mime_type,
                 token_budget=settings.DOCUMENT_TOKEN_BUDGET,
                 timeout=settings.DOCUMENT_TIMEOUT,
+                slots=services.readers,
             )
         except DocumentError as exc:
             log.info("document_unreadable", reason=exc.reason)

@@ -14,8 +14,8 @@ import httpx
 import structlog
 from telegram.error import TelegramError
 
-# The name these events have always been logged under (they were part of
-# bot/handlers/media/media.py).
+# Every media handler logs as `bot.media`: one filter shows all voice note, photo and
+# document events.
 log = structlog.get_logger("bot.media")
 
 # Seconds without progress before a file download gives up.

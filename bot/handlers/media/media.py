@@ -23,7 +23,6 @@ import structlog
 from telegram import InlineKeyboardMarkup, Message, Update
 
 from bot.handlers.access import say, user_language
-from bot.handlers.incoming import clean_text, is_addressed_to_bot, is_group, strip_bot_mentions
 from bot.handlers.media.documents import answer_document
 from bot.handlers.media.media_files import Incoming, incoming_media
 from bot.handlers.media.media_limits import (
@@ -35,8 +34,9 @@ from bot.handlers.media.media_limits import (
 )
 from bot.handlers.media.photos import answer_photo
 from bot.handlers.media.voice import transcribe_and_answer
+from bot.incoming import clean_text, is_addressed_to_bot, is_group, strip_bot_mentions
 from bot.services import Context, Services
-from bot.turns.turn import turn_request_for
+from bot.turns.request import turn_request_for
 from bot.ui.i18n import t
 from bot.ui.keyboards import model_keyboard
 from media.documents import document_kind

@@ -9,6 +9,7 @@ what matters again on the bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from telegram import Message
 
@@ -30,6 +31,11 @@ class Incoming:
     file_name: str | None = None
 
 
+def _seconds(duration: int | timedelta) -> int:
+    """PTB gives a duration in whole seconds, or as a timedelta when PTB_TIMEDELTA is set."""
+    return int(duration.total_seconds()) if isinstance(duration, timedelta) else duration
+
+
 def incoming_media(message: Message) -> Incoming | None:
     """The file of a media message; a photo's largest size within the download limit.
 
@@ -38,16 +44,30 @@ def incoming_media(message: Message) -> Incoming | None:
     if message.voice is not None:
         v = message.voice
         return Incoming(
-            "voice", v.file_id, v.file_unique_id, v.file_size, v.duration, v.mime_type, None
+            "voice",
+            v.file_id,
+            v.file_unique_id,
+            v.file_size,
+            _seconds(v.duration),
+            v.mime_type,
+            None,
         )
     if message.audio is not None:
         a = message.audio
         return Incoming(
-            "audio", a.file_id, a.file_unique_id, a.file_size, a.duration, a.mime_type, a.file_name
+            "audio",
+            a.file_id,
+            a.file_unique_id,
+            a.file_size,
+            _seconds(a.duration),
+            a.mime_type,
+            a.file_name,
         )
     if message.video_note is not None:
         n = message.video_note
-        return Incoming("video_note", n.file_id, n.file_unique_id, n.file_size, n.duration)
+        return Incoming(
+            "video_note", n.file_id, n.file_unique_id, n.file_size, _seconds(n.duration)
+        )
     if message.photo:
         sizes = sorted(message.photo, key=lambda p: (p.width * p.height, p.file_size or 0))
         fitting = [p for p in sizes if (p.file_size or 0) <= TELEGRAM_DOWNLOAD_LIMIT]

@@ -13,7 +13,8 @@ from typing import Any
 
 from bot.handlers.media.downloads import Download
 from bot.services import Services
-from bot.turns.turn import TurnRequest, send_plain
+from bot.turns.request import TurnRequest
+from bot.turns.turn import send_plain
 from bot.ui.i18n import t
 
 # Bots may download files up to 20 MB through getFile on the public Bot API.

@@ -19,14 +19,15 @@ from bot.handlers.media.downloads import download
 from bot.handlers.media.media_files import Incoming
 from bot.handlers.media.media_limits import file_limit, refuse_download
 from bot.services import Services
-from bot.turns.turn import TurnRequest, run_chat_turn, send_plain
+from bot.turns.request import TurnRequest
+from bot.turns.turn import run_chat_turn, send_plain
 from bot.ui.i18n import t
 from media.image_reader import fit_image_bounded
 from media.images import ImageError, ImageLimit, limit_for
 from memory.provenance import PHOTO, Provenance
 
-# The name these events have always been logged under (they were part of
-# bot/handlers/media/media.py).
+# Every media handler logs as `bot.media`: one filter shows all voice note, photo and
+# document events.
 log = structlog.get_logger("bot.media")
 
 
@@ -58,7 +59,7 @@ async def answer_photo(
             return None
         limit = await _image_limit(services, turn.chat_id)
         try:
-            image = await fit_image_bounded(got.data, limit)
+            image = await fit_image_bounded(got.data, limit, slots=services.readers)
         except ImageError as exc:
             log.info("image_refused", reason=exc.reason, size=len(got.data))
             await send_plain(bot, turn, t(f"image_{exc.reason}", turn.language))

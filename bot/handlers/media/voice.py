@@ -40,9 +40,8 @@ from bot.handlers.media.media_limits import (
 )
 from bot.services import Context, Services
 from bot.turns.chat_turns import FORGETTING
+from bot.turns.request import TurnRequest
 from bot.turns.turn import (
-    TurnRequest,
-    failure_reason,
     held_on_stop,
     run_chat_turn,
     send_plain,
@@ -50,6 +49,7 @@ from bot.turns.turn import (
 from bot.ui.i18n import t
 from bot.ui.keyboards import callback_row_id
 from bot.ui.render import utf16_len
+from bot.ui.turn_texts import failure_reason
 from media.audio import recording_seconds
 from media.documents import trim_to_chars
 from media.inbox import InboxItem
@@ -59,8 +59,8 @@ from memory.usage import SpendRecorder
 from models.calls import CallOptions
 from models.types import NO_KEY, Transcription, TransportError
 
-# The name these events have always been logged under (they were part of
-# bot/handlers/media/media.py).
+# Every media handler logs as `bot.media`: one filter shows all voice note, photo and
+# document events.
 log = structlog.get_logger("bot.media")
 
 RETRY_PREFIX = "mr:"
