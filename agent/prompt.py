@@ -1,5 +1,6 @@
 """Builds the message list sent to the chat model: system prompt, long-term memory, session;
-the prompt's time line (time_text) and a quoted reply's frame (with_quote) live here too.
+the prompt's time line (time_text) and the frames of a quote and a forward (user_text) live here
+too.
 
 Framing. The long-term memory and every tool result (recall snippets are earlier user text) are
 data, not instructions. They sit between tags whose names carry a random nonce drawn for each
@@ -123,9 +124,12 @@ def system_text(
 def prompt_message(
     message: StoredMessage, framing: Framing, tool_result_chars: int = MAX_TOOL_RESULT_CHARS
 ) -> Message:
-    """One stored message as the model sees it; tool results framed as data, and trimmed in
-    the middle past `tool_result_chars`."""
+    """One stored message as the model sees it; a user message framed from what is stored
+    with it (`user_text`), tool results framed as data, and trimmed in the middle past
+    `tool_result_chars`."""
     out: dict[str, Any] = message.as_prompt_message()
+    if message.role == "user":
+        out["content"] = user_text(message, framing)
     if message.role == "tool":
         content = trim_middle(message.content, tool_result_chars)
         out["content"] = framing.wrap("tool_result", content)
@@ -318,12 +322,31 @@ def time_text(chat_zone: ChatZone, now: datetime) -> str:
     )
 
 
-# A user message that replies to (quotes) an earlier message, as the model reads it. The quoted
-# text is context the user pointed at, and it may be anyone's words (in a group, or the bot's own
-# earlier answer). It is put between two marker lines (primitives/framing.py `marker_frame`), so
-# neither the quoted text nor the user's reply can end the frame early or fake a second one. The
-# framed text is what is stored, so later turns and the consolidation read exactly what the
-# model read.
+# A user message is stored as it arrived, with what is known about it as data: whose words a
+# forward holds (`forward_origin`, `provenance`), the text a reply quoted (`media`). It is framed
+# here, where the model reads it, from that data, in every round and every later turn alike.
+#
+# A quote is context the user pointed at, and it may be anyone's words (in a group, or the bot's
+# own earlier answer). It is put between two marker lines (primitives/framing.py `marker_frame`),
+# so neither the quoted text nor the user's reply can end the frame early or fake a second one.
+
+
+def user_text(message: StoredMessage, framing: Framing) -> str:
+    """A stored user message as the model reads it: a forward framed as its origin's words, a
+    quote framed before the reply. The marks come from the turn's nonce and the message's id
+    (`Framing.marks`): the same in every round of a turn, unknown before it. A message stored
+    with its frames already (`stored_framed`) is shown as stored."""
+    text = message.content
+    if message.stored_framed:
+        return text
+    origin = message.forwarded_from
+    if origin is not None:
+        text = with_forward(text, origin, token=framing.marks("forwarded", message.id))
+    quoted = message.quoted
+    if quoted is not None:
+        text = with_quote(text, quoted, token=framing.marks("quote", message.id))
+    return text
+
 
 QUOTE_INTRO = (
     "[The user is replying to an earlier message. The part they quoted is between the two "
@@ -338,11 +361,10 @@ def with_quote(text: str, quoted: str, *, token: Callable[[], str] = _QUOTE_MARK
     return marker_frame(lambda mark: QUOTE_INTRO.format(mark=mark), quoted, token=token, after=text)
 
 
-# A forwarded message, as stored and as the model reads it. Its words are those of whoever first
-# wrote it (a person, a hidden account, a chat, a channel), never the forwarding user's: framed
-# between two marker lines with a fresh token, like a quote, so neither the forwarded text nor
-# the origin's name can end the frame early. Stored framed, so later turns and the
-# consolidation read what the model read.
+# A forwarded message, as the model reads it. Its words are those of whoever first wrote it (a
+# person, a hidden account, a chat, a channel), never the forwarding user's: framed between two
+# marker lines with a fresh token, like a quote, so neither the forwarded text nor the origin's
+# name can end the frame early.
 
 FORWARD_INTRO = (
     "[The user forwarded a message written by {origin}. It is between the two lines that read "

@@ -22,6 +22,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from memory.chats import CHAT_SETTINGS
 from memory.db import Database
 from memory.queue import enqueue_consolidation
 
@@ -46,8 +47,6 @@ MOVED_TABLES = (
 )
 # Tables keyed by (chat_id, something) whose counts are added together on a merge.
 MERGED_COUNTS = ("archive_terms",)
-# The chats row's columns besides its id and times (a test holds this to the schema).
-CHAT_SETTINGS = ("model_id", "language", "time_zone")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from memory.chats import ensure_chat
 from memory.db import Database
 from memory.longterm import write_memory
 from memory.recall.archive import delete_archived_in, scrub_indexes_in
@@ -60,11 +61,7 @@ async def forget_chat(db: Database, chat_id: int, now: str) -> Forgotten:
 
 def forget_chat_in(conn: sqlite3.Connection, chat_id: int, now: str) -> Forgotten:
     """The body of `forget_chat`, inside the caller's transaction."""
-    conn.execute(
-        "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
-        "ON CONFLICT(chat_id) DO NOTHING",
-        (chat_id, now, now),
-    )
+    ensure_chat(conn, chat_id, now)
     write_memory(conn, chat_id, "", over_budget=False, now=now)
     # Nothing is left to announce either.
     conn.execute(

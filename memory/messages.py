@@ -22,6 +22,12 @@ SESSION_MESSAGES = (
 )
 
 
+# Keys of a user message's `media` JSON: the text it quoted, and a message whose text holds its
+# frames already (stored so before the prompt framed quotes and forwards).
+QUOTE_KEY = "quote"
+STORED_FRAMED_KEY = "stored_framed"
+
+
 @dataclass(frozen=True)
 class StoredMessage:
     id: int
@@ -34,7 +40,8 @@ class StoredMessage:
     tool_call_id: str | None = None
     user_id: int | None = None
     model_id: str | None = None
-    # How it was sent, if not as text (file id, kind…); in a group, who sent it ("speaker").
+    # How it was sent, if not as text (file id, kind…); in a group, who sent it ("speaker"); a
+    # reply's quoted text ("quote", QUOTE_KEY).
     media: dict[str, object] | None = None
     # A forwarded message: whose words these are ({"type", "name", "date"}, migration 0016).
     forward_origin: dict[str, object] | None = None
@@ -53,6 +60,19 @@ class StoredMessage:
             return None
         name = " ".join(str(self.forward_origin.get("name") or "").split())
         return name or "someone else"
+
+    @property
+    def quoted(self) -> str | None:
+        """The text this message replied to (the part the user quoted), stored beside it as it
+        arrived, in `media`; the prompt frames it (agent/prompt.py)."""
+        value = (self.media or {}).get(QUOTE_KEY)
+        return value if isinstance(value, str) and value.strip() else None
+
+    @property
+    def stored_framed(self) -> bool:
+        """Stored with its frames in the text (a quote or a forward stored before the prompt
+        drew them, migrations/0026): shown as stored, never framed twice."""
+        return bool((self.media or {}).get(STORED_FRAMED_KEY))
 
     def as_prompt_message(self) -> dict[str, object]:
         """OpenAI-format message for the model's context."""

@@ -14,7 +14,9 @@ how recall names such a hit to the chat model (`label`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 WEB_SEARCH = "web_search"
 WEB_READ = "web_read"
@@ -95,58 +97,63 @@ def stored(provenance: Provenance | None) -> str | None:
     return provenance.to_json() if provenance is not None else None
 
 
+# Per kind: the stub the memory writer reads instead of the text, and the words that name such
+# a part to the chat model. Filled in with `source` (one line), `size` ("4,120 characters, " or
+# nothing) and `named` (a photo's file name, quoted, when it has one).
+_WORDS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        WEB_READ: ("[web_read of {source}: {size}not shown]", "a web page ({source}) the bot read"),
+        WEB_SEARCH: (
+            "[web_search results from {source}: {size}not shown]",
+            "web search results the bot read",
+        ),
+        DOCUMENT: (
+            '[document "{source}" from the user: {size}not shown]',
+            'a document the user sent ("{source}")',
+        ),
+        AUDIO: (
+            '[audio file "{source}" from the user, transcribed: {size}not shown]',
+            'an audio file the user sent ("{source}"), transcribed',
+        ),
+        PHOTO: ("[photo{named} from the user: not shown]", "a photo the user sent"),
+        FORWARD: (
+            "[forwarded message written by {source}: {size}not shown]",
+            "a message by {source} that the user forwarded",
+        ),
+        QUOTE: (
+            "[quoted message written by {source}: {size}not shown]",
+            "a message by {source} that the user quoted",
+        ),
+        MCP: ("[result of {source} (MCP): {size}not shown]", "a result of the tool {source}"),
+        TASK: (
+            "[answer of the scheduled task '{source}', from untrusted content: {size}not shown]",
+            "your answer to the scheduled task '{source}', from words not the user's",
+        ),
+        RECALL: (
+            "[recall result holding {source}: {size}not shown]",
+            "an earlier recall result holding {source}",
+        ),
+    }
+)
+
+
+def _words(provenance: Provenance, which: int) -> str:
+    source = one_line_source(provenance.source)
+    size = f"{provenance.chars:,} characters, " if provenance.chars is not None else ""
+    named = f' "{source}"' if provenance.kind == PHOTO and source != PHOTO else ""
+    return _WORDS[provenance.kind][which].format(source=source, size=size, named=named)
+
+
 def stub(provenance: Provenance) -> str:
     """The one line the memory writer reads instead of the part's text, e.g.
     `[web_read of news.example.org: 4,120 characters, not shown]`. Names the kind and the
     source, never a word of the text."""
-    source = one_line_source(provenance.source)
-    size = f"{provenance.chars:,} characters, " if provenance.chars is not None else ""
-    kind = provenance.kind
-    if kind == WEB_READ:
-        return f"[web_read of {source}: {size}not shown]"
-    if kind == WEB_SEARCH:
-        return f"[web_search results from {source}: {size}not shown]"
-    if kind == DOCUMENT:
-        return f'[document "{source}" from the user: {size}not shown]'
-    if kind == AUDIO:
-        return f'[audio file "{source}" from the user, transcribed: {size}not shown]'
-    if kind == PHOTO:
-        named = f' "{source}"' if source != PHOTO else ""
-        return f"[photo{named} from the user: not shown]"
-    if kind == FORWARD:
-        return f"[forwarded message written by {source}: {size}not shown]"
-    if kind == QUOTE:
-        return f"[quoted message written by {source}: {size}not shown]"
-    if kind == MCP:
-        return f"[result of {source} (MCP): {size}not shown]"
-    if kind == TASK:
-        return f"[answer of the scheduled task '{source}', from untrusted content: {size}not shown]"
-    return f"[recall result holding {source}: {size}not shown]"
+    return _words(provenance, 0)
 
 
 def label(provenance: Provenance) -> str:
     """What such a part is, in words for the chat model (a recall hit is introduced by it)."""
-    source = one_line_source(provenance.source)
-    kind = provenance.kind
-    if kind == WEB_READ:
-        return f"a web page ({source}) the bot read"
-    if kind == WEB_SEARCH:
-        return "web search results the bot read"
-    if kind == DOCUMENT:
-        return f'a document the user sent ("{source}")'
-    if kind == AUDIO:
-        return f'an audio file the user sent ("{source}"), transcribed'
-    if kind == PHOTO:
-        return "a photo the user sent"
-    if kind == FORWARD:
-        return f"a message by {source} that the user forwarded"
-    if kind == QUOTE:
-        return f"a message by {source} that the user quoted"
-    if kind == MCP:
-        return f"a result of the tool {source}"
-    if kind == TASK:
-        return f"your answer to the scheduled task '{source}', from words not the user's"
-    return f"an earlier recall result holding {source}"
+    return _words(provenance, 1)
 
 
 def tool_provenance(tool: str, content: str, source: str | None = None) -> Provenance:

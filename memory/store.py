@@ -10,9 +10,9 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal
 
 from memory import MemoryLayerError
+from memory.chats import ChatSetting, ensure_chat, set_chat_setting
 from memory.db import Database
 from memory.longterm import MemoryNotice, memory_of, unreported_notice
 from memory.messages import (
@@ -129,14 +129,6 @@ class Store:
 
     # chats -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _ensure_chat(conn: sqlite3.Connection, chat_id: int, now: str) -> None:
-        conn.execute(
-            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT(chat_id) DO NOTHING",
-            (chat_id, now, now),
-        )
-
     async def get_chat_model(self, chat_id: int) -> str | None:
         row = await self.db.fetchone("SELECT model_id FROM chats WHERE chat_id = ?", (chat_id,))
         return row["model_id"] if row else None
@@ -151,17 +143,11 @@ class Store:
     async def set_chat_language(self, chat_id: int, language: str | None) -> None:
         await self._set_chat_setting(chat_id, "language", language)
 
-    async def _set_chat_setting(
-        self, chat_id: int, column: Literal["model_id", "language"], value: str | None
-    ) -> None:
+    async def _set_chat_setting(self, chat_id: int, column: ChatSetting, value: str | None) -> None:
         now = self.now()
 
         def write(conn: sqlite3.Connection) -> None:
-            self._ensure_chat(conn, chat_id, now)
-            conn.execute(
-                f"UPDATE chats SET {column} = ?, updated_at = ? WHERE chat_id = ?",
-                (value, now, chat_id),
-            )
+            set_chat_setting(conn, chat_id, column, value, now)
 
         await self.db.run_in_transaction(write)
 
@@ -169,7 +155,7 @@ class Store:
 
     @classmethod
     def _active_session(cls, conn: sqlite3.Connection, chat_id: int, now: str) -> int:
-        cls._ensure_chat(conn, chat_id, now)
+        ensure_chat(conn, chat_id, now)
         for row in conn.execute(
             "SELECT id FROM sessions WHERE chat_id = ? AND closed_at IS NULL", (chat_id,)
         ).fetchall():

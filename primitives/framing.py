@@ -8,14 +8,16 @@ written before the nonce existed cannot contain the closing tag, and any occurre
 inside the data is removed before framing, so nothing inside a frame can close it, whatever its
 case, nesting or spelling.
 
-Marker lines (`fresh_mark`). Text stored as it was framed (a quote, a forwarded message) sits
-between two lines carrying a random token chosen after the texts exist and checked to occur in
-none of them, like a MIME boundary: the framed text cannot end the frame early or fake another.
+Marker lines (`marker_frame`). A quote or a forwarded message, as the prompt shows it, sits
+between two lines carrying a token chosen after the texts exist and checked to occur in none of
+them, like a MIME boundary: the framed text cannot end the frame early or fake another.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
+import itertools
 import re
 import secrets
 from collections.abc import Callable
@@ -41,6 +43,18 @@ class Framing:
     def wrap(self, name: str, text: str) -> str:
         tag = self.tag(name)
         return f"<{tag}>\n{self.defuse(text)}\n</{tag}>"
+
+    def marks(self, prefix: str, key: object) -> Callable[[], str]:
+        """Marks for `marker_frame`, named like `mark_token`'s but drawn from this frame's nonce
+        and `key` (a message's id): the same message framed again in a later round of the turn
+        reads the same, and no one who has not seen the nonce can tell its marks in advance."""
+        counter = itertools.count()
+
+        def token() -> str:
+            seed = f"{self.nonce}:{prefix}:{key}:{next(counter)}".encode()
+            return f"{prefix}-{hashlib.sha256(seed).hexdigest()[:12]}"
+
+        return token
 
     def attribute(self, value: str) -> str:
         """A value for a tag attribute (a file name): one line, the nonce removed, quotes and

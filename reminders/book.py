@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Required, TypedDict, Unpack
 
+from memory.chats import set_chat_setting
 from memory.db import Database
 from memory.store import from_iso, to_iso
 from memory.timezones import ChatZone, canonical_zone, chat_zone_of, zone
@@ -198,12 +199,7 @@ class ReminderBook:
         now = to_iso(self.clock())
 
         def write(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO chats(chat_id, created_at, updated_at, time_zone) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(chat_id) DO UPDATE SET time_zone = excluded.time_zone, "
-                "updated_at = excluded.updated_at",
-                (chat_id, now, now, canonical),
-            )
+            set_chat_setting(conn, chat_id, "time_zone", canonical, now)
 
         await self.db.run_in_transaction(write)
         return canonical

@@ -20,11 +20,10 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from agent.tools.held import Description, HeldFamily, InView, held_call
+from agent.tools.held import CallHooks, Description, HeldFamily, InView, outward_family
 from agent.tools.memory import ToolOutcome
 from agent.tools.web import UNTRUSTED_NOTE, WEB_TOOL_NAMES, WebTools
 from agent.untrusted import own_words
-from memory.pending_writes import PendingWrite
 from memory.store import StoredMessage
 from web.fetch import with_scheme
 
@@ -147,19 +146,7 @@ def _result_shown(outcome: ToolOutcome) -> str:
 def web_family(web: WebTools) -> HeldFamily:
     """web_read and web_search as a held family: run on ✅ through the same WebTools (the daily
     cap and the usage ledger count it then), the result kept in the session as a web result."""
-
-    async def run(write: PendingWrite) -> ToolOutcome:
-        return await web.run(write.chat_id, write.user_id, held_call(write))
-
-    return HeldFamily(
-        name="web",
-        covers=WEB_TOOL_NAMES.__contains__,
-        waits=_waits,
-        check=_check,
-        note=WEB_HELD_NOTE,
-        run=run,
-        describe=_describe,
-        keeps_result=True,
-        shown=_result_shown,
-        texts="held_web",
+    hooks = CallHooks(
+        WEB_TOOL_NAMES.__contains__, _waits, _check, WEB_HELD_NOTE, _describe, _result_shown
     )
+    return outward_family("web", web, hooks)

@@ -27,7 +27,7 @@ import json
 import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -262,6 +262,40 @@ class HeldCalls:
 def held_call(write: PendingWrite) -> ToolCall:
     """The stored call, as its tool runs it on ✅."""
     return ToolCall(id=f"held-{write.id}", name=write.tool, arguments=write.arguments)
+
+
+class ToolRunner(Protocol):
+    """What runs a family's calls at once, and on ✅ the same way (WebTools, McpTools)."""
+
+    async def run(self, chat_id: int, user_id: int | None, call: ToolCall) -> ToolOutcome: ...
+
+
+@dataclass(frozen=True)
+class CallHooks:
+    """What tells one family of outward calls apart: which tools, when a call waits, why its
+    tool would refuse it, the model's note, the ✅ message's line and the result shown."""
+
+    covers: Callable[[str], bool]
+    waits: Callable[[str, dict[str, Any], InView], bool]
+    check: Callable[[str, dict[str, Any]], str | None]
+    note: str
+    describe: Callable[[str, dict[str, Any]], Description]
+    shown: Callable[[ToolOutcome], str]
+
+
+def outward_family(name: str, runner: ToolRunner, hooks: CallHooks) -> HeldFamily:
+    """A family of calls that read or act outside (the web, MCP servers): a held call runs on
+    ✅ through the same `runner` as a call at once (its caps and ledger count it then), its
+    result joins the session, and its texts are the `held_<name>_…` keys."""
+
+    async def run(write: PendingWrite) -> ToolOutcome:
+        return await runner.run(write.chat_id, write.user_id, held_call(write))
+
+    return HeldFamily(
+        name=name, covers=hooks.covers, waits=hooks.waits, check=hooks.check, note=hooks.note,
+        run=run, describe=hooks.describe, keeps_result=True, shown=hooks.shown,
+        texts=f"held_{name}",
+    )  # fmt: skip
 
 
 def _arguments(call: ToolCall) -> dict[str, Any] | None:

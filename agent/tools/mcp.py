@@ -18,10 +18,9 @@ import json
 from collections.abc import Collection
 from typing import Any
 
-from agent.tools.held import Description, HeldFamily, InView, held_call
+from agent.tools.held import CallHooks, Description, HeldFamily, InView, outward_family
 from agent.tools.memory import ToolOutcome
 from mcp_client.hub import McpHub, McpTool, parse_arguments
-from memory.pending_writes import PendingWrite
 from models.types import ToolCall
 
 MCP_HELD_NOTE = (
@@ -119,9 +118,6 @@ def mcp_family(tools: McpTools) -> HeldFamily:
             "arguments": shown,
         }
 
-    async def run(write: PendingWrite) -> ToolOutcome:
-        return await tools.run(write.chat_id, write.user_id, held_call(write))
-
     def shown(outcome: ToolOutcome) -> str:
         """The result without the line that frames it for the model."""
         first, _, rest = outcome.content.partition("\n")
@@ -131,15 +127,5 @@ def mcp_family(tools: McpTools) -> HeldFamily:
             else (outcome.content)
         )
 
-    return HeldFamily(
-        name="mcp",
-        covers=tools.covers,
-        waits=waits,
-        check=check,
-        note=MCP_HELD_NOTE,
-        run=run,
-        describe=describe,
-        keeps_result=True,
-        shown=shown,
-        texts="held_mcp",
-    )
+    hooks = CallHooks(tools.covers, waits, check, MCP_HELD_NOTE, describe, shown)
+    return outward_family("mcp", tools, hooks)

@@ -23,6 +23,7 @@ from agent.tools.reminders import (
     ReminderResult,
     run_reminder_tool,
 )
+from memory.chats import ensure_chat
 from memory.db import Database
 from memory.facts import (
     MAX_FACT_CHARS,
@@ -250,7 +251,7 @@ class ChatTools:
                 "characters (split it or shorten it) and call again",
             )
         line = fact_line(fact)
-        _ensure_chat(conn, chat_id, now)
+        ensure_chat(conn, chat_id, now)
         memory = memory_of(conn, chat_id)
         if contains(memory.content, line):
             return ToolOutcome(call.id, call.name, "already in memory: nothing changed", ok=True)
@@ -388,14 +389,6 @@ def _unbullet(line: str) -> str:
         if stripped.startswith(bullet):
             return stripped[len(bullet) :].strip()
     return stripped
-
-
-def _ensure_chat(conn: sqlite3.Connection, chat_id: int, now: str) -> None:
-    conn.execute(
-        "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
-        "ON CONFLICT(chat_id) DO NOTHING",
-        (chat_id, now, now),
-    )
 
 
 def _record_edit(

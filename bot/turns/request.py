@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from telegram import Bot, Message, User
 from telegram.constants import ChatType
 
-from agent.prompt import with_forward, with_quote
 from agent.record import Question
 from bot.incoming import (
     forward_origin_of,
@@ -19,6 +18,7 @@ from bot.incoming import (
     quotes_others,
     replies_to,
 )
+from memory.messages import QUOTE_KEY
 from memory.provenance import FORWARD, QUOTE, Provenance
 
 
@@ -66,23 +66,14 @@ class TurnRequest:
         Such content writes nothing by itself (see AgentTurn.others_words)."""
         return self.forward_origin is not None or self.quotes_others
 
-    def stored_text(self) -> str:
-        """What is stored and sent to the model: the text (framed as its origin's words if
-        forwarded), framed with its quote if any."""
-        text = self.text
-        if self.forward_origin is not None:
-            text = with_forward(text, str(self.forward_origin.get("name") or "someone else"))
-        if self.quoted_text and self.quoted_text.strip():
-            return with_quote(text, self.quoted_text)
-        return text
-
     def question(self) -> Question:
-        """The message as the agent stores it (agent/record.py): what arrived, how it came and
-        whose words it holds."""
+        """The message as the agent stores it (agent/record.py): the text as it arrived, how it
+        came, what it quoted and whose words it holds. The prompt frames a forward and a quote
+        from these (agent/prompt.py `user_text`); nothing is framed before it is stored."""
         return Question(
             self.chat_id,
             self.user_id,
-            self.stored_text(),
+            self.text,
             key=self.turn_key,
             media=self.stored_media(),
             forward_origin=self.forward_origin,
@@ -90,10 +81,13 @@ class TurnRequest:
         )
 
     def stored_media(self) -> dict[str, object] | None:
-        """The JSON stored beside the text: how it came, and who said it in a group."""
+        """The JSON stored beside the text: how it came, who said it in a group, and the text
+        it quoted."""
         media = dict(self.media or {})
         if self.speaker is not None:
             media["speaker"] = self.speaker
+        if self.quoted_text and self.quoted_text.strip():
+            media[QUOTE_KEY] = self.quoted_text
         return media or None
 
     def stored_provenance(self) -> Provenance | None:

@@ -47,15 +47,24 @@ INDEX_SLICE_ROWS = 32
 class ArchivedRow:
     message: StoredMessage
     terms: str
+    content: str  # the words kept (`archived_text`)
+
+
+def archived_text(message: StoredMessage) -> str:
+    """The words the archive keeps of a message: its text, after the text it quoted (kept
+    beside it in the session, memory/messages.py `quoted`), so recall finds both."""
+    quoted = message.quoted
+    return message.content if quoted is None else f"{quoted}\n{message.content}"
 
 
 def index_messages(messages: Sequence[StoredMessage]) -> list[ArchivedRow]:
     """The rows to archive, with their search terms (CPU work: call it in a thread)."""
     rows = []
     for message in messages:
-        searched = message.role in _SEARCHED_ROLES and message.content.strip()
-        terms = " ".join(text_terms(message.content[:MAX_INDEXED_CHARS])) if searched else ""
-        rows.append(ArchivedRow(message, terms))
+        content = archived_text(message)
+        searched = message.role in _SEARCHED_ROLES and content.strip()
+        terms = " ".join(text_terms(content[:MAX_INDEXED_CHARS])) if searched else ""
+        rows.append(ArchivedRow(message, terms, content))
     return rows
 
 
@@ -78,9 +87,9 @@ def archive_in(conn: sqlite3.Connection, rows: Sequence[ArchivedRow], now: str) 
     conn.executemany(
         "INSERT INTO archived_messages(id, chat_id, session_id, role, content, tool_calls, "
         "tool_call_id, user_id, model_id, terms, created_at, archived_at, provenance, indexed) "
-        "SELECT id, chat_id, session_id, role, content, tool_calls, tool_call_id, user_id, "
+        "SELECT id, chat_id, session_id, role, ?, tool_calls, tool_call_id, user_id, "
         "model_id, ?, created_at, ?, provenance, 0 FROM messages WHERE id = ?",
-        [(row.terms, now, row.message.id) for row in rows],
+        [(row.content, row.terms, now, row.message.id) for row in rows],
     )
 
 

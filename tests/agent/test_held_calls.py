@@ -6,7 +6,6 @@ into the ledger — on a real database and the fake site and SearXNG on loopback
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from agent.tools.egress import origin_of, origins_in
 from agent.tools.web import WebSettings, WebTools
 from media.document_reader import ReaderSlots
-from memory.db import MIGRATIONS_DIR, Database
+from memory.db import Database
 from memory.pending_writes import PendingWrites
 from memory.store import to_iso
 from memory.usage import UsageLedger
@@ -23,6 +22,7 @@ from memory.web_calls import WebCalls
 from models.types import ToolCall
 from primitives.clock import utc_now
 from tests.fakes.web import FakeSearx, FakeSite, searx_result
+from tests.support.old_schema import database_before
 from web.addresses import parse_allowance
 
 CHAT, USER = 7, 70
@@ -89,13 +89,7 @@ async def test_each_web_call_is_a_ledger_row_with_its_purpose_and_the_cap_reads_
 async def test_the_migration_keeps_held_rows_their_ids_and_the_day_s_web_calls(
     tmp_path: Path,
 ) -> None:
-    [held] = MIGRATIONS_DIR.glob("*_held_calls.sql")
-    before = tmp_path / "migrations"
-    before.mkdir()
-    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
-        if path.name < held.name:
-            shutil.copy(path, before / path.name)
-    db = await Database.open(tmp_path / "m.sqlite3", migrations=before)
+    db = await database_before(tmp_path / "m.sqlite3", "held_calls")
     now = to_iso(utc_now())
 
     def write(conn: sqlite3.Connection) -> None:

@@ -12,6 +12,7 @@ from memory.usage import UsageLedger
 from models.calls import CallOptions
 from models.types import Usage
 from tests.fakes.providers import Reply
+from tests.support.archive_rows import closed_session
 from tests.support.shared_workers import shared_workers
 
 NOW = datetime(2026, 6, 3, 12, 0, tzinfo=UTC)
@@ -22,16 +23,7 @@ async def _job(db: Database, chat_id: int, state: str, *, attempts: int, created
     stamp = to_iso(created)
 
     def write(conn: sqlite3.Connection) -> int:
-        conn.execute(
-            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT DO NOTHING",
-            (chat_id, stamp, stamp),
-        )
-        cursor = conn.execute(
-            "INSERT INTO sessions(chat_id, opened_at, closed_at) VALUES (?, ?, ?)",
-            (chat_id, stamp, stamp),
-        )
-        session_id = cursor.lastrowid
+        session_id = closed_session(conn, chat_id, stamp)
         cursor = conn.execute(
             "INSERT INTO consolidation_jobs(chat_id, session_id, kind, state, attempts, "
             "next_attempt_at, created_at, updated_at) "

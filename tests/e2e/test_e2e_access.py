@@ -71,8 +71,12 @@ async def test_group_answers_only_when_mentioned_or_replied_to(tmp_path: Path) -
         sent = [r.body["messages"][-1]["content"] for _, r in bot.chat_requests()]
         assert [sent[0], sent[2]] == ["what is 2+2? 🤔", "𝔥𝔢𝔩𝔩𝔬 , bye"]
         assert sent[1] == second.text.removeprefix("echo: ")
-        stored = await bot.rows("SELECT content FROM messages WHERE role = 'user' ORDER BY id")
-        assert [r["content"] for r in stored] == sent
+        # Stored as it arrived, the quoted answer beside it as data; framed where the model reads.
+        stored = await bot.rows(
+            "SELECT content, media FROM messages WHERE role = 'user' ORDER BY id"
+        )
+        assert [r["content"] for r in stored] == [sent[0], "and 3+3?", sent[2]]
+        assert json.loads(stored[1]["media"])["quote"] == "echo: what is 2+2? 🤔"
         # In a group the bot's answers quote the message they answer.
         assert all(m.raw_text for m in bot.messages(GROUP))
         sends = [c for c in bot.tg.calls_of("sendMessage") if c.params["chat_id"] == GROUP]

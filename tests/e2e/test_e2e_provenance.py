@@ -360,5 +360,8 @@ async def test_a_forwarded_voice_note_keeps_its_origin_when_retried(tmp_path: Pa
         )
         assert json.loads(row["forward_origin"])["name"] == ORIGIN
         assert json.loads(row["provenance"]) == {"kind": "forward", "source": ORIGIN}
-        assert row["content"].startswith(f"[The user forwarded a message written by {ORIGIN}.")
-        assert SPOKEN in row["content"]
+        # Stored as it arrived; the prompt frames it as the origin's words.
+        assert SPOKEN in row["content"] and "[The user forwarded" not in row["content"]
+        retried = bot.chat_requests()[-1][1].body["messages"][-1]["content"]
+        assert retried.startswith(f"[The user forwarded a message written by {ORIGIN}.")
+        assert SPOKEN in retried

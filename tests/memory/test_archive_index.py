@@ -14,15 +14,13 @@ from memory.chat_move import move_chat
 from memory.db import Database
 from memory.forget import forget_chat
 from memory.recall.archive import (
-    archive_in,
     chat_token,
-    index_messages,
     index_pending,
     purge_older_than,
 )
 from memory.recall.search import Recall
-from memory.store import StoredMessage
 from tests.memory.test_jobs import ScriptedTransport, chat_session, make_worker, remembering
+from tests.support.archive_rows import archive_unindexed
 from tests.support.memory_sessions import SettableClock
 
 AT = "2026-03-01T09:00:00+00:00"
@@ -54,29 +52,7 @@ async def archived_by_a_commit_that_crashed_before_its_index(
 ) -> None:
     """The database as a consolidation commit leaves it when the process dies before the
     index transaction: the rows archived, waiting (what `JobQueue.commit` writes first)."""
-
-    def write(conn: sqlite3.Connection) -> None:
-        conn.execute(
-            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT DO NOTHING",
-            (chat_id, AT, AT),
-        )
-        session = conn.execute(
-            "INSERT INTO sessions(chat_id, opened_at, closed_at) VALUES (?, ?, ?) RETURNING id",
-            (chat_id, AT, AT),
-        ).fetchone()[0]
-        stored = []
-        for text in texts:
-            message_id = conn.execute(
-                "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
-                "VALUES (?, ?, 'user', ?, ?) RETURNING id",
-                (session, chat_id, text, at),
-            ).fetchone()[0]
-            stored.append(StoredMessage(message_id, session, chat_id, "user", text, at))
-        archive_in(conn, index_messages(stored), AT)
-        conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
-
-    await db.run_in_transaction(write)
+    await archive_unindexed(db, chat_id, texts, at, archived_at=AT)
 
 
 async def test_a_consolidated_word_is_found_as_soon_as_the_job_is_done(tmp_path: Path) -> None:

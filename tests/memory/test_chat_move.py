@@ -10,7 +10,8 @@ import asyncio
 import sqlite3
 from datetime import timedelta
 
-from memory.chat_move import CHAT_SETTINGS, MERGED_COUNTS, MOVED_TABLES, move_chat
+from memory.chat_move import MERGED_COUNTS, MOVED_TABLES, move_chat
+from memory.chats import CHAT_SETTINGS
 from memory.db import Database
 from memory.longterm import write_memory
 from memory.store import Store, to_iso

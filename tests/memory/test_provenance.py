@@ -4,18 +4,18 @@ back, and the migration that fills it in for rows written before it existed."""
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from agent.tools.memory import format_hits, recall_provenance
-from memory.db import MIGRATIONS_DIR, Database
+from memory.db import Database
 from memory.provenance import (
     AUDIO,
     DOCUMENT,
     FORWARD,
+    KINDS,
     MCP,
     PHOTO,
     QUOTE,
@@ -23,10 +23,12 @@ from memory.provenance import (
     WEB_READ,
     WEB_SEARCH,
     Provenance,
+    label,
     stub,
 )
 from memory.recall.search import RecallHit, Turn
 from primitives.framing import Framing
+from tests.support.old_schema import database_before
 
 
 def test_each_kind_is_one_line_naming_its_kind_and_source_never_its_text() -> None:
@@ -54,6 +56,20 @@ def test_each_kind_is_one_line_naming_its_kind_and_source_never_its_text() -> No
     assert stub(Provenance(RECALL, 'a document the user sent ("a.txt")')) == (
         "[recall result holding a document the user sent ('a.txt'): not shown]"
     )
+
+
+def test_every_kind_has_a_one_line_stub_and_label_that_name_their_source() -> None:
+    """A kind added to KINDS without its words would break the memory writer's transcript or
+    a recall hit's introduction at the first such message: each kind has both."""
+    for kind in sorted(KINDS - {PHOTO, WEB_SEARCH}):
+        part = Provenance(kind, "club-notes.example", chars=1200)
+        for words in (stub(part), label(part)):
+            assert "\n" not in words and "club-notes.example" in words, (kind, words)
+        assert stub(part).startswith("[") and stub(part).endswith("not shown]")
+        assert "1,200 characters" in stub(part)
+    for kind in (PHOTO, WEB_SEARCH):  # named by kind alone to the chat model
+        part = Provenance(kind, "club-notes.example")
+        assert stub(part).endswith("not shown]") and "\n" not in label(part)
 
 
 def test_a_source_cannot_break_out_of_its_stub() -> None:
@@ -111,13 +127,7 @@ def test_recall_frames_what_is_not_the_user_s_and_names_it() -> None:
 
 
 async def test_the_migration_fills_in_rows_written_before_it(tmp_path: Path) -> None:
-    [migration] = sorted(MIGRATIONS_DIR.glob("*_provenance.sql"))
-    before = tmp_path / "migrations"
-    before.mkdir()
-    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
-        if path.name < migration.name:
-            shutil.copy(path, before / path.name)
-    db = await Database.open(tmp_path / "m.sqlite3", migrations=before)
+    db = await database_before(tmp_path / "m.sqlite3", "provenance")
     web_call = [{"id": "c1", "name": "web_read", "arguments": '{"url": "https://a.example/x"}'}]
     rows = [
         ("user", "my own words", None, None, None, None),

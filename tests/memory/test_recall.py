@@ -9,7 +9,6 @@ migration that adds the archive upgrades a database in place.
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -19,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from agent.tools.memory import ChatTools
-from memory.db import MIGRATIONS_DIR, Database, discover_migrations
-from memory.recall.archive import archive_in, index_messages, index_pending
+from memory.db import Database, discover_migrations
 from memory.recall.search import (
     MESSAGE_CHARS,
     MESSAGE_SCAN_CHARS,
@@ -31,9 +29,10 @@ from memory.recall.search import (
     _select,
 )
 from memory.recall.terms import MAX_QUERY_TERMS, query_terms, text_terms
-from memory.store import StoredMessage, to_iso
+from memory.store import to_iso
 from models.types import ToolCall
 from tests.fakes.providers import Respond
+from tests.support.archive_rows import archive_turns
 from tests.support.consolidation_stack import Stack, open_stack
 from tests.support.memory_sessions import (
     SessionMessage,
@@ -43,6 +42,7 @@ from tests.support.memory_sessions import (
     oasst_conversations,
     store_session,
 )
+from tests.support.old_schema import database_before
 
 CHAT = 26
 
@@ -196,35 +196,6 @@ async def test_another_chats_words_never_move_this_chats_results(tmp_path: Path)
         await db.close()
 
 
-async def archive_turns(db: Database, chat_id: int, texts: list[str], at: str) -> None:
-    """`texts` archived in `chat_id` as one consolidated session, the way the consolidation
-    commit archives (memory/recall/archive.py: terms, the insert, then the index)."""
-
-    def write(conn: sqlite3.Connection) -> None:
-        conn.execute(
-            "INSERT INTO chats(chat_id, created_at, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT DO NOTHING",
-            (chat_id, at, at),
-        )
-        session = conn.execute(
-            "INSERT INTO sessions(chat_id, opened_at, closed_at) VALUES (?, ?, ?) RETURNING id",
-            (chat_id, at, at),
-        ).fetchone()[0]
-        stored = []
-        for text in texts:
-            message_id = conn.execute(
-                "INSERT INTO messages(session_id, chat_id, role, content, created_at) "
-                "VALUES (?, ?, 'user', ?, ?) RETURNING id",
-                (session, chat_id, text, at),
-            ).fetchone()[0]
-            stored.append(StoredMessage(message_id, session, chat_id, "user", text, at))
-        archive_in(conn, index_messages(stored), at)
-        conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))
-
-    await db.run_in_transaction(write)
-    await index_pending(db)
-
-
 def test_inflections_share_a_term_in_each_served_language() -> None:
     def same(query: str, text: str) -> bool:
         stored = set(text_terms(text))
@@ -269,11 +240,7 @@ async def test_a_long_cjk_query_over_a_large_unconsolidated_text_is_bounded(
 
 
 async def test_the_archive_migration_upgrades_a_database_in_place(tmp_path: Path) -> None:
-    before = tmp_path / "migrations"
-    before.mkdir()
-    for path in sorted(MIGRATIONS_DIR.glob("*.sql"))[:8]:
-        shutil.copy(path, before / path.name)
-    db = await Database.open(tmp_path / "m.sqlite3", migrations=before)
+    db = await database_before(tmp_path / "m.sqlite3", "archive")
 
     def write(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO chats VALUES (1, NULL, NULL, 'x', 'x')")
@@ -309,11 +276,7 @@ async def test_the_term_counts_migration_counts_the_turns_already_archived(
 ) -> None:
     """0012 counted the archived turns' terms over all chats; 0018 counts them per chat (a
     group's negative id too) and indexes each chat's terms under its own tokens."""
-    before = tmp_path / "migrations"
-    before.mkdir()
-    for path in sorted(MIGRATIONS_DIR.glob("*.sql"))[:11]:
-        shutil.copy(path, before / path.name)
-    db = await Database.open(tmp_path / "m.sqlite3", migrations=before)
+    db = await database_before(tmp_path / "m.sqlite3", "archive_terms")
     said = [(1, "my cousin lives in Lisbon"), (1, "Lisbon trams are yellow"), (-1001, "Lisbon")]
 
     def write(conn: sqlite3.Connection) -> None:
