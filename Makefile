@@ -24,11 +24,14 @@ $(BIN)/.dev: $(BIN)/.runtime requirements-dev.lock
 run: $(BIN)/.runtime
 	$(BIN)/python -m bot
 
+# Two test processes (pytest-xdist): most tests wait on bots, streams and restarts rather than
+# compute, so two fill the 2 cores of CI. Each process has its own loop, shared provider
+# workers and temporary folders (tests/support/shared_workers.py); no test takes a fixed port.
 test: $(BIN)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 
 format: $(BIN)/.dev
 	$(BIN)/ruff format .

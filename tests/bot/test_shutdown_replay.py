@@ -14,6 +14,7 @@ from bot.ui.render import TELEGRAM_TEXT_LIMIT
 from tests.bot.test_joiner import _long_real_text, client_split
 from tests.fakes.providers import Reply
 from tests.support.e2e_bot import OWNER, FakeServers, confirmed, fake_settings, query, showing
+from tests.support.shared_workers import shared_workers
 from tests.support.waits import within
 
 INTERRUPTED = "(interrupted: the bot restarted; please ask again)"
@@ -25,7 +26,7 @@ class Served:
 
     def __init__(self, settings: Any) -> None:
         self._stop = asyncio.Event()
-        self.application = build_application(prepare(settings))
+        self.application = build_application(prepare(settings), workers=shared_workers())
         self._task = asyncio.create_task(serve(self.application, settings, stop=self._stop))
 
     async def stop(self) -> None:

@@ -12,6 +12,7 @@ import aiohttp
 from bot.app import build_application, prepare
 from bot.runner import serve
 from tests.support.e2e_bot import OWNER, FakeServers, fake_settings, free_port
+from tests.support.shared_workers import shared_workers
 from tests.support.waits import within
 
 SECRET = "whsec-3b7e0c2f9a41d8e6b5c4a3f2e1d0c9b8"
@@ -39,7 +40,9 @@ async def test_webhook_refuses_missing_or_wrong_secret_and_handles_the_right_one
         local_url = f"http://127.0.0.1:{port}/tg/hook-7f3a"
         stop = asyncio.Event()
         running = asyncio.create_task(
-            serve(build_application(prepare(settings)), settings, stop=stop)
+            serve(
+                build_application(prepare(settings), workers=shared_workers()), settings, stop=stop
+            )
         )
         try:
             # The bot registers its public URL and the secret with Telegram on start.

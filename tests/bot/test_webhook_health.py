@@ -12,6 +12,7 @@ from bot.health import HealthServer
 from bot.runner import serve
 from tests.fakes.providers import Fault
 from tests.support.e2e_bot import OWNER, FakeServers, fake_settings, free_port
+from tests.support.shared_workers import shared_workers
 from tests.support.waits import within
 
 
@@ -69,7 +70,7 @@ async def test_healthz_in_polling_mode_shows_the_consolidation_backlog(tmp_path:
             SHUTDOWN_GRACE_SECONDS=0.5,
         )
         stop = asyncio.Event()
-        app = build_application(prepare(settings))
+        app = build_application(prepare(settings), workers=shared_workers())
         running = asyncio.create_task(serve(app, settings, stop=stop))
         url = f"http://127.0.0.1:{health_port}/healthz"
         try:

@@ -420,9 +420,9 @@ async def test_kill_9_between_set_and_due_fires_once_after_restart(tmp_path: Pat
                 ),
                 "the zone",
             )
-            # 20 s after the model answers: the receipt and the kill must come first, and on a
+            # 10 s after the model answers: the receipt and the kill must come first, and on a
             # loaded machine the turn's second model round alone has taken several seconds.
-            due = WrittenWhen(20, ZoneInfo("Asia/Tokyo"))
+            due = WrittenWhen(10, ZoneInfo("Asia/Tokyo"))
             fakes.openai.script("gpt-5", reminder_call(due, "feed the cat"), Reply("Sure."))
             fakes.tg.push(fakes.tg.make_text_update(user, user, "remind me to feed the cat"))
             await wait_until(

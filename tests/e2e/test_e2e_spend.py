@@ -127,8 +127,8 @@ async def test_a_stop_of_the_bot_mid_answer_records_the_spend(tmp_path: Path) ->
         async with bot_process(env, cwd=tmp_path, log_path=tmp_path / "bot.log") as proc:
             tg.push(tg.make_text_update(OWNER, OWNER, "A long story, please"))
             await wait_until(
-                lambda: any(len(m.text) > 300 for m in tg.bot_messages(OWNER)),
-                "the answer to stream",
+                lambda: any(len(d["parsed_text"]) > 300 for d in tg.drafts(OWNER)),
+                "the answer to stream into its draft",
             )
             proc.send_signal(signal.SIGTERM)
             assert await within(proc.wait(), 60) == 0

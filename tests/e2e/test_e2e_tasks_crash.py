@@ -48,18 +48,21 @@ def delivery(db_path: Path) -> list[tuple[str | None, str | None]]:
     return [(r["outcome"], r["state"]) for r in rows]
 
 
-async def set_task(fakes: FakeServers) -> None:
+async def set_task(fakes: FakeServers, run: Reply | None = None) -> None:
+    """The task, due 10 s after the model wrote its time: the turn's second round, the receipt
+    and what the test does after it come first, even on a loaded machine. `run`, when given,
+    is scripted now as the answer to the task's run, so it cannot come too late."""
     fakes.tg.push(fakes.tg.make_text_update(USER, USER, "/timezone Asia/Tokyo"))
     await wait_until(
         lambda: any(t.startswith("Time zone set: Asia/Tokyo") for t in texts_of(fakes, USER)),
         "the zone",
     )
-    # 20 s after the model answers: the receipt comes first, even on a loaded machine.
-    when = WrittenWhen(20, TOKYO)
+    when = WrittenWhen(10, TOKYO)
     fakes.openai.script(
         "gpt-5",
         ToolCallReply("schedule_task", lambda: {"when": when.write(), "task": TASK}),
         Reply("Scheduled."),
+        *([run] if run else []),
     )
     fakes.tg.push(fakes.tg.make_text_update(USER, USER, f"at that time: {TASK}"))
     await wait_until(lambda: any("🗓 Task scheduled" in t for t in texts_of(fakes, USER)), "it")
@@ -75,9 +78,8 @@ async def test_kill_9_between_claim_and_send_answers_once_after_restart(tmp_path
     db_path = tmp_path / "bot.sqlite3"
     async with FakeServers() as fakes:
         async with restartable_bot(fakes, db_path, user=USER) as proc:
-            await set_task(fakes)
             # The run's model is slow: the bot is killed while it waits for it.
-            fakes.openai.script("gpt-5", Reply(ANSWER, delay=60))
+            await set_task(fakes, run=Reply(ANSWER, delay=60))
             await wait_until(lambda: run_requests(fakes) == 1, "the run", 90)
             await kill(proc)
         assert delivery(db_path) == [(None, "running")]

@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -333,6 +334,11 @@ async def test_a_huge_and_a_trickling_page_are_bounded_while_another_chat_is_ans
 ) -> None:
     other = FRIEND
     async with web_bot(tmp_path) as (bot, site, _):
+        # The trickle ends at the read's deadline: 8 s, as in tests/agent/test_web_tools.py,
+        # not the 20 s default, which only makes the wait longer.
+        assert bot.services.agent is not None and bot.services.agent.web is not None
+        web = bot.services.agent.web
+        web.settings = replace(web.settings, read_timeout=8.0)
 
         def answer(request: RecordedRequest) -> Reply | ToolCallReply:
             user = request.body["messages"][-1]

@@ -21,6 +21,7 @@ from tests.fakes.providers import FakeProvider, Reply
 from tests.fakes.telegram import FakeTelegram
 from tests.support.consolidation_stack import GOOD_ARGS, KEYS, good_call
 from tests.support.memory_sessions import telegram_message
+from tests.support.shared_workers import shared_workers
 
 TOKEN = "123456:TEST-TOKEN"
 USER = 5151
@@ -87,7 +88,7 @@ async def bot(tmp_path: Path, overrides: dict[str, Any]) -> AsyncIterator[Bot]:
         CONSOLIDATION_RETRY_DELAYS="1",
         **({"MEMORY_WINDOW": 50} | overrides),
     )
-    app = build_application(prepare(settings), edit_interval=0.05)
+    app = build_application(prepare(settings), edit_interval=0.05, workers=shared_workers())
     try:
         async with running(app, poll_timeout=1):
             yield Bot(tg, app, providers)

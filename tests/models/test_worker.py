@@ -192,8 +192,11 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
     try:
         await t.warm_up()
         [first] = pool.pids
-        for _ in range(3):
-            fake_openai.script("gpt-5", Reply(LONG * 4, chunk_chars=16, chunk_delay=0.05))
+        # Two streams long enough to overlap the second worker's start and the kill; the
+        # killed one's replay needs no pace.
+        for _ in range(2):
+            fake_openai.script("gpt-5", Reply(LONG * 4, chunk_chars=16, chunk_delay=0.025))
+        fake_openai.script("gpt-5", Reply(LONG * 4, chunk_chars=16))
         fake_openai.script("gpt-5-mini", Reply("a fallback must not answer"))
 
         async def read() -> tuple[str, str]:
@@ -225,6 +228,8 @@ async def test_a_worker_started_under_load_is_a_copy_of_a_ready_one_and_supervis
         assert [model for _, model in results] == ["gpt-5", "gpt-5"]
         assert [text for text, _ in results] == [LONG * 4, LONG * 4]
         assert second not in pool.pids and pool.restarts >= 1
+        # The kill cut a stream: it was asked for again (the unpaced reply), not just ended.
+        assert len([r for r in fake_openai.requests if r.model == "gpt-5"]) == 3
     finally:
         await t.aclose()
         await pool.aclose()
