@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+import structlog
 
 from memory.consolidation.consolidation import Consolidator
 from memory.consolidation.jobs import JobQueue
@@ -595,3 +596,20 @@ async def test_a_zero_retry_delay_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match="more than 0"):
         make_worker(db, clock, ScriptedTransport(remembering()), delays=delays)
+
+
+async def test_a_jobs_log_lines_carry_its_chat_and_job_id(db: Database) -> None:
+    """The worker binds the job's chat and id once, in the job's own task: the lines of the
+    run carry them without each call naming them."""
+    store, worker = make_worker(db, SettableClock(), ScriptedTransport(remembering()))
+    await chat_session(store, 7, ["my cousin lives in Quillabamba", "noted"])
+    await store.start_new_session(7)
+    with structlog.testing.capture_logs(
+        processors=[structlog.contextvars.merge_contextvars]
+    ) as logs:
+        assert await worker.run_due() == 1
+    [job] = await db.fetchall("SELECT id FROM consolidation_jobs")
+    lines = [e for e in logs if e["event"].startswith("consolidation_")]
+    events = {e["event"] for e in lines}
+    assert {"consolidation_job_started", "consolidation_chunk_committed"} <= events
+    assert all((e["chat_id"], e["job_id"]) == (7, job["id"]) for e in lines), lines
