@@ -405,9 +405,14 @@ async def test_a_reply_to_the_bot_is_not_stored_as_someone_else_s_words(tmp_path
         await bot.ask(CHAT, "hi")
         await bot.ask(CHAT, "thanks", reply_to_bot=True)
         stored = await bot.rows(
-            "SELECT media, provenance FROM messages WHERE role = 'user' ORDER BY id"
+            "SELECT content, media, provenance FROM messages WHERE role = 'user' ORDER BY id"
         )
-        assert [(r["media"], r["provenance"]) for r in stored] == [(None, None), (None, None)]
+        # Stored as it arrived: the reply's own words, the quoted answer beside them in media
+        # (framed where the model reads it), and no provenance: these are the user's words.
+        assert [(r["content"], r["media"], r["provenance"]) for r in stored] == [
+            ("hi", None, None),
+            ("thanks", json.dumps({"quote": "Hello."}), None),
+        ]
 
 
 async def test_a_document_s_injected_remember_waits(tmp_path: Path) -> None:
