@@ -502,10 +502,17 @@ class StreamingReply:
         send midway could leave a message we do not know about: a duplicate later)."""
         self._done = True
         self._closing.set()
-        for task in (self._typing, self._flusher):
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(task)
+        background = [task for task in (self._typing, self._flusher) if task is not None]
+        if not background:
+            return
+        # Not cancelled and not shielded: `asyncio.wait` leaves the tasks alone when the
+        # caller is cancelled (a /cancel during the final edit), and that cancellation still
+        # reaches the caller instead of being swallowed with the tasks' own.
+        await asyncio.wait(background)
+        for task in background:
+            error = None if task.cancelled() else task.exception()
+            if error is not None:
+                raise error
 
     async def _deliver(self, pieces: list[_FinalPiece]) -> list[int]:
         """Edit the streamed messages into the final pieces, send the rest, drop extras.

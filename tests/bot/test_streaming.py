@@ -25,6 +25,7 @@ from tests.support.call_count import count_calls
 from tests.support.paths import TESTDATA
 from tests.support.streamed_text import content, stream_into
 from tests.support.testdata_texts import endless_cluster
+from tests.support.waits import within
 
 MARKDOWN_DIR = TESTDATA / "tg-markdown" / "telegramify-markdown"
 CHAT = 4242
@@ -528,3 +529,24 @@ def test_the_bounded_look_back_still_keeps_every_real_emoji_sequence_whole() -> 
     assert "".join(segments) == line
     assert all(utf16_len(s) <= 300 for s in segments)
     assert set(itertools.accumulate(len(s) for s in segments)) <= ends
+
+
+async def test_a_cancel_while_the_last_edit_is_in_flight_reaches_the_caller(
+    bot: Bot, tg: FakeTelegram
+) -> None:
+    """`finish` lets an in-flight edit end rather than cut it (a cut send may leave a message
+    we do not know about), but a /cancel of the turn meanwhile is the turn's, not the edit's:
+    it must end `finish` at once instead of being swallowed while the edit hangs."""
+    reply = StreamingReply(bot, CHAT, edit_interval=FAST, first_hold=0.0)
+    await reply.start()
+    await reply.append("first words")
+    await tg.wait_for(lambda: bool(tg.calls_of("sendMessage")))
+    tg.hold("editMessageText")
+    await reply.append(" and more")
+    await tg.wait_for(lambda: bool(tg.calls_of("editMessageText")))  # held, unanswered
+    finishing = asyncio.create_task(reply.finish("first words and more"))
+    await asyncio.sleep(0)  # finish is now waiting for the flusher's held edit
+    finishing.cancel()
+    await within(asyncio.wait({finishing}), 5)
+    assert finishing.cancelled()
+    assert tg.holds_cut == 0  # the edit itself was left alone, still in flight
