@@ -271,7 +271,7 @@ class JobQueue:
             over_budget=len(memory_update) > memory_max_chars,
             now=now,
         )
-        # The user's next reply says what changed (bot/turns/turn.py): no write is silent.
+        # The user's next reply says what changed (bot/turns/answer.py): no write is silent.
         add_unreported(conn, job.chat_id, changed_lines(current.content, memory_update))
         _drop_edits(conn, job.chat_id)
         first, last = chunk.messages[0], chunk.messages[-1]
